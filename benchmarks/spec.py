@@ -1,0 +1,82 @@
+"""The contract between the harness and a rank: one resolved TrainSpec per run, as JSON.
+
+Pure dataclasses (no torch), so the harness can build and write them without importing torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+SPEC_FILE = "spec.json"
+
+
+@dataclass
+class ModelSpec:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    max_position_embeddings: int
+    tie_embeddings: bool = False
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+
+
+@dataclass
+class OptimizerSpec:
+    impl: str = "torch"          # torch | deepspeed
+    lr: float = 3e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass
+class DataSpec:
+    source: str = "synthetic"    # synthetic | corpus
+    corpus_path: Optional[str] = None
+    tokenizer_path: Optional[str] = None
+    text_field: str = "text"
+
+
+@dataclass
+class TrainSpec:
+    run_id: str
+    benchmark: str
+    platform: str
+    device: str                  # cpu | cuda
+    dist_backend: str            # gloo | nccl
+    model: ModelSpec
+    seq_len: int
+    micro_batch_size: int
+    grad_acc_steps: int
+    precision: str               # fp32 | bf16 | fp16
+    optimizer: OptimizerSpec
+    deepspeed: dict[str, Any]
+    warmup_steps: int
+    steps: int
+    profile_steps: int
+    seed: int
+    data: DataSpec = field(default_factory=DataSpec)
+    activation_checkpointing: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainSpec":
+        d = dict(d)
+        d["model"] = ModelSpec(**d["model"])
+        d["optimizer"] = OptimizerSpec(**{**d["optimizer"], "betas": tuple(d["optimizer"]["betas"])})
+        d["data"] = DataSpec(**d["data"])
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: Path) -> "TrainSpec":
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,209 @@
+"""LLaMA pretraining benchmark under DeepSpeed ZeRO; runs on every rank.
+
+    python -m benchmarks.train --run-dir RUN_DIR     (RANK, WORLD_SIZE, MASTER_* in the environment)
+
+Reads RUN_DIR/spec.json, trains for warm-up + measured steps, writes events (see events.py).
+Order of steps: warm-up (excluded from figures), throughput mode (nothing wrapped, device
+synchronised only at optimizer-step boundaries), then profile mode (every collective serialised
+and timed, see instrument.py). A failure is reported as an event with its status before exiting.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Iterator
+
+from . import events as ev
+from .spec import SPEC_FILE, TrainSpec
+
+EXIT_OOM = 3
+EXIT_ERROR = 1
+
+
+def classify_failure(exc: BaseException) -> str:
+    """'oom' for out-of-memory on any device, otherwise 'error'."""
+    text = f"{type(exc).__name__}: {exc}"
+    markers = ("OutOfMemoryError", "out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
+               "MemoryError")
+    return "oom" if any(m in text for m in markers) else "error"
+
+
+def _synchronizer(device: str):
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def _peak_mem_gib(device: str) -> tuple[float, str]:
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**30, "torch.cuda.max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "ru_maxrss"
+
+
+def _optimizer(spec: TrainSpec, model):
+    import torch
+
+    if spec.optimizer.impl == "deepspeed":
+        return None  # DeepSpeed builds it from the "optimizer" section of its config
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": spec.optimizer.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=spec.optimizer.lr, betas=spec.optimizer.betas,
+                             eps=spec.optimizer.eps, fused=spec.device == "cuda")
+
+
+def _emit_hyperparameters(log: ev.EventLog, spec: TrainSpec, world_size: int) -> None:
+    log.emit(ev.SUBMISSION_BENCHMARK, spec.benchmark)
+    log.emit(ev.SUBMISSION_PLATFORM, spec.platform)
+    log.emit(ev.SEED, spec.seed)
+    log.emit(ev.GLOBAL_BATCH_SIZE, spec.micro_batch_size * spec.grad_acc_steps * world_size)
+    log.emit(ev.MICRO_BATCH_SIZE, spec.micro_batch_size)
+    log.emit(ev.GRADIENT_ACCUMULATION_STEPS, spec.grad_acc_steps)
+    log.emit(ev.MAX_SEQUENCE_LENGTH, spec.seq_len)
+    log.emit(ev.OPT_NAME, "adamw")
+    log.emit(ev.OPT_BASE_LR, spec.optimizer.lr)
+    log.emit(ev.OPT_ADAMW_BETA_1, spec.optimizer.betas[0])
+    log.emit(ev.OPT_ADAMW_BETA_2, spec.optimizer.betas[1])
+    log.emit(ev.OPT_ADAMW_EPSILON, spec.optimizer.eps)
+    log.emit(ev.OPT_ADAMW_WEIGHT_DECAY, spec.optimizer.weight_decay)
+    log.emit(ev.OPT_GRADIENT_CLIP_NORM, spec.optimizer.grad_clip)
+
+
+def _batches(spec: TrainSpec, rank: int, world_size: int, device) -> Iterator:
+    from . import data
+
+    if spec.data.source == "corpus":
+        batches = data.corpus_batches(spec.data, spec.model.vocab_size, spec.micro_batch_size,
+                                      spec.seq_len, rank, world_size)
+    else:
+        batches = data.synthetic_batches(spec.model.vocab_size, spec.micro_batch_size, spec.seq_len,
+                                         spec.seed, rank, num_batches=max(2, spec.grad_acc_steps))
+    return data.cycle(batches, device)
+
+
+def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
+    import deepspeed
+    import deepspeed.comm.comm as ds_comm
+    import torch
+
+    from .environment import fingerprint
+    from .instrument import CommTracer, MicrostepClock
+    from .model import DTYPES, build_model
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    deepspeed.init_distributed(dist_backend=spec.dist_backend)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if spec.device == "cuda" else torch.device("cpu")
+    if spec.device == "cuda":
+        torch.cuda.set_device(device)
+    if rank == 0:
+        log.emit(ev.ENVIRONMENT, fingerprint(world_size))
+        _emit_hyperparameters(log, spec, world_size)
+
+    torch.manual_seed(spec.seed)
+    zero3 = spec.deepspeed.get("zero_optimization", {}).get("stage", 0) == 3
+    with deepspeed.zero.Init(config_dict_or_path=spec.deepspeed, enabled=zero3):
+        model = build_model(spec.model, device=device)
+    if spec.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    num_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    if spec.precision != "fp32" and not zero3:
+        model = model.to(DTYPES[spec.precision])
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=_optimizer(spec, model),
+                                           model_parameters=None if spec.optimizer.impl == "torch"
+                                           else model.parameters(), config=spec.deepspeed)
+    if rank == 0:
+        log.emit(ev.NUM_PARAMS, num_params)
+    batches = _batches(spec, rank, world_size, device)
+    sync = _synchronizer(spec.device)
+    tracer = CommTracer(ds_comm.cdb, sync)
+    ga = spec.grad_acc_steps
+
+    def optimizer_step(clock: MicrostepClock | None) -> float:
+        losses = []
+        for i in range(ga):
+            if clock:
+                clock.begin(i)
+            tokens = next(batches)
+            out = engine(input_ids=tokens, labels=tokens)
+            if clock:
+                clock.phase("backward")
+            engine.backward(out.loss)
+            if clock and i == ga - 1:
+                clock.phase("step")
+            engine.step()
+            if clock:
+                clock.end()
+            losses.append(out.loss.detach())
+        return float(torch.stack(losses).float().mean())
+
+    if rank == 0:
+        log.emit(ev.RUN_START)
+    plan = ([("throughput", True)] * spec.warmup_steps + [("throughput", False)] * spec.steps
+            + [("profile", False)] * spec.profile_steps)
+    for index, (mode, warmup) in enumerate(plan):
+        clock = MicrostepClock(tracer) if mode == "profile" else None
+        if clock:
+            tracer.install()
+        sync()
+        start = time.perf_counter()
+        loss = optimizer_step(clock)
+        sync()
+        step_time_s = time.perf_counter() - start
+        tracer.uninstall()
+        if rank == 0:
+            value = {"index": index, "mode": mode, "warmup": warmup, "step_time_s": step_time_s,
+                     "loss": loss}
+            if clock:
+                value["microsteps"] = [m.to_dict() for m in clock.microsteps]
+            log.emit(ev.TRAIN_STEP, value)
+
+    peak, source = _peak_mem_gib(spec.device)
+    mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak, "mem_source": source}
+    everyone = [None] * world_size
+    torch.distributed.all_gather_object(everyone, mine)
+    if rank == 0:
+        log.emit(ev.RANK_SUMMARY, everyone)
+        log.emit(ev.RUN_STOP, status="success")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    log = ev.EventLog(args.run_dir, rank)
+    try:
+        spec = TrainSpec.load(args.run_dir / SPEC_FILE)
+        run(spec, log, rank, world_size)
+    except BaseException as exc:  # every failure becomes an event the harness can record
+        status = classify_failure(exc)
+        reason = f"rank {rank}: {type(exc).__name__}: {str(exc).strip()[:2000]}"
+        traceback.print_exc()
+        log.emit(ev.FAILURE, {"status": status, "reason": reason, "rank": rank})
+        if rank == 0:
+            log.emit(ev.RUN_STOP, status="aborted")
+        log.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OOM if status == "oom" else EXIT_ERROR)  # don't hang in atexit/NCCL teardown
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Command line: python -m harness <command> [Hydra overrides]."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .config import CONF_DIR, GROUPS, group_options
+from .errors import HarnessError
+
+USAGE = "usage: python -m harness <command> [key=value ...]   (Hydra overrides, e.g. zero=stage2)"
+
+
+def cmd_bench(args: list[str]) -> int:
+    """Run the suite: every run launched, recorded (JSON per run) and summarised."""
+    from .bench import bench
+
+    return bench(args)
+
+
+def cmd_plan(args: list[str]) -> int:
+    """Compose and validate the suite; print each run's overrides and DeepSpeed config. Launches nothing."""
+    from .bench import plan_suite
+
+    out, planned = plan_suite(args)
+    print(f"out: {out}")
+    for p in planned:
+        print(f"\n{p.run.run_id}: {p.run.num_ranks} ranks, timeout {p.run.timeout_s:g} s")
+        print(f"  overrides: {' '.join(p.run.overrides) or '-'}")
+        print("  deepspeed: " + json.dumps(p.run.spec.deepspeed, sort_keys=True))
+    return 0
+
+
+def cmd_validate(args: list[str]) -> int:
+    """Check result record files against schemas/record.schema.json."""
+    from .record import validate_record
+
+    if not args:
+        raise HarnessError("validate needs record files: python -m harness validate OUT/*.json")
+    bad = 0
+    for name in args:
+        try:
+            data = json.loads(Path(name).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"{name}: not a readable JSON file: {exc}")
+            bad += 1
+            continue
+        problems = validate_record(data)
+        bad += bool(problems)
+        print(f"{name}: " + ("valid" if not problems else "INVALID\n  " + "\n  ".join(problems)))
+    return 1 if bad else 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "bench": cmd_bench,
+    "plan": cmd_plan,
+    "validate": cmd_validate,
+}
+
+
+def help_text() -> str:
+    lines = [USAGE, "", "commands:"]
+    lines += [f"  {name:<10} {fn.__doc__.strip()}" for name, fn in COMMANDS.items()]
+    lines += ["", f"config groups (choose with group=option; files in {CONF_DIR.name}/<group>/):"]
+    lines += [f"  {g:<10} {', '.join(group_options(g))}" for g in GROUPS]
+    lines += ["", "fields: any field by its path, e.g. workload.micro_batch_size=4 measure.steps=10",
+              "        zero.overlap_comm=true deepspeed_config=my_ds.json out=results/mine",
+              "", "examples:", "  python -m harness bench                      # cpu default suite",
+              "  python -m harness bench suite=single zero=stage3 workload.micro_batch_size=4",
+              "  python -m harness plan platform=h200"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(help_text())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}; valid: {', '.join(COMMANDS)}\n\n{help_text()}",
+              file=sys.stderr)
+        return 2
+    if any(a in ("-h", "--help") for a in rest):
+        print(f"python -m harness {command} [overrides]: {COMMANDS[command].__doc__.strip()}")
+        return 0
+    try:
+        return COMMANDS[command](rest)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The `bench` command: compose -> plan every run -> launch each -> record -> summary."""
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from benchmarks import events as ev
+from benchmarks.spec import SPEC_FILE
+
+from .config import REPO_ROOT, BenchConfig, compose
+from .errors import HarnessError
+from .launch import LocalLauncher
+from .plan import RunSpec, merge_overrides, plan_run, safe_name
+from .record import ResultRecord, build_record, write_json_atomic, write_record
+from .report import Progress, summary
+
+CACHE_DIR = REPO_ROOT / ".cache"
+EXIT_RUN_FAILED = 3  # a run ended in error or timeout (an OOM is a result, not a failure)
+
+
+@dataclass
+class PlannedRun:
+    cfg: BenchConfig
+    run: RunSpec
+
+
+def default_out(cfg: BenchConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return REPO_ROOT / "results" / f"{stamp}-{safe_name(cfg.platform.name)}"
+
+
+def plan_suite(overrides: list[str]) -> tuple[Path, list[PlannedRun]]:
+    """Compose and validate every run of the suite before anything is launched."""
+    base = compose(overrides)
+    out = Path(base.out).resolve() if base.out else default_out(base)
+    planned = []
+    entries = base.suite.runs or []
+    if not entries:
+        planned.append(PlannedRun(base, plan_run(base, base.workload.name, 0, overrides, out,
+                                                 REPO_ROOT, CACHE_DIR)))
+    for index, entry in enumerate(entries):
+        run_overrides = merge_overrides(overrides, entry.overrides)
+        try:
+            cfg = compose(run_overrides)
+        except HarnessError as exc:
+            raise HarnessError(f"suite {base.suite.name}, run {entry.name}: {exc}") from None
+        planned.append(PlannedRun(cfg, plan_run(cfg, entry.name, index, run_overrides, out,
+                                                REPO_ROOT, CACHE_DIR)))
+    return out, planned
+
+
+def prepare_run_dir(run: RunSpec) -> None:
+    if run.run_dir.exists() and any(run.run_dir.iterdir()):
+        raise HarnessError(f"run directory {run.run_dir} is not empty; choose a new out=")
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / SPEC_FILE).write_text(run.spec.to_json(), encoding="utf-8")
+    (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False), encoding="utf-8")
+
+
+def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
+    records = []
+    for n, p in enumerate(planned, 1):
+        run = p.run
+        total = run.spec.warmup_steps + run.spec.steps + run.spec.profile_steps
+        print(f"[{n}/{len(planned)}] {run.run_id}: {p.cfg.workload.name} ZeRO-{p.cfg.zero.stage} "
+              f"mb {p.cfg.workload.micro_batch_size} x ga {p.cfg.workload.grad_acc_steps}, "
+              f"{run.num_ranks} ranks on {p.cfg.platform.name}", flush=True)
+        prepare_run_dir(run)
+        progress = Progress(run.run_dir / ev.EVENTS_FILE, run.run_id, total)
+        launch = LocalLauncher(on_poll=progress.poll).run(run, cwd=REPO_ROOT)
+        progress.poll()
+        record = build_record(run, p.cfg, launch)
+        path = write_record(record, out)
+        sps = record.metrics.get("samples_per_s", {}).get("value")
+        done = f"{sps:.2f} samples/s" if sps is not None else record.reason
+        print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
+        records.append(record)
+    return records
+
+
+def bench(overrides: list[str]) -> int:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, planned = plan_suite(overrides)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
+    records = execute(planned, out)
+    text = summary(records)
+    print("\n" + text)
+    (out / "summary.md").write_text(f"# Results in {out.name}\n\n" + summary(records, markdown=True),
+                                    encoding="utf-8")
+    write_json_atomic(out / "suite.json", {"suite": planned[0].cfg.suite.name, "overrides": overrides,
+                                           "runs": [r.run_id for r in records],
+                                           "statuses": {r.run_id: r.status for r in records}})
+    print(f"records, summary.md and run logs in {out}")
+    return EXIT_RUN_FAILED if any(r.status in ("error", "timeout") for r in records) else 0

@@ -1,0 +1,338 @@
+"""The typed configuration tree: dataclass schema, Hydra composition, validation.
+
+This is the only module that touches Hydra/OmegaConf. Everything downstream receives a
+validated ``BenchConfig``. Each field's docstring sits under it (torchtitan style); every check
+names the field, the bad value and what would be valid, and runs before anything launches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from .errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
+GROUPS = ("platform", "workload", "zero", "suite")
+
+
+class Fabric(str, Enum):
+    ib = "ib"
+    roce = "roce"
+    tcp = "tcp"
+    none = "none"
+
+
+class LauncherKind(str, Enum):
+    local = "local"
+    slurm = "slurm"
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class DataSource(str, Enum):
+    synthetic = "synthetic"
+    corpus = "corpus"
+
+
+class OptimizerImpl(str, Enum):
+    torch = "torch"
+    deepspeed = "deepspeed"
+
+
+@dataclass
+class PlatformConfig:
+    name: str = MISSING
+    """Platform name, `<fabric>-<gpu>` (roce-h100) or a single-node name (h200, cpu)."""
+    description: str = ""
+    """Free text: the system this platform stands for."""
+    device: Device = Device.cuda
+    """Where ranks compute: cuda (nccl backend) or cpu (gloo backend)."""
+    gpus_per_node: int = MISSING
+    """Ranks per node (GPUs per node; on the cpu platform, processes)."""
+    nodes: int = 1
+    """Number of nodes a run uses."""
+    gpu_model: str = MISSING
+    """Accelerator model as declared (never detected), e.g. A100-SXM4-80GB."""
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    """Declared peak dense TFLOP/s per device, keyed by dtype (fp32, bf16, fp16...). MFU uses it."""
+    mem_per_device_gib: float = MISSING
+    """Memory per device in GiB."""
+    fabric: Fabric = Fabric.none
+    """Inter-node fabric: ib, roce, tcp, or none (single node)."""
+    intra_node_bw_gbps: float = 0.0
+    """Intra-node link bandwidth per device, GB/s (1e9 bytes/s, as nccl-tests)."""
+    inter_node_bw_gbps: float = 0.0
+    """Inter-node bandwidth per node, GB/s (1e9 bytes/s)."""
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    """Default NCCL_* environment for every rank."""
+    launcher: LauncherKind = LauncherKind.local
+    """How ranks are started: local processes, or Slurm."""
+    container_image: Optional[str] = None
+    """Container image the ranks run in, if any (recorded in the fingerprint)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def dist_backend(self) -> str:
+        return "gloo" if self.device == Device.cpu else "nccl"
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = MISSING
+    """Workload name, `<model>-<size>[-kd]`."""
+    vocab_size: int = MISSING
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    """SwiGLU feed-forward width."""
+    num_layers: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    """Key/value heads (grouped-query attention when below num_heads)."""
+    tie_embeddings: bool = False
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    seq_len: int = MISSING
+    """Tokens per sample."""
+    precision: Precision = Precision.bf16
+    samples_per_step: int = MISSING
+    """C = micro_batch_size x grad_acc_steps: samples per data-parallel rank per optimizer step."""
+    micro_batch_size: int = MISSING
+    """Samples per rank per forward/backward micro-step."""
+    grad_acc_steps: int = 0
+    """Micro-steps per optimizer step; 0 derives it as samples_per_step / micro_batch_size."""
+    lr: float = 3e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    optimizer: OptimizerImpl = OptimizerImpl.torch
+    """AdamW from torch (client optimizer, fused on CUDA) or DeepSpeed's own (JIT-compiled)."""
+    activation_checkpointing: bool = False
+
+
+@dataclass
+class ZeroConfig:
+    stage: int = MISSING
+    """ZeRO stage 0-3."""
+    overlap_comm: Optional[bool] = None
+    """None leaves DeepSpeed's default (false for 1/2, true for 3). Fields set to None are not emitted."""
+    reduce_scatter: Optional[bool] = None
+    """DeepSpeed's flag; note it does not issue a reduce-scatter collective for ZeRO-1/2."""
+    contiguous_gradients: Optional[bool] = None
+    reduce_bucket_size: Optional[int] = None
+    """Elements per gradient bucket."""
+    allgather_bucket_size: Optional[int] = None
+    """Elements per parameter all-gather bucket (ZeRO-1/2)."""
+    stage3_prefetch_bucket_size: Optional[int] = None
+    stage3_param_persistence_threshold: Optional[int] = None
+    """Parameters smaller than this stay resident under ZeRO-3 (never all-gathered)."""
+    stage3_max_live_parameters: Optional[int] = None
+
+
+@dataclass
+class DataConfig:
+    source: DataSource = DataSource.synthetic
+    """synthetic: seeded random tokens; corpus: a local text/JSON corpus through `datasets`."""
+    corpus_path: Optional[str] = None
+    """Local file(s) (.txt, .json, .jsonl, .parquet) when source=corpus."""
+    tokenizer_path: Optional[str] = None
+    """Local tokenizer.json (Hugging Face tokenizers format) when source=corpus."""
+    text_field: str = "text"
+    """Column holding the text in JSON/parquet corpora."""
+
+
+@dataclass
+class MeasureConfig:
+    warmup_steps: int = 2
+    """Optimizer steps run first and excluded from every figure."""
+    steps: int = 5
+    """Measured optimizer steps in throughput mode (no per-op instrumentation)."""
+    profile_steps: int = 2
+    """Optimizer steps measured in profile mode (each collective serialised and timed)."""
+    timeout_s: float = 900.0
+    """Wall-clock limit of one run, launch to exit; past it the run is killed and recorded as timeout."""
+    seed: int = 1234
+
+
+@dataclass
+class SuiteRun:
+    name: str = MISSING
+    """Run name within the suite (part of the run id)."""
+    overrides: list[str] = field(default_factory=list)
+    """Hydra overrides applied on top of the command line's for this run."""
+
+
+@dataclass
+class SuiteConfig:
+    name: str = MISSING
+    description: str = ""
+    runs: list[SuiteRun] = field(default_factory=list)
+    """The runs one `bench` makes, in order. Empty: one run of the composed config."""
+
+
+@dataclass
+class BenchConfig:
+    platform: PlatformConfig = MISSING
+    workload: WorkloadConfig = MISSING
+    zero: ZeroConfig = MISSING
+    suite: SuiteConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    deepspeed_config: Optional[str] = None
+    """Path to a user DeepSpeed JSON merged over the generated one (conflicts are errors)."""
+    out: Optional[str] = None
+    """Output folder; default results/<timestamp>-<platform>."""
+
+
+def register_configs() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="bench_schema", node=BenchConfig)
+    cs.store(group="platform", name="platform_schema", node=PlatformConfig)
+    cs.store(group="workload", name="workload_schema", node=WorkloadConfig)
+    cs.store(group="zero", name="zero_schema", node=ZeroConfig)
+    cs.store(group="suite", name="suite_schema", node=SuiteConfig)
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def compose(overrides: list[str]) -> BenchConfig:
+    """Compose conf/ with Hydra overrides and return a validated BenchConfig."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            node = hydra_compose(config_name="config", overrides=list(overrides))
+        obj = OmegaConf.to_object(node)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_hydra_message(exc, overrides)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    assert isinstance(obj, BenchConfig)
+    validate(obj)
+    return obj
+
+
+def _hydra_message(exc: Exception, overrides: list[str]) -> str:
+    msg = str(exc).strip()
+    for group in GROUPS:
+        if f"'{group}'" in msg or f"{group}/" in msg:
+            msg += f"\n  valid {group} options: {', '.join(group_options(group))}"
+            break
+    return f"invalid configuration ({' '.join(overrides) or 'no overrides'}):\n  {msg}"
+
+
+def _check(ok: bool, field_name: str, value: Any, valid: str) -> None:
+    if not ok:
+        raise ConfigError(f"{field_name}={value!r} is invalid: {valid}")
+
+
+def validate(cfg: BenchConfig) -> None:
+    """Check every cross-field rule; fill derived fields (grad_acc_steps). Raises ConfigError."""
+    p, w, z, m, d = cfg.platform, cfg.workload, cfg.zero, cfg.measure, cfg.data
+    _check(p.gpus_per_node >= 1, "platform.gpus_per_node", p.gpus_per_node, "must be >= 1")
+    _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
+    _check(p.mem_per_device_gib > 0, "platform.mem_per_device_gib", p.mem_per_device_gib, "must be > 0")
+    dtype = w.precision.value
+    _check(p.peak_tflops.get(dtype, 0) > 0, "platform.peak_tflops", dict(p.peak_tflops),
+           f"needs a positive entry for the workload's precision '{dtype}' (MFU is never guessed)")
+    for k, v in p.nccl_env.items():
+        _check(k.startswith("NCCL_"), "platform.nccl_env", k, "keys must be NCCL_* variables")
+    if p.device == Device.cpu:
+        _check(w.precision != Precision.fp16, "workload.precision", "fp16",
+               "fp16 needs a GPU; use fp32 or bf16 on the cpu device")
+    if p.launcher == LauncherKind.slurm:
+        raise ConfigError(f"platform.launcher='slurm' (platform {p.name}) is not available in this "
+                          "version of the suite; valid: local (add platform.launcher=local to run "
+                          "the ranks of one node as local processes)")
+    _check(p.launcher != LauncherKind.local or p.nodes == 1, "platform.nodes", p.nodes,
+           "the local launcher runs one node; use nodes=1")
+
+    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                 "num_kv_heads", "seq_len", "samples_per_step", "micro_batch_size"):
+        _check(getattr(w, name) >= 1, f"workload.{name}", getattr(w, name), "must be >= 1")
+    _check(w.hidden_size % w.num_heads == 0, "workload.num_heads", w.num_heads,
+           f"must divide hidden_size={w.hidden_size}")
+    _check(w.num_heads % w.num_kv_heads == 0, "workload.num_kv_heads", w.num_kv_heads,
+           f"must divide num_heads={w.num_heads}")
+    _check(w.samples_per_step % w.micro_batch_size == 0, "workload.micro_batch_size",
+           w.micro_batch_size, f"must divide samples_per_step (C) = {w.samples_per_step}; valid: "
+           f"{[b for b in range(1, w.samples_per_step + 1) if w.samples_per_step % b == 0]}")
+    derived = w.samples_per_step // w.micro_batch_size
+    if w.grad_acc_steps == 0:
+        w.grad_acc_steps = derived
+    _check(w.grad_acc_steps == derived, "workload.grad_acc_steps", w.grad_acc_steps,
+           f"micro_batch_size x grad_acc_steps must equal samples_per_step (C) = "
+           f"{w.samples_per_step}; with micro_batch_size={w.micro_batch_size} it must be {derived}")
+    for name in ("lr", "eps"):
+        _check(getattr(w, name) > 0, f"workload.{name}", getattr(w, name), "must be > 0")
+    _check(all(0 <= b < 1 for b in w.betas), "workload.betas", list(w.betas), "each in [0, 1)")
+    _check(w.weight_decay >= 0, "workload.weight_decay", w.weight_decay, "must be >= 0")
+    _check(w.grad_clip >= 0, "workload.grad_clip", w.grad_clip, "must be >= 0 (0 disables)")
+
+    _check(z.stage in (0, 1, 2, 3), "zero.stage", z.stage, "valid stages: 0, 1, 2, 3")
+    for name in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                 "stage3_max_live_parameters"):
+        v = getattr(z, name)
+        _check(v is None or v >= 1, f"zero.{name}", v, "must be >= 1 elements (or unset)")
+    v = z.stage3_param_persistence_threshold
+    _check(v is None or v >= 0, "zero.stage3_param_persistence_threshold", v, "must be >= 0")
+
+    _check(m.warmup_steps >= 0, "measure.warmup_steps", m.warmup_steps, "must be >= 0")
+    _check(m.steps >= 1, "measure.steps", m.steps, "must be >= 1")
+    _check(m.profile_steps >= 0, "measure.profile_steps", m.profile_steps, "must be >= 0")
+    _check(math.isfinite(m.timeout_s) and m.timeout_s > 0, "measure.timeout_s", m.timeout_s,
+           "must be a positive number of seconds")
+
+    if d.source == DataSource.corpus:
+        for name in ("corpus_path", "tokenizer_path"):
+            path = getattr(d, name)
+            _check(path is not None and Path(path).exists(), f"data.{name}", path,
+                   "data.source=corpus needs an existing local file")
+    if cfg.deepspeed_config is not None:
+        _check(Path(cfg.deepspeed_config).is_file(), "deepspeed_config", cfg.deepspeed_config,
+               "must be an existing DeepSpeed JSON file")
+    names = [r.name for r in cfg.suite.runs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
+
+
+def to_dict(cfg: Any) -> Any:
+    """A JSON-able dict of a config dataclass (enums as their values)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=_enum_value))
+
+
+def _enum_value(obj: Any) -> Any:
+    if isinstance(obj, Enum):
+        return obj.value
+    raise TypeError(f"not JSON serialisable: {obj!r}")

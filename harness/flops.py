@@ -1,0 +1,48 @@
+"""Parameter counts, FLOPs per token and MFU: pure formulas, sources cited."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import WorkloadConfig
+
+FLOPS_FORMULA = "6*N + 12*L*h*s"  # PaLM (Chowdhery et al. 2022), appendix B
+
+
+def llama_param_count(w: WorkloadConfig) -> int:
+    """Exact parameter count of transformers' LlamaForCausalLM (no biases, RMSNorm weights only)."""
+    head_dim = w.hidden_size // w.num_heads
+    attn = w.hidden_size * head_dim * (2 * w.num_heads + 2 * w.num_kv_heads)  # q, o + k, v
+    mlp = 3 * w.hidden_size * w.intermediate_size                             # gate, up, down
+    norms = 2 * w.hidden_size
+    embed = w.vocab_size * w.hidden_size
+    head = 0 if w.tie_embeddings else w.vocab_size * w.hidden_size
+    return w.num_layers * (attn + mlp + norms) + embed + head + w.hidden_size  # + final norm
+
+
+def matmul_param_count(w: WorkloadConfig, num_params: int) -> int:
+    """N of the FLOP formula: parameters that take part in matmuls (the input embedding is a
+    lookup, so it is excluded unless tied to the output head)."""
+    return num_params - (0 if w.tie_embeddings else w.vocab_size * w.hidden_size)
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    formula: str
+    num_params: int
+    num_matmul_params: int
+    flops_per_token: float
+
+
+def training_flops_per_token(w: WorkloadConfig, num_params: int) -> FlopModel:
+    """Forward + backward FLOPs per token: 6N for the matmuls with weights plus 12*L*h*s for
+    attention scores and values (PaLM appendix B), h = hidden size, s = sequence length."""
+    n = matmul_param_count(w, num_params)
+    per_token = 6 * n + 12 * w.num_layers * w.hidden_size * w.seq_len
+    return FlopModel(FLOPS_FORMULA, num_params, n, float(per_token))
+
+
+def mfu_pct(tokens_per_s_per_device: float, flops_per_token: float, peak_tflops: float) -> float:
+    """Model FLOPs utilisation: achieved model FLOP/s per device over the declared peak."""
+    if peak_tflops <= 0:
+        raise ValueError(f"peak_tflops={peak_tflops} must be > 0")
+    return 100.0 * tokens_per_s_per_device * flops_per_token / (peak_tflops * 1e12)

@@ -1,0 +1,252 @@
+"""Result records: a run's events + environment + resolved config + status -> one JSON file.
+
+Field names are the suite's public interface (schemas/record.schema.json). Records are checked
+against the schema and written atomically (temp file + rename).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform as py_platform
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks import events as ev
+from benchmarks.environment import ENV_PREFIXES
+
+from .config import REPO_ROOT, BenchConfig
+from .errors import HarnessError
+from .flops import mfu_pct, training_flops_per_token
+from .launch import LaunchResult
+from .plan import RunSpec
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
+STATUSES = ("ok", "oom", "error", "timeout")
+
+
+@dataclass
+class ResultRecord:
+    schema_version: str
+    run_id: str
+    kind: str
+    benchmark: str
+    platform: str
+    status: str
+    reason: Optional[str]
+    config: dict[str, Any]
+    overrides: list[str]
+    environment: dict[str, Any]
+    metrics: dict[str, dict[str, Any]]
+    microsteps: list[list[dict[str, Any]]]
+    name: str = ""
+    created_utc: str = ""
+    flops: Optional[dict[str, Any]] = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def metric(value: float, unit: str, mode: str, **extra: Any) -> dict[str, Any]:
+    return {"value": value, "unit": unit, "mode": mode, **extra}
+
+
+@lru_cache(maxsize=1)
+def suite_commit() -> Optional[str]:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("-dirty" if dirty else "")
+
+
+def _version(dist: str) -> Optional[str]:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def controller_environment() -> dict[str, Any]:
+    """What the controller knows without importing torch; ranks' own view overrides it."""
+    return {"python": py_platform.python_version(), "torch": _version("torch"),
+            "deepspeed": _version("deepspeed"), "transformers": _version("transformers"),
+            "datasets": _version("datasets"), "cuda": None, "nccl": None, "driver": None,
+            "gpu_model": None, "gpu_count": 0, "container_image": None, "container_digest": None,
+            "env": {}, "host": socket.gethostname()}
+
+
+def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[dict]) -> dict[str, Any]:
+    env = controller_environment()
+    seen = [e["value"] for e in events if e["key"] == ev.ENVIRONMENT]
+    if seen:
+        env.update(seen[0])
+    else:  # the ranks never reported: what they were given is the best record
+        env["env"] = {k: v for k, v in run.env.items() if k.startswith(ENV_PREFIXES)}
+    env["container_image"] = env.get("container_image") or cfg.platform.container_image
+    env["hosts"] = sorted({r["host"] for r in ranks}) or [env["host"]]
+    env["num_nodes"] = cfg.platform.nodes
+    env["num_ranks"] = run.num_ranks
+    env["suite_commit"] = suite_commit()
+    env["controller_host"] = socket.gethostname()
+    return env
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: list[dict]) -> tuple[str, Optional[str]]:
+    """Decide a run's status and reason from what the ranks said and how they exited."""
+    measured = [e for e in events if e["key"] == ev.TRAIN_STEP]
+    if launch.timed_out:
+        return "timeout", (f"exceeded measure.timeout_s={run.timeout_s:g} s after {len(measured)} "
+                           f"optimizer steps; ranks {launch.killed_ranks} killed")
+    if failures:
+        first = next((f for f in failures if f["status"] == "oom"), failures[0])
+        return first["status"], first["reason"]
+    bad = {r: c for r, c in launch.exit_codes.items() if c not in (0, None)}
+    if bad:
+        rank, code = min(bad.items())
+        how = f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+        return "error", f"rank {rank} {how} after {len(measured)} optimizer steps"
+    if launch.killed_ranks:
+        return "error", f"ranks {launch.killed_ranks} were killed"
+    if not any(e["key"] == ev.RUN_STOP for e in events):
+        return "error", "ranks exited 0 without a run_stop event"
+    return "ok", None
+
+
+def _rank_failures(run_dir: Path, events: list[dict]) -> list[dict]:
+    found = [e["value"] for e in events if e["key"] == ev.FAILURE]
+    for path in sorted(run_dir.glob("events.rank*.jsonl")):
+        found += [e["value"] for e in ev.read_events(path) if e["key"] == ev.FAILURE]
+    return found
+
+
+def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict],
+                    num_params: Optional[int]) -> tuple[dict[str, dict], Optional[dict]]:
+    w, world = cfg.workload, cfg.platform.world_size
+    timed = [s["step_time_s"] for s in steps if s["mode"] == "throughput" and not s["warmup"]]
+    profiled = [s["step_time_s"] for s in steps if s["mode"] == "profile"]
+    out: dict[str, dict] = {}
+    flops = None
+    if timed:
+        med = statistics.median(timed)
+        samples = w.micro_batch_size * w.grad_acc_steps * world
+        samples_per_s = samples / med
+        tokens_per_s = samples_per_s * w.seq_len
+        out["samples_per_s"] = metric(samples_per_s, "samples/s", "throughput")
+        out["tokens_per_s"] = metric(tokens_per_s, "tokens/s", "throughput")
+        out["tokens_per_s_per_device"] = metric(tokens_per_s / world, "tokens/s", "throughput")
+        out["step_time_s"] = metric(med, "s", "throughput", p10=percentile(timed, 10),
+                                    p90=percentile(timed, 90), n=len(timed))
+        if num_params:
+            fm = training_flops_per_token(w, num_params)
+            peak = cfg.platform.peak_tflops[w.precision.value]
+            out["mfu_pct"] = metric(mfu_pct(tokens_per_s / world, fm.flops_per_token, peak), "%",
+                                    "throughput")
+            flops = {"formula": fm.formula, "flops_per_token": fm.flops_per_token,
+                     "num_params": fm.num_params, "num_matmul_params": fm.num_matmul_params,
+                     "peak_tflops_per_device": peak, "dtype": w.precision.value,
+                     "source": "PaLM (Chowdhery et al. 2022) appendix B; peak declared by the platform"}
+    if profiled:
+        pmed = statistics.median(profiled)
+        out["profile_step_time_s"] = metric(pmed, "s", "profile", n=len(profiled))
+        if timed:
+            out["instrumentation_overhead_pct"] = metric(100.0 * (pmed / statistics.median(timed) - 1),
+                                                         "%", "profile")
+        comm = [sum(m["comm_s"] for m in s["microsteps"]) for s in steps if s["mode"] == "profile"]
+        out["comm_time_s"] = metric(statistics.median(comm), "s", "profile", n=len(comm))
+        out["comm_fraction_pct"] = metric(100.0 * statistics.median(comm) / pmed, "%", "profile")
+    if ranks:
+        out["peak_mem_gib"] = metric(max(r["peak_mem_gib"] for r in ranks), "GiB", "throughput",
+                                     source=ranks[0]["mem_source"])
+    losses = [s["loss"] for s in steps if not s["warmup"] and math.isfinite(s["loss"])]
+    if losses:
+        out["final_loss"] = metric(losses[-1], "nats", "throughput")
+    return out, flops
+
+
+def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> ResultRecord:
+    events = ev.read_events(run.run_dir / ev.EVENTS_FILE)
+    steps = [e["value"] for e in events if e["key"] == ev.TRAIN_STEP]
+    ranks = next((e["value"] for e in events if e["key"] == ev.RANK_SUMMARY), [])
+    num_params = next((e["value"] for e in events if e["key"] == ev.NUM_PARAMS), None)
+    status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
+    metrics, flops = compute_metrics(cfg, steps, ranks, num_params) if status == "ok" else ({}, None)
+    return ResultRecord(
+        schema_version=SCHEMA_VERSION, run_id=run.run_id, kind="training", benchmark=cfg.workload.name,
+        platform=cfg.platform.name, status=status, reason=reason, config=run.config,
+        overrides=run.overrides, environment=environment(run, cfg, events, ranks), metrics=metrics,
+        microsteps=[s["microsteps"] for s in steps if s["mode"] == "profile"], name=run.name,
+        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
+        steps=[{k: s[k] for k in ("index", "mode", "warmup", "step_time_s", "loss")} for s in steps],
+        ranks=ranks, wall_s=launch.wall_s)
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def validate_record(data: Any) -> list[str]:
+    """Every schema violation, as 'path: message' lines (empty when valid)."""
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:6]}", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=False, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(record: ResultRecord, out_dir: Path) -> Path:
+    data = record.to_dict()
+    problems = validate_record(data)
+    if problems:
+        raise HarnessError(f"record {record.run_id} does not match {SCHEMA_PATH.name}: " + "; ".join(problems))
+    path = out_dir / f"{record.run_id}.json"
+    write_json_atomic(path, data)
+    return path

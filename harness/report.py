@@ -1,0 +1,121 @@
+"""Terminal progress while runs go, and the summary tables (terminal and Markdown) at the end."""
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, TextIO
+
+from benchmarks import events as ev
+
+from .record import ResultRecord
+
+
+class Progress:
+    """Tails a run's events file and prints one line per optimizer step."""
+
+    def __init__(self, events_path: Path, label: str, total_steps: int, stream: TextIO = sys.stdout):
+        self.path = events_path
+        self.label = label
+        self.total = total_steps
+        self.stream = stream
+        self._offset = 0
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as f:
+            f.seek(self._offset)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self._offset += len(complete.encode("utf-8"))
+        for line in ev.read_lines(complete):
+            if line["key"] == ev.TRAIN_STEP:
+                s = line["value"]
+                tag = "warm-up" if s["warmup"] else s["mode"]
+                print(f"  {self.label}  step {s['index'] + 1}/{self.total} ({tag})  "
+                      f"{s['step_time_s']:.3f} s  loss {s['loss']:.4f}", file=self.stream, flush=True)
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _metric(rec: ResultRecord, name: str) -> Any:
+    m = rec.metrics.get(name)
+    return m["value"] if m else None
+
+
+def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+                     + [fmt.format(*r) for r in rows])
+
+
+def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str:
+    headers = ["run", "status", "ZeRO", "mb x ga", "samples/s", "tokens/s", "tokens/s/dev",
+               "step s (p10-p90, n)", "peak GiB", "MFU %"]
+    rows = []
+    for r in records:
+        w = r.config["workload"]
+        st = r.metrics.get("step_time_s")
+        step = f"{st['value']:.3f} ({st['p10']:.3f}-{st['p90']:.3f}, {st['n']})" if st else "-"
+        rows.append([r.run_id, r.status, str(r.config["zero"]["stage"]),
+                     f"{w['micro_batch_size']} x {w['grad_acc_steps']}",
+                     _fmt(_metric(r, "samples_per_s")), _fmt(_metric(r, "tokens_per_s"), 0),
+                     _fmt(_metric(r, "tokens_per_s_per_device"), 0), step,
+                     _fmt(_metric(r, "peak_mem_gib")), _fmt(_metric(r, "mfu_pct"))])
+    return _table(headers, rows, markdown)
+
+
+def _collectives_summary(collectives: list[dict]) -> str:
+    per_op: Counter = Counter()
+    size: Counter = Counter()
+    for c in collectives:
+        per_op[c["op"]] += 1
+        size[c["op"]] += c["bytes"]
+    return ", ".join(f"{op} x{n} {size[op] / 1e6:.2f} MB" for op, n in per_op.most_common()) or "none"
+
+
+def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
+    """Median over profiled steps of each micro-step's total/compute/comm, with its collectives."""
+    if not rec.microsteps:
+        return "(no profiled steps)"
+    num = len(rec.microsteps[0])
+    rows = []
+    for i in range(num):
+        same = [step[i] for step in rec.microsteps if len(step) > i]
+        med = {k: statistics.median(m[k] for m in same) * 1e3 for k in ("total_s", "compute_s", "comm_s")}
+        rows.append([str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}",
+                     _collectives_summary(same[-1]["collectives"])])
+    return _table(["micro-step", "total ms", "compute ms", "comm ms", "collectives (last profiled step)"],
+                  rows, markdown)
+
+
+def summary(records: list[ResultRecord], markdown: bool = False) -> str:
+    parts = []
+    h = "## " if markdown else ""
+    parts.append(f"{h}Throughput (mode: throughput, nothing instrumented, warm-up excluded)")
+    parts.append(throughput_table(records, markdown))
+    failed = [r for r in records if r.status != "ok"]
+    for r in failed:
+        parts.append(f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}")
+    parts.append(f"{h}Micro-step breakdown (mode: profile, each collective serialised and timed)")
+    for r in records:
+        if r.status == "ok":
+            z = r.config["zero"]["stage"]
+            w = r.config["workload"]
+            parts.append(f"{'### ' if markdown else ''}{r.run_id} (ZeRO-{z}, mb {w['micro_batch_size']} "
+                         f"x ga {w['grad_acc_steps']})")
+            parts.append(microstep_table(r, markdown))
+    return "\n\n".join(parts) + "\n"
