@@ -62,12 +62,14 @@ help:
 # The stamp is newer than the lock and pyproject.toml once the venv matches
 # them; then `make venv` does nothing.  When out of date, pip re-checks the
 # pins (seconds if already satisfied) and installs only what differs.
+# torch goes in alone (--no-deps): its own dependencies (filelock, sympy, ...)
+# are in the lock and come in at the locked versions in the second step.
 # The torch pin goes to pip through PIP_CONSTRAINT (not just -c) so that the
 # isolated build environments of sdists (DeepSpeed is one) obey it too.
 $(STAMP): $(LOCK) pyproject.toml
 	@test -n "$(TORCH_VERSION)" || { echo "error: no torch==<version> line in $(LOCK)" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install --no-deps $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "torch==$(TORCH_VERSION)"
 	@mkdir -p $(dir $(CONSTRAINTS))
 	@echo "torch==$(TORCH_VERSION)" > $(CONSTRAINTS)
 	PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) DS_BUILD_OPS=0 $(PY) -m pip install -r $(LOCK)

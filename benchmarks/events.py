@@ -60,12 +60,13 @@ class EventLog:
         self._file = open(Path(run_dir) / name, "a", buffering=1, encoding="utf-8")
         self._mllog = None
         if rank == 0:
-            logger = logging.getLogger(f"suite.mllog.{os.getpid()}")
-            logger.propagate = False
-            logger.setLevel(logging.INFO)
-            handler = logging.FileHandler(Path(run_dir) / MLLOG_FILE, encoding="utf-8")
-            logger.addHandler(handler)
-            mllog.config(logger=logger, default_stack_offset=2)
+            # mllog keeps one process-wide logger; each EventLog brings its own named one.
+            self._logger = logging.getLogger(f"suite.mllog.{os.getpid()}.{id(self)}")
+            self._logger.propagate = False
+            self._logger.setLevel(logging.INFO)
+            self._handler = logging.FileHandler(Path(run_dir) / MLLOG_FILE, encoding="utf-8")
+            self._logger.addHandler(self._handler)
+            mllog.config(logger=self._logger, default_stack_offset=2)
             self._mllog = mllog.get_mllogger()
 
     def emit(self, key: str, value: Any = None, **metadata: Any) -> None:
@@ -81,6 +82,9 @@ class EventLog:
 
     def close(self) -> None:
         self._file.close()
+        if self._mllog is not None:
+            self._logger.removeHandler(self._handler)
+            self._handler.close()
 
 
 def read_lines(text: str) -> list[dict]:

@@ -65,6 +65,8 @@ class TrainSpec:
     seed: int
     data: DataSpec = field(default_factory=DataSpec)
     activation_checkpointing: bool = False
+    cpu_mem_limit_gib: Optional[float] = None
+    """On the cpu device: the platform's declared memory per rank, enforced as RLIMIT_DATA."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -92,6 +92,18 @@ def _batches(spec: TrainSpec, rank: int, world_size: int, device) -> Iterator:
     return data.cycle(batches, device)
 
 
+def limit_cpu_memory(limit_gib: float | None) -> None:
+    """Make the cpu platform's declared memory per rank real: allocations past it fail at once
+    (recorded as oom) instead of the kernel's OOM killer taking a rank after minutes of paging."""
+    if limit_gib is None:
+        return
+    limit = int(limit_gib * 2**30)
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+
 def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     import deepspeed
     import deepspeed.comm.comm as ds_comm
@@ -189,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     log = ev.EventLog(args.run_dir, rank)
     try:
         spec = TrainSpec.load(args.run_dir / SPEC_FILE)
+        limit_cpu_memory(spec.cpu_mem_limit_gib)
         run(spec, log, rank, world_size)
     except BaseException as exc:  # every failure becomes an event the harness can record
         status = classify_failure(exc)

@@ -147,6 +147,8 @@ class ZeroConfig:
     stage3_param_persistence_threshold: Optional[int] = None
     """Parameters smaller than this stay resident under ZeRO-3 (never all-gathered)."""
     stage3_max_live_parameters: Optional[int] = None
+    stage3_max_reuse_distance: Optional[int] = None
+    """Parameters reused within this many elements are not released between forward and backward."""
 
 
 @dataclass
@@ -245,6 +247,10 @@ def compose(overrides: list[str]) -> BenchConfig:
 
 def _hydra_message(exc: Exception, overrides: list[str]) -> str:
     msg = str(exc).strip()
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in msg:
+        msg += "\n  " + str(cause).strip().splitlines()[0]
+    msg = msg.split("\nConfig search path:")[0]
     for group in GROUPS:
         if f"'{group}'" in msg or f"{group}/" in msg:
             msg += f"\n  valid {group} options: {', '.join(group_options(group))}"
@@ -263,14 +269,14 @@ def validate(cfg: BenchConfig) -> None:
     _check(p.gpus_per_node >= 1, "platform.gpus_per_node", p.gpus_per_node, "must be >= 1")
     _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
     _check(p.mem_per_device_gib > 0, "platform.mem_per_device_gib", p.mem_per_device_gib, "must be > 0")
+    if p.device == Device.cpu:
+        _check(w.precision != Precision.fp16, "workload.precision", "fp16",
+               "fp16 needs a GPU; use fp32 or bf16 on the cpu device")
     dtype = w.precision.value
     _check(p.peak_tflops.get(dtype, 0) > 0, "platform.peak_tflops", dict(p.peak_tflops),
            f"needs a positive entry for the workload's precision '{dtype}' (MFU is never guessed)")
     for k, v in p.nccl_env.items():
         _check(k.startswith("NCCL_"), "platform.nccl_env", k, "keys must be NCCL_* variables")
-    if p.device == Device.cpu:
-        _check(w.precision != Precision.fp16, "workload.precision", "fp16",
-               "fp16 needs a GPU; use fp32 or bf16 on the cpu device")
     if p.launcher == LauncherKind.slurm:
         raise ConfigError(f"platform.launcher='slurm' (platform {p.name}) is not available in this "
                           "version of the suite; valid: local (add platform.launcher=local to run "
@@ -305,8 +311,9 @@ def validate(cfg: BenchConfig) -> None:
                  "stage3_max_live_parameters"):
         v = getattr(z, name)
         _check(v is None or v >= 1, f"zero.{name}", v, "must be >= 1 elements (or unset)")
-    v = z.stage3_param_persistence_threshold
-    _check(v is None or v >= 0, "zero.stage3_param_persistence_threshold", v, "must be >= 0")
+    for name in ("stage3_param_persistence_threshold", "stage3_max_reuse_distance"):
+        v = getattr(z, name)
+        _check(v is None or v >= 0, f"zero.{name}", v, "must be >= 0 (or unset)")
 
     _check(m.warmup_steps >= 0, "measure.warmup_steps", m.warmup_steps, "must be >= 0")
     _check(m.steps >= 1, "measure.steps", m.steps, "must be >= 1")

@@ -17,7 +17,8 @@ from .errors import ConfigError
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
               "allgather_bucket_size", "stage3_prefetch_bucket_size",
-              "stage3_param_persistence_threshold", "stage3_max_live_parameters")
+              "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+              "stage3_max_reuse_distance")
 
 
 @dataclass
@@ -60,17 +61,6 @@ def deepspeed_config(cfg: BenchConfig) -> dict[str, Any]:
     return ds
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for k, v in top.items():
@@ -81,25 +71,38 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# Keys of the DeepSpeed JSON that the suite derives from its own config: a user file may repeat
+# them only with the same value, since the figures (samples/s, MFU, memory) are computed from
+# the suite's config. Each maps to the field to set instead.
+SUITE_OWNED = {"train_micro_batch_size_per_gpu": "workload.micro_batch_size",
+               "gradient_accumulation_steps": "workload.grad_acc_steps",
+               "train_batch_size": "workload.micro_batch_size (x grad_acc_steps x ranks)",
+               "gradient_clipping": "workload.grad_clip",
+               "bf16.enabled": "workload.precision", "fp16.enabled": "workload.precision",
+               **{f"zero_optimization.{k}": f"zero.{k}" for k in ("stage",) + ZERO_KNOBS}}
+
+
+def _get(d: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return default
+        d = d[part]
+    return d
+
+
 def merge_user_deepspeed(generated: dict[str, Any], user: dict[str, Any], source: str) -> dict[str, Any]:
     """Merge a user's DeepSpeed JSON over the generated one.
 
-    Keys the suite also sets (batch sizes, ZeRO stage and knobs, precision, clipping) must agree:
-    a differing value is an error naming the config field to set instead, because the figures
-    (samples/s, MFU, memory) are computed from the suite's config. Everything else comes from
-    the user's file, and the merged result is what the run uses and records.
+    Suite-owned keys (SUITE_OWNED) must agree with the suite's config: a differing value is an
+    error naming the field to set instead (a missing precision section counts as disabled).
+    Everything else comes from the user's file; the merged result is what the run uses and records.
     """
-    if "train_batch_size" in user and "train_batch_size" not in generated:
-        raise ConfigError(f"{source}: train_batch_size is set by the suite")
-    gen_flat, user_flat = _flatten(generated), _flatten(user)
-    where = {"train_micro_batch_size_per_gpu": "workload.micro_batch_size",
-             "gradient_accumulation_steps": "workload.grad_acc_steps",
-             "train_batch_size": "workload.micro_batch_size x grad_acc_steps x ranks",
-             "gradient_clipping": "workload.grad_clip", "zero_optimization.stage": "zero.stage"}
-    conflicts = [f"{key}={user_flat[key]!r} (suite: {gen_flat[key]!r}; set "
-                 f"{where.get(key, 'zero.' + key.split('.')[-1] if key.startswith('zero_') else 'workload.precision')} instead)"
-                 for key in sorted(gen_flat) if key in user_flat and user_flat[key] != gen_flat[key]
-                 and key not in ("steps_per_print", "wall_clock_breakdown")]
+    conflicts = []
+    for key, field_name in SUITE_OWNED.items():
+        mine = _get(generated, key, False if key.endswith(".enabled") else None)
+        theirs = _get(user, key)
+        if theirs is not None and mine is not None and theirs != mine:
+            conflicts.append(f"{key}={theirs!r} (the suite has {mine!r}; set {field_name} instead)")
     if conflicts:
         raise ConfigError(f"deepspeed_config={source} conflicts with the suite's config: " + "; ".join(conflicts))
     return _deep_merge(generated, user)
@@ -132,7 +135,8 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
         deepspeed=ds, warmup_steps=m.warmup_steps, steps=m.steps, profile_steps=m.profile_steps,
         seed=m.seed, data=DataSpec(source=d.source.value, corpus_path=d.corpus_path,
                                    tokenizer_path=d.tokenizer_path, text_field=d.text_field),
-        activation_checkpointing=w.activation_checkpointing)
+        activation_checkpointing=w.activation_checkpointing,
+        cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None)
 
 
 def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, str]:
@@ -173,12 +177,17 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
 
 
 def merge_overrides(base: list[str], run: list[str]) -> list[str]:
-    """Command-line overrides, then the suite run's; a run's key replaces the same key (warned)."""
+    """Command-line overrides, then the suite run's. A run's key replaces the same key; a
+    command-line field inside a group the run selects still applies on top of it. Both warn."""
     def key(o: str) -> str:
         return o.lstrip("+~").split("=", 1)[0]
     run_keys = {key(o) for o in run}
     replaced = [o for o in base if key(o) in run_keys]
     if replaced:
-        warnings.warn(f"the suite sets {sorted(key(o) for o in replaced)} for its runs; "
+        warnings.warn(f"the suite sets {sorted(key(o) for o in replaced)} in its runs; "
                       f"command-line {replaced} has no effect there", stacklevel=2)
+    layered = [o for o in base if key(o) not in run_keys and key(o).split(".")[0] in run_keys]
+    if layered:
+        warnings.warn(f"command-line {layered} apply on top of the suite run's {sorted(run_keys)} "
+                      "(every run of the suite gets them)", stacklevel=2)
     return [o for o in base if key(o) not in run_keys] + list(run)

@@ -69,6 +69,11 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _finite(x: Any) -> Optional[float]:
+    """A float for JSON, or None for NaN/inf/missing (a diverged loss must not lose the record)."""
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
 def metric(value: float, unit: str, mode: str, **extra: Any) -> dict[str, Any]:
     return {"value": value, "unit": unit, "mode": mode, **extra}
 
@@ -190,7 +195,7 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict],
     if ranks:
         out["peak_mem_gib"] = metric(max(r["peak_mem_gib"] for r in ranks), "GiB", "throughput",
                                      source=ranks[0]["mem_source"])
-    losses = [s["loss"] for s in steps if not s["warmup"] and math.isfinite(s["loss"])]
+    losses = [s["loss"] for s in steps if not s["warmup"] and _finite(s["loss"]) is not None]
     if losses:
         out["final_loss"] = metric(losses[-1], "nats", "throughput")
     return out, flops
@@ -209,7 +214,8 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
         overrides=run.overrides, environment=environment(run, cfg, events, ranks), metrics=metrics,
         microsteps=[s["microsteps"] for s in steps if s["mode"] == "profile"], name=run.name,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
-        steps=[{k: s[k] for k in ("index", "mode", "warmup", "step_time_s", "loss")} for s in steps],
+        steps=[{"index": s["index"], "mode": s["mode"], "warmup": s["warmup"],
+                "step_time_s": s["step_time_s"], "loss": _finite(s["loss"])} for s in steps],
         ranks=ranks, wall_s=launch.wall_s)
 
 

@@ -1,0 +1,200 @@
+"""Composition and validation of the Hydra config tree (harness.config), as a user drives it:
+override lists in, a validated BenchConfig or one ConfigError message out."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from harness.config import compose
+from harness.errors import ConfigError
+
+from unit_helpers import CONF_DIR, options
+
+
+def declared(group: str, option: str) -> dict:
+    """What conf/<group>/<option>.yaml declares (without its defaults list)."""
+    data = yaml.safe_load((CONF_DIR / group / f"{option}.yaml").read_text(encoding="utf-8"))
+    data.pop("defaults", None)
+    return data
+
+
+SLURM_PLATFORMS = [p for p in options("platform") if declared("platform", p).get("launcher") == "slurm"]
+GRID = [(p, w) for p in options("platform") for w in options("workload")]
+
+
+def test_the_grid_covers_every_platform_and_workload():
+    # The table below is generated from conf/; make sure it is not silently empty.
+    assert {"cpu", "h100", "h200", "ib-a100", "roce-a100", "roce-h100"} <= set(options("platform"))
+    assert {"llama-tiny", "llama-440m", "llama-8b"} <= set(options("workload"))
+    assert SLURM_PLATFORMS, "expected at least one multi-node (slurm) platform"
+
+
+def grid_overrides(platform: str, workload: str) -> list[str]:
+    extra = ["platform.launcher=local", "platform.nodes=1"] if platform in SLURM_PLATFORMS else []
+    return [f"platform={platform}", f"workload={workload}", *extra]
+
+
+@pytest.mark.parametrize("platform,workload", GRID, ids=[f"{p}-x-{w}" for p, w in GRID])
+def test_every_platform_composes_with_every_workload(composed, platform, workload):
+    cfg = composed(grid_overrides(platform, workload))
+    p, w = declared("platform", platform), declared("workload", workload)
+
+    assert cfg.platform.name == platform
+    assert cfg.workload.name == workload
+    assert cfg.suite.name == f"default-{platform}"  # the default suite follows the platform
+    assert cfg.zero.stage == 1
+    for key in ("gpus_per_node", "gpu_model", "mem_per_device_gib"):
+        assert getattr(cfg.platform, key) == p[key], key
+    assert cfg.platform.device.value == p["device"]
+    assert cfg.platform.fabric.value == p["fabric"]
+    assert dict(cfg.platform.peak_tflops) == p["peak_tflops"]
+
+    precision = w.get("precision", "bf16")
+    assert cfg.workload.precision.value == precision
+    assert cfg.platform.peak_tflops[precision] > 0, "MFU needs a declared peak for the workload's dtype"
+
+    nodes = 1 if platform in SLURM_PLATFORMS else p["nodes"]
+    assert cfg.platform.nodes == nodes
+    assert cfg.platform.world_size == p["gpus_per_node"] * nodes
+    assert cfg.platform.dist_backend == ("gloo" if p["device"] == "cpu" else "nccl")
+
+    assert cfg.workload.micro_batch_size == w["micro_batch_size"]
+    assert cfg.workload.grad_acc_steps == w["samples_per_step"] // w["micro_batch_size"]
+    assert cfg.workload.micro_batch_size * cfg.workload.grad_acc_steps == w["samples_per_step"]
+    for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "seq_len"):
+        assert getattr(cfg.workload, key) == w[key], key
+
+
+@pytest.mark.parametrize("platform", SLURM_PLATFORMS)
+def test_slurm_platform_without_local_launcher_is_refused(platform):
+    with pytest.raises(ConfigError) as err:
+        compose([f"platform={platform}"])
+    msg = str(err.value)
+    assert "platform.launcher" in msg
+    assert "slurm" in msg
+    assert "valid: local" in msg
+    assert "platform.launcher=local" in msg  # tells the user what to add
+
+
+def test_local_launcher_runs_one_node_only():
+    platform = SLURM_PLATFORMS[0]
+    with pytest.raises(ConfigError) as err:
+        compose([f"platform={platform}", "platform.launcher=local"])
+    msg = str(err.value)
+    assert f"platform.nodes={declared('platform', platform)['nodes']}" in msg
+    assert "nodes=1" in msg
+
+
+# --- the default composition: no overrides at all -------------------------------------------
+
+@pytest.fixture(scope="module")
+def default_suite():
+    from harness.bench import plan_suite
+
+    return plan_suite([])
+
+
+def test_default_composition_is_the_cpu_suite_of_six_llama_tiny_runs(default_suite):
+    _, planned = default_suite
+    assert len(planned) == 6
+    for p in planned:
+        assert p.cfg.suite.name == "default-cpu"
+        assert len(p.cfg.suite.runs) == 6
+        assert p.cfg.platform.name == "cpu"
+        assert p.cfg.workload.name == "llama-tiny"
+        assert p.run.num_ranks == 2
+    assert [p.run.run_id for p in planned] == [
+        "00-z1-mb2-ga4", "01-z1-mb4-ga2", "02-z2-mb2-ga4", "03-z2-mb4-ga2", "04-z3-mb2-ga4",
+        "05-z3-mb4-ga2"]
+
+
+def test_default_suite_spans_zero_1_2_3_at_one_c_with_two_splits(default_suite):
+    _, planned = default_suite
+    w = [p.cfg.workload for p in planned]
+    assert {p.cfg.zero.stage for p in planned} == {1, 2, 3}
+    assert len({x.samples_per_step for x in w}) == 1, "every run must be at the same C"
+    assert all(x.micro_batch_size * x.grad_acc_steps == x.samples_per_step for x in w)
+    splits = {(x.micro_batch_size, x.grad_acc_steps) for x in w}
+    assert len(splits) >= 2
+    assert min(x.grad_acc_steps for x in w) >= 2, "grad-acc >= 2 everywhere"
+    # every ZeRO stage is measured at every split
+    assert {(p.cfg.zero.stage, p.cfg.workload.micro_batch_size) for p in planned} == {
+        (s, mb) for s in (1, 2, 3) for mb, _ in splits}
+
+
+def test_default_suite_zero3_runs_really_all_gather_the_tiny_model(default_suite):
+    _, planned = default_suite
+    for p in planned:
+        zero = p.run.spec.deepspeed["zero_optimization"]
+        assert zero["stage"] == p.cfg.zero.stage
+        if p.cfg.zero.stage == 3:
+            assert zero["stage3_param_persistence_threshold"] == 0
+        else:
+            assert "stage3_param_persistence_threshold" not in zero
+
+
+def test_default_suite_records_each_runs_overrides(default_suite):
+    _, planned = default_suite
+    for p in planned:
+        assert "workload=llama-tiny" in p.run.overrides
+        assert f"zero=stage{p.cfg.zero.stage}" in p.run.overrides
+        assert f"workload.micro_batch_size={p.cfg.workload.micro_batch_size}" in p.run.overrides
+
+
+# --- validation errors --------------------------------------------------------------------
+
+# (overrides, field named, bad value as shown, what is valid: fragments that must all appear)
+BAD_VALUES = [
+    pytest.param(["zero.stage=5"], "zero.stage", "5", ["0, 1, 2, 3"], id="zero.stage=5"),
+    pytest.param(["workload.micro_batch_size=3"], "workload.micro_batch_size", "3",
+                 ["samples_per_step", "8", "[1, 2, 4, 8]"], id="micro_batch_size=3"),
+    pytest.param(["workload.grad_acc_steps=3"], "workload.grad_acc_steps", "3",
+                 ["samples_per_step", "8", "must be 4"], id="grad_acc_steps=3"),
+    pytest.param(["zero=stage9"], "zero", "stage9",
+                 ["valid zero options: " + ", ".join(options("zero"))], id="zero=stage9"),
+    pytest.param(["platform=nope"], "platform", "nope",
+                 ["valid platform options: " + ", ".join(options("platform"))], id="platform=nope"),
+    pytest.param(["workload.hidden_size=abc"], "workload.hidden_size", "abc", ["integer"],
+                 id="hidden_size=abc"),
+    pytest.param(["workload.precision=int8"], "workload.precision", "int8", ["fp32", "bf16", "fp16"],
+                 id="precision=int8"),
+    pytest.param(["measure.steps=0"], "measure.steps", "0", [">= 1"], id="steps=0"),
+    pytest.param(["measure.timeout_s=-1"], "measure.timeout_s", "-1", ["positive"], id="timeout_s=-1"),
+    pytest.param(["workload.num_kv_heads=3"], "workload.num_kv_heads", "3", ["divide num_heads=4"],
+                 id="num_kv_heads=3"),
+    pytest.param(["data.source=corpus"], "data.corpus_path", "None",
+                 ["data.source=corpus", "existing local file"], id="corpus-without-paths"),
+    pytest.param(["deepspeed_config=/nonexistent.json"], "deepspeed_config", "/nonexistent.json",
+                 ["existing", "JSON file"], id="deepspeed_config-missing"),
+    pytest.param(["+platform.nccl_env.FOO=1"], "platform.nccl_env", "FOO", ["NCCL_"],
+                 id="nccl_env-non-NCCL-key"),
+    pytest.param(["workload.precision=fp16"], "workload.precision", "fp16", ["fp32", "bf16"],
+                 id="fp16-on-cpu"),
+    pytest.param(["+platform.peak_tflops.fp16=1.0", "workload.precision=fp16"], "workload.precision",
+                 "fp16", ["needs a GPU", "fp32 or bf16"], id="fp16-on-cpu-with-peak"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,value,valid", BAD_VALUES)
+def test_bad_value_is_a_config_error_naming_field_value_and_what_is_valid(overrides, field, value, valid):
+    with pytest.raises(ConfigError) as err:
+        compose(overrides)
+    msg = str(err.value)
+    assert field in msg
+    assert value in msg
+    for fragment in valid:
+        assert fragment.lower() in msg.lower(), f"{fragment!r} missing from: {msg}"
+    assert "Traceback" not in msg
+
+
+def test_a_bad_suite_run_stops_planning_and_names_the_run():
+    from harness.bench import plan_suite
+    from harness.errors import HarnessError
+
+    # C = 6: the default suite's mb 2 runs are fine, its first mb 4 run (z1-mb4-ga2) is not
+    with pytest.raises(HarnessError) as err:
+        plan_suite(["workload.samples_per_step=6"])
+    msg = str(err.value)
+    assert "suite default-cpu, run z1-mb4-ga2" in msg
+    assert "workload.micro_batch_size=4" in msg
+    assert "[1, 2, 3, 6]" in msg

@@ -1,0 +1,112 @@
+"""Summary tables (harness.report) as the user reads them at the end of `bench`."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from harness.record import ResultRecord
+from harness.report import Progress, summary
+
+
+def collective(op, nbytes, time_s):
+    return {"op": op, "bytes": nbytes, "time_s": time_s, "api": op, "phase": "backward"}
+
+
+def microstep(index, total_s, comm_s, collectives):
+    return {"index": index, "total_s": total_s, "compute_s": total_s - comm_s, "comm_s": comm_s,
+            "collectives": collectives}
+
+
+def record(run_id, status, reason, metrics, microsteps) -> ResultRecord:
+    return ResultRecord(
+        schema_version="1.0", run_id=run_id, kind="training", benchmark="llama-tiny", platform="cpu",
+        status=status, reason=reason,
+        config={"workload": {"micro_batch_size": 2, "grad_acc_steps": 3}, "zero": {"stage": 3}},
+        overrides=[], environment={}, metrics=metrics, microsteps=microsteps)
+
+
+def ok_metrics():
+    def m(v, unit, **kw):
+        return {"value": v, "unit": unit, "mode": "throughput", **kw}
+    return {"samples_per_s": m(12.5, "samples/s"), "tokens_per_s": m(1600.0, "tokens/s"),
+            "tokens_per_s_per_device": m(800.0, "tokens/s"),
+            "step_time_s": m(1.28, "s", p10=1.2, p90=1.4, n=5), "peak_mem_gib": m(1.75, "GiB"),
+            "mfu_pct": m(3.25, "%")}
+
+
+# two profiled steps of three micro-steps; micro-step i totals (10+i) ms and (30+i) ms
+PROFILED = [[microstep(i, (base + i) / 1e3, 0.004, [collective("all_gather", 2_000_000, 0.002),
+                                                    collective("reduce_scatter", 1_000_000, 0.002)])
+             for i in range(3)] for base in (10, 30)]
+
+
+@pytest.fixture
+def records():
+    return [record("00-z3-mb2-ga3", "ok", None, ok_metrics(), PROFILED),
+            record("01-z3-mb8-ga1", "oom", "rank 0: OutOfMemoryError: CUDA out of memory", {}, [])]
+
+
+def table_rows(text: str, header_start: str, markdown: bool) -> list[str]:
+    """The data rows of the table whose header line starts with header_start."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip("| ").startswith(header_start))
+    rows = []
+    for line in lines[start + 2:]:  # skip the header and its rule
+        if not line.strip() or (markdown and not line.startswith("|")):
+            break
+        rows.append(line)
+    return rows
+
+
+@pytest.mark.parametrize("markdown", [False, True], ids=["terminal", "markdown"])
+def test_summary_shows_every_run_the_failure_and_the_microstep_table(records, markdown):
+    text = summary(records, markdown=markdown)
+    assert "00-z3-mb2-ga3" in text and "01-z3-mb8-ga1" in text
+    assert "01-z3-mb8-ga1: oom: rank 0: OutOfMemoryError: CUDA out of memory" in text
+
+    throughput = table_rows(text, "run", markdown)
+    assert len(throughput) == 2
+    ok_row, oom_row = throughput
+    for cell in ("ok", "2 x 3", "12.50", "1,600", "800", "1.280 (1.200-1.400, 5)", "1.75", "3.25"):
+        assert cell in ok_row, cell
+    assert "oom" in oom_row
+
+    rows = table_rows(text, "micro-step", markdown)
+    assert len(rows) == 3, "one row per micro-step"
+    for i, row in enumerate(rows):
+        cells = [c.strip() for c in (row.strip("|").split("|") if markdown else row.split("  ")) if c.strip()]
+        assert cells[0] == str(i)
+        assert cells[1] == f"{20.0 + i:.1f}"  # median of (10+i) and (30+i) ms
+        assert cells[3] == "4.0"               # comm ms
+        assert "all_gather x1 2.00 MB" in row and "reduce_scatter x1 1.00 MB" in row
+    # a failed run has no micro-step breakdown
+    assert text.count("ZeRO-3, mb 2 x ga 3") == 1
+
+
+def test_markdown_summary_uses_pipe_tables(records):
+    text = summary(records, markdown=True)
+    assert "| run | status |" in text
+    assert "| micro-step | total ms |" in text
+    assert "|---|" in text
+    assert text.count("## ") >= 2
+    plain = summary(records)
+    assert "|" not in plain
+
+
+def test_progress_prints_one_line_per_complete_step(tmp_path):
+    path = tmp_path / "events.jsonl"
+    out = io.StringIO()
+    progress = Progress(path, "00-tiny", 3, stream=out)
+    progress.poll()  # no file yet: nothing, no error
+    step = {"index": 0, "mode": "throughput", "warmup": True, "step_time_s": 0.25, "loss": 8.5}
+    line = json.dumps({"time_ms": 1, "key": "train_step", "value": step, "metadata": {}}) + "\n"
+    line2 = line.replace('"index": 0', '"index": 1').replace('"warmup": true', '"warmup": false')
+    path.write_text(line + line2[:30], encoding="utf-8")
+    progress.poll()
+    path.write_text(line + line2, encoding="utf-8")
+    progress.poll()
+    assert out.getvalue().splitlines() == [
+        "  00-tiny  step 1/3 (warm-up)  0.250 s  loss 8.5000",
+        "  00-tiny  step 2/3 (throughput)  0.250 s  loss 8.5000"]
