@@ -90,7 +90,7 @@ perf: venv
 
 # pip list --format=freeze always prints name==version (never `@ file://`),
 # local version tags (+cpu, +cu128) are stripped so the lock is portable, and
-# the venv's own tooling (pip, setuptools, wheel) is left out.
+# the venv's own tooling (pip, wheel) is left out; setuptools is kept (torch needs >=77).
 lock:
 	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
 	@{ \
@@ -99,7 +99,7 @@ lock:
 	  echo "# (containers/Dockerfile.cpu, containers/Dockerfile.gpu)."; \
 	  echo "#"; \
 	  echo "# Regenerate with 'make lock': pip freeze of the venv, local version tags"; \
-	  echo "# such as +cpu stripped, pip/setuptools/wheel left out.  Do not edit by"; \
+	  echo "# such as +cpu stripped, pip/wheel left out.       Do not edit by"; \
 	  echo "# hand: install or upgrade in the venv, update pyproject.toml, then"; \
 	  echo "# 'make lock'."; \
 	  echo "#"; \
@@ -110,7 +110,7 @@ lock:
 	  echo "# wheel via find-links, the PyTorch CPU index, or the GPU base image), so"; \
 	  echo "# pip --require-hashes would break that path.  Exact versions only."; \
 	  $(PY) -m pip list --format=freeze --exclude-editable --disable-pip-version-check \
-	    | grep -Eiv '^(pip|setuptools|wheel|distribute)==' \
+	    | grep -Eiv '^(pip|wheel|distribute)==' \
 	    | sed -E 's/^([^=]+==[^+]+)\+.*$$/\1/'; \
 	} > $(LOCK).tmp
 	mv $(LOCK).tmp $(LOCK)

@@ -130,24 +130,37 @@ def _signal_name(code: int) -> str:
 
 
 def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: list[dict]) -> tuple[str, Optional[str]]:
-    """Decide a run's status and reason from what the ranks said and how they exited."""
-    measured = [e for e in events if e["key"] == ev.TRAIN_STEP]
+    """Decide a run's status and reason from what the ranks said and how they exited.
+
+    The root cause comes first: an out-of-memory anywhere, then a rank killed by a signal the
+    launcher did not send (its peers then fail with "connection closed", a consequence), then
+    what failing ranks reported, then bare exit codes. Peers' reports follow as context.
+    """
+    steps = sum(e["key"] == ev.TRAIN_STEP for e in events)
     if launch.timed_out:
-        return "timeout", (f"exceeded measure.timeout_s={run.timeout_s:g} s after {len(measured)} "
+        return "timeout", (f"exceeded measure.timeout_s={run.timeout_s:g} s after {steps} "
                            f"optimizer steps; ranks {launch.killed_ranks} killed")
-    if failures:
-        first = next((f for f in failures if f["status"] == "oom"), failures[0])
-        return first["status"], first["reason"]
     bad = {r: c for r, c in launch.exit_codes.items() if c not in (0, None)}
-    if bad:
+    signalled = {r: c for r, c in bad.items() if c < 0}
+    ooms = [f for f in failures if f["status"] == "oom"]
+    if ooms:
+        status, cause = "oom", ooms[0]["reason"]
+    elif signalled:
+        rank, code = min(signalled.items())
+        status, cause = "error", f"rank {rank} killed by {_signal_name(code)} after {steps} optimizer steps"
+    elif failures:
+        status, cause = failures[0]["status"], failures[0]["reason"]
+    elif bad:
         rank, code = min(bad.items())
-        how = f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
-        return "error", f"rank {rank} {how} after {len(measured)} optimizer steps"
-    if launch.killed_ranks:
-        return "error", f"ranks {launch.killed_ranks} were killed"
-    if not any(e["key"] == ev.RUN_STOP for e in events):
+        status, cause = "error", f"rank {rank} exited with code {code} after {steps} optimizer steps"
+    elif launch.killed_ranks:
+        status, cause = "error", f"ranks {launch.killed_ranks} were killed"
+    elif not any(e["key"] == ev.RUN_STOP for e in events):
         return "error", "ranks exited 0 without a run_stop event"
-    return "ok", None
+    else:
+        return "ok", None
+    context = [f["reason"][:300] for f in failures if f["reason"] != cause]
+    return status, cause + ("; then " + "; ".join(context) if context else "")
 
 
 def _rank_failures(run_dir: Path, events: list[dict]) -> list[dict]:

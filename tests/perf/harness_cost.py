@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ from harness.launch import free_port  # noqa: E402
 
 RATIO_TARGET = 0.97
 MEM_TARGET_PCT = 5.0
+BUSY_CPUS = 0.15  # other processes' load above which the figures are flagged as noisy
 
 
 @dataclass
@@ -58,6 +60,39 @@ class Round:
     profile_step_time_s: Optional[float] = None
     overhead_pct: Optional[float] = None
     peak_mem_gib: list[float] = field(default_factory=list)   # per rank, rank order
+    other_load: Optional[float] = None   # CPUs' worth of work by processes not of this run
+
+
+class LoadMeter:
+    """How busy the box was with OTHER work during a run: CPU time the whole machine spent
+    (/proc/stat) minus what this script's children used (RUSAGE_CHILDREN, which includes the
+    ranks: the harness controller waits for them, this script waits for it), per wall second."""
+
+    def __init__(self):
+        self.start = (time.monotonic(), self._busy(), self._ours())
+
+    @staticmethod
+    def _busy() -> Optional[float]:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+        except (OSError, ValueError):
+            return None
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _ours() -> float:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self_ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime + self_ru.ru_utime + self_ru.ru_stime
+
+    def other_cpus(self) -> Optional[float]:
+        t0, busy0, ours0 = self.start
+        busy1 = self._busy()
+        if busy0 is None or busy1 is None:
+            return None
+        wall = time.monotonic() - t0
+        return max((busy1 - busy0) - (self._ours() - ours0), 0.0) / wall if wall > 0 else None
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
@@ -96,6 +131,7 @@ def run_plain(args: argparse.Namespace, out: Path, index: int) -> Round:
             "--out", str(result_path)]
     port = free_port()
     procs: list[subprocess.Popen] = []
+    meter = LoadMeter()
     start = time.monotonic()
     try:
         for rank in range(run.num_ranks):
@@ -119,6 +155,7 @@ def run_plain(args: argparse.Namespace, out: Path, index: int) -> Round:
                 _kill_group(p.pid, signal.SIGKILL)
                 p.wait()
     r.wall_s = time.monotonic() - start
+    r.other_load = meter.other_cpus()
     if not r.error and any(codes):
         r.error = f"rank exit codes {codes}"
     if not r.error and not result_path.exists():
@@ -144,6 +181,7 @@ def run_harness(args: argparse.Namespace, out: Path, index: int, plain_spec: Opt
     argv = [sys.executable, "-m", "harness", "bench", *overrides(args), f"out={bench_out}"]
     env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}  # as `make bench`
     log_path = out / f"harness-{index}.log"
+    meter = LoadMeter()
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -166,6 +204,7 @@ def run_harness(args: argparse.Namespace, out: Path, index: int, plain_spec: Opt
                 for pid in json.loads(pids.read_text()).values():
                     _kill_group(int(pid), signal.SIGKILL)
     r.wall_s = time.monotonic() - start
+    r.other_load = meter.other_cpus()
     record_path = bench_out / f"{run.run_id}.json"
     if not r.error and code != 0:
         r.error = f"harness exited with code {code}"
@@ -219,15 +258,16 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
     lines = ["", "Rounds (interleaved; step s = median of the measured throughput-mode steps)"]
     rows = []
     for r in rounds:
+        load = _f(r.other_load, 2)
         if not r.ok:
-            rows.append([str(r.index), r.kind, "FAILED", "-", "-", "-", "-", f"{r.wall_s:.0f}"])
+            rows.append([str(r.index), r.kind, "FAILED", "-", "-", "-", "-", f"{r.wall_s:.0f}", load])
             continue
         spread = f"{min(r.step_times_s):.3f}-{max(r.step_times_s):.3f}" if r.step_times_s else "-"
         rows.append([str(r.index), r.kind, f"{r.samples_per_s:.3f}", f"{r.step_time_s:.3f}", spread,
                      _f(r.profile_step_time_s) if r.kind == "harness" else "",
-                     " / ".join(f"{g:.3f}" for g in r.peak_mem_gib), f"{r.wall_s:.0f}"])
+                     " / ".join(f"{g:.3f}" for g in r.peak_mem_gib), f"{r.wall_s:.0f}", load])
     lines.append(_table(["round", "run", "samples/s", "step s", "step s min-max", "profile step s",
-                         "peak GiB per rank", "wall s"], rows))
+                         "peak GiB per rank", "wall s", "other load (CPUs)"], rows))
 
     def verdict(passed: Optional[bool]) -> str:
         return "-" if passed is None else ("PASS" if passed else "MISS")
@@ -260,6 +300,11 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
     lines += ["", "Harness cost (medians over rounds)",
               _table(["figure", "plain", "harness", "result", "target", "verdict"], rows)]
     overall = [ratio is not None and ratio >= RATIO_TARGET, worst is not None and worst < MEM_TARGET_PCT]
+    busiest = max((r.other_load for r in rounds if r.other_load is not None), default=None)
+    if busiest is not None and busiest > BUSY_CPUS:
+        lines += ["", f"NOTE: other processes kept up to {busiest:.2f} of this box's {os.cpu_count()} CPUs "
+                      "busy during the runs (column 'other load'); the ranks need all of them, so the "
+                      "throughput figures measure that load as much as the harness. Rerun on a quiet box."]
     lines.append("")
     lines.append(f"throughput {verdict(overall[0])}, memory {verdict(overall[1])}"
                  + ("" if len(ok) == len(rounds) else
@@ -310,7 +355,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             rounds.append(r)
             what = (f"{r.samples_per_s:.3f} samples/s, step {r.step_time_s:.3f} s, peak "
                     + " / ".join(f"{g:.3f}" for g in r.peak_mem_gib) + " GiB") if r.ok else f"FAILED: {r.error}"
-            print(f"  round {index} {kind:<7} {what}  ({r.wall_s:.0f} s)", flush=True)
+            print(f"  round {index} {kind:<7} {what}  ({r.wall_s:.0f} s, other load "
+                  f"{_f(r.other_load, 2)} CPUs)", flush=True)
     print(report(args, rounds))
     print(f"\ntotal {time.monotonic() - started:.0f} s", flush=True)
     return 0 if all(r.ok for r in rounds) else 1

@@ -1,0 +1,152 @@
+"""`python -m harness bench` on the cpu platform: the ZeRO 1/2/3 suite end to end.
+
+The micro-step pattern is what DeepSpeed does at each stage (see DEEPSPEED_NOTES in the README):
+ZeRO-1 communicates gradients only at the accumulation boundary, ZeRO-2 in every micro-step,
+ZeRO-3 all-gathers parameters for forward and backward and reduce-scatters gradients.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from harness.record import validate_record
+
+pytestmark = pytest.mark.integration
+
+GRADIENT_OPS = {"all_reduce", "reduce_scatter"}
+
+
+def ops(microstep: dict, phase: str | None = None) -> Counter:
+    return Counter(c["op"] for c in microstep["collectives"] if phase is None or c["phase"] == phase)
+
+
+def gradient_bytes(microstep: dict) -> int:
+    """Bytes of gradient reduction in a micro-step's backward (small norm reductions excluded)."""
+    return sum(c["bytes"] for c in microstep["collectives"]
+               if c["phase"] == "backward" and c["op"] in GRADIENT_OPS)
+
+
+def records_by_stage(run) -> dict[int, list[dict]]:
+    by_stage: dict[int, list[dict]] = {}
+    for rec in run.records().values():
+        by_stage.setdefault(rec["config"]["zero"]["stage"], []).append(rec)
+    return by_stage
+
+
+def test_suite_completes_with_valid_ok_records(default_suite):
+    assert default_suite.returncode == 0, default_suite.stderr[-3000:]
+    records = default_suite.records()
+    assert len(records) == 6
+    for run_id, rec in records.items():
+        assert validate_record(rec) == [], run_id
+        assert rec["status"] == "ok", (run_id, rec["reason"])
+        assert rec["kind"] == "training" and rec["benchmark"] == "llama-tiny" and rec["platform"] == "cpu"
+        for name in ("samples_per_s", "tokens_per_s", "tokens_per_s_per_device", "step_time_s",
+                     "peak_mem_gib", "mfu_pct"):
+            assert rec["metrics"][name]["value"] > 0, (run_id, name)
+            assert rec["metrics"][name]["mode"] == "throughput"
+        assert rec["metrics"]["step_time_s"]["n"] == 2
+        assert rec["metrics"]["profile_step_time_s"]["mode"] == "profile"
+        assert len(rec["microsteps"]) == 2  # profiled optimizer steps
+        assert rec["flops"]["formula"] == "6*N + 12*L*h*s"
+        assert rec["flops"]["peak_tflops_per_device"] == 0.1
+        assert [s["warmup"] for s in rec["steps"]] == [True, False, False, False, False]
+        assert all(s["loss"] > 0 for s in rec["steps"])
+        env = rec["environment"]
+        assert env["torch"].startswith("2.13.0") and env["deepspeed"] == "0.19.8"
+        assert env["hosts"] and env["suite_commit"]
+        assert env["env"]["OMP_NUM_THREADS"] == "1"
+        assert f"workload.micro_batch_size={rec['config']['workload']['micro_batch_size']}" in rec["overrides"]
+        ds = rec["config"]["deepspeed"]
+        assert ds["zero_optimization"]["stage"] == rec["config"]["zero"]["stage"]
+
+
+def test_suite_covers_zero_1_2_3_at_one_c_with_two_splits(default_suite):
+    by_stage = records_by_stage(default_suite)
+    assert sorted(by_stage) == [1, 2, 3]
+    for stage, recs in by_stage.items():
+        splits = {(r["config"]["workload"]["micro_batch_size"], r["config"]["workload"]["grad_acc_steps"])
+                  for r in recs}
+        assert len(splits) >= 2, stage
+        assert {mb * ga for mb, ga in splits} == {8}
+        assert all(ga >= 2 for _, ga in splits)
+
+
+def test_zero1_reduces_gradients_only_in_the_last_microstep(default_suite):
+    for rec in records_by_stage(default_suite)[1]:
+        num_params = rec["flops"]["num_params"]
+        for step in rec["microsteps"]:
+            *inner, last = step
+            assert len(step) == rec["config"]["workload"]["grad_acc_steps"]
+            for ms in inner:
+                assert ms["collectives"] == [], ms
+                assert ms["comm_s"] == 0
+            assert ops(last, "backward")["all_reduce"] >= 1
+            assert gradient_bytes(last) >= 4 * num_params  # every fp32 gradient, once
+            assert ops(last, "step")["all_gather"] >= 1      # updated parameters
+            assert ops(last, "backward")["reduce_scatter"] == 0  # DeepSpeed's ZeRO-1 never issues one
+
+
+def test_zero2_reduces_gradients_in_every_microstep(default_suite):
+    for rec in records_by_stage(default_suite)[2]:
+        num_params = rec["flops"]["num_params"]
+        for step in rec["microsteps"]:
+            for ms in step:
+                assert ops(ms, "backward")["all_reduce"] >= 1, ms["index"]
+                assert gradient_bytes(ms) >= 4 * num_params
+                assert ops(ms)["reduce_scatter"] == 0
+                assert ms["comm_s"] > 0
+            assert ops(step[-1], "step")["all_gather"] >= 1
+            assert all(ops(ms, "step")["all_gather"] == 0 for ms in step[:-1])
+
+
+def test_zero3_gathers_parameters_for_forward_and_backward_and_reduce_scatters(default_suite):
+    for rec in records_by_stage(default_suite)[3]:
+        num_params = rec["flops"]["num_params"]
+        for step in rec["microsteps"]:
+            for ms in step:
+                assert ops(ms, "forward")["all_gather"] >= 2, ms["index"]
+                assert ops(ms, "backward")["all_gather"] >= 1
+                assert ops(ms, "backward")["reduce_scatter"] >= 1
+                assert ops(ms, "backward")["all_reduce"] == 0
+                gathered = sum(c["bytes"] for c in ms["collectives"]
+                               if c["op"] == "all_gather" and c["phase"] == "forward")
+                assert gathered >= 4 * num_params * 0.9  # (nearly) every parameter, for forward
+            assert ops(step[-1], "step")["all_gather"] == 0  # parameters stay partitioned
+
+
+def test_microstep_times_add_up(default_suite):
+    for rec in default_suite.records().values():
+        for step in rec["microsteps"]:
+            for ms in step:
+                assert ms["total_s"] > 0
+                assert abs(ms["compute_s"] + ms["comm_s"] - ms["total_s"]) < 1e-6
+                assert abs(ms["comm_s"] - sum(c["time_s"] for c in ms["collectives"])) < 1e-6
+
+
+def test_terminal_and_markdown_summary(default_suite):
+    out = default_suite.stdout
+    assert "step 1/5 (warm-up)" in out
+    assert "samples/s" in out and "MFU %" in out
+    assert "Micro-step breakdown" in out and "comm ms" in out
+    for run_id in default_suite.records():
+        assert run_id in out
+    md = (default_suite.out / "summary.md").read_text()
+    assert md.count("| micro-step |") == 6
+    assert "| run | status | ZeRO |" in md
+
+
+def test_mllog_lines_carry_the_standard_keys(default_suite):
+    rec_id = next(iter(default_suite.records()))
+    lines = (default_suite.out / "runs" / rec_id / "mllog.log").read_text().splitlines()
+    assert lines and all(line.startswith(":::MLLOG {") for line in lines)
+    events = [json.loads(line[len(":::MLLOG "):]) for line in lines]
+    keys = {e["key"] for e in events}
+    assert {"run_start", "run_stop", "global_batch_size", "gradient_accumulation_steps", "seed",
+            "max_sequence_length", "opt_base_learning_rate", "opt_name"} <= keys
+    stop = next(e for e in events if e["key"] == "run_stop")
+    assert stop["metadata"]["status"] == "success"
+    gbs = next(e for e in events if e["key"] == "global_batch_size")["value"]
+    assert gbs == 8 * 2  # C x ranks
