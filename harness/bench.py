@@ -54,9 +54,16 @@ def plan_suite(overrides: list[str]) -> tuple[Path, list[PlannedRun]]:
     return out, planned
 
 
+def refuse_existing_results(out: Path, planned: list[PlannedRun]) -> None:
+    """Results already in OUT are never overwritten: stop before anything launches."""
+    taken = [str(p.run.run_dir) for p in planned if p.run.run_dir.exists() and any(p.run.run_dir.iterdir())]
+    taken += [str(out / f"{p.run.run_id}.json") for p in planned if (out / f"{p.run.run_id}.json").exists()]
+    if taken:
+        raise HarnessError(f"out={out} already holds results of this suite ({taken[0]}"
+                           f"{f' and {len(taken) - 1} more' if len(taken) > 1 else ''}); choose a new out=")
+
+
 def prepare_run_dir(run: RunSpec) -> None:
-    if run.run_dir.exists() and any(run.run_dir.iterdir()):
-        raise HarnessError(f"run directory {run.run_dir} is not empty; choose a new out=")
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / SPEC_FILE).write_text(run.spec.to_json(), encoding="utf-8")
     (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False), encoding="utf-8")
@@ -89,6 +96,7 @@ def bench(overrides: list[str]) -> int:
         out, planned = plan_suite(overrides)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    refuse_existing_results(out, planned)
     out.mkdir(parents=True, exist_ok=True)
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
     records = execute(planned, out)

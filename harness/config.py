@@ -275,7 +275,7 @@ def validate(cfg: BenchConfig) -> None:
     dtype = w.precision.value
     _check(p.peak_tflops.get(dtype, 0) > 0, "platform.peak_tflops", dict(p.peak_tflops),
            f"needs a positive entry for the workload's precision '{dtype}' (MFU is never guessed)")
-    for k, v in p.nccl_env.items():
+    for k in p.nccl_env:
         _check(k.startswith("NCCL_"), "platform.nccl_env", k, "keys must be NCCL_* variables")
     if p.launcher == LauncherKind.slurm:
         raise ConfigError(f"platform.launcher='slurm' (platform {p.name}) is not available in this "

@@ -74,3 +74,15 @@ def test_a_bad_value_stops_before_anything_launches(tmp_path):
     assert "workload.micro_batch_size=3 is invalid" in run.stderr
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_results_already_in_out_are_never_overwritten(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    stored = out / "00-llama-tiny.json"
+    stored.write_text('{"kept": true}\n')
+    run = run_bench(out, "suite=single")
+    assert run.returncode == 2
+    assert "already holds results" in run.stderr and "choose a new out=" in run.stderr
+    assert stored.read_text() == '{"kept": true}\n'
+    assert not (out / "runs").exists()

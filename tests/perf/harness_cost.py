@@ -245,7 +245,7 @@ def _median(values: list[Optional[float]]) -> Optional[float]:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
                      + [fmt.format(*r) for r in rows])
@@ -275,8 +275,9 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
     p_sps = _median([r.samples_per_s for r in plain])
     h_sps = _median([r.samples_per_s for r in harness])
     ratio = h_sps / p_sps if p_sps and h_sps else None
-    paired = [h.samples_per_s / p.samples_per_s for p, h in zip(
-        sorted(plain, key=lambda r: r.index), sorted(harness, key=lambda r: r.index))]
+    plain_by_round = {r.index: r for r in plain}
+    paired = [h.samples_per_s / plain_by_round[h.index].samples_per_s
+              for h in harness if h.index in plain_by_round]
     h_step = _median([r.step_time_s for r in harness])
     h_prof = _median([r.profile_step_time_s for r in harness])
     overhead = _median([r.overhead_pct for r in harness])
@@ -290,8 +291,8 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
              f"harness/plain {_f(ratio)}" + (f" (per round {', '.join(f'{x:.3f}' for x in paired)})"
                                               if paired else ""),
              f">= {RATIO_TARGET:.2f}", verdict(None if ratio is None else ratio >= RATIO_TARGET)],
-            ["instrumentation: step s", "", f"{_f(h_step)} -> {_f(h_prof)}",
-             f"profile vs throughput {'-' if overhead is None else f'{overhead:+.1f} %'}",
+            ["step s, throughput -> profile", "", f"{_f(h_step)} -> {_f(h_prof)}",
+             f"instrumentation costs {'-' if overhead is None else f'{overhead:+.1f} %'}",
              "(none, info)", "-"]]
     for i, (p, h, a) in enumerate(zip(p_mem, h_mem, add)):
         rows.append([f"peak memory rank {i} GiB", _f(p), _f(h),
@@ -299,12 +300,20 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
                      f"< {MEM_TARGET_PCT:g} %", verdict(None if a is None else a < MEM_TARGET_PCT)])
     lines += ["", "Harness cost (medians over rounds)",
               _table(["figure", "plain", "harness", "result", "target", "verdict"], rows)]
-    overall = [ratio is not None and ratio >= RATIO_TARGET, worst is not None and worst < MEM_TARGET_PCT]
+    overall = [None if ratio is None else ratio >= RATIO_TARGET,
+               None if worst is None else worst < MEM_TARGET_PCT]
+    if len(plain) >= 2:
+        def spread(values: list[float]) -> float:
+            return 100.0 * (max(values) - min(values)) / statistics.median(values)
+        mem_spread = max(spread([r.peak_mem_gib[i] for r in plain]) for i in range(nranks))
+        lines += ["", f"noise reference: the {len(plain)} plain rounds alone differ by "
+                      f"{spread([r.samples_per_s for r in plain]):.1f} % in samples/s and up to "
+                      f"{mem_spread:.1f} % in peak memory"]
     busiest = max((r.other_load for r in rounds if r.other_load is not None), default=None)
     if busiest is not None and busiest > BUSY_CPUS:
-        lines += ["", f"NOTE: other processes kept up to {busiest:.2f} of this box's {os.cpu_count()} CPUs "
-                      "busy during the runs (column 'other load'); the ranks need all of them, so the "
-                      "throughput figures measure that load as much as the harness. Rerun on a quiet box."]
+        lines += ["", f"NOTE: other processes kept up to {busiest:.2f} of this box's {os.cpu_count()} CPUs busy "
+                      "during the runs (column 'other load');\n      the ranks need every CPU, so the "
+                      "throughput figures measure that load as much as the harness: rerun on a quiet box."]
     lines.append("")
     lines.append(f"throughput {verdict(overall[0])}, memory {verdict(overall[1])}"
                  + ("" if len(ok) == len(rounds) else
