@@ -34,7 +34,7 @@ def classify_failure(exc: BaseException) -> str:
     return "oom" if any(m in text for m in markers) else "error"
 
 
-def _synchronizer(device: str):
+def synchronizer(device: str):
     import torch
 
     if device == "cuda":
@@ -42,7 +42,7 @@ def _synchronizer(device: str):
     return lambda: None
 
 
-def _peak_mem_gib(device: str) -> tuple[float, str]:
+def peak_mem_gib(device: str) -> tuple[float, str]:
     import torch
 
     if device == "cuda":
@@ -50,7 +50,7 @@ def _peak_mem_gib(device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "ru_maxrss"
 
 
-def _optimizer(spec: TrainSpec, model):
+def make_optimizer(spec: TrainSpec, model):
     import torch
 
     if spec.optimizer.impl == "deepspeed":
@@ -80,7 +80,7 @@ def _emit_hyperparameters(log: ev.EventLog, spec: TrainSpec, world_size: int) ->
     log.emit(ev.OPT_GRADIENT_CLIP_NORM, spec.optimizer.grad_clip)
 
 
-def _batches(spec: TrainSpec, rank: int, world_size: int, device) -> Iterator:
+def make_batches(spec: TrainSpec, rank: int, world_size: int, device) -> Iterator:
     from . import data
 
     if spec.data.source == "corpus":
@@ -104,13 +104,12 @@ def limit_cpu_memory(limit_gib: float | None) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
-def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
+def setup(spec: TrainSpec):
+    """Process group, device, model and DeepSpeed engine, exactly as every benchmark builds them.
+    Returns (engine, device, num_params)."""
     import deepspeed
-    import deepspeed.comm.comm as ds_comm
     import torch
 
-    from .environment import fingerprint
-    from .instrument import CommTracer, MicrostepClock
     from .model import DTYPES, build_model
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -119,10 +118,6 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     device = torch.device("cuda", local_rank) if spec.device == "cuda" else torch.device("cpu")
     if spec.device == "cuda":
         torch.cuda.set_device(device)
-    if rank == 0:
-        log.emit(ev.ENVIRONMENT, fingerprint(world_size))
-        _emit_hyperparameters(log, spec, world_size)
-
     torch.manual_seed(spec.seed)
     zero3 = spec.deepspeed.get("zero_optimization", {}).get("stage", 0) == 3
     with deepspeed.zero.Init(config_dict_or_path=spec.deepspeed, enabled=zero3):
@@ -132,13 +127,27 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     num_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     if spec.precision != "fp32" and not zero3:
         model = model.to(DTYPES[spec.precision])
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=_optimizer(spec, model),
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(spec, model),
                                            model_parameters=None if spec.optimizer.impl == "torch"
                                            else model.parameters(), config=spec.deepspeed)
+    return engine, device, num_params
+
+
+def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
+    import deepspeed.comm.comm as ds_comm
+    import torch
+
+    from .environment import fingerprint
+    from .instrument import CommTracer, MicrostepClock
+
+    if rank == 0:  # before anything can fail, so that every record has the ranks' view
+        log.emit(ev.ENVIRONMENT, fingerprint(world_size))
+        _emit_hyperparameters(log, spec, world_size)
+    engine, device, num_params = setup(spec)
     if rank == 0:
         log.emit(ev.NUM_PARAMS, num_params)
-    batches = _batches(spec, rank, world_size, device)
-    sync = _synchronizer(spec.device)
+    batches = make_batches(spec, rank, world_size, device)
+    sync = synchronizer(spec.device)
     tracer = CommTracer(ds_comm.cdb, sync)
     ga = spec.grad_acc_steps
 
@@ -158,13 +167,17 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
             if clock:
                 clock.end()
             losses.append(out.loss.detach())
+            del out  # the logits must not live on into the next micro-step
         return float(torch.stack(losses).float().mean())
 
     if rank == 0:
         log.emit(ev.RUN_START)
     plan = ([("throughput", True)] * spec.warmup_steps + [("throughput", False)] * spec.steps
             + [("profile", False)] * spec.profile_steps)
+    peak = None
     for index, (mode, warmup) in enumerate(plan):
+        if mode == "profile" and peak is None:
+            peak = peak_mem_gib(spec.device)  # memory as the throughput steps left it
         clock = MicrostepClock(tracer) if mode == "profile" else None
         if clock:
             tracer.install()
@@ -181,8 +194,8 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
                 value["microsteps"] = [m.to_dict() for m in clock.microsteps]
             log.emit(ev.TRAIN_STEP, value)
 
-    peak, source = _peak_mem_gib(spec.device)
-    mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak, "mem_source": source}
+    peak_gib, source = peak or peak_mem_gib(spec.device)
+    mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak_gib, "mem_source": source}
     everyone = [None] * world_size
     torch.distributed.all_gather_object(everyone, mine)
     if rank == 0:

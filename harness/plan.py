@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import sys
 import warnings
@@ -141,7 +142,10 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
 
 def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, str]:
     """Environment shared by every rank of a run (per-rank variables are the launcher's)."""
-    env = {"PYTHONPATH": str(repo_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+    # The interpreter's own bin first: DeepSpeed JIT-builds with the first `ninja` on PATH, and a
+    # build log written by another ninja version makes it rebuild from scratch (1-2 min a run).
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+    env = {"PATH": path, "PYTHONPATH": str(repo_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
            "TRITON_CACHE_DIR": str(cache_dir / "triton")}

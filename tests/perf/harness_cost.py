@@ -1,6 +1,6 @@
 """What the harness costs: `make perf`.
 
-    .venv/bin/python tests/perf/harness_cost.py [--stage 2] [--rounds 2] [--steps 10] ...
+    .venv/bin/python tests/perf/harness_cost.py [--stage 2] [--rounds 4] [--steps 10] ...
 
 Runs llama-tiny (ZeRO-2, mb 2 x ga 4 by default) on the cpu platform, alternately
   plain    benchmarks/plain_loop.py: a bare DeepSpeed loop, its ranks started here, and
@@ -22,6 +22,7 @@ Exit status 0 whatever the figures (a MISS is a result); 1 if a run crashed or t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -40,7 +41,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.spec import SPEC_FILE  # noqa: E402
 from harness.bench import plan_suite  # noqa: E402
-from harness.launch import free_port  # noqa: E402
+from harness.launch import LocalLauncher  # noqa: E402
 
 RATIO_TARGET = 0.97
 MEM_TARGET_PCT = 5.0
@@ -129,35 +130,15 @@ def run_plain(args: argparse.Namespace, out: Path, index: int) -> Round:
     result_path = run_dir / "result.json"
     argv = [sys.executable, "-m", "benchmarks.plain_loop", "--spec", str(spec_path),
             "--out", str(result_path)]
-    port = free_port()
-    procs: list[subprocess.Popen] = []
     meter = LoadMeter()
-    start = time.monotonic()
-    try:
-        for rank in range(run.num_ranks):
-            env = {**os.environ, **run.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
-                   "WORLD_SIZE": str(run.num_ranks), "LOCAL_WORLD_SIZE": str(run.num_ranks),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-            with open(run_dir / f"rank{rank}.log", "wb") as log:
-                procs.append(subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
-        deadline = start + args.timeout
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(timeout=max(deadline - time.monotonic(), 0.1)))
-            except subprocess.TimeoutExpired:
-                r.error = f"timed out after {args.timeout:g} s"
-                break
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                _kill_group(p.pid, signal.SIGKILL)
-                p.wait()
-    r.wall_s = time.monotonic() - start
+    launch = LocalLauncher().run(dataclasses.replace(run, argv=argv, run_dir=run_dir,
+                                                     timeout_s=args.timeout), cwd=REPO_ROOT)
+    r.wall_s = launch.wall_s
     r.other_load = meter.other_cpus()
-    if not r.error and any(codes):
-        r.error = f"rank exit codes {codes}"
+    if launch.timed_out:
+        r.error = f"timed out after {args.timeout:g} s"
+    elif any(launch.exit_codes.values()):
+        r.error = f"rank exit codes {launch.exit_codes}"
     if not r.error and not result_path.exists():
         r.error = f"no {result_path.name} written"
     if r.error:
@@ -325,7 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--stage", type=int, default=2, choices=(0, 1, 2, 3), help="ZeRO stage")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each side, interleaved")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of each side, interleaved (2 cannot resolve a 3% target on a noisy 2-core box)")
     parser.add_argument("--mb", type=int, default=2, help="micro-batch size")
     parser.add_argument("--ga", type=int, default=4, help="gradient accumulation steps")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up optimizer steps")
@@ -338,6 +319,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     out = (args.out or REPO_ROOT / "results" / f"perf-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    if out.exists() and any(out.iterdir()):
+        parser.error(f"--out {out} is not empty; choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO_ROOT / ".cache" / "torch_extensions"))
     # Both sides (and every other user of .cache/torch_extensions) must JIT-build DeepSpeed's
