@@ -1,4 +1,5 @@
-"""Planning: BenchConfig -> DeepSpeed config -> TrainSpec -> RunSpec. Pure: no I/O, no processes."""
+"""Planning: BenchConfig -> DeepSpeed config -> TrainSpec -> RunSpec. Pure but for reading the user's
+DeepSpeed JSON (deepspeed_config=): no other I/O, no processes."""
 from __future__ import annotations
 
 import copy
