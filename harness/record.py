@@ -56,6 +56,12 @@ class ResultRecord:
     steps: list[dict[str, Any]] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
+    rows: Optional[list[dict[str, Any]]] = None
+    """kind 'collective': nccl-tests rows (harness.collectives.Row)."""
+    complete: Optional[bool] = None
+    """kind 'collective': False when the output was cut short (only complete rows are kept)."""
+    source: Optional[str] = None
+    """kind 'collective': 'builtin' (torch.distributed sweep), 'nccl-tests' or 'nccl-tests-json'."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -269,3 +275,23 @@ def write_record(record: ResultRecord, out_dir: Path) -> Path:
     path = out_dir / f"{record.run_id}.json"
     write_json_atomic(path, data)
     return path
+
+
+def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, status: str,
+                      reason: Optional[str], rows: list[dict[str, Any]], config: dict[str, Any],
+                      overrides: list[str], environment: dict[str, Any], complete: bool = True,
+                      source: str = "builtin", wall_s: float = 0.0) -> ResultRecord:
+    """A record of kind 'collective': nccl-tests rows (harness.collectives.Row.to_dict()) and the
+    avg_busbw_gbps metric. `complete` is False when the output was cut short (rows kept are only
+    the complete ones; none is invented or repaired)."""
+    from .collectives import Row, avg_busbw_gbps
+
+    parsed = [Row.from_dict(r) for r in rows]
+    metrics = {"avg_busbw_gbps": metric(avg_busbw_gbps(parsed), "GB/s", "throughput",
+                                        n=len(parsed))} if parsed else {}
+    return ResultRecord(
+        schema_version=SCHEMA_VERSION, run_id=run_id, kind="collective", benchmark=benchmark,
+        platform=platform, status=status, reason=reason, config=config, overrides=overrides,
+        environment=environment, metrics=metrics, microsteps=[], name=name,
+        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=wall_s,
+        rows=rows, complete=complete, source=source)

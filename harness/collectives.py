@@ -1,0 +1,121 @@
+"""Collective benchmark results in nccl-tests' terms: rows, bandwidths, its column layout.
+
+Definitions follow nccl-tests (doc/PERFORMANCE.md):
+- algbw = size / time, GB/s with GB = 1e9 bytes; `size` is the total buffer (nccl-tests' S:
+  an all-gather's output, a reduce-scatter's input).
+- busbw = algbw x factor: 2(n-1)/n for all_reduce; (n-1)/n for all_gather, reduce_scatter and
+  all_to_all; 1 for broadcast, reduce and sendrecv (n ranks).
+- time is the slowest rank's average time per iteration, in microseconds.
+- "Avg bus bandwidth" is the mean busbw over every row and placement reported.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
+IN_PLACE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+ROOTED_OPS = ("broadcast", "reduce")
+REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
+DTYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+               "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4, "double": 8,
+               "float64": 8}
+
+
+def busbw_factor(op: str, num_ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor for an op over num_ranks ranks."""
+    n = num_ranks
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; valid: {', '.join(OPS)}")
+
+
+def algbw_gbps(size_bytes: int, time_us: float) -> float:
+    return size_bytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
+
+
+@dataclass
+class Placement:
+    """One placement (out-of-place or in-place) of one size: nccl-tests' time/algbw/busbw/#wrong."""
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    num_wrong: Optional[int]
+    """Elements that failed the correctness check; None when the check was off (nccl-tests 'N/A')."""
+
+    @classmethod
+    def measured(cls, op: str, size_bytes: int, time_us: float, num_ranks: int,
+                 num_wrong: Optional[int]) -> "Placement":
+        alg = algbw_gbps(size_bytes, time_us)
+        return cls(time_us, alg, alg * busbw_factor(op, num_ranks), num_wrong)
+
+
+@dataclass
+class Row:
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    out_of_place: Placement
+    in_place: Optional[Placement]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Row":
+        ip = d.get("in_place")
+        return cls(d["size_bytes"], d["count"], d["dtype"], d["redop"], d["root"],
+                   Placement(**d["out_of_place"]), Placement(**ip) if ip else None)
+
+
+def avg_busbw_gbps(rows: list[Row]) -> float:
+    """nccl-tests' "Avg bus bandwidth": mean busbw over every row and placement."""
+    values = [p.busbw_gbps for r in rows for p in (r.out_of_place, r.in_place) if p is not None]
+    return sum(values) / len(values) if values else 0.0
+
+
+def _placement_cols(p: Optional[Placement]) -> str:
+    if p is None:
+        return f"{'':>10} {'':>8} {'':>8} {'':>6}"
+    wrong = "N/A" if p.num_wrong is None else str(p.num_wrong)
+    return f"{p.time_us:>10.2f} {p.algbw_gbps:>8.2f} {p.busbw_gbps:>8.2f} {wrong:>6}"
+
+
+def format_table(op: str, rows: list[Row], num_ranks: int) -> str:
+    """Rows in nccl-tests' (newer) column layout, with its "Avg bus bandwidth" footer."""
+    head = (f"# Collective test: {op}  (nranks {num_ranks})\n"
+            f"#{'':>50}{'out-of-place':^36}{'in-place':^36}\n"
+            f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} "
+            f"{'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6} "
+            f"{'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}\n"
+            f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6} {'':>6} "
+            f"{'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
+    lines = [head]
+    for r in rows:
+        lines.append(f" {r.size_bytes:>11} {r.count:>12} {r.dtype:>8} {r.redop:>6} {r.root:>6} "
+                     f"{_placement_cols(r.out_of_place)} {_placement_cols(r.in_place)}")
+    wrong = sum((p.num_wrong or 0) for r in rows for p in (r.out_of_place, r.in_place) if p)
+    lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    lines.append(f"# Avg bus bandwidth    : {avg_busbw_gbps(rows):.4g} ")
+    return "\n".join(lines)
+
+
+def sizes(min_bytes: int, max_bytes: int, step_factor: float, step_bytes: int, elem_bytes: int,
+          num_ranks: int) -> list[int]:
+    """Message sizes from min to max, by a factor (step_bytes == 0) or a step, rounded down to a
+    multiple of elem_bytes x num_ranks (every rank's chunk must be whole), as nccl-tests does."""
+    unit = elem_bytes * num_ranks
+    out: list[int] = []
+    size = min_bytes
+    while size <= max_bytes:
+        rounded = max(unit, size // unit * unit)
+        if not out or rounded != out[-1]:
+            out.append(rounded)
+        size = size + step_bytes if step_bytes > 0 else int(size * step_factor)
+    return out
