@@ -40,12 +40,13 @@ NUM_PARAMS = "num_params"              # value: parameter count of the built mod
 TRAIN_STEP = "train_step"              # value: {index, mode, warmup, step_time_s, loss, microsteps?}
 RANK_SUMMARY = "rank_summary"          # value: [{rank, host, peak_mem_gib, mem_source}]
 FAILURE = "failure"                    # value: {status, reason}; a rank that fails says why
+COLLECTIVE_ROW = "collective_row"      # value: {op, size_bytes, count, dtype, redop, root, out_of_place, in_place, num_ranks}
 
 KEYS = frozenset({
     RUN_START, RUN_STOP, SUBMISSION_BENCHMARK, SUBMISSION_PLATFORM, SEED, GLOBAL_BATCH_SIZE,
     MICRO_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, MAX_SEQUENCE_LENGTH, OPT_NAME, OPT_BASE_LR,
     OPT_ADAMW_BETA_1, OPT_ADAMW_BETA_2, OPT_ADAMW_EPSILON, OPT_ADAMW_WEIGHT_DECAY,
-    OPT_GRADIENT_CLIP_NORM, ENVIRONMENT, NUM_PARAMS, TRAIN_STEP, RANK_SUMMARY, FAILURE,
+    OPT_GRADIENT_CLIP_NORM, ENVIRONMENT, NUM_PARAMS, TRAIN_STEP, RANK_SUMMARY, FAILURE, COLLECTIVE_ROW,
 })
 EVENTS_FILE = "events.jsonl"
 MLLOG_FILE = "mllog.log"

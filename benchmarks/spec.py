@@ -82,3 +82,29 @@ class TrainSpec:
     @classmethod
     def load(cls, path: Path) -> "TrainSpec":
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass
+class CollectiveSpec:
+    """One built-in collective sweep: every op over the same list of sizes."""
+    run_id: str
+    platform: str
+    device: str                  # cpu | cuda
+    dist_backend: str            # gloo | nccl
+    ops: list[str]
+    sizes: list[int]             # bytes of the full buffer (nccl-tests' size), already rounded
+    dtype: str                   # torch dtype name: float32, bfloat16, ...
+    redop: str                   # sum | prod | max | min | avg
+    root: int
+    warmup_iters: int
+    iters: int
+    check: bool
+    in_place: bool
+    kind: str = "collective"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def load(cls, path: Path) -> "CollectiveSpec":
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))

@@ -15,24 +15,12 @@ import resource
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Iterator
 
 from . import events as ev
+from .failure import fail
 from .spec import SPEC_FILE, TrainSpec
-
-EXIT_OOM = 3
-EXIT_ERROR = 1
-
-
-def classify_failure(exc: BaseException) -> str:
-    """'oom' for out-of-memory on any device, otherwise 'error'."""
-    text = f"{type(exc).__name__}: {exc}"
-    markers = ("OutOfMemoryError", "out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
-               "MemoryError")
-    return "oom" if any(m in text for m in markers) else "error"
-
 
 def synchronizer(device: str):
     import torch
@@ -217,16 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         limit_cpu_memory(spec.cpu_mem_limit_gib)
         run(spec, log, rank, world_size)
     except BaseException as exc:  # every failure becomes an event the harness can record
-        status = classify_failure(exc)
-        reason = f"rank {rank}: {type(exc).__name__}: {str(exc).strip()[:2000]}"
-        traceback.print_exc()
-        log.emit(ev.FAILURE, {"status": status, "reason": reason, "rank": rank})
-        if rank == 0:
-            log.emit(ev.RUN_STOP, status="aborted")
-        log.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_OOM if status == "oom" else EXIT_ERROR)  # don't hang in atexit/NCCL teardown
+        fail(log, rank, exc)
     log.close()
     return 0
 

@@ -21,6 +21,8 @@ def cmd_bench(args: list[str]) -> int:
 
 def cmd_plan(args: list[str]) -> int:
     """Compose and validate the suite; print each run's overrides and DeepSpeed config. Launches nothing."""
+    from benchmarks.spec import CollectiveSpec
+
     from .bench import plan_suite
 
     out, planned = plan_suite(args)
@@ -28,7 +30,12 @@ def cmd_plan(args: list[str]) -> int:
     for p in planned:
         print(f"\n{p.run.run_id}: {p.run.num_ranks} ranks, timeout {p.run.timeout_s:g} s")
         print(f"  overrides: {' '.join(p.run.overrides) or '-'}")
-        print("  deepspeed: " + json.dumps(p.run.spec.deepspeed, sort_keys=True))
+        spec = p.run.spec
+        if isinstance(spec, CollectiveSpec):
+            print(f"  collectives: {', '.join(spec.ops)}; {len(spec.sizes)} sizes "
+                  f"{spec.sizes[0]}..{spec.sizes[-1]} B; {spec.dtype} {spec.redop}")
+        else:
+            print("  deepspeed: " + json.dumps(spec.deepspeed, sort_keys=True))
     return 0
 
 

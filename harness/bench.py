@@ -10,13 +10,15 @@ from pathlib import Path
 import yaml
 
 from benchmarks import events as ev
-from benchmarks.spec import SPEC_FILE
+from benchmarks.spec import SPEC_FILE, CollectiveSpec
 
-from .config import REPO_ROOT, BenchConfig, compose
+from .collectives import Row, format_table
+from .config import REPO_ROOT, BenchConfig, RunKind, compose
 from .errors import HarnessError
 from .launch import LocalLauncher
 from .plan import RunSpec, merge_overrides, plan_run, safe_name
-from .record import ResultRecord, build_record, write_json_atomic, write_record
+from .record import (ResultRecord, build_collective_records, build_record, write_json_atomic,
+                     write_record)
 from .report import Progress, summary
 
 CACHE_DIR = REPO_ROOT / ".cache"
@@ -41,10 +43,10 @@ def plan_suite(overrides: list[str]) -> tuple[Path, list[PlannedRun]]:
     planned = []
     entries = base.suite.runs or []
     if not entries:
-        planned.append(PlannedRun(base, plan_run(base, base.workload.name, 0, overrides, out,
-                                                 REPO_ROOT, CACHE_DIR)))
+        name = base.workload.name if base.kind == RunKind.training else f"collectives-{base.collective.name}"
+        planned.append(PlannedRun(base, plan_run(base, name, 0, overrides, out, REPO_ROOT, CACHE_DIR)))
     for index, entry in enumerate(entries):
-        run_overrides = merge_overrides(overrides, entry.overrides)
+        run_overrides = merge_overrides(overrides, [f"kind={entry.kind.value}", *entry.overrides])
         try:
             cfg = compose(run_overrides)
         except HarnessError as exc:
@@ -73,20 +75,32 @@ def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
     records = []
     for n, p in enumerate(planned, 1):
         run = p.run
-        total = run.spec.warmup_steps + run.spec.steps + run.spec.profile_steps
-        print(f"[{n}/{len(planned)}] {run.run_id}: {p.cfg.workload.name} ZeRO-{p.cfg.zero.stage} "
-              f"mb {p.cfg.workload.micro_batch_size} x ga {p.cfg.workload.grad_acc_steps}, "
-              f"{run.num_ranks} ranks on {p.cfg.platform.name}", flush=True)
+        if isinstance(run.spec, CollectiveSpec):
+            total = len(run.spec.ops) * len(run.spec.sizes)
+            what = f"collectives {', '.join(run.spec.ops)}, {len(run.spec.sizes)} sizes"
+        else:
+            total = run.spec.warmup_steps + run.spec.steps + run.spec.profile_steps
+            what = (f"{p.cfg.workload.name} ZeRO-{p.cfg.zero.stage} mb {p.cfg.workload.micro_batch_size}"
+                    f" x ga {p.cfg.workload.grad_acc_steps}")
+        print(f"[{n}/{len(planned)}] {run.run_id}: {what}, {run.num_ranks} ranks on {p.cfg.platform.name}",
+              flush=True)
         prepare_run_dir(run)
         progress = Progress(run.run_dir / ev.EVENTS_FILE, run.run_id, total)
         launch = LocalLauncher(on_poll=progress.poll).run(run, cwd=REPO_ROOT)
         progress.poll()
-        record = build_record(run, p.cfg, launch)
-        path = write_record(record, out)
-        sps = record.metrics.get("samples_per_s", {}).get("value")
-        done = f"{sps:.2f} samples/s" if sps is not None else record.reason
-        print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
-        records.append(record)
+        if isinstance(run.spec, CollectiveSpec):
+            new = build_collective_records(run, p.cfg, launch)
+        else:
+            new = [build_record(run, p.cfg, launch)]
+        for record in new:
+            path = write_record(record, out)
+            if record.rows:
+                print(format_table(record.benchmark, [Row.from_dict(r) for r in record.rows],
+                                   run.num_ranks), flush=True)
+            value = record.metrics.get("samples_per_s") or record.metrics.get("avg_busbw_gbps")
+            done = f"{value['value']:.2f} {value['unit']}" if value else record.reason
+            print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
+        records.extend(new)
     return records
 
 

@@ -20,7 +20,7 @@ from .errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
-GROUPS = ("platform", "workload", "zero", "suite")
+GROUPS = ("platform", "workload", "zero", "collective", "suite")
 
 
 class Fabric(str, Enum):
@@ -54,6 +54,11 @@ class DataSource(str, Enum):
 class OptimizerImpl(str, Enum):
     torch = "torch"
     deepspeed = "deepspeed"
+
+
+class RunKind(str, Enum):
+    training = "training"
+    collective = "collective"
 
 
 @dataclass
@@ -152,6 +157,39 @@ class ZeroConfig:
 
 
 @dataclass
+class CollectiveConfig:
+    name: str = MISSING
+    ops: list[str] = field(default_factory=lambda: ["all_reduce", "all_gather", "reduce_scatter"])
+    """Collectives to sweep: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, sendrecv."""
+    min_bytes: int = 1024
+    """Smallest message (nccl-tests -b), bytes of the full buffer."""
+    max_bytes: int = 1 << 20
+    """Largest message (nccl-tests -e)."""
+    step_factor: float = 2.0
+    """Size multiplier between rows (nccl-tests -f); used when step_bytes is 0."""
+    step_bytes: int = 0
+    """Fixed size increment (nccl-tests -i); 0 uses step_factor."""
+    warmup_iters: int = 5
+    """Untimed iterations per size (nccl-tests -w)."""
+    iters: int = 20
+    """Timed iterations per size (nccl-tests -n); time = slowest rank's average."""
+    dtype: str = "float32"
+    """float32, float16, bfloat16, float64, int32, int64, int8, uint8 (nccl-tests -d)."""
+    redop: str = "sum"
+    """sum, prod, max, min, avg (nccl-tests -o); avg needs NCCL."""
+    root: int = 0
+    """Root rank of broadcast and reduce."""
+    check: bool = True
+    """Check every size's result (the #wrong columns; nccl-tests -c)."""
+    in_place: bool = True
+    """Also measure in-place where the op allows it."""
+    source: str = "builtin"
+    """builtin: torch.distributed sweep (gloo on CPU, nccl on GPU); nccl-tests: the real binaries."""
+    nccl_tests_dir: Optional[str] = None
+    """Folder of the nccl-tests binaries (all_reduce_perf ...); None looks on PATH."""
+
+
+@dataclass
 class DataConfig:
     source: DataSource = DataSource.synthetic
     """synthetic: seeded random tokens; corpus: a local text/JSON corpus through `datasets`."""
@@ -180,6 +218,8 @@ class MeasureConfig:
 class SuiteRun:
     name: str = MISSING
     """Run name within the suite (part of the run id)."""
+    kind: RunKind = RunKind.training
+    """training: the workload under DeepSpeed; collective: the `collective` group's sweep."""
     overrides: list[str] = field(default_factory=list)
     """Hydra overrides applied on top of the command line's for this run."""
 
@@ -197,7 +237,12 @@ class BenchConfig:
     platform: PlatformConfig = MISSING
     workload: WorkloadConfig = MISSING
     zero: ZeroConfig = MISSING
+    collective: CollectiveConfig = MISSING
     suite: SuiteConfig = MISSING
+    kind: RunKind = RunKind.training
+    """What a run of the composed config is (a suite run's kind sets it)."""
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    """NCCL variables for this run, over the platform's nccl_env; checked against harness/nccl_env.py."""
     data: DataConfig = field(default_factory=DataConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     deepspeed_config: Optional[str] = None
@@ -214,6 +259,7 @@ def register_configs() -> None:
     cs.store(group="platform", name="platform_schema", node=PlatformConfig)
     cs.store(group="workload", name="workload_schema", node=WorkloadConfig)
     cs.store(group="zero", name="zero_schema", node=ZeroConfig)
+    cs.store(group="collective", name="collective_schema", node=CollectiveConfig)
     cs.store(group="suite", name="suite_schema", node=SuiteConfig)
 
 
@@ -329,9 +375,45 @@ def validate(cfg: BenchConfig) -> None:
     if cfg.deepspeed_config is not None:
         _check(Path(cfg.deepspeed_config).is_file(), "deepspeed_config", cfg.deepspeed_config,
                "must be an existing DeepSpeed JSON file")
+    validate_collective(cfg)
     names = [r.name for r in cfg.suite.runs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
+
+
+TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
+REDOPS = ("sum", "prod", "max", "min", "avg")
+COLLECTIVE_SOURCES = ("builtin", "nccl-tests")
+
+
+def validate_collective(cfg: BenchConfig) -> None:
+    from .collectives import OPS
+
+    c = cfg.collective
+    unknown = [op for op in c.ops if op not in OPS]
+    _check(not unknown and bool(c.ops), "collective.ops", list(c.ops), f"valid collectives: {', '.join(OPS)}")
+    _check(c.min_bytes >= 1, "collective.min_bytes", c.min_bytes, "must be >= 1 byte")
+    _check(c.min_bytes <= c.max_bytes, "collective.min_bytes", c.min_bytes,
+           f"must not exceed collective.max_bytes={c.max_bytes}")
+    _check(c.step_bytes >= 0, "collective.step_bytes", c.step_bytes, "must be >= 0 (0: use step_factor)")
+    _check(c.step_bytes > 0 or c.step_factor > 1, "collective.step_factor", c.step_factor,
+           "must be > 1 when step_bytes is 0")
+    _check(c.iters >= 1, "collective.iters", c.iters, "must be >= 1")
+    _check(c.warmup_iters >= 0, "collective.warmup_iters", c.warmup_iters, "must be >= 0")
+    _check(c.dtype in TORCH_DTYPES, "collective.dtype", c.dtype, f"valid: {', '.join(TORCH_DTYPES)}")
+    _check(c.redop in REDOPS, "collective.redop", c.redop, f"valid: {', '.join(REDOPS)}")
+    _check(c.source in COLLECTIVE_SOURCES, "collective.source", c.source,
+           f"valid: {', '.join(COLLECTIVE_SOURCES)}")
+    _check(0 <= c.root < cfg.platform.world_size, "collective.root", c.root,
+           f"must be a rank in 0..{cfg.platform.world_size - 1}")
+    if cfg.kind == RunKind.collective:
+        _check(cfg.platform.world_size >= 2 or c.source == "nccl-tests",
+               "platform.gpus_per_node", cfg.platform.gpus_per_node,
+               "a collective sweep needs at least 2 ranks (gpus_per_node x nodes)")
+        if cfg.platform.device == Device.cpu:
+            _check(c.redop != "avg", "collective.redop", "avg", "gloo has no avg; valid: sum, prod, max, min")
+            _check(c.source == "builtin", "collective.source", c.source,
+                   "nccl-tests needs GPUs; the cpu platform runs the builtin sweep")
 
 
 def to_dict(cfg: Any) -> Any:

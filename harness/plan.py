@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spec import DataSpec, ModelSpec, OptimizerSpec, TrainSpec
+from benchmarks.spec import CollectiveSpec, DataSpec, ModelSpec, OptimizerSpec, TrainSpec
 
-from .config import BenchConfig, Device, OptimizerImpl, Precision, to_dict
+from .collectives import sizes
+from .config import BenchConfig, Device, OptimizerImpl, Precision, RunKind, to_dict
 from .errors import ConfigError
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
@@ -33,7 +34,7 @@ class RunSpec:
     num_ranks: int
     timeout_s: float
     run_dir: Path
-    spec: TrainSpec
+    spec: TrainSpec | CollectiveSpec
     config: dict[str, Any]
     overrides: list[str] = field(default_factory=list)
 
@@ -157,6 +158,7 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, st
     else:
         env["DS_ACCELERATOR"] = "cuda"
     env.update({k: str(v) for k, v in cfg.platform.nccl_env.items()})
+    env.update({k: str(v) for k, v in cfg.nccl_env.items()})
     return env
 
 
@@ -164,21 +166,43 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
 
 
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8,
+                 "int8": 1, "uint8": 1}
+
+
+def collective_spec(cfg: BenchConfig, run_id: str) -> CollectiveSpec:
+    c, p = cfg.collective, cfg.platform
+    return CollectiveSpec(
+        run_id=run_id, platform=p.name, device=p.device.value, dist_backend=p.dist_backend,
+        ops=list(c.ops), sizes=sizes(c.min_bytes, c.max_bytes, c.step_factor, c.step_bytes,
+                                      ELEMENT_BYTES[c.dtype], p.world_size),
+        dtype=c.dtype, redop=c.redop, root=c.root, warmup_iters=c.warmup_iters, iters=c.iters,
+        check=c.check, in_place=c.in_place)
+
+
 def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_dir: Path,
              repo_root: Path, cache_dir: Path) -> RunSpec:
-    ds = deepspeed_config(cfg)
-    if cfg.deepspeed_config:
-        ds = merge_user_deepspeed(ds, load_user_deepspeed(cfg.deepspeed_config), cfg.deepspeed_config)
     run_id = f"{index:02d}-{safe_name(name)}"
     run_dir = out_dir / "runs" / run_id
     config = to_dict(cfg)
     config.pop("suite", None)
-    config["deepspeed"] = ds
+    spec: TrainSpec | CollectiveSpec
+    if cfg.kind == RunKind.collective:
+        for group in ("workload", "zero", "data", "deepspeed_config"):
+            config.pop(group, None)
+        spec, module = collective_spec(cfg, run_id), "benchmarks.collectives"
+    else:
+        config.pop("collective", None)
+        ds = deepspeed_config(cfg)
+        if cfg.deepspeed_config:
+            ds = merge_user_deepspeed(ds, load_user_deepspeed(cfg.deepspeed_config), cfg.deepspeed_config)
+        config["deepspeed"] = ds
+        spec, module = train_spec(cfg, run_id, ds), "benchmarks.train"
     return RunSpec(run_id=run_id, name=name,
-                   argv=[sys.executable, "-m", "benchmarks.train", "--run-dir", str(run_dir)],
+                   argv=[sys.executable, "-m", module, "--run-dir", str(run_dir)],
                    env=rank_env(cfg, repo_root, cache_dir), num_ranks=cfg.platform.world_size,
-                   timeout_s=cfg.measure.timeout_s, run_dir=run_dir,
-                   spec=train_spec(cfg, run_id, ds), config=config, overrides=list(overrides))
+                   timeout_s=cfg.measure.timeout_s, run_dir=run_dir, spec=spec, config=config,
+                   overrides=list(overrides))
 
 
 def merge_overrides(base: list[str], run: list[str]) -> list[str]:

@@ -295,3 +295,36 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         environment=environment, metrics=metrics, microsteps=[], name=name,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=wall_s,
         rows=rows, complete=complete, source=source)
+
+
+def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> list[ResultRecord]:
+    """One record per op of a built-in sweep (nccl-tests prints one table per op)."""
+    from .collectives import Placement, Row
+
+    events = ev.read_events(run.run_dir / ev.EVENTS_FILE)
+    status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
+    env = environment(run, cfg, events, [])
+    by_op: dict[str, list[dict[str, Any]]] = {op: [] for op in run.spec.ops}
+    for e in events:
+        if e["key"] != ev.COLLECTIVE_ROW:
+            continue
+        v, n = e["value"], e["value"]["num_ranks"]
+        measured = {k: Placement.measured(v["op"], v["size_bytes"], v[k]["time_us"], n, v[k]["num_wrong"])
+                    for k in ("out_of_place", "in_place") if v[k] is not None}
+        by_op[v["op"]].append(Row(v["size_bytes"], v["count"], v["dtype"], v["redop"], v["root"],
+                                  measured["out_of_place"], measured.get("in_place")).to_dict())
+    records = []
+    for op, rows in by_op.items():
+        op_status, op_reason = status, reason
+        complete = len(rows) == len(run.spec.sizes)
+        wrong = [r["size_bytes"] for r in rows for k in ("out_of_place", "in_place")
+                 if r[k] and r[k]["num_wrong"]]
+        if op_status == "ok" and wrong:
+            op_status, op_reason = "error", f"wrong results at sizes {sorted(set(wrong))} B"
+        elif op_status == "ok" and not complete:
+            op_status, op_reason = "error", f"{len(rows)} of {len(run.spec.sizes)} sizes measured"
+        records.append(collective_record(
+            run_id=f"{run.run_id}-{op}", name=f"{run.name} {op}", benchmark=op, platform=cfg.platform.name,
+            status=op_status, reason=op_reason, rows=rows, config=run.config, overrides=run.overrides,
+            environment=env, complete=complete, source="builtin", wall_s=launch.wall_s))
+    return records

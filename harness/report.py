@@ -21,6 +21,7 @@ class Progress:
         self.total = total_steps
         self.stream = stream
         self._offset = 0
+        self._rows = 0
 
     def poll(self) -> None:
         if not self.path.exists():
@@ -31,6 +32,11 @@ class Progress:
         complete = chunk[: chunk.rfind("\n") + 1]
         self._offset += len(complete.encode("utf-8"))
         for line in ev.read_lines(complete):
+            if line["key"] == ev.COLLECTIVE_ROW:
+                v = line["value"]
+                self._rows += 1
+                print(f"  {self.label}  {self._rows}/{self.total} {v['op']} {v['size_bytes']} B  "
+                      f"{v['out_of_place']['time_us']:.1f} us", file=self.stream, flush=True)
             if line["key"] == ev.TRAIN_STEP:
                 s = line["value"]
                 tag = "warm-up" if s["warmup"] else s["mode"]
@@ -60,6 +66,19 @@ def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
                      + [fmt.format(*r) for r in rows])
+
+
+def collective_table(records: list[ResultRecord], markdown: bool = False) -> str:
+    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "#wrong"]
+    rows = []
+    for r in records:
+        busbw = [p["busbw_gbps"] for row in (r.rows or []) for p in (row["out_of_place"], row["in_place"]) if p]
+        wrong = sum(p["num_wrong"] or 0 for row in (r.rows or [])
+                    for p in (row["out_of_place"], row["in_place"]) if p)
+        span = f"{r.rows[0]['size_bytes']}..{r.rows[-1]['size_bytes']}" if r.rows else "-"
+        rows.append([r.run_id, r.status, r.benchmark, span, _fmt(max(busbw) if busbw else None, 3),
+                     _fmt(_metric(r, "avg_busbw_gbps"), 3), str(wrong)])
+    return _table(headers, rows, markdown)
 
 
 def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str:
@@ -105,6 +124,15 @@ def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
 def summary(records: list[ResultRecord], markdown: bool = False) -> str:
     parts = []
     h = "## " if markdown else ""
+    collectives = [r for r in records if r.kind == "collective"]
+    records = [r for r in records if r.kind == "training"]
+    if collectives:
+        parts.append(f"{h}Collectives (nccl-tests semantics; GB/s = 1e9 bytes/s; time = slowest rank)")
+        parts.append(collective_table(collectives, markdown))
+        parts += [f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}"
+                  for r in collectives if r.status != "ok"]
+    if not records:
+        return "\n\n".join(parts) + "\n"
     parts.append(f"{h}Throughput (mode: throughput, nothing instrumented, warm-up excluded)")
     parts.append(throughput_table(records, markdown))
     failed = [r for r in records if r.status != "ok"]

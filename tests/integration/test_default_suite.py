@@ -28,16 +28,20 @@ def gradient_bytes(microstep: dict) -> int:
                if c["phase"] == "backward" and c["op"] in GRADIENT_OPS)
 
 
+def training(run) -> dict[str, dict]:
+    return {k: r for k, r in run.records().items() if r["kind"] == "training"}
+
+
 def records_by_stage(run) -> dict[int, list[dict]]:
     by_stage: dict[int, list[dict]] = {}
-    for rec in run.records().values():
+    for rec in training(run).values():
         by_stage.setdefault(rec["config"]["zero"]["stage"], []).append(rec)
     return by_stage
 
 
 def test_suite_completes_with_valid_ok_records(default_suite):
     assert default_suite.returncode == 0, default_suite.stderr[-3000:]
-    records = default_suite.records()
+    records = training(default_suite)
     assert len(records) == 6
     for run_id, rec in records.items():
         assert validate_record(rec) == [], run_id
@@ -118,7 +122,7 @@ def test_zero3_gathers_parameters_for_forward_and_backward_and_reduce_scatters(d
 
 
 def test_microstep_times_add_up(default_suite):
-    for rec in default_suite.records().values():
+    for rec in training(default_suite).values():
         for step in rec["microsteps"]:
             for ms in step:
                 assert ms["total_s"] > 0
@@ -133,13 +137,14 @@ def test_terminal_and_markdown_summary(default_suite):
     assert "Micro-step breakdown" in out and "comm ms" in out
     for run_id in default_suite.records():
         assert run_id in out
+    assert "# Avg bus bandwidth" in out and "Collectives (nccl-tests semantics" in out
     md = (default_suite.out / "summary.md").read_text()
     assert md.count("| micro-step |") == 6
     assert "| run | status | ZeRO |" in md
 
 
 def test_mllog_lines_carry_the_standard_keys(default_suite):
-    rec_id = next(iter(default_suite.records()))
+    rec_id = next(iter(training(default_suite)))
     lines = (default_suite.out / "runs" / rec_id / "mllog.log").read_text().splitlines()
     assert lines and all(line.startswith(":::MLLOG {") for line in lines)
     events = [json.loads(line[len(":::MLLOG "):]) for line in lines]
@@ -150,3 +155,14 @@ def test_mllog_lines_carry_the_standard_keys(default_suite):
     assert stop["metadata"]["status"] == "success"
     gbs = next(e for e in events if e["key"] == "global_batch_size")["value"]
     assert gbs == 8 * 2  # C x ranks
+
+
+def test_the_suite_starts_with_a_short_collective_sweep(default_suite):
+    collectives = {k: r for k, r in default_suite.records().items() if r["kind"] == "collective"}
+    assert {r["benchmark"] for r in collectives.values()} >= {"all_reduce", "all_gather", "reduce_scatter"}
+    for run_id, rec in collectives.items():
+        assert validate_record(rec) == [], run_id
+        assert rec["status"] == "ok" and rec["complete"] is True and rec["source"] == "builtin"
+        assert rec["metrics"]["avg_busbw_gbps"]["value"] > 0
+        assert all(row["out_of_place"]["num_wrong"] == 0 for row in rec["rows"])
+    assert max(r["wall_s"] for r in collectives.values()) < 30  # the budget on cpu

@@ -94,22 +94,28 @@ def default_suite():
     return plan_suite([])
 
 
-def test_default_composition_is_the_cpu_suite_of_six_llama_tiny_runs(default_suite):
-    _, planned = default_suite
-    assert len(planned) == 6
+def test_default_composition_is_the_cpu_suite_a_collective_sweep_and_six_llama_tiny_runs(default_suite):
+    _, all_planned = default_suite
+    assert len(all_planned) == 7
+    collectives, *planned = all_planned
+    assert collectives.cfg.kind.value == "collective" and collectives.run.spec.kind == "collective"
+    assert collectives.cfg.collective.name == "cpu-short"
+    assert {"all_reduce", "all_gather", "reduce_scatter"} <= set(collectives.run.spec.ops)
     for p in planned:
         assert p.cfg.suite.name == "default-cpu"
-        assert len(p.cfg.suite.runs) == 6
+        assert len(p.cfg.suite.runs) == 7
         assert p.cfg.platform.name == "cpu"
         assert p.cfg.workload.name == "llama-tiny"
+        assert p.cfg.kind.value == "training"
         assert p.run.num_ranks == 2
-    assert [p.run.run_id for p in planned] == [
-        "00-z1-mb2-ga4", "01-z1-mb4-ga2", "02-z2-mb2-ga4", "03-z2-mb4-ga2", "04-z3-mb2-ga4",
-        "05-z3-mb4-ga2"]
+    assert [p.run.run_id for p in all_planned] == [
+        "00-collectives", "01-z1-mb2-ga4", "02-z1-mb4-ga2", "03-z2-mb2-ga4", "04-z2-mb4-ga2",
+        "05-z3-mb2-ga4", "06-z3-mb4-ga2"]
 
 
 def test_default_suite_spans_zero_1_2_3_at_one_c_with_two_splits(default_suite):
     _, planned = default_suite
+    planned = [p for p in planned if p.cfg.kind.value == "training"]
     w = [p.cfg.workload for p in planned]
     assert {p.cfg.zero.stage for p in planned} == {1, 2, 3}
     assert len({x.samples_per_step for x in w}) == 1, "every run must be at the same C"
@@ -124,7 +130,7 @@ def test_default_suite_spans_zero_1_2_3_at_one_c_with_two_splits(default_suite):
 
 def test_default_suite_zero3_runs_really_all_gather_the_tiny_model(default_suite):
     _, planned = default_suite
-    for p in planned:
+    for p in planned[1:]:  # the first run is the collective sweep
         zero = p.run.spec.deepspeed["zero_optimization"]
         assert zero["stage"] == p.cfg.zero.stage
         if p.cfg.zero.stage == 3:
@@ -135,7 +141,8 @@ def test_default_suite_zero3_runs_really_all_gather_the_tiny_model(default_suite
 
 def test_default_suite_records_each_runs_overrides(default_suite):
     _, planned = default_suite
-    for p in planned:
+    assert planned[0].run.overrides == ["kind=collective", "collective=cpu-short"]
+    for p in planned[1:]:
         assert "workload=llama-tiny" in p.run.overrides
         assert f"zero=stage{p.cfg.zero.stage}" in p.run.overrides
         assert f"workload.micro_batch_size={p.cfg.workload.micro_batch_size}" in p.run.overrides

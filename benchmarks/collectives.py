@@ -1,0 +1,252 @@
+"""Built-in collective sweep on torch.distributed with nccl-tests semantics; runs on every rank.
+
+    python -m benchmarks.collectives --run-dir RUN_DIR     (RANK, WORLD_SIZE, MASTER_* in the env)
+
+For each op and size (RUN_DIR/spec.json): warm-up iterations, then timed iterations launched back
+to back with the device synchronised once at the end; the time of a size is the slowest rank's
+average per iteration (max over ranks, outside the timed region). Then, if asked, one more call
+on known inputs and a count of wrong elements (summed over ranks), as nccl-tests' #wrong.
+
+Sizes are nccl-tests' "size": the full buffer (an all-gather's output, a reduce-scatter's
+input); "count" is nccl-tests' per-call element count (the per-rank chunk for all_gather,
+reduce_scatter and all_to_all). torch's broadcast and reduce take one buffer per rank: the
+out-of-place variant passes separate receive buffers (the root its send buffer), the in-place
+variant the send buffers themselves.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from . import events as ev
+from .failure import fail
+from .spec import SPEC_FILE, CollectiveSpec
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64, "int32": torch.int32, "int64": torch.int64,
+          "int8": torch.int8, "uint8": torch.uint8}
+# nccl-tests' type names, for the printed/recorded `dtype` column
+NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
+                   "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8"}
+REDOPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
+          "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}
+CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
+NO_IN_PLACE = ("all_to_all", "sendrecv")
+
+
+def nccl_count(op: str, size_bytes: int, elem_bytes: int, num_ranks: int) -> int:
+    total = size_bytes // elem_bytes
+    return total // num_ranks if op in CHUNKED else total
+
+
+def input_values(rank: int, num: int, redop: str, offset: int = 0) -> torch.Tensor:
+    """Small exact integers (as float64), distinct per rank and position: sums, products, max and
+    min of a few ranks stay exact in every dtype, including int8 and half."""
+    idx = torch.arange(offset, offset + num, dtype=torch.float64)
+    if redop == "prod":
+        return (idx + rank) % 2 + 1
+    return ((rank + 1) * (idx % 5 + 1)) % 7 + 1
+
+
+def reduce_values(values: list[torch.Tensor], redop: str) -> torch.Tensor:
+    stacked = torch.stack(values)
+    if redop in ("sum", "avg"):
+        out = stacked.sum(0)
+        return out / len(values) if redop == "avg" else out
+    return {"prod": stacked.prod, "max": lambda d: stacked.max(d).values,
+            "min": lambda d: stacked.min(d).values}[redop](0)
+
+
+def count_wrong(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> int:
+    a, e = actual.detach().to("cpu", torch.float64), expected.to(torch.float64)
+    if dtype.is_floating_point:
+        rtol = {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(dtype, 1e-5)
+        ok = torch.isclose(a, e, rtol=rtol, atol=0.0)
+    else:
+        ok = a == e.to(dtype).to(torch.float64)  # integer avg truncates as the dtype does
+    return int((~ok).sum())
+
+
+class Case:
+    """Buffers and the call for one (op, size, placement); `check()` counts wrong elements here."""
+
+    def __init__(self, op: str, size_bytes: int, spec: CollectiveSpec, in_place: bool,
+                 rank: int, n: int, device: torch.device):
+        self.op, self.spec, self.rank, self.n, self.in_place = op, spec, rank, n, in_place
+        self.dtype = DTYPES[spec.dtype]
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        self.total = size_bytes // elem
+        self.chunk = self.total // n
+        self.device = device
+        self.redop = REDOPS[spec.redop]
+        send_num = self.chunk if op == "all_gather" else self.total
+        self.send = torch.empty(send_num, dtype=self.dtype, device=device)
+        recv_num = self.chunk if op == "reduce_scatter" else self.total
+        self.recv = torch.empty(recv_num, dtype=self.dtype, device=device)
+        if in_place and op == "all_gather":      # input is this rank's slice of the output
+            self.send = self.recv.narrow(0, rank * self.chunk, self.chunk)
+        if in_place and op == "reduce_scatter":  # output is this rank's slice of the input
+            self.recv = self.send.narrow(0, rank * self.chunk, self.chunk)
+        self.fill()
+
+    def fill(self) -> None:
+        offset = self.rank * self.chunk if self.op == "all_gather" else 0
+        self.send.copy_(input_values(self.rank, self.send.numel(), self.spec.redop, offset).to(self.dtype))
+        if self.op in ("all_reduce", "broadcast", "reduce") and not self.in_place:
+            self.recv.copy_(self.send)
+
+    def call(self) -> None:
+        op, s = self.op, self.spec
+        if op == "all_reduce":
+            dist.all_reduce(self.send if self.in_place else self.recv, op=self.redop)
+        elif op == "all_gather":
+            dist.all_gather_into_tensor(self.recv, self.send)
+        elif op == "reduce_scatter":
+            dist.reduce_scatter_tensor(self.recv, self.send, op=self.redop)
+        elif op == "all_to_all":
+            dist.all_to_all_single(self.recv, self.send)
+        elif op == "broadcast":
+            buf = self.send if (self.in_place or self.rank == s.root) else self.recv
+            dist.broadcast(buf, src=s.root)
+        elif op == "reduce":
+            dist.reduce(self.send if self.in_place else self.recv, dst=s.root, op=self.redop)
+        elif op == "sendrecv":
+            peer_to, peer_from = (self.rank + 1) % self.n, (self.rank - 1) % self.n
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, self.send, peer_to),
+                                           dist.P2POp(dist.irecv, self.recv, peer_from)])
+            for req in reqs:
+                req.wait()
+        else:
+            raise ValueError(f"unknown collective {op!r}")
+
+    def result(self) -> Optional[torch.Tensor]:
+        """The buffer holding this rank's result (None where nccl-tests checks nothing)."""
+        if self.op == "reduce" and self.rank != self.spec.root:
+            return None
+        if self.op == "broadcast" and self.rank == self.spec.root and not self.in_place:
+            return self.send
+        if self.in_place and self.op in ("all_reduce", "broadcast", "reduce"):
+            return self.send
+        return self.recv
+
+    def expected(self) -> torch.Tensor:
+        n, r, redop = self.n, self.rank, self.spec.redop
+        full = [input_values(q, self.total, redop) for q in range(n)]
+        if self.op in ("all_reduce", "reduce"):
+            return reduce_values(full, redop)
+        if self.op == "reduce_scatter":
+            return reduce_values(full, redop)[r * self.chunk:(r + 1) * self.chunk]
+        if self.op == "all_gather":
+            return torch.cat([input_values(q, self.chunk, redop, q * self.chunk) for q in range(n)])
+        if self.op == "all_to_all":
+            return torch.cat([full[q][r * self.chunk:(r + 1) * self.chunk] for q in range(n)])
+        if self.op == "broadcast":
+            return full[self.spec.root]
+        return full[(r - 1) % n]  # sendrecv
+
+    def check(self) -> int:
+        self.fill()
+        self.call()
+        synchronize(self.device)
+        out = self.result()
+        return 0 if out is None else count_wrong(out, self.expected(), self.dtype)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def slowest(value: float, device: torch.device) -> float:
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def total_over_ranks(value: int, device: torch.device) -> int:
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return int(t.item())
+
+
+def time_case(case: Case, spec: CollectiveSpec) -> float:
+    """Average microseconds per iteration on the slowest rank."""
+    for _ in range(spec.warmup_iters):
+        case.call()
+    synchronize(case.device)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(spec.iters):
+        case.call()
+    synchronize(case.device)
+    elapsed = (time.perf_counter() - start) / spec.iters
+    return slowest(elapsed, case.device) * 1e6
+
+
+def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int, n: int,
+            device: torch.device) -> dict:
+    case = Case(op, size, spec, in_place, rank, n, device)
+    time_us = time_case(case, spec)
+    wrong = total_over_ranks(case.check(), device) if spec.check else None
+    return {"time_us": time_us, "num_wrong": wrong}
+
+
+def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
+    from .environment import fingerprint
+
+    if rank == 0:
+        log.emit(ev.ENVIRONMENT, fingerprint(n))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if spec.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend=spec.dist_backend, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend=spec.dist_backend)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if rank == 0:
+        log.emit(ev.RUN_START)
+    elem = torch.empty((), dtype=DTYPES[spec.dtype]).element_size()
+    for op in spec.ops:
+        for size in spec.sizes:
+            oop = measure(op, size, spec, False, rank, n, device)
+            ip = (measure(op, size, spec, True, rank, n, device)
+                  if spec.in_place and op not in NO_IN_PLACE else None)
+            if rank == 0:
+                log.emit(ev.COLLECTIVE_ROW, {
+                    "op": op, "size_bytes": size, "count": nccl_count(op, size, elem, n),
+                    "dtype": NCCL_TYPE_NAMES[spec.dtype],
+                    "redop": spec.redop if op in ("all_reduce", "reduce_scatter", "reduce") else "none",
+                    "root": spec.root if op in ("broadcast", "reduce") else -1,
+                    "out_of_place": oop, "in_place": ip, "num_ranks": n})
+    if rank == 0:
+        log.emit(ev.RUN_STOP, status="success")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    n = int(os.environ.get("WORLD_SIZE", "1"))
+    log = ev.EventLog(args.run_dir, rank)
+    try:
+        run(CollectiveSpec.load(args.run_dir / SPEC_FILE), log, rank, n)
+    except BaseException as exc:  # every failure becomes an event the harness can record
+        fail(log, rank, exc)
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

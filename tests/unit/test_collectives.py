@@ -1,0 +1,126 @@
+"""nccl-tests semantics of the built-in sweep: bandwidth formulas, sizes, expected results."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.collectives import Case, count_wrong, input_values, nccl_count, reduce_values
+from benchmarks.spec import CollectiveSpec
+from harness.collectives import (OPS, Placement, Row, avg_busbw_gbps, busbw_factor, format_table,
+                                 sizes)
+from harness.config import compose
+from harness.errors import ConfigError
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("all_reduce", 16, 1.875),
+    ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5),
+    ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 8, 1.0),
+])
+def test_busbw_factor_is_nccl_tests(op, n, factor):
+    assert busbw_factor(op, n) == pytest.approx(factor)
+
+
+def test_unknown_op_has_no_factor():
+    with pytest.raises(ValueError, match="valid: all_reduce"):
+        busbw_factor("allreduce", 8)
+
+
+def test_placement_bandwidths():
+    # 1 GB in 10 ms on 8 ranks: algbw 100 GB/s, all-reduce busbw 175 GB/s (GB = 1e9 B)
+    p = Placement.measured("all_reduce", 10**9, 10_000.0, 8, 0)
+    assert p.algbw_gbps == pytest.approx(100.0)
+    assert p.busbw_gbps == pytest.approx(175.0)
+
+
+def test_avg_busbw_counts_every_placement():
+    a = Placement(1.0, 1.0, 2.0, 0)
+    b = Placement(1.0, 1.0, 4.0, 0)
+    rows = [Row(8, 2, "float", "sum", -1, a, b), Row(16, 4, "float", "sum", -1, b, None)]
+    assert avg_busbw_gbps(rows) == pytest.approx((2 + 4 + 4) / 3)
+    table = format_table("all_reduce", rows, 2)
+    assert "# Avg bus bandwidth" in table and "# Out of bounds values : 0 OK" in table
+
+
+@pytest.mark.parametrize("args,expected", [
+    ((1024, 8192, 2.0, 0, 4, 2), [1024, 2048, 4096, 8192]),
+    ((1000, 5000, 2.0, 0, 4, 2), [1000, 2000, 4000]),          # multiples of 4 B x 2 ranks
+    ((8, 64, 2.0, 0, 4, 8), [32, 64]),                          # never below one element a rank
+    ((1024, 4096, 2.0, 1024, 4, 2), [1024, 2048, 3072, 4096]),  # a step instead of a factor
+])
+def test_sizes(args, expected):
+    assert sizes(*args) == expected
+
+
+@pytest.mark.parametrize("op,count", [("all_reduce", 256), ("all_gather", 128), ("reduce_scatter", 128),
+                                      ("all_to_all", 128), ("broadcast", 256), ("sendrecv", 256)])
+def test_count_column_is_nccl_tests_per_call_count(op, count):
+    assert nccl_count(op, 1024, 4, 2) == count
+
+
+def spec(redop: str = "sum", dtype: str = "float32") -> CollectiveSpec:
+    return CollectiveSpec(run_id="x", platform="cpu", device="cpu", dist_backend="gloo", ops=[],
+                          sizes=[], dtype=dtype, redop=redop, root=1, warmup_iters=0, iters=1,
+                          check=True, in_place=False)
+
+
+def simulate(op: str, cases: list[Case], redop: str) -> list[torch.Tensor]:
+    """What each rank must hold after the collective, computed from the ranks' real input buffers."""
+    n, chunk = len(cases), cases[0].chunk
+    sends = [c.send.to(torch.float64) for c in cases]
+    if op == "all_reduce":
+        return [reduce_values(sends, redop)] * n
+    if op == "reduce_scatter":
+        full = reduce_values(sends, redop)
+        return [full[r * chunk:(r + 1) * chunk] for r in range(n)]
+    if op == "all_gather":
+        return [torch.cat(sends)] * n
+    if op == "all_to_all":
+        return [torch.cat([sends[q][r * chunk:(r + 1) * chunk] for q in range(n)]) for r in range(n)]
+    if op == "broadcast":
+        return [sends[1]] * n
+    if op == "reduce":
+        return [reduce_values(sends, redop)] * n
+    return [sends[(r - 1) % n] for r in range(n)]  # sendrecv
+
+
+@pytest.mark.parametrize("redop", ["sum", "prod", "max", "min"])
+@pytest.mark.parametrize("op", OPS)
+def test_expected_results_match_the_collectives_semantics(op, redop):
+    n = 3
+    cases = [Case(op, 4 * 3 * 40, spec(redop), False, r, n, torch.device("cpu")) for r in range(n)]
+    for case, truth in zip(cases, simulate(op, cases, redop)):
+        assert torch.equal(case.expected(), truth)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+def test_inputs_are_exact_in_small_dtypes(dtype):
+    values = input_values(7, 1000, "sum")
+    case_dtype = getattr(torch, dtype)
+    assert torch.equal(values.to(case_dtype).to(torch.float64), values)
+    assert reduce_values([input_values(r, 1000, "sum") for r in range(8)], "sum").max() <= 127
+
+
+def test_count_wrong_counts_mismatches():
+    expected = torch.arange(10, dtype=torch.float64)
+    actual = expected.clone().to(torch.float32)
+    actual[3] += 1
+    actual[7] = float("nan")
+    assert count_wrong(actual, expected, torch.float32) == 2
+    assert count_wrong(expected.to(torch.float32), expected, torch.float32) == 0
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    (["collective.ops=[all_reduce,allreduce]"], "collective.ops"),
+    (["collective.min_bytes=4096", "collective.max_bytes=1024"], "must not exceed collective.max_bytes=1024"),
+    (["collective.step_factor=1.0"], "collective.step_factor"),
+    (["collective.dtype=float8"], "collective.dtype"),
+    (["collective.redop=mean"], "collective.redop"),
+    (["collective.root=5"], "collective.root"),
+    (["kind=collective", "collective.redop=avg"], "gloo has no avg"),
+    (["kind=collective", "collective.source=nccl-tests"], "nccl-tests needs GPUs"),
+])
+def test_bad_collective_values_are_named(overrides, fragment):
+    with pytest.raises(ConfigError, match="") as err:
+        compose(overrides)
+    assert fragment in str(err.value)
