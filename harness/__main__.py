@@ -24,8 +24,10 @@ def cmd_plan(args: list[str]) -> int:
     from benchmarks.spec import CollectiveSpec
 
     from .bench import plan_suite
+    from .multirun import split_flag
 
-    out, planned = plan_suite(args)
+    multirun, overrides = split_flag(args)
+    out, planned = plan_suite(overrides, multirun)
     print(f"out: {out}")
     for p in planned:
         print(f"\n{p.run.run_id}: {p.run.num_ranks} ranks, timeout {p.run.timeout_s:g} s")
@@ -75,7 +77,9 @@ def help_text() -> str:
               "        zero.overlap_comm=true deepspeed_config=my_ds.json out=results/mine",
               "", "examples:", "  python -m harness bench                      # cpu default suite",
               "  python -m harness bench suite=single zero=stage3 workload.micro_batch_size=4",
-              "  python -m harness plan platform=h200"]
+              "  python -m harness plan platform=h200",
+              "  python -m harness bench -m suite=single kind=collective +nccl_env.NCCL_ALGO=Ring,Tree",
+              "", "-m / --multirun: run every combination of sweep overrides (a,b  range()  choice())"]
     return "\n".join(lines)
 
 

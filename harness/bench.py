@@ -16,6 +16,9 @@ from .collectives import Row, format_table
 from .config import REPO_ROOT, BenchConfig, RunKind, compose
 from .errors import HarnessError
 from .launch import LocalLauncher
+from .multirun import expand as multirun_expand
+from .multirun import labels as multirun_labels
+from .multirun import split_flag
 from .plan import RunSpec, merge_overrides, plan_run, safe_name
 from .record import (ResultRecord, build_collective_records, build_record, write_json_atomic,
                      write_record)
@@ -36,23 +39,28 @@ def default_out(cfg: BenchConfig) -> Path:
     return REPO_ROOT / "results" / f"{stamp}-{safe_name(cfg.platform.name)}"
 
 
-def plan_suite(overrides: list[str]) -> tuple[Path, list[PlannedRun]]:
-    """Compose and validate every run of the suite before anything is launched."""
-    base = compose(overrides)
-    out = Path(base.out).resolve() if base.out else default_out(base)
-    planned = []
-    entries = base.suite.runs or []
-    if not entries:
-        name = base.workload.name if base.kind == RunKind.training else f"collectives-{base.collective.name}"
-        planned.append(PlannedRun(base, plan_run(base, name, 0, overrides, out, REPO_ROOT, CACHE_DIR)))
-    for index, entry in enumerate(entries):
-        run_overrides = merge_overrides(overrides, [f"kind={entry.kind.value}", *entry.overrides])
-        try:
-            cfg = compose(run_overrides)
-        except HarnessError as exc:
-            raise HarnessError(f"suite {base.suite.name}, run {entry.name}: {exc}") from None
-        planned.append(PlannedRun(cfg, plan_run(cfg, entry.name, index, run_overrides, out,
-                                                REPO_ROOT, CACHE_DIR)))
+def plan_suite(overrides: list[str], multirun: bool = False) -> tuple[Path, list[PlannedRun]]:
+    """Compose and validate every run of the suite (of every multirun combination) before
+    anything is launched."""
+    jobs = multirun_expand(overrides, multirun)
+    first = compose(jobs[0])
+    out = Path(first.out).resolve() if first.out else default_out(first)
+    planned: list[PlannedRun] = []
+    for job, label in zip(jobs, multirun_labels(jobs)):
+        tag = f"[{label}]" if len(jobs) > 1 else ""
+        base = first if job is jobs[0] else compose(job)
+        if not base.suite.runs:
+            name = base.workload.name if base.kind == RunKind.training else f"collectives-{base.collective.name}"
+            planned.append(PlannedRun(base, plan_run(base, name + tag, len(planned), job, out,
+                                                     REPO_ROOT, CACHE_DIR)))
+        for entry in base.suite.runs:
+            run_overrides = merge_overrides(job, [f"kind={entry.kind.value}", *entry.overrides])
+            try:
+                cfg = compose(run_overrides)
+            except HarnessError as exc:
+                raise HarnessError(f"suite {base.suite.name}, run {entry.name}: {exc}") from None
+            planned.append(PlannedRun(cfg, plan_run(cfg, entry.name + tag, len(planned), run_overrides,
+                                                    out, REPO_ROOT, CACHE_DIR)))
     return out, planned
 
 
@@ -104,10 +112,11 @@ def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
     return records
 
 
-def bench(overrides: list[str]) -> int:
+def bench(args: list[str]) -> int:
+    multirun, overrides = split_flag(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out, planned = plan_suite(overrides)
+        out, planned = plan_suite(overrides, multirun)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     refuse_existing_results(out, planned)

@@ -124,3 +124,23 @@ def test_bad_collective_values_are_named(overrides, fragment):
     with pytest.raises(ConfigError, match="") as err:
         compose(overrides)
     assert fragment in str(err.value)
+
+
+def test_multirun_expands_sweeps_in_hydra_order_and_names_each_combination():
+    from harness.multirun import expand, labels
+
+    jobs = expand(["suite=single", "+nccl_env.NCCL_ALGO=Ring,Tree", "zero=stage1,stage2"], multirun=True)
+    assert jobs == [["suite=single", "+nccl_env.NCCL_ALGO=Ring", "zero=stage1"],
+                    ["suite=single", "+nccl_env.NCCL_ALGO=Ring", "zero=stage2"],
+                    ["suite=single", "+nccl_env.NCCL_ALGO=Tree", "zero=stage1"],
+                    ["suite=single", "+nccl_env.NCCL_ALGO=Tree", "zero=stage2"]]
+    assert labels(jobs)[1] == "NCCL_ALGO=Ring,zero=stage2"
+    assert expand(["x=range(1,4)"], multirun=True) == [["x=1"], ["x=2"], ["x=3"]]
+
+
+def test_a_sweep_without_multirun_is_refused():
+    from harness.errors import HarnessError
+    from harness.multirun import expand
+
+    with pytest.raises(HarnessError, match="add -m"):
+        expand(["zero=stage1,stage2"], multirun=False)
