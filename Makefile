@@ -44,7 +44,7 @@ help:
 	@echo "  venv       create $(VENV) and install requirements.lock (torch $(TORCH_VERSION) first)"
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [out=\$$OUT] \$$ARGS"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
-	@echo "  perf       measure harness overhead (tests/perf/harness_cost.py)"
+	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop"
 	@echo "  lock       regenerate requirements.lock from $(VENV) (pip freeze)"
 	@echo "  clean      remove results/ and .cache/ (keeps $(VENV))"
 	@echo "  distclean  clean, and also remove $(VENV) and build/"
@@ -87,6 +87,7 @@ test: venv
 
 perf: venv
 	$(PY) tests/perf/harness_cost.py
+	$(PY) tests/perf/collective_cost.py
 
 # pip list --format=freeze always prints name==version (never `@ file://`),
 # local version tags (+cpu, +cu128) are stripped so the lock is portable, and
