@@ -1,8 +1,6 @@
 """The `bench` command: compose -> plan every run -> launch each -> record -> summary."""
 from __future__ import annotations
 
-import sys
-import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +17,7 @@ from .launch import LocalLauncher
 from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
+from .plot import busbw_plot
 from .plan import RunSpec, merge_overrides, plan_run, safe_name
 from .record import (ResultRecord, build_collective_records, build_record, write_json_atomic,
                      write_record)
@@ -98,6 +97,7 @@ def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
         progress.poll()
         if isinstance(run.spec, CollectiveSpec):
             new = build_collective_records(run, p.cfg, launch)
+            plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
         else:
             new = [build_record(run, p.cfg, launch)]
         for record in new:
@@ -112,13 +112,22 @@ def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
     return records
 
 
+def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) -> None:
+    """busbw against size per collective, the platform's declared link bandwidths as ceilings."""
+    series = {r.benchmark: [(row["size_bytes"], row["out_of_place"]["busbw_gbps"]) for row in r.rows]
+              for r in records if r.rows}
+    if not series:
+        return
+    p = cfg.platform
+    busbw_plot(series, path, title=f"{p.name}: busbw by message size ({p.world_size} ranks, out-of-place)",
+               ceilings_gbps={"intra-node": p.intra_node_bw_gbps, "inter-node (per node)": p.inter_node_bw_gbps})
+    for r in records:
+        r.plot = path.name
+
+
 def bench(args: list[str]) -> int:
     multirun, overrides = split_flag(args)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out, planned = plan_suite(overrides, multirun)
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    out, planned = plan_suite(overrides, multirun)
     refuse_existing_results(out, planned)
     out.mkdir(parents=True, exist_ok=True)
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)

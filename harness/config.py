@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from .errors import ConfigError
+from .nccl_env import normalise_nccl_env, validate_nccl_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -321,8 +323,14 @@ def validate(cfg: BenchConfig) -> None:
     dtype = w.precision.value
     _check(p.peak_tflops.get(dtype, 0) > 0, "platform.peak_tflops", dict(p.peak_tflops),
            f"needs a positive entry for the workload's precision '{dtype}' (MFU is never guessed)")
-    for k in p.nccl_env:
-        _check(k.startswith("NCCL_"), "platform.nccl_env", k, "keys must be NCCL_* variables")
+    p.nccl_env = normalise_nccl_env(p.nccl_env, field="platform.nccl_env")
+    validate_nccl_env(p.nccl_env, "platform.nccl_env")
+    cfg.nccl_env = normalise_nccl_env(cfg.nccl_env, field="nccl_env")
+    validate_nccl_env(cfg.nccl_env, "nccl_env")
+    validate_nccl_env({**p.nccl_env, **cfg.nccl_env}, "nccl_env (over platform.nccl_env)")
+    if p.device == Device.cpu and cfg.nccl_env:
+        warnings.warn(f"nccl_env {sorted(cfg.nccl_env)} has no effect on the cpu platform (gloo); "
+                      "it is recorded only", stacklevel=2)
     if p.launcher == LauncherKind.slurm:
         raise ConfigError(f"platform.launcher='slurm' (platform {p.name}) is not available in this "
                           "version of the suite; valid: local (add platform.launcher=local to run "

@@ -62,6 +62,8 @@ class ResultRecord:
     """kind 'collective': False when the output was cut short (only complete rows are kept)."""
     source: Optional[str] = None
     """kind 'collective': 'builtin' (torch.distributed sweep), 'nccl-tests' or 'nccl-tests-json'."""
+    plot: Optional[str] = None
+    """kind 'collective': the busbw PNG beside the records, if one was drawn."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

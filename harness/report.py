@@ -131,6 +131,8 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
         parts.append(collective_table(collectives, markdown))
         parts += [f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}"
                   for r in collectives if r.status != "ok"]
+        plots = sorted({r.plot for r in collectives if r.plot})
+        parts += [f"![busbw by message size]({name})" if markdown else f"busbw plot: {name}" for name in plots]
     if not records:
         return "\n\n".join(parts) + "\n"
     parts.append(f"{h}Throughput (mode: throughput, nothing instrumented, warm-up excluded)")

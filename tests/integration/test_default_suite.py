@@ -166,3 +166,6 @@ def test_the_suite_starts_with_a_short_collective_sweep(default_suite):
         assert rec["metrics"]["avg_busbw_gbps"]["value"] > 0
         assert all(row["out_of_place"]["num_wrong"] == 0 for row in rec["rows"])
     assert max(r["wall_s"] for r in collectives.values()) < 30  # the budget on cpu
+    (plot,) = {r["plot"] for r in collectives.values()}
+    assert (default_suite.out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"![busbw by message size]({plot})" in (default_suite.out / "summary.md").read_text()
