@@ -62,16 +62,26 @@ def cmd_validate(args: list[str]) -> int:
     return 1 if bad else 0
 
 
+def cmd_import_nccl_tests(args: list[str]) -> int:
+    """Turn nccl-tests outputs saved on a cluster (stdout or -J JSON) into collective records:
+    import-nccl-tests FILE... [--out DIR] [--platform NAME] [--op OP]."""
+    from .nccl_tests import cli
+
+    return cli(args)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bench": cmd_bench,
     "plan": cmd_plan,
     "validate": cmd_validate,
+    "import-nccl-tests": cmd_import_nccl_tests,
 }
+OWN_HELP = ("import-nccl-tests",)  # commands with their own argparse --help
 
 
 def help_text() -> str:
     lines = [USAGE, "", "commands:"]
-    lines += [f"  {name:<10} {fn.__doc__.strip()}" for name, fn in COMMANDS.items()]
+    lines += [f"  {name:<18} {' '.join(fn.__doc__.split())}" for name, fn in COMMANDS.items()]
     lines += ["", f"config groups (choose with group=option; files in {CONF_DIR.name}/<group>/):"]
     lines += [f"  {g:<10} {', '.join(group_options(g))}" for g in GROUPS]
     lines += ["", "fields: any field by its path, e.g. workload.micro_batch_size=4 measure.steps=10",
@@ -99,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {command!r}; valid: {', '.join(COMMANDS)}\n\n{help_text()}",
               file=sys.stderr)
         return 2
-    if any(a in ("-h", "--help") for a in rest):
+    if any(a in ("-h", "--help") for a in rest) and command not in OWN_HELP:
         print(f"python -m harness {command} [overrides]: {COMMANDS[command].__doc__.strip()}")
         return 0
     try:

@@ -18,9 +18,9 @@ from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .plot import busbw_plot
-from .plan import RunSpec, merge_overrides, plan_run, safe_name
-from .record import (ResultRecord, build_collective_records, build_record, write_json_atomic,
-                     write_record)
+from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
+from .record import (ResultRecord, build_collective_records, build_record, nccl_tests_record,
+                     write_json_atomic, write_record)
 from .report import Progress, summary
 
 CACHE_DIR = REPO_ROOT / ".cache"
@@ -50,17 +50,23 @@ def plan_suite(overrides: list[str], multirun: bool = False) -> tuple[Path, list
         base = first if job is jobs[0] else compose(job)
         if not base.suite.runs:
             name = base.workload.name if base.kind == RunKind.training else f"collectives-{base.collective.name}"
-            planned.append(PlannedRun(base, plan_run(base, name + tag, len(planned), job, out,
-                                                     REPO_ROOT, CACHE_DIR)))
+            planned += plan_runs(base, name + tag, len(planned), job, out)
         for entry in base.suite.runs:
             run_overrides = merge_overrides(job, [f"kind={entry.kind.value}", *entry.overrides])
             try:
                 cfg = compose(run_overrides)
             except HarnessError as exc:
                 raise HarnessError(f"suite {base.suite.name}, run {entry.name}: {exc}") from None
-            planned.append(PlannedRun(cfg, plan_run(cfg, entry.name + tag, len(planned), run_overrides,
-                                                    out, REPO_ROOT, CACHE_DIR)))
+            planned += plan_runs(cfg, entry.name + tag, len(planned), run_overrides, out)
     return out, planned
+
+
+def plan_runs(cfg: BenchConfig, name: str, index: int, overrides: list[str], out: Path) -> list[PlannedRun]:
+    if cfg.kind == RunKind.collective and cfg.collective.source == "nccl-tests":
+        runs = plan_nccl_tests_runs(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR)
+    else:
+        runs = [plan_run(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR)]
+    return [PlannedRun(cfg, run) for run in runs]
 
 
 def refuse_existing_results(out: Path, planned: list[PlannedRun]) -> None:
@@ -95,7 +101,10 @@ def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
         progress = Progress(run.run_dir / ev.EVENTS_FILE, run.run_id, total)
         launch = LocalLauncher(on_poll=progress.poll).run(run, cwd=REPO_ROOT)
         progress.poll()
-        if isinstance(run.spec, CollectiveSpec):
+        if run.output == "nccl-tests":
+            new = [nccl_tests_record(run, p.cfg, launch)]
+            plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
+        elif isinstance(run.spec, CollectiveSpec):
             new = build_collective_records(run, p.cfg, launch)
             plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
         else:

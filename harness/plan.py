@@ -3,6 +3,7 @@ DeepSpeed JSON (deepspeed_config=): no other I/O, no processes."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -37,6 +38,8 @@ class RunSpec:
     spec: TrainSpec | CollectiveSpec
     config: dict[str, Any]
     overrides: list[str] = field(default_factory=list)
+    output: str = "events"
+    """How the run reports: 'events' (our benchmarks' events.jsonl) or 'nccl-tests' (its stdout)."""
 
 
 def deepspeed_config(cfg: BenchConfig) -> dict[str, Any]:
@@ -220,3 +223,26 @@ def merge_overrides(base: list[str], run: list[str]) -> list[str]:
         warnings.warn(f"command-line {layered} apply on top of the suite run's {sorted(run_keys)} "
                       "(every run of the suite gets them)", stacklevel=2)
     return [o for o in base if key(o) not in run_keys] + list(run)
+
+
+def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_dir: Path,
+                         repo_root: Path, cache_dir: Path) -> list[RunSpec]:
+    """One run per op of the real nccl-tests binaries: one process driving the node's GPUs (-g).
+    A missing binary is an error before anything launches."""
+    from .nccl_tests import binary_for, command
+
+    c, p = cfg.collective, cfg.platform
+    runs = []
+    for offset, op in enumerate(c.ops):
+        binary = binary_for(op, c.nccl_tests_dir)
+        if binary is None:
+            where = f"collective.nccl_tests_dir={c.nccl_tests_dir!r}" if c.nccl_tests_dir else "PATH"
+            raise ConfigError(f"collective.source='nccl-tests' but the {op} binary is not in {where}; "
+                              "build nccl-tests (make) and set collective.nccl_tests_dir, or use source=builtin")
+        base = plan_run(cfg, f"{name}-{op}", index + offset, overrides, out_dir, repo_root, cache_dir)
+        base.spec.ops = [op]
+        argv = command(binary, min_bytes=c.min_bytes, max_bytes=c.max_bytes, step_factor=c.step_factor,
+                       step_bytes=c.step_bytes, gpus_per_proc=p.gpus_per_node, iters=c.iters,
+                       warmup_iters=c.warmup_iters, check=c.check, dtype=c.dtype, redop=c.redop)
+        runs.append(dataclasses.replace(base, argv=argv, num_ranks=1, output="nccl-tests"))
+    return runs

@@ -137,7 +137,8 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: list[dict]) -> tuple[str, Optional[str]]:
+def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: list[dict],
+              expect_run_stop: bool = True) -> tuple[str, Optional[str]]:
     """Decide a run's status and reason from what the ranks said and how they exited.
 
     The root cause comes first: an out-of-memory anywhere, then a rank killed by a signal the
@@ -163,7 +164,7 @@ def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: 
         status, cause = "error", f"rank {rank} exited with code {code} after {steps} optimizer steps"
     elif launch.killed_ranks:
         status, cause = "error", f"ranks {launch.killed_ranks} were killed"
-    elif not any(e["key"] == ev.RUN_STOP for e in events):
+    elif expect_run_stop and not any(e["key"] == ev.RUN_STOP for e in events):
         return "error", "ranks exited 0 without a run_stop event"
     else:
         return "ok", None
@@ -330,3 +331,28 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
             status=op_status, reason=op_reason, rows=rows, config=run.config, overrides=run.overrides,
             environment=env, complete=complete, source="builtin", wall_s=launch.wall_s))
     return records
+
+
+def nccl_tests_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> ResultRecord:
+    """The record of one nccl-tests binary run: its stdout parsed (complete rows only); the
+    launch's own failure (timeout, crash) comes first in status and reason."""
+    from .nccl_tests import parse_file, records_from_output
+
+    log = run.run_dir / "rank0.log"
+    op = run.spec.ops[0]
+    launch_status, launch_reason = status_of(run, launch, [], [], expect_run_stop=False)
+    try:
+        record = records_from_output(parse_file(log, op), run_id=run.run_id, platform=cfg.platform.name,
+                                     source_file=str(log))
+    except HarnessError as exc:
+        record = collective_record(run_id=run.run_id, name=run.name, benchmark=op, platform=cfg.platform.name,
+                                   status="error", reason=str(exc), rows=[], config=run.config,
+                                   overrides=run.overrides, environment=environment(run, cfg, [], []),
+                                   complete=False, source="nccl-tests")
+    if launch_status != "ok":
+        record.status = launch_status
+        record.reason = launch_reason + (f"; {record.reason}" if record.reason else "")
+    controller = environment(run, cfg, [], [])
+    record.environment = {**controller, **{k: v for k, v in record.environment.items() if v is not None}}
+    record.name, record.config, record.overrides, record.wall_s = run.name, run.config, run.overrides, launch.wall_s
+    return record

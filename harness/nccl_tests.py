@@ -1,0 +1,184 @@
+"""nccl-tests (github.com/NVIDIA/nccl-tests): build its command line, find its binaries, turn its
+output (parsed by harness.nccl_tests_output) into records, import saved outputs. No torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from .collectives import OPS
+from .errors import HarnessError
+from .nccl_tests_output import (_BINARY, _OP_OF_BINARY, BINARIES, NCCL_REDOPS,  # noqa: F401 (API)
+                                NCCL_TYPES, ErrorValue, ParsedOutput, RunConfig, parse_file,
+                                parse_json, parse_text)
+from .record import ResultRecord, collective_record, validate_record, write_record
+
+
+def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float = 2.0,
+            step_bytes: int = 0, gpus_per_proc: int = 1, iters: int = 20, warmup_iters: int = 5,
+            check: bool = True, dtype: str = "float32", redop: str = "sum",
+            json_out: Optional[str] = None) -> list[str]:
+    """The argv of one nccl-tests binary (launcher and MPI flags are the caller's). Sizes step by
+    step_factor (-f) when step_bytes is 0, else by step_bytes (-i), as harness.collectives.sizes.
+    json_out must end in .json (nccl-tests infers the format from the suffix and otherwise writes
+    nothing) and should not exist (nccl-tests then writes FILE.0, FILE.1 ... instead)."""
+    def bad(name: str, value: Any, valid: str) -> HarnessError:
+        return HarnessError(f"nccl-tests {name}={value!r} is invalid; {valid}")
+
+    names = [m.group(1) for m in _BINARY.finditer(os.path.basename(binary))]
+    if len(names) != 1 or names[0] not in _OP_OF_BINARY:
+        raise bad("binary", binary, f"valid: a path to one of {', '.join(BINARIES.values())}")
+    if min_bytes < 1:
+        raise bad("min_bytes", min_bytes, "must be >= 1 byte")
+    if min_bytes > max_bytes:
+        raise bad("min_bytes", min_bytes, f"must not exceed max_bytes={max_bytes}")
+    if step_bytes < 0:
+        raise bad("step_bytes", step_bytes, "must be >= 0 (0: use step_factor)")
+    if step_bytes == 0 and (step_factor != int(step_factor) or step_factor < 2):
+        raise bad("step_factor", step_factor, "nccl-tests -f takes an integer >= 2")
+    for name, value, low in (("gpus_per_proc", gpus_per_proc, 1), ("iters", iters, 1),
+                             ("warmup_iters", warmup_iters, 0)):
+        if value < low:
+            raise bad(name, value, f"must be >= {low}")
+    if dtype not in NCCL_TYPES:
+        raise bad("dtype", dtype, f"valid: {', '.join(NCCL_TYPES)}")
+    if redop not in NCCL_REDOPS:
+        raise bad("redop", redop, f"valid: {', '.join(NCCL_REDOPS)}")
+    if json_out is not None and not json_out.lower().endswith(".json"):
+        raise bad("json_out", json_out, "must end in .json (nccl-tests writes JSON only to *.json)")
+    step = ["-i", str(step_bytes)] if step_bytes > 0 else ["-f", str(int(step_factor))]
+    argv = [binary, "-b", str(min_bytes), "-e", str(max_bytes), *step, "-g", str(gpus_per_proc),
+            "-n", str(iters), "-w", str(warmup_iters), "-c", "1" if check else "0",
+            "-d", NCCL_TYPES[dtype], "-o", redop]
+    return argv + (["-J", json_out] if json_out is not None else [])
+
+
+def binary_for(op: str, search_dir: Optional[str] = None, suffix: str = "") -> Optional[str]:
+    """The nccl-tests binary of op (+ the build's NAME_SUFFIX, e.g. "_mpi"): in search_dir when
+    given (no fallback), else on PATH; None if absent."""
+    if op not in BINARIES:
+        raise HarnessError(f"op={op!r} has no nccl-tests binary; valid: {', '.join(BINARIES)}")
+    if search_dir is None:
+        return shutil.which(BINARIES[op] + suffix)
+    path = Path(search_dir) / (BINARIES[op] + suffix)
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+# --- records ----------------------------------------------------------------------------------
+
+def _status(p: ParsedOutput) -> tuple[str, Optional[str]]:
+    reasons = []
+    if not p.complete:
+        why = f"output cut short after {len(p.rows)} complete rows"
+        if p.num_dropped_rows:
+            why += f" ({p.num_dropped_rows} incomplete dropped)"
+        reasons.append(why + (f": {p.failures[0]}" if p.failures else ""))
+    elif not p.rows:
+        reasons.append("the output has no result rows")
+    wrong = [(r.size_bytes, w) for r in p.rows for pl in (r.out_of_place, r.in_place)
+             if pl is not None and (w := pl.num_wrong)]
+    if wrong:
+        reasons.append(f"{len(wrong)} placements with wrong values (#wrong > 0), first {wrong[0][1]} "
+                       f"at {wrong[0][0]} B")
+    if p.out_of_bounds:
+        reasons.append(f"nccl-tests reports Out of bounds values: {p.out_of_bounds} FAILED")
+    if p.avg_busbw_failed:
+        reasons.append(f"Avg bus bandwidth {p.avg_busbw_gbps} FAILED (below NCCL_TESTS_MIN_BW)")
+    return ("error", "; ".join(reasons)) if reasons else ("ok", None)
+
+
+def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
+                        source_file: str) -> ResultRecord:
+    """One collective record (harness.record.collective_record) of a parsed output."""
+    status, reason = _status(parsed)
+    models = sorted(set(parsed.devices))
+    env = {"python": None, "torch": None, "deepspeed": None, "transformers": None,
+           "cuda": parsed.cuda_version, "nccl": parsed.nccl_version, "driver": None,
+           "gpu_model": " + ".join(models) or None,
+           "gpu_count": parsed.num_ranks or (len(parsed.devices) if parsed.layout != "json" else 0),
+           "container_image": None, "env": dict(parsed.env), "hosts": list(parsed.hosts),
+           "suite_commit": None, "nccl_tests": parsed.nccl_tests_version, "num_ranks": parsed.num_ranks}
+    config = {"op": parsed.op, "source_file": source_file, "layout": parsed.layout,
+              "num_ranks": parsed.num_ranks, "args": parsed.args,
+              "nccl_tests": asdict(parsed.run_config) if parsed.run_config else None,
+              "printed_avg_busbw_gbps": parsed.avg_busbw_gbps, "out_of_bounds": parsed.out_of_bounds,
+              "num_dropped_rows": parsed.num_dropped_rows, "failures": parsed.failures,
+              "error_values": [asdict(e) for e in parsed.errors]}
+    return collective_record(
+        run_id=run_id, name=f"{parsed.op} ({Path(source_file).name})", benchmark=parsed.op,
+        platform=platform, status=status, reason=reason, rows=[r.to_dict() for r in parsed.rows],
+        config=config, overrides=[], environment=env, complete=parsed.complete,
+        source="nccl-tests-json" if parsed.layout == "json" else "nccl-tests", wall_s=parsed.wall_s or 0.0)
+
+
+def _run_id(path: str) -> str:
+    return "nccl-tests-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(path).stem).strip("-.") or "output")
+
+
+def import_files(paths: list[str], out_dir: Path, platform: str = "unknown",
+                 op: Optional[str] = None) -> list[Path]:
+    """Parse every file, then write one record per file (run id nccl-tests-<file stem>) into out_dir.
+    Nothing is written when any file is bad or any record file already exists."""
+    if not paths:
+        raise HarnessError("import-nccl-tests needs files: nccl-tests stdout or -J JSON")
+    if not platform:
+        raise HarnessError("platform='' is invalid; give a platform name (e.g. h100)")
+    parsed, bad = [], []
+    for path in paths:
+        try:
+            parsed.append((str(path), parse_file(path, op)))
+        except HarnessError as exc:
+            bad.append(str(exc))
+    if bad:
+        raise HarnessError(f"{len(bad)} of {len(paths)} files cannot be imported (nothing written):\n  "
+                           + "\n  ".join(bad))
+    ids = [_run_id(path) for path, _ in parsed]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise HarnessError(f"files would share the record ids {', '.join(dupes)}; rename them (nothing written)")
+    out_dir = Path(out_dir)
+    existing = [str(out_dir / f"{i}.json") for i in ids if (out_dir / f"{i}.json").exists()]
+    if existing:
+        raise HarnessError(f"refusing to overwrite existing records (nothing written): {', '.join(existing)}")
+    records = [records_from_output(p, run_id=i, platform=platform, source_file=path)
+               for (path, p), i in zip(parsed, ids)]
+    for rec in records:
+        problems = validate_record(rec.to_dict())
+        if problems:
+            raise HarnessError(f"record {rec.run_id} does not match the schema (nothing written): "
+                               + "; ".join(problems))
+    return [write_record(rec, out_dir) for rec in records]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # a bad argument is a HarnessError (exit 2 via harness.__main__)
+        raise HarnessError(f"{self.prog}: {message}")
+
+
+def cli(args: list[str]) -> int:
+    """python -m harness import-nccl-tests FILE... [--out DIR] [--platform NAME] [--op OP].
+    Exit 0 when every record is ok, 3 when one records an error (cut short, wrong values)."""
+    from .config import REPO_ROOT
+
+    parser = _Parser(prog="python -m harness import-nccl-tests",
+                     description="Import nccl-tests outputs (stdout or -J JSON) as collective records.")
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("--out", type=Path, help="record folder (default results/<timestamp>-nccl-tests)")
+    parser.add_argument("--platform", default="unknown", help="platform name stored in each record")
+    parser.add_argument("--op", choices=OPS, help="the collective, when the output does not name its binary")
+    ns = parser.parse_args(args)
+    out = ns.out or REPO_ROOT / "results" / f"{datetime.now():%Y%m%d-%H%M%S}-nccl-tests"
+    worst = 0
+    for path in import_files(ns.files, out, ns.platform, ns.op):
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        worst = max(worst, 0 if rec["status"] == "ok" else 3)
+        print(f"{path}: {rec['benchmark']}, {len(rec['rows'])} rows, {rec['status']}"
+              + (f" ({rec['reason']})" if rec["reason"] else ""))
+    return worst
