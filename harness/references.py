@@ -1,0 +1,182 @@
+"""Reference tables (reference_results/*.json): what each platform should deliver, with provenance.
+
+A reference file is a JSON object {"schema_version", "references": [entry, ...]}; an entry is
+keyed by platform, benchmark, configuration and metric, and carries its value with unit,
+direction (higher or lower is better), tolerance, samples and provenance (source, submitter,
+date, system, environment fingerprint, suite commit). A published OOM cell is an entry with
+status "oom" and value null. The JSON Schema is schemas/reference.schema.json.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from .config import REPO_ROOT
+from .errors import HarnessError
+
+REFERENCE_DIR = REPO_ROOT / "reference_results"
+SCHEMA_PATH = REPO_ROOT / "schemas" / "reference.schema.json"
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source: str
+    """Where the figure comes from: a publication, or 'suite' for records of this suite."""
+    submitter: str
+    date: str
+    """ISO date the figure was published or submitted."""
+    system: str
+    """The system as described by the source."""
+    environment: Optional[dict[str, Any]] = None
+    """Environment fingerprint of the run (records' `environment`); None for published figures."""
+    suite_commit: Optional[str] = None
+    note: Optional[str] = None
+    """Anything the source leaves open (e.g. units it does not state)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    platform: str
+    benchmark: str
+    config: dict[str, Any]
+    """What identifies the configuration: nodes, zero_stage, micro_batch_size, grad_acc_steps, ..."""
+    metric: str
+    value: Optional[float]
+    """None when status is not ok (e.g. a published OOM cell)."""
+    unit: str
+    direction: str
+    """'higher' or 'lower' is better."""
+    tolerance_pct: float
+    status: str = "ok"
+    samples: tuple[float, ...] = field(default_factory=tuple)
+    provenance: Optional[Provenance] = None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.samples)
+
+    def key(self) -> tuple:
+        return (self.platform, self.benchmark, json.dumps(self.config, sort_keys=True), self.metric)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["samples"] = list(self.samples)
+        d["num_samples"] = self.num_samples
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Reference":
+        d = {k: v for k, v in d.items() if k != "num_samples"}
+        return cls(**{**d, "samples": tuple(d.get("samples", ())),
+                      "provenance": Provenance(**d["provenance"]) if d.get("provenance") else None})
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+def validate_reference_file(data: Any) -> list[str]:
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    problems = [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
+    if problems:
+        return problems
+    for i, entry in enumerate(data["references"]):
+        if entry["num_samples"] != len(entry["samples"]):
+            problems.append(f"references/{i}: num_samples={entry['num_samples']} but {len(entry['samples'])} samples")
+    seen: dict[tuple, int] = {}
+    for i, entry in enumerate(data["references"]):
+        key = Reference.from_dict(entry).key()
+        if key in seen:
+            problems.append(f"references/{i}: same platform, benchmark, config and metric as references/{seen[key]}")
+        seen[key] = i
+    return problems
+
+
+def load_file(path: Path) -> list[Reference]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path}: not a readable reference file: {exc}") from None
+    problems = validate_reference_file(data)
+    if problems:
+        raise HarnessError(f"{path}: invalid reference file:\n  " + "\n  ".join(problems))
+    return [Reference.from_dict(e) for e in data["references"]]
+
+
+def load_references(paths: Optional[list[Path]] = None) -> list[Reference]:
+    """Every reference in the given files (default: all of reference_results/*.json)."""
+    files = sorted(paths) if paths is not None else sorted(REFERENCE_DIR.glob("*.json"))
+    refs: list[Reference] = []
+    for path in files:
+        refs.extend(load_file(path))
+    return refs
+
+
+def select(refs: list[Reference], **criteria: Any) -> list[Reference]:
+    """References whose fields (platform, benchmark, metric, status) and config entries match;
+    config criteria are given as config={...} and must all be present with equal values."""
+    config = criteria.pop("config", {})
+    return [r for r in refs if all(getattr(r, k) == v for k, v in criteria.items())
+            and all(r.config.get(k) == v for k, v in config.items())]
+
+
+# Metrics a training or collective record contributes to the reference table, with direction.
+REFERENCE_METRICS = {"training": {"samples_per_s": "higher", "tokens_per_s": "higher",
+                                  "step_time_s": "lower", "peak_mem_gib": "lower", "mfu_pct": "higher"},
+                     "collective": {"avg_busbw_gbps": "higher"}}
+
+
+def record_config(record: dict[str, Any]) -> dict[str, Any]:
+    """The configuration key of a record: what a reference of it is matched on."""
+    cfg = record["config"]
+    key: dict[str, Any] = {"nodes": cfg["platform"]["nodes"], "num_ranks": record["environment"].get("num_ranks")}
+    if record["kind"] == "training":
+        key.update(zero_stage=cfg["zero"]["stage"], micro_batch_size=cfg["workload"]["micro_batch_size"],
+                   grad_acc_steps=cfg["workload"]["grad_acc_steps"], seq_len=cfg["workload"]["seq_len"],
+                   precision=cfg["workload"]["precision"])
+        knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v is not None}
+        if knobs:
+            key["zero"] = knobs
+    else:
+        c = cfg["collective"]
+        key.update(min_bytes=c["min_bytes"], max_bytes=c["max_bytes"], dtype=c["dtype"], redop=c["redop"],
+                   source=record.get("source"))
+    return key
+
+
+def references_from_records(records: list[dict[str, Any]], *, source: str, submitter: str, date: str,
+                            system: str, tolerance_pct: dict[str, float]) -> list[Reference]:
+    """One reference per (platform, benchmark, configuration, metric) over repeated ok records:
+    the median as value, every run's value as samples, the first run's fingerprint and commit."""
+    import statistics
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for rec in records:
+        if rec["status"] != "ok":
+            continue
+        key = (rec["platform"], rec["benchmark"], json.dumps(record_config(rec), sort_keys=True), rec["kind"])
+        groups.setdefault(key, []).append(rec)
+    refs = []
+    for (platform, benchmark, config, kind), recs in sorted(groups.items()):
+        for metric, direction in REFERENCE_METRICS[kind].items():
+            samples = tuple(r["metrics"][metric]["value"] for r in recs if metric in r["metrics"])
+            if not samples:
+                continue
+            env = recs[0]["environment"]
+            refs.append(Reference(
+                platform=platform, benchmark=benchmark, config=json.loads(config), metric=metric,
+                value=statistics.median(samples), unit=recs[0]["metrics"][metric]["unit"],
+                direction=direction, tolerance_pct=tolerance_pct.get(metric, tolerance_pct["default"]),
+                samples=samples,
+                provenance=Provenance(source=source, submitter=submitter, date=date, system=system,
+                                      environment=env, suite_commit=env.get("suite_commit"),
+                                      note=f"median of {len(samples)} runs; runs: "
+                                           + ", ".join(r["run_id"] for r in recs))))
+    return refs

@@ -1,0 +1,138 @@
+"""Reference tables: the published figures carried exactly, the suite's own cpu references, the format."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.references import (REFERENCE_DIR, load_file, load_references, references_from_records,
+                                select, validate_reference_file)
+
+SOURCES = REFERENCE_DIR / "sources" / "sc25-pmbs"
+
+
+def converter():
+    spec = importlib.util.spec_from_file_location("to_references", SOURCES / "to_references.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_published_file_is_exactly_what_the_sources_give():
+    stored = json.loads((REFERENCE_DIR / "sc25-pmbs.json").read_text(encoding="utf-8"))["references"]
+    assert stored == json.loads(json.dumps(converter().build()))
+
+
+def test_the_copied_sources_are_the_shared_paper_files():
+    shared = Path(__file__).resolve().parents[3] / "shared" / "paper"
+    if not shared.is_dir():
+        pytest.skip("../shared/paper is not beside this checkout")
+    for path in sorted(shared.glob("*.csv")):
+        assert (SOURCES / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def published_cells():
+    """(platform, benchmark, metric, config subset, text as published or None for OOM)."""
+    for r in csv.DictReader(open(SOURCES / "model2_step2_parallelism.csv")):
+        cfg = {"zero_stage": int(r["zero_stage"]), "micro_batch_size": int(r["batch_size"]),
+               "grad_acc_steps": int(r["grad_acc"])}
+        yield r["platform"], "llama-8b-kd", "samples_per_s", cfg, r["samples_per_s"] or None
+    for r in csv.DictReader(open(SOURCES / "model2_step3_tuned.csv")):
+        yield r["platform"], "llama-8b-kd", "samples_per_s", {"tuning": "baseline"}, r["baseline_samples_per_s"]
+        yield r["platform"], "llama-8b-kd", "samples_per_s", {"tuning": "tuned"}, r["tuned_samples_per_s"]
+    for r in csv.DictReader(open(SOURCES / "model1_ib-a100_batch_time.csv")):
+        cfg = {"zero_stage": int(r["zero_stage"]), "micro_batch_size": int(r["batch_size"])}
+        yield r["platform"], "llama-440m", "batch_time_s", cfg, r["batch_time_s"] or None
+        yield r["platform"], "llama-440m", "estimated_hours", cfg, r["estimated_hours"] or None
+    for r in csv.DictReader(open(SOURCES / "model1_ib-a100_microsteps.csv")):
+        cfg = {"zero_stage": int(r["zero_stage"]), "microstep": int(r["microstep"])}
+        for column in ("total", "computation", "communication"):
+            yield r["platform"], "llama-440m", f"microstep_{column}_ms", cfg, r[column]
+    for r in csv.DictReader(open(SOURCES / "model1_ib-a100_stage1_phases.csv")):
+        cfg = {"micro_batch_size": int(r["batch_size"])}
+        for column in ("gradient_computation", "gradient_all_reduce", "optimizer_all_gather"):
+            yield r["platform"], "llama-440m", f"{column}_ms", cfg, r[column]
+
+
+def test_every_published_cell_is_a_reference_with_its_exact_value_and_oom_as_oom():
+    refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
+    cells = list(published_cells())
+    assert len(cells) == len(refs) == 107
+    for platform, benchmark, metric, cfg, text in cells:
+        (ref,) = select(refs, platform=platform, benchmark=benchmark, metric=metric, config=cfg)
+        if text is None:
+            assert ref.status == "oom" and ref.value is None and ref.samples == ()
+        else:
+            assert ref.status == "ok" and ref.value == float(text) and ref.samples == (float(text),)
+        assert ref.provenance.date == "2025-11-17" and "SC'25 PMBS" in ref.provenance.source
+        assert ref.provenance.system
+
+
+def test_the_two_published_ib_a100_baselines_are_both_kept():
+    refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
+    step2 = select(refs, platform="ib-a100", config={"zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 4})
+    step3 = select(refs, platform="ib-a100", config={"tuning": "baseline"})
+    assert [r.value for r in step2] == [66.78] and [r.value for r in step3] == [65.78]
+
+
+def test_the_cpu_references_come_from_this_suite_with_their_fingerprint():
+    refs = load_references([REFERENCE_DIR / "cpu.json"])
+    assert {r.platform for r in refs} == {"cpu"}
+    assert {"llama-tiny", "all_reduce"} <= {r.benchmark for r in refs}
+    for ref in refs:
+        assert ref.status == "ok" and ref.num_samples >= 1
+        assert ref.provenance.environment["torch"].startswith("2.13.0")
+        assert ref.provenance.suite_commit
+        samples = sorted(ref.samples)
+        assert samples[0] <= ref.value <= samples[-1]
+    zero_stages = {r.config["zero_stage"] for r in refs if r.benchmark == "llama-tiny"}
+    assert zero_stages == {1, 2, 3}
+
+
+def good_entry(**changes):
+    entry = {"platform": "cpu", "benchmark": "llama-tiny", "config": {"zero_stage": 1},
+             "metric": "samples_per_s", "value": 10.0, "unit": "samples/s", "direction": "higher",
+             "tolerance_pct": 5.0, "status": "ok", "num_samples": 2, "samples": [9.0, 11.0],
+             "provenance": {"source": "s", "submitter": "me", "date": "2026-01-01", "system": "x",
+                            "environment": None, "suite_commit": None, "note": None}}
+    entry.update(changes)
+    return entry
+
+
+@pytest.mark.parametrize("entries,fragment", [
+    ([good_entry(value=None)], "value"),
+    ([good_entry(status="oom", value=3.0)], "value"),
+    ([good_entry(direction="up")], "direction"),
+    ([good_entry(num_samples=3)], "num_samples=3 but 2 samples"),
+    ([good_entry(), good_entry()], "same platform, benchmark, config and metric"),
+    ([{k: v for k, v in good_entry().items() if k != "provenance"}], "provenance"),
+    ([good_entry(provenance={"source": "s"})], "submitter"),
+])
+def test_a_bad_reference_file_is_refused_with_its_reasons(tmp_path, entries, fragment):
+    doc = {"schema_version": "1.0", "references": entries}
+    assert any(fragment in p for p in validate_reference_file(doc)), validate_reference_file(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(HarnessError, match="invalid reference file"):
+        load_file(path)
+
+
+def test_references_from_repeated_records_take_the_median_and_keep_every_sample():
+    def record(run_id, sps):
+        return {"run_id": run_id, "kind": "training", "status": "ok", "platform": "cpu",
+                "benchmark": "llama-tiny",
+                "config": {"platform": {"nodes": 1}, "zero": {"stage": 2, "overlap_comm": None},
+                           "workload": {"micro_batch_size": 2, "grad_acc_steps": 4, "seq_len": 128,
+                                        "precision": "fp32"}},
+                "environment": {"num_ranks": 2, "suite_commit": "abc", "torch": "2.13.0"},
+                "metrics": {"samples_per_s": {"value": sps, "unit": "samples/s"}}}
+    recs = [record("a", 10.0), record("b", 14.0), record("c", 11.0), {**record("d", 99.0), "status": "oom"}]
+    (ref,) = references_from_records(recs, source="suite", submitter="me", date="2026-11-21", system="x",
+                                     tolerance_pct={"default": 20.0})
+    assert ref.value == 11.0 and sorted(ref.samples) == [10.0, 11.0, 14.0]
+    assert ref.config["zero_stage"] == 2 and "zero" not in ref.config  # unset knobs are not part of the key
+    assert ref.tolerance_pct == 20.0 and ref.provenance.suite_commit == "abc"
