@@ -70,13 +70,22 @@ def cmd_import_nccl_tests(args: list[str]) -> int:
     return cli(args)
 
 
+def cmd_portability(args: list[str]) -> int:
+    """Pennycook's performance portability (harmonic mean of per-platform efficiencies, 0 when a
+    platform is unsupported) from references or records; default: the published Model 2 figures."""
+    from .portability import cli
+
+    return cli(args)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bench": cmd_bench,
     "plan": cmd_plan,
     "validate": cmd_validate,
     "import-nccl-tests": cmd_import_nccl_tests,
+    "portability": cmd_portability,
 }
-OWN_HELP = ("import-nccl-tests",)  # commands with their own argparse --help
+OWN_HELP = ("import-nccl-tests", "portability")  # commands with their own argparse --help
 
 
 def help_text() -> str:
