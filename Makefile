@@ -18,6 +18,8 @@ PLATFORM ?= cpu
 ARGS ?=
 # Empty OUT: the harness picks results/<timestamp>-<platform>.
 OUT ?=
+# Result folders (or record files) for `make submit`.
+RESULTS ?=
 # Optional extra index for torch only, e.g. https://download.pytorch.org/whl/cpu
 # on a CPU-only host whose pip has no local CPU wheel (empty: pip's defaults).
 TORCH_INDEX_URL ?=
@@ -37,7 +39,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench test perf lock clean distclean
+.PHONY: help venv bench test perf submit lock clean distclean
 
 help:
 	@echo "Targets:"
@@ -45,6 +47,7 @@ help:
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [out=\$$OUT] \$$ARGS"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop"
+	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV) (pip freeze)"
 	@echo "  clean      remove results/ and .cache/ (keeps $(VENV))"
 	@echo "  distclean  clean, and also remove $(VENV) and build/"
@@ -55,7 +58,8 @@ help:
 	@echo "  VENV=$(VENV)"
 	@echo "  PLATFORM=$(PLATFORM)   conf/platform/<name>.yaml"
 	@echo "  OUT=$(OUT)   results directory; empty: results/<timestamp>-<platform>"
-	@echo "  ARGS=$(ARGS)   extra Hydra overrides for bench, e.g. ARGS='suite=single'"
+	@echo "  ARGS=$(ARGS)   extra Hydra overrides for bench, e.g. ARGS='suite=single'; submit options, e.g. ARGS='--replace --reason ...'"
+	@echo "  RESULTS=$(RESULTS)   result folders (or record files) for submit"
 	@echo "  TORCH_INDEX_URL=$(TORCH_INDEX_URL)   optional index for the torch install only"
 	@echo "  TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS_DIR)"
 
@@ -88,6 +92,10 @@ test: venv
 perf: venv
 	$(PY) tests/perf/harness_cost.py
 	$(PY) tests/perf/collective_cost.py
+
+# Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
+submit: venv
+	$(PY) -m harness submit $(RESULTS) $(ARGS)
 
 # pip list --format=freeze always prints name==version (never `@ file://`),
 # local version tags (+cpu, +cu128) are stripped so the lock is portable, and

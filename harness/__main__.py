@@ -62,6 +62,45 @@ def cmd_validate(args: list[str]) -> int:
     return 1 if bad else 0
 
 
+def cmd_compare(args: list[str]) -> int:
+    """Compare result records with the reference tables: a verdict per run and metric (noise-aware),
+    with the environment difference behind each regression. Exit 1 when one regressed."""
+    import argparse
+
+    from .compare import VERDICTS, compare, load_records
+    from .references import load_references
+    from .report import verdict_table
+
+    parser = argparse.ArgumentParser(prog="python -m harness compare", description=cmd_compare.__doc__)
+    parser.add_argument("results", nargs="+", help="record files or result folders")
+    parser.add_argument("--reference", action="append", type=Path,
+                        help="reference file(s) (default: every reference_results/*.json)")
+    parser.add_argument("--fail-on", default="regression",
+                        help=f"comma list of verdicts that make the exit status 1, or none; valid: {', '.join(VERDICTS)}")
+    parser.add_argument("--min-samples", type=int, default=2,
+                        help="samples needed on at least one side to judge noise (default 2)")
+    parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    ns = parser.parse_args(args)
+    fail_on = set() if ns.fail_on == "none" else {v.strip().replace("_", " ") for v in ns.fail_on.split(",")}
+    unknown = fail_on - set(VERDICTS)
+    if unknown:
+        raise HarnessError(f"--fail-on {sorted(unknown)} is invalid; valid: {', '.join(VERDICTS)}, or none")
+    verdicts = compare(load_records(ns.results), load_references(ns.reference), ns.min_samples)
+    if ns.json:
+        print(json.dumps([v.to_dict() for v in verdicts], indent=2))
+    else:
+        print(verdict_table(verdicts))
+    return 1 if any(v.verdict in fail_on for v in verdicts) else 0
+
+
+def cmd_submit(args: list[str]) -> int:
+    """Check result records (schema, status ok, repeats, fingerprint, units, bounds) and add them with
+    provenance to reference_results/<platform>.json; never overwrites without --replace --reason."""
+    from .submit import cli
+
+    return cli(args)
+
+
 def cmd_import_nccl_tests(args: list[str]) -> int:
     """Turn nccl-tests outputs saved on a cluster (stdout or -J JSON) into collective records:
     import-nccl-tests FILE... [--out DIR] [--platform NAME] [--op OP]."""
@@ -82,10 +121,12 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bench": cmd_bench,
     "plan": cmd_plan,
     "validate": cmd_validate,
+    "compare": cmd_compare,
+    "submit": cmd_submit,
     "import-nccl-tests": cmd_import_nccl_tests,
     "portability": cmd_portability,
 }
-OWN_HELP = ("import-nccl-tests", "portability")  # commands with their own argparse --help
+OWN_HELP = ("compare", "submit", "import-nccl-tests", "portability")  # commands with their own argparse --help
 
 
 def help_text() -> str:

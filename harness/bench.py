@@ -1,6 +1,7 @@
 """The `bench` command: compose -> plan every run -> launch each -> record -> summary."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -134,6 +135,20 @@ def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) 
         r.plot = path.name
 
 
+def compare_with_references(records: list[ResultRecord], out: Path) -> None:
+    """The verdicts against reference_results/ (printed and written as compare.md); `bench`'s exit
+    status does not depend on them: `python -m harness compare` and the nightly job decide that."""
+    from .compare import compare
+    from .references import load_references
+    from .report import verdict_table
+
+    verdicts = compare([r.to_dict() for r in records], load_references())
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(Counter(x.verdict for x in verdicts).items()))
+    print(f"\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts))
+    (out / "compare.md").write_text(f"# Compared with reference_results/\n\n{counts}\n\n"
+                                    + verdict_table(verdicts, markdown=True) + "\n", encoding="utf-8")
+
+
 def bench(args: list[str]) -> int:
     multirun, overrides = split_flag(args)
     out, planned = plan_suite(overrides, multirun)
@@ -148,5 +163,6 @@ def bench(args: list[str]) -> int:
     write_json_atomic(out / "suite.json", {"suite": planned[0].cfg.suite.name, "overrides": overrides,
                                            "runs": [r.run_id for r in records],
                                            "statuses": {r.run_id: r.status for r in records}})
+    compare_with_references(records, out)
     print(f"records, summary.md and run logs in {out}")
     return EXIT_RUN_FAILED if any(r.status in ("error", "timeout") for r in records) else 0

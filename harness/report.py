@@ -149,3 +149,29 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
                          f"x ga {w['grad_acc_steps']})")
             parts.append(microstep_table(r, markdown))
     return "\n\n".join(parts) + "\n"
+
+
+def verdict_table(verdicts: list, markdown: bool = False) -> str:
+    """Verdicts of harness.compare, regressions and status changes first, with attribution."""
+    order = {v: i for i, v in enumerate(("regression", "status changed", "missing", "insufficient data",
+                                         "improvement", "new", "pass"))}
+    ranked = sorted(verdicts, key=lambda v: (order.get(v.verdict, 9), v.platform, v.benchmark, v.metric))
+    rows = []
+    for v in ranked:
+        cfg = ",".join(f"{k}={val}" for k, val in v.config.items() if k not in ("num_ranks", "nodes"))
+        rows.append([v.verdict, f"{v.platform}/{v.benchmark}", cfg[:60], v.metric,
+                     _fmt(v.value, 3), _fmt(v.reference, 3), v.unit or "-",
+                     f"{-v.worse_pct:+.1f}%" if v.worse_pct is not None else "-",
+                     f"{v.num_samples}/{v.num_reference_samples}"])
+    text = _table(["verdict", "platform/benchmark", "config", "metric", "now", "reference", "unit",
+                   "gain", "n now/ref"], rows, markdown)
+    notes = []
+    for v in ranked:
+        if v.verdict in ("regression", "status changed", "insufficient data", "missing"):
+            notes.append(f"{'- ' if markdown else '  '}{v.verdict}: {v.platform}/{v.benchmark} {v.metric}: {v.reason}")
+        if v.verdict in ("regression", "status changed"):
+            changed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in v.environment_diff.items()) \
+                if all(isinstance(x, list) for x in v.environment_diff.values()) else \
+                "; ".join(f"{k}: {x}" for k, x in v.environment_diff.items())
+            notes.append(f"{'  - ' if markdown else '      '}what changed since the reference: {changed or 'nothing in the fingerprint'}")
+    return text + ("\n\n" + "\n".join(notes) if notes else "")

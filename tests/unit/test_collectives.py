@@ -121,7 +121,7 @@ def test_count_wrong_counts_mismatches():
     (["kind=collective", "collective.source=nccl-tests"], "nccl-tests needs GPUs"),
 ])
 def test_bad_collective_values_are_named(overrides, fragment):
-    with pytest.raises(ConfigError, match="") as err:
+    with pytest.raises(ConfigError) as err:
         compose(overrides)
     assert fragment in str(err.value)
 

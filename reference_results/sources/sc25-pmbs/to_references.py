@@ -95,5 +95,5 @@ if __name__ == "__main__":
     doc = {"schema_version": "1.0",
            "description": "Published figures of the SC'25 PMBS paper (sources/sc25-pmbs/), as published.",
            "references": build()}
-    OUT.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    OUT.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {OUT} ({len(doc['references'])} references)")

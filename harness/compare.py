@@ -1,0 +1,238 @@
+"""Compare results with references: a verdict per run and metric, noise-aware, with attribution.
+
+Verdicts: pass, regression, improvement, new (no reference), missing (a reference with no result),
+status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data.
+
+Decision (per metric): the relative change of the median of this run's samples against the
+reference, signed so that positive is worse (direction-aware), with a bootstrap 95% interval
+that resamples both sides (a side with one sample is fixed; seeded, so verdicts repeat):
+- regression   when the whole interval is worse than the tolerance;
+- improvement  when the whole interval is better than the tolerance;
+- pass         when the interval lies within the tolerance, or straddles it while the point
+               estimate is within;
+- insufficient data when the point estimate is out of tolerance but the interval is not, when
+               both sides have a single sample (noise cannot be judged; see min_samples), or when
+               the values cannot be compared (zero or absent reference, unit mismatch, no
+               finite sample).
+Attribution: with a regression or a status change, the difference between the environment
+fingerprint of the reference and of this run (driver, CUDA, NCCL, PyTorch, DeepSpeed,
+transformers, container image, NCCL variables, node count).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .errors import HarnessError
+from .references import REFERENCE_METRICS, Reference, record_config
+
+VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data")
+FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "python",
+                    "container_image", "container_digest", "gpu_model", "gpu_count", "num_nodes",
+                    "num_ranks")
+BOOTSTRAP_ROUNDS = 2000
+
+
+@dataclass
+class Verdict:
+    platform: str
+    benchmark: str
+    config: dict[str, Any]
+    metric: str
+    verdict: str
+    reason: str
+    unit: Optional[str] = None
+    value: Optional[float] = None
+    reference: Optional[float] = None
+    worse_pct: Optional[float] = None
+    """Relative change, positive = worse (direction-aware)."""
+    interval_pct: Optional[tuple[float, float]] = None
+    tolerance_pct: Optional[float] = None
+    num_samples: int = 0
+    num_reference_samples: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    environment_diff: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Group:
+    """Repeated records of one platform, benchmark and configuration."""
+    platform: str
+    benchmark: str
+    kind: str
+    config: dict[str, Any]
+    records: list[dict[str, Any]]
+
+
+def group_records(records: list[dict[str, Any]]) -> list[Group]:
+    groups: dict[tuple, Group] = {}
+    for rec in records:
+        cfg = record_config(rec)
+        key = (rec["platform"], rec["benchmark"], json.dumps(cfg, sort_keys=True))
+        groups.setdefault(key, Group(rec["platform"], rec["benchmark"], rec["kind"], cfg, [])).records.append(rec)
+    return list(groups.values())
+
+
+def matches(ref: Reference, group: Group) -> bool:
+    """A reference applies when every entry of its configuration is the group's too."""
+    return (ref.platform == group.platform and ref.benchmark == group.benchmark
+            and all(group.config.get(k) == v for k, v in ref.config.items()))
+
+
+def worse_pct(current: float, reference: float, direction: str) -> float:
+    change = 100.0 * (current - reference) / reference
+    return -change if direction == "higher" else change
+
+
+def bootstrap_interval(current: list[float], reference: list[float], direction: str,
+                       rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0) -> tuple[float, float]:
+    """95% interval of worse_pct between the medians, resampling each side with replacement."""
+    rng = random.Random(seed)
+    values = []
+    for _ in range(rounds):
+        cur = statistics.median(rng.choices(current, k=len(current)))
+        ref = statistics.median(rng.choices(reference, k=len(reference)))
+        values.append(worse_pct(cur, ref, direction))
+    values.sort()
+    return values[int(0.025 * (rounds - 1))], values[int(0.975 * (rounds - 1))]
+
+
+def decide(samples: list[float], ref: Reference, min_samples: int = 2) -> tuple[str, str, dict[str, Any]]:
+    """(verdict, reason, figures) for one metric of one group against one ok reference."""
+    finite = [x for x in samples if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not finite:
+        return "insufficient data", "no finite sample (NaN or infinity)", {}
+    if ref.value is None or ref.value == 0 or not math.isfinite(ref.value):
+        return "insufficient data", f"reference value is {ref.value!r}: no relative change", {}
+    ref_samples = [x for x in ref.samples if math.isfinite(x)] or [ref.value]
+    current = statistics.median(finite)
+    point = worse_pct(current, ref.value, ref.direction)
+    lo, hi = bootstrap_interval(finite, ref_samples, ref.direction)
+    figures = {"value": current, "worse_pct": point, "interval_pct": (lo, hi)}
+    tol = ref.tolerance_pct
+    change = (f"gain {-point:+.1f}% against {ref.value:g} {ref.unit} (95% interval [{-hi:+.1f}, {-lo:+.1f}]%, "
+              f"tolerance {tol:g}%; positive is better)")
+    if max(len(finite), len(ref_samples)) < min_samples:
+        return "insufficient data", f"one sample on each side: noise cannot be judged; {change}", figures
+    if lo > tol:
+        return "regression", change, figures
+    if hi < -tol:
+        return "improvement", change, figures
+    if abs(point) <= tol:
+        return "pass", change, figures
+    return "insufficient data", f"point estimate out of tolerance, interval is not: {change}", figures
+
+
+def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> dict[str, Any]:
+    """What changed between the reference's fingerprint and this run's: {key: [reference, now]}."""
+    if not reference_env:
+        return {"reference": "no environment fingerprint (a published figure)"}
+    diff = {k: [reference_env.get(k), current_env.get(k)] for k in FINGERPRINT_KEYS
+            if reference_env.get(k) != current_env.get(k)}
+    ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
+    diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
+                 if ref_vars.get(k) != cur_vars.get(k)})
+    return diff
+
+
+def _best(refs: list[Reference]) -> Reference:
+    """The most specific reference (the largest configuration) among those that apply."""
+    return max(refs, key=lambda r: len(r.config))
+
+
+def compare(records: list[dict[str, Any]], references: list[Reference], min_samples: int = 2) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    used: set[tuple] = set()
+    for g in group_records(records):
+        base = {"platform": g.platform, "benchmark": g.benchmark, "config": g.config,
+                "run_ids": [r["run_id"] for r in g.records]}
+        applicable = [r for r in references if matches(r, g)]
+        ok = [r for r in g.records if r["status"] == "ok"]
+        statuses = sorted({r["status"] for r in g.records})
+        metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
+        for metric in metrics:
+            refs = [r for r in applicable if r.metric == metric]
+            ref = _best(refs) if refs else None
+            if ref:
+                used.add(ref.key())
+            env = g.records[-1]["environment"]
+            samples = [r["metrics"][metric]["value"] for r in ok if metric in r["metrics"]]
+            units = {r["metrics"][metric]["unit"] for r in ok if metric in r["metrics"]}
+            if ref is None:
+                if samples or not ok:
+                    verdicts.append(Verdict(**base, metric=metric, verdict="new", unit=next(iter(units), None),
+                                            reason=f"no reference (status {'/'.join(statuses)})",
+                                            value=statistics.median(samples) if samples else None,
+                                            num_samples=len(samples)))
+                continue
+            fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
+                   "num_reference_samples": ref.num_samples}
+            if ref.status != "ok" or not ok:
+                now = "ok" if ok else "/".join(statuses)
+                if ref.status == now:
+                    verdicts.append(Verdict(**base, metric=metric, verdict="pass", reason=f"status {now}, as the reference", **fig))
+                else:
+                    reasons = "; ".join(r["reason"] for r in g.records if r.get("reason"))
+                    verdicts.append(Verdict(**base, metric=metric, verdict="status changed", **fig,
+                                            reason=f"{ref.status} -> {now}" + (f": {reasons}" if reasons else ""),
+                                            environment_diff=environment_diff(ref.provenance and ref.provenance.environment, env)))
+                continue
+            if not samples:
+                verdicts.append(Verdict(**base, metric=metric, verdict="missing", **fig,
+                                        reason="the reference has this metric; the results do not"))
+                continue
+            if units != {ref.unit}:
+                verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", **fig,
+                                        reason=f"unit mismatch: results in {sorted(units)}, reference in {ref.unit!r}"))
+                continue
+            verdict, reason, figures = decide(samples, ref, min_samples)
+            diff = environment_diff(ref.provenance and ref.provenance.environment, env) if verdict == "regression" else {}
+            verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=reason, **fig, **figures,
+                                    num_samples=len(samples), environment_diff=diff))
+    scope = {(g.platform, g.benchmark) for g in group_records(records)}
+    for ref in references:
+        if (ref.platform, ref.benchmark) in scope and ref.key() not in used:
+            verdicts.append(Verdict(ref.platform, ref.benchmark, ref.config, ref.metric, "missing",
+                                    "a reference with no result in this comparison", unit=ref.unit,
+                                    reference=ref.value, tolerance_pct=ref.tolerance_pct,
+                                    num_reference_samples=ref.num_samples))
+    return verdicts
+
+
+def load_records(paths: list[str]) -> list[dict[str, Any]]:
+    """Result records from files and folders (every record JSON in a folder; suite.json is not one)."""
+    from .record import validate_record
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted(f for f in p.glob("*.json") if f.name != "suite.json")
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise HarnessError(f"{p}: no such file or folder")
+    records, bad = [], []
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            bad.append(f"{f}: not JSON: {exc}")
+            continue
+        problems = validate_record(data)
+        if problems:
+            bad.append(f"{f}: not a valid record: {problems[0]}")
+            continue
+        records.append(data)
+    if bad:
+        raise HarnessError("cannot compare:\n  " + "\n  ".join(bad))
+    if not records:
+        raise HarnessError(f"no result records in {', '.join(paths)}")
+    return records

@@ -1,0 +1,295 @@
+"""Submissions: result records -> reference_results/<platform>.json, with provenance.
+
+`python -m harness submit RESULTS...` checks every record (schema, status ok, complete environment
+fingerprint, units, finite and sane values, known platform, one platform, enough repeats per
+configuration), and lists every problem at once; a rejected submission writes nothing. Accepted
+records are aggregated (harness.references.references_from_records: the median, every run as a
+sample) and merged into the platform's reference file under an exclusive lock, written atomically.
+An existing reference (same platform, benchmark, config and metric) is replaced only with
+--replace --reason; the old value, samples, source and date go into the new entry's note.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import getpass
+import json
+import math
+import re
+import sys
+import warnings
+from datetime import date as Date
+from pathlib import Path
+from typing import Any, Optional
+
+from .config import CONF_DIR
+from .errors import HarnessError
+from .record import validate_record, write_json_atomic
+from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
+                         validate_reference_file)
+
+SOURCE = "suite submission"
+LOCK_NAME = ".submit.lock"
+NOT_RECORDS = ("suite.json",)
+FINGERPRINT = ("python", "torch", "deepspeed", "transformers", "suite_commit")
+CUDA_FINGERPRINT = ("cuda", "nccl", "driver", "gpu_model")
+UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "step_time_s": "s",
+         "peak_mem_gib": "GiB", "mfu_pct": "%", "avg_busbw_gbps": "GB/s"}
+# (low, high, high inclusive): a value outside is a broken measurement, not a slow system.
+BOUNDS = {"samples_per_s": (0, 1e7, False), "tokens_per_s": (0, 1e10, False), "mfu_pct": (0, 100, True),
+          "peak_mem_gib": (0, 1e4, True), "step_time_s": (0, 1e5, False), "avg_busbw_gbps": (0, 1e5, False)}
+# reference_results/README.md: suite figures 10% (peak memory 5%); the noisy shared cpu box 25/50/10%.
+TOLERANCES = {"cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "peak_mem_gib": 10.0}}
+DEFAULT_TOLERANCES = {"default": 10.0, "peak_mem_gib": 5.0}
+
+
+class SubmissionRejected(HarnessError):
+    """Nothing was written; `reasons` lists every problem found."""
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__("submission rejected:\n  " + "\n  ".join(reasons))
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    action: str
+    """'added' or 'replaced'."""
+    reference: Reference
+    path: Path
+
+    def line(self) -> str:
+        r = self.reference
+        config = ",".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(r.config.items()))
+        return (f"{self.action} {r.platform} {r.benchmark} [{config}] {r.metric} = {r.value:.6g} {r.unit} "
+                f"(median of {r.num_samples}) -> {self.path}")
+
+
+def _get(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _nonfinite(value: Any, path: str) -> list[str]:
+    """Paths of NaN/infinite numbers anywhere in value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path} = {value}"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _nonfinite(v, f"{path}/{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nonfinite(v, f"{path}/{i}")]
+    return []
+
+
+def read_records(paths: list[Path]) -> tuple[list[tuple[str, Any]], list[str]]:
+    """(name, parsed JSON) of every record file (folders: every *.json but suite.json), and the
+    files that could not be read. NaN/Infinity tokens are parsed (and rejected by check_records)."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.glob("*.json") if p.name not in NOT_RECORDS)
+        elif path.is_file():
+            files.append(path)
+        else:
+            problems.append(f"{path}: no such file or folder")
+    loaded = []
+    for f in files:
+        try:
+            loaded.append((str(f), json.loads(f.read_text(encoding="utf-8"))))
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad UTF-8
+            problems.append(f"{f}: not a readable JSON file: {exc}")
+    if not files and not problems:
+        problems.append(f"no result records in {', '.join(map(str, paths))}")
+    return loaded, problems
+
+
+def check_record(name: str, rec: Any) -> list[str]:
+    """Every reason this one record cannot become a reference."""
+    problems = [f"{name}: schema: {p}" for p in validate_record(rec)]
+    if not isinstance(rec, dict):
+        return problems
+    if rec.get("status") != "ok":
+        problems.append(f"{name}: status {rec.get('status')!r}: only status 'ok' records become references")
+    if rec.get("kind") not in ("training", "collective"):
+        problems.append(f"{name}: kind {rec.get('kind')!r}: only 'training' and 'collective' records are submitted")
+    platform = rec.get("platform")
+    if not (isinstance(platform, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", platform)
+            and (CONF_DIR / "platform" / f"{platform}.yaml").is_file()):
+        problems.append(f"{name}: unknown platform {platform!r}: no conf/platform/<name>.yaml")
+    env = rec.get("environment")
+    required = FINGERPRINT + (CUDA_FINGERPRINT if _get(rec, "config", "platform", "device") == "cuda" else ())
+    for key in required:
+        value = _get(env, key)
+        if not (isinstance(value, str) and value.strip()):
+            problems.append(f"{name}: environment.{key} is {value!r}: the fingerprint needs it non-empty")
+    hosts = _get(env, "hosts")
+    if not (isinstance(hosts, list) and hosts and all(isinstance(h, str) and h for h in hosts)):
+        problems.append(f"{name}: environment.hosts is {hosts!r}: the fingerprint needs the host names")
+    metrics = rec.get("metrics")
+    problems += [f"{name}: metrics: not finite: {p}" for p in _nonfinite(metrics, "metrics")]
+    for metric, unit in UNITS.items():
+        m = _get(metrics, metric)
+        if not isinstance(m, dict):
+            continue
+        if m.get("unit") != unit:
+            problems.append(f"{name}: metrics.{metric}.unit is {m.get('unit')!r}, expected {unit!r}")
+        value, (low, high, inclusive) = m.get("value"), BOUNDS[metric]
+        if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and (isinstance(value, int) or math.isfinite(value))
+                and not (low < value and (value <= high if inclusive else value < high))):
+            problems.append(f"{name}: metrics.{metric} = {value} is out of bounds: valid ({low:g}, {high:g}"
+                            + ("]" if inclusive else ")"))
+    return problems
+
+
+def check_records(records: list[tuple[str, Any]], *, min_repeats: int, system: Optional[str]) -> tuple[list[str], str]:
+    """Every reason the submission cannot be accepted, and the system description it carries."""
+    problems = [p for name, rec in records for p in check_record(name, rec)]
+    dicts = [(n, r) for n, r in records if isinstance(r, dict)]
+    platforms = sorted({str(r.get("platform")) for _, r in dicts})
+    if len(platforms) > 1:
+        problems.append(f"records from {len(platforms)} platforms ({', '.join(platforms)}): "
+                        "one submission is one platform")
+    seen: dict[str, str] = {}
+    groups: dict[tuple, list[str]] = {}
+    for name, rec in dicts:
+        text = json.dumps(rec, sort_keys=True)
+        if text in seen:
+            problems.append(f"{name}: the same record as {seen[text]} (a repeat is a separate run)")
+            continue
+        seen[text] = name
+        if validate_record(rec):
+            continue  # already reported; its configuration key is not trustworthy
+        try:
+            config = json.dumps(record_config(rec), sort_keys=True)
+        except (KeyError, TypeError, AttributeError) as exc:
+            problems.append(f"{name}: config lacks what identifies the configuration: {exc!r}")
+            continue
+        groups.setdefault((rec["platform"], rec["benchmark"], config), []).append(name)
+    if min_repeats < 1:
+        problems.append(f"--min-repeats {min_repeats}: must be >= 1")
+    for (platform, benchmark, config), names in sorted(groups.items()):
+        if len(names) < min_repeats:
+            problems.append(f"{platform} {benchmark} {config}: {len(names)} run(s) ({', '.join(names)}), "
+                            f"at least {min_repeats} needed (--min-repeats)")
+    descriptions = [d for _, r in dicts if isinstance(d := _get(r, "config", "platform", "description"), str)
+                    and d.strip()]
+    system = system if system is not None else (descriptions[0] if descriptions else "")
+    if not system.strip():
+        problems.append("no system description: pass --system or describe the platform "
+                        "(config.platform.description)")
+    return problems, system
+
+
+def _read_reference_file(path: Path, platform: str) -> dict[str, Any]:
+    if not path.exists():
+        return {"schema_version": SCHEMA_VERSION,
+                "description": f"References of the {platform} platform submitted with `python -m harness submit`.",
+                "references": []}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad UTF-8
+        raise SubmissionRejected([f"{path}: not a readable reference file: {exc}"]) from None
+    problems = validate_reference_file(data)
+    if problems:
+        raise SubmissionRejected([f"{path}: invalid reference file: {p}" for p in problems])
+    return data
+
+
+def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool,
+           reason: Optional[str]) -> list[Change]:
+    index = {Reference.from_dict(e).key(): i for i, e in enumerate(data["references"])}
+    refused = [f"{path}: already has {r.platform} {r.benchmark} {json.dumps(r.config, sort_keys=True)} {r.metric}; "
+               "pass --replace --reason '...' to replace it" for r in new if r.key() in index]
+    if refused and not replace:
+        raise SubmissionRejected(refused)
+    changes = []
+    for ref in new:
+        i = index.get(ref.key())
+        if i is None:
+            data["references"].append(ref.to_dict())
+            changes.append(Change("added", ref, path))
+            continue
+        old = Reference.from_dict(data["references"][i])
+        src = old.provenance
+        note = (f"{ref.provenance.note}; replaces {old.value} {old.unit} (samples {list(old.samples)}) from "
+                f"{src.source if src else 'unknown source'}, {src.date if src else 'unknown date'}: {reason}")
+        ref = dataclasses.replace(ref, provenance=dataclasses.replace(ref.provenance, note=note))
+        data["references"][i] = ref.to_dict()
+        changes.append(Change("replaced", ref, path))
+    return changes
+
+
+def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace: bool = False,
+           reason: Optional[str] = None, min_repeats: int = 3, submitter: Optional[str] = None,
+           system: Optional[str] = None, today: Optional[str] = None,
+           reference_dir: Path = REFERENCE_DIR) -> list[Change]:
+    """Check the records, then add their references to the platform's file; raises
+    SubmissionRejected (nothing written) with every reason."""
+    records, problems = read_records([Path(p) for p in paths])
+    checked, system = check_records(records, min_repeats=min_repeats, system=system)
+    problems += checked
+    if replace and not (reason and reason.strip()):
+        problems.append("--replace needs --reason '...': why the old reference is replaced")
+    if reason and not replace:
+        warnings.warn("--reason has no effect without --replace", stacklevel=2)
+    if submitter is None:
+        try:
+            submitter = getpass.getuser()  # $LOGNAME, $USER, ... then the password database
+        except (OSError, KeyError):
+            submitter = ""
+    if not submitter.strip():
+        problems.append("--submitter is empty")
+    if problems:
+        raise SubmissionRejected(problems)
+    platform = records[0][1]["platform"]
+    tolerances = TOLERANCES.get(platform, DEFAULT_TOLERANCES)
+    new = references_from_records([r for _, r in records], source=SOURCE, submitter=submitter,
+                                  date=today or Date.today().isoformat(), system=system, tolerance_pct=tolerances)
+    path = Path(reference_file) if reference_file is not None else Path(reference_dir) / f"{platform}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / LOCK_NAME, "a") as lock:  # beside the target: reference_results/.submit.lock
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file is closed
+        data = _read_reference_file(path, platform)
+        changes = _merge(data, new, path, replace, reason)
+        problems = validate_reference_file(data)
+        if problems:
+            raise SubmissionRejected([f"{path}: the merged file would be invalid: {p}" for p in problems])
+        write_json_atomic(path, data)
+    return changes
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # a bad argument is bad input: exit 2
+        raise HarnessError(f"{self.prog}: {message}")
+
+
+def cli(args: list[str]) -> int:
+    """python -m harness submit RESULTS... [--reference-file F] [--replace --reason R] [--min-repeats N]
+    [--submitter NAME] [--system TEXT]: check result records and add them to reference_results/."""
+    parser = _Parser(prog="python -m harness submit",
+                     description="Check result records and add them, with provenance, to the platform's "
+                                 "reference file (reference_results/<platform>.json).")
+    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
+                        help="result folders (every *.json but suite.json) or record files")
+    parser.add_argument("--reference-file", type=Path, help="target file (default reference_results/<platform>.json)")
+    parser.add_argument("--replace", action="store_true", help="replace existing references (needs --reason)")
+    parser.add_argument("--reason", help="why the existing references are replaced (kept in the new entry's note)")
+    parser.add_argument("--min-repeats", type=int, default=3, help="runs needed per configuration (default 3)")
+    parser.add_argument("--submitter", help="who submits (default: the login user)")
+    parser.add_argument("--system", help="system description (default: the platform's description)")
+    try:
+        ns = parser.parse_args(args)
+        changes = submit(ns.results, reference_file=ns.reference_file, replace=ns.replace, reason=ns.reason,
+                         min_repeats=ns.min_repeats, submitter=ns.submitter, system=ns.system)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for change in changes:
+        print(change.line())
+    return 0

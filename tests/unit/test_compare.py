@@ -1,0 +1,168 @@
+"""compare: verdicts on synthetic samples with a known shift and with none, and every edge case."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from harness.compare import bootstrap_interval, compare, decide, environment_diff
+from harness.config import REPO_ROOT
+from harness.references import Provenance, Reference
+
+ENV = {"python": "3.11.7", "torch": "2.13.0", "deepspeed": "0.19.8", "transformers": "5.23.0",
+       "nccl": "2.21.5", "driver": "550.54", "cuda": "12.4", "gpu_model": "H100", "gpu_count": 16,
+       "container_image": None, "hosts": ["n1", "n2"], "num_nodes": 2, "num_ranks": 16,
+       "env": {"NCCL_ALGO": "Ring"}, "suite_commit": "abc"}
+CONFIG = {"nodes": 2, "num_ranks": 16, "zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 4,
+          "seq_len": 512, "precision": "bf16"}
+
+
+def record(i: int, status: str = "ok", env: dict | None = None, **metrics) -> dict:
+    """A schema-valid training record (harness.record.validate_record)."""
+    env = env or ENV
+    full = {"samples_per_s": (1.0, "samples/s"), "tokens_per_s": (1.0, "tokens/s"), "step_time_s": (1.0, "s"),
+            "peak_mem_gib": (1.0, "GiB"), "mfu_pct": (1.0, "%")} if status == "ok" else {}
+    return {"schema_version": "1.0", "run_id": f"r{i}", "kind": "training", "platform": "roce-h100",
+            "benchmark": "llama-8b", "status": status, "reason": None if status == "ok" else "CUDA out of memory",
+            "config": {"platform": {"nodes": 2}, "zero": {"stage": 1},
+                       "workload": {"micro_batch_size": 64, "grad_acc_steps": 4, "seq_len": 512, "precision": "bf16"}},
+            "overrides": [], "environment": env, "microsteps": [],
+            "metrics": {name: {"value": v, "unit": unit} for name, (v, unit) in {**full, **metrics}.items()}}
+
+
+def reference(samples, metric="samples_per_s", unit="samples/s", direction="higher", status="ok",
+              value=None, config=CONFIG, env=ENV) -> Reference:
+    import statistics
+
+    value = value if value is not None or status != "ok" else statistics.median(samples)
+    return Reference("roce-h100", "llama-8b", dict(config), metric, value, unit, direction, 5.0, status,
+                     tuple(samples), Provenance("suite", "me", "2026-11-01", "x", env, "abc"))
+
+
+def noisy(center: float, n: int, spread: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(center, spread) for _ in range(n)]
+
+
+@pytest.mark.parametrize("shift,direction,expected", [
+    (0.0, "higher", "pass"),
+    (-20.0, "higher", "regression"),     # samples/s 20% lower
+    (+20.0, "higher", "improvement"),
+    (+20.0, "lower", "regression"),      # step time 20% higher
+    (-20.0, "lower", "improvement"),
+    (-3.0, "higher", "pass"),            # within the 5% tolerance
+])
+def test_a_known_shift_is_found_and_no_shift_passes(shift, direction, expected):
+    ref = reference(noisy(100.0, 8, 1.0, seed=1), direction=direction)
+    current = noisy(100.0 + shift, 8, 1.0, seed=2)
+    verdict, reason, fig = decide(current, ref)
+    assert verdict == expected, reason
+    assert fig["interval_pct"][0] <= fig["worse_pct"] <= fig["interval_pct"][1]
+
+
+def test_noise_wider_than_the_shift_is_insufficient_data_not_a_regression():
+    ref = reference([100.0, 60.0, 140.0, 100.0])
+    verdict, reason, _ = decide([88.0, 130.0, 50.0], ref)
+    assert verdict == "insufficient data" and "interval" in reason
+
+
+def test_one_sample_on_each_side_cannot_judge_noise_unless_allowed():
+    ref = reference([100.0])
+    assert decide([70.0], ref)[0] == "insufficient data"
+    assert decide([70.0], ref, min_samples=1)[0] == "regression"
+
+
+def test_the_bootstrap_is_repeatable_and_brackets_the_shift():
+    a = bootstrap_interval([90.0, 91.0, 89.0, 90.5], [100.0, 99.0, 101.0], "higher")
+    assert a == bootstrap_interval([90.0, 91.0, 89.0, 90.5], [100.0, 99.0, 101.0], "higher")
+    assert 7.0 < a[0] <= a[1] < 12.0
+
+
+@pytest.mark.parametrize("samples,ref,fragment", [
+    ([float("nan"), float("nan")], reference([100.0, 101.0]), "no finite sample"),
+    ([10.0, 11.0], reference([0.0, 0.0], value=0.0), "reference value is 0.0"),
+])
+def test_values_that_cannot_be_compared_are_insufficient_data(samples, ref, fragment):
+    verdict, reason, _ = decide(samples, ref)
+    assert verdict == "insufficient data" and fragment in reason
+
+
+def test_nan_samples_are_dropped_and_the_rest_decide():
+    assert decide([float("nan"), 100.0, 101.0], reference([100.0, 100.5]))[0] == "pass"
+
+
+def verdict_of(verdicts, metric="samples_per_s"):
+    (v,) = [v for v in verdicts if v.metric == metric]
+    return v
+
+
+def test_a_regression_names_what_changed_in_the_environment():
+    env = {**ENV, "nccl": "2.23.4", "env": {"NCCL_ALGO": "Tree"}}
+    recs = [record(i, env=env, samples_per_s=(v, "samples/s")) for i, v in enumerate(noisy(70, 5, 1, 3))]
+    v = verdict_of(compare(recs, [reference(noisy(100, 5, 1, 4))]))
+    assert v.verdict == "regression"
+    assert v.environment_diff == {"nccl": ["2.21.5", "2.23.4"], "env.NCCL_ALGO": ["Ring", "Tree"]}
+
+
+def test_status_changes_both_ways_and_same_status_passes():
+    oom = [record(1, status="oom")]
+    v = verdict_of(compare(oom, [reference([100.0, 101.0])]))
+    assert v.verdict == "status changed" and v.reason.startswith("ok -> oom") and "out of memory" in v.reason
+    ok = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([90.0, 91.0])]
+    assert verdict_of(compare(ok, [reference([], status="oom")])).verdict == "status changed"
+    assert verdict_of(compare(oom, [reference([], status="oom")])).verdict == "pass"
+
+
+def test_a_metric_the_results_lack_is_missing_and_a_unit_mismatch_is_named():
+    recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([100.0, 101.0])]
+    for r in recs:
+        del r["metrics"]["mfu_pct"]
+    v = verdict_of(compare(recs, [reference([1.0, 1.0], metric="mfu_pct", unit="%")]), "mfu_pct")
+    assert v.verdict == "missing"
+    recs = [record(i, peak_mem_gib=(v, "GB")) for i, v in enumerate([10.0, 10.0])]
+    v = verdict_of(compare(recs, [reference([10.0, 10.0], metric="peak_mem_gib", unit="GiB", direction="lower")]),
+                   "peak_mem_gib")
+    assert v.verdict == "insufficient data" and "unit mismatch" in v.reason
+
+
+def test_new_results_and_references_without_results():
+    recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([100.0, 101.0])]
+    assert verdict_of(compare(recs, [])).verdict == "new"
+    other = reference([50.0, 51.0], config={**CONFIG, "micro_batch_size": 128})
+    verdicts = compare(recs, [other])
+    assert {v.verdict for v in verdicts if v.metric == "samples_per_s"} == {"new", "missing"}
+
+
+def test_a_published_reference_matches_on_the_keys_it_has():
+    published = reference([92.35], config={"zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 4}, env=None)
+    recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([60.0, 61.0, 59.0])]
+    v = verdict_of(compare(recs, [published]))
+    assert v.verdict == "regression"
+    assert v.environment_diff == {"reference": "no environment fingerprint (a published figure)"}
+    assert environment_diff(ENV, ENV) == {}
+
+
+def test_the_command_exits_1_on_regression_and_honours_fail_on(tmp_path):
+    for i, v in enumerate(noisy(70, 4, 1, 5)):
+        (tmp_path / f"r{i}.json").write_text(json.dumps(record(i, samples_per_s=(v, "samples/s"))))
+    ref = {"schema_version": "1.0", "references": [reference(noisy(100, 4, 1, 6)).to_dict()]}
+    (tmp_path / "ref.json").write_text(json.dumps(ref))
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "harness", "compare", str(tmp_path / "r0.json"),
+                               str(tmp_path / "r1.json"), str(tmp_path / "r2.json"), str(tmp_path / "r3.json"),
+                               "--reference", str(tmp_path / "ref.json"), *extra],
+                              cwd=REPO_ROOT, capture_output=True, text=True)
+    regressed = run()
+    assert regressed.returncode == 1, regressed.stderr
+    assert regressed.stdout.startswith("verdict") and "regression" in regressed.stdout
+    assert "what changed since the reference: nothing in the fingerprint" in regressed.stdout
+    assert run("--fail-on", "none").returncode == 0
+    bogus = run("--fail-on", "slower")
+    assert bogus.returncode == 2 and "--fail-on ['slower'] is invalid" in bogus.stderr
+    (tmp_path / "r0.json").write_text('{"run_id": "x"}')
+    bad = run()
+    assert bad.returncode == 2 and "not a valid record" in bad.stderr

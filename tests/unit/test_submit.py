@@ -1,0 +1,349 @@
+"""Submissions (harness.submit): records -> reference_results/<platform>.json, all-or-nothing.
+
+Every test works on a fake reference folder under tmp_path; the real reference_results/ is never touched.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import harness.submit as submit_mod
+from harness.references import validate_reference_file
+from harness.submit import SubmissionRejected, cli, submit
+
+TODAY = "2026-11-22"
+EXISTING = {  # an unrelated entry that must survive every submission unchanged
+    "platform": "cpu", "benchmark": "all_reduce", "config": {"nodes": 1, "num_ranks": 2}, "metric": "avg_busbw_gbps",
+    "value": 0.18, "unit": "GB/s", "direction": "higher", "tolerance_pct": 50.0, "status": "ok", "samples": [0.18],
+    "num_samples": 1, "provenance": {"source": "earlier", "submitter": "someone", "date": "2026-11-21",
+                                     "system": "vm", "environment": None, "suite_commit": None, "note": None}}
+
+
+def training_record(run_id="r0", samples_per_s=20.0, stage=1, platform="cpu", device="cpu"):
+    """A minimal valid training record of the cpu platform (llama-tiny, mb 2 x ga 4)."""
+    return {
+        "schema_version": "1.0", "run_id": run_id, "kind": "training", "benchmark": "llama-tiny",
+        "platform": platform, "status": "ok", "reason": None,
+        "config": {"platform": {"name": platform, "description": "2 processes on one CPU host", "device": device,
+                                "nodes": 1},
+                   "workload": {"micro_batch_size": 2, "grad_acc_steps": 4, "seq_len": 128, "precision": "fp32"},
+                   "zero": {"stage": stage, "overlap_comm": None}},
+        "overrides": ["platform=cpu"],
+        "environment": {"python": "3.11.7", "torch": "2.13.0+cpu", "deepspeed": "0.19.8", "transformers": "5.23.0",
+                        "cuda": None, "nccl": None, "driver": None, "gpu_model": None, "gpu_count": 0,
+                        "container_image": None, "env": {"OMP_NUM_THREADS": "1"}, "hosts": ["vm"],
+                        "suite_commit": "ce6a917", "num_ranks": 2},
+        "metrics": {"samples_per_s": {"value": samples_per_s, "unit": "samples/s", "mode": "throughput"},
+                    "tokens_per_s": {"value": samples_per_s * 128, "unit": "tokens/s", "mode": "throughput"},
+                    "step_time_s": {"value": 16 / samples_per_s, "unit": "s", "mode": "throughput", "p10": 0.7},
+                    "peak_mem_gib": {"value": 0.68, "unit": "GiB", "mode": "throughput"},
+                    "mfu_pct": {"value": 32.8, "unit": "%", "mode": "throughput"},
+                    "final_loss": {"value": 7.04, "unit": "nats", "mode": "throughput"}},
+        "microsteps": [],
+    }
+
+
+def write_records(folder: Path, records) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rec in records:
+        name = rec["run_id"] if isinstance(rec, dict) and isinstance(rec.get("run_id"), str) else f"x{id(rec)}"
+        (folder / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")  # NaN/Infinity tokens kept
+    (folder / "suite.json").write_text(json.dumps({"suite": "default-cpu", "runs": []}), encoding="utf-8")
+    return folder
+
+
+def three(samples=(10.0, 30.0, 20.0), prefix="r", **kw):
+    return [training_record(f"{prefix}{i}", v, **kw) for i, v in enumerate(samples)]
+
+
+def ref_dir_with_existing(root: Path) -> Path:
+    ref = root / "refs"
+    ref.mkdir()
+    (ref / "cpu.json").write_text(json.dumps({"schema_version": "1.0", "description": "cpu", "references": [EXISTING]},
+                                             indent=1), encoding="utf-8")
+    return ref
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Hash of every file; the lock file may appear (empty) once a submission got as far as the lock."""
+    lock = folder / submit_mod.LOCK_NAME
+    assert not lock.exists() or lock.read_bytes() == b""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p != lock}
+
+
+def run(results, ref, **kw):
+    return submit([results], reference_dir=ref, today=TODAY, submitter="tester", **kw)
+
+
+@pytest.fixture
+def ref(tmp_path):
+    return ref_dir_with_existing(tmp_path)
+
+
+def entries(ref: Path, name="cpu.json"):
+    return json.loads((ref / name).read_text())["references"]
+
+
+def test_three_repeats_become_references_with_median_samples_and_provenance(tmp_path, ref):
+    changes = run(write_records(tmp_path / "res", three()), ref)
+    data = json.loads((ref / "cpu.json").read_text())
+    assert validate_reference_file(data) == []
+    assert data["references"][0] == EXISTING
+    by_metric = {e["metric"]: e for e in data["references"][1:]}
+    assert sorted(by_metric) == ["mfu_pct", "peak_mem_gib", "samples_per_s", "step_time_s", "tokens_per_s"]
+    sps = by_metric["samples_per_s"]
+    assert (sps["value"], sps["samples"], sps["num_samples"], sps["unit"]) == (20.0, [10.0, 30.0, 20.0], 3, "samples/s")
+    assert sps["config"] == {"nodes": 1, "num_ranks": 2, "zero_stage": 1, "micro_batch_size": 2, "grad_acc_steps": 4,
+                             "seq_len": 128, "precision": "fp32"}
+    assert (sps["tolerance_pct"], by_metric["peak_mem_gib"]["tolerance_pct"]) == (25.0, 10.0)  # cpu tolerances
+    prov = sps["provenance"]
+    assert (prov["source"], prov["submitter"], prov["date"], prov["system"], prov["suite_commit"]) == (
+        "suite submission", "tester", TODAY, "2 processes on one CPU host", "ce6a917")
+    assert prov["environment"]["hosts"] == ["vm"] and "r0, r1, r2" in prov["note"]
+    assert [c.action for c in changes] == ["added"] * 5
+
+
+def test_missing_file_is_created_and_gpu_platforms_get_the_default_tolerances(tmp_path):
+    ref = tmp_path / "refs"
+    recs = three(platform="h200", device="cuda")
+    for r in recs:
+        r["environment"].update(cuda="12.8", nccl="2.27.3", driver="570.1", gpu_model="NVIDIA H200")
+    run(write_records(tmp_path / "res", recs), ref, system="8x H200 SXM, one node")
+    data = json.loads((ref / "h200.json").read_text())
+    assert data["schema_version"] == "1.0" and data["description"]
+    tol = {e["metric"]: e["tolerance_pct"] for e in data["references"]}
+    assert tol == {"samples_per_s": 10.0, "tokens_per_s": 10.0, "step_time_s": 10.0, "peak_mem_gib": 5.0,
+                   "mfu_pct": 10.0}
+    assert {e["provenance"]["system"] for e in data["references"]} == {"8x H200 SXM, one node"}
+
+
+def _set(path, value):
+    def mutate(rec):
+        *parents, last = path
+        for key in parents:
+            rec = rec[key]
+        rec[last] = value
+    return mutate
+
+
+# (name, mutation of one record of three, a reason that must be listed)
+REJECTIONS = [
+    ("schema", lambda r: r.pop("run_id"), "schema: <root>: 'run_id' is a required property"),
+    ("status oom", lambda r: r.update(status="oom", reason="CUDA out of memory"), "status 'oom'"),
+    ("missing fingerprint", _set(("environment", "torch"), None), "environment.torch is None"),
+    ("empty hosts", _set(("environment", "hosts"), []), "environment.hosts is []"),
+    ("cuda fingerprint", _set(("config", "platform", "device"), "cuda"), "environment.nccl is None"),
+    ("wrong unit", _set(("metrics", "samples_per_s", "unit"), "samples/min"),
+     "metrics.samples_per_s.unit is 'samples/min', expected 'samples/s'"),
+    ("nan", _set(("metrics", "step_time_s", "value"), math.nan), "not finite: metrics/step_time_s/value = nan"),
+    ("infinity", _set(("metrics", "step_time_s", "p10"), math.inf), "not finite: metrics/step_time_s/p10 = inf"),
+    ("unknown platform", lambda r: r.update(platform="moon-x1"), "unknown platform 'moon-x1'"),
+    ("out of bounds", _set(("metrics", "mfu_pct", "value"), 150.0), "metrics.mfu_pct = 150.0 is out of bounds"),
+    ("zero throughput", _set(("metrics", "samples_per_s", "value"), 0), "metrics.samples_per_s = 0 is out of bounds"),
+    ("mixed platforms", lambda r: r.update(platform="h200"), "platforms (cpu, h200"),
+    ("too few repeats", lambda r: r["config"]["zero"].update(stage=2), "1 run(s) (" ),
+    ("wrong kind", lambda r: r.update(kind="inference"), "kind 'inference'"),
+    ("config without key", lambda r: r["config"].pop("workload"), "config lacks what identifies the configuration"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,expected", REJECTIONS, ids=[c[0] for c in REJECTIONS])
+def test_each_rejection_reason_is_listed_and_nothing_changes(tmp_path, ref, name, mutate, expected):
+    recs = three()
+    mutate(recs[1])
+    before = snapshot(ref)
+    with pytest.raises(SubmissionRejected) as exc:
+        run(write_records(tmp_path / "res", recs), ref)
+    assert any(expected in reason for reason in exc.value.reasons), exc.value.reasons
+    assert snapshot(ref) == before
+
+
+def test_all_reasons_are_listed_at_once(tmp_path, ref):
+    recs = []
+    for i, (_, mutate, _) in enumerate(REJECTIONS):
+        rec = training_record(f"m{i:02d}", 20.0 + i)
+        mutate(rec)
+        recs.append(rec)
+    folder = write_records(tmp_path / "res", recs)
+    (folder / "broken.json").write_text("{", encoding="utf-8")
+    before = snapshot(ref)
+    with pytest.raises(SubmissionRejected) as exc:
+        run(folder, ref)
+    text = str(exc.value)
+    assert text.startswith("submission rejected:\n")
+    for _, _, expected in REJECTIONS:
+        assert expected in text
+    assert "broken.json: not a readable JSON file" in text
+    assert snapshot(ref) == before
+
+
+def test_no_records_and_no_system_description_are_rejected(tmp_path, ref):
+    with pytest.raises(SubmissionRejected, match="no result records"):
+        run(write_records(tmp_path / "empty", []), ref)
+    recs = three()
+    for r in recs:
+        r["config"]["platform"]["description"] = ""
+    with pytest.raises(SubmissionRejected, match="no system description"):
+        run(write_records(tmp_path / "res", recs), ref)
+    run(write_records(tmp_path / "res", recs), ref, system="my laptop")  # --system fills it
+    assert entries(ref)[1]["provenance"]["system"] == "my laptop"
+
+
+def test_min_repeats_is_configurable(tmp_path, ref):
+    folder = write_records(tmp_path / "res", three()[:2])
+    with pytest.raises(SubmissionRejected, match=r"2 run\(s\) .*at least 3 needed"):
+        run(folder, ref)
+    assert [c.action for c in run(folder, ref, min_repeats=2)] == ["added"] * 5
+
+
+def test_overwrite_needs_replace_with_a_reason_and_keeps_it(tmp_path, ref):
+    run(write_records(tmp_path / "a", three()), ref)
+    second = write_records(tmp_path / "b", three((40.0, 50.0, 60.0), prefix="s"))
+    before = snapshot(ref)
+    with pytest.raises(SubmissionRejected, match="--replace") as exc:
+        run(second, ref)
+    assert len(exc.value.reasons) == 5  # one per existing metric
+    with pytest.raises(SubmissionRejected, match="--replace needs --reason"):
+        run(second, ref, replace=True)
+    with pytest.raises(SubmissionRejected, match="--replace needs --reason"):
+        run(second, ref, replace=True, reason="  ")
+    assert snapshot(ref) == before
+    changes = run(second, ref, replace=True, reason="new BIOS settings")
+    assert [c.action for c in changes] == ["replaced"] * 5
+    data = entries(ref)
+    assert len(data) == 6 and data[0] == EXISTING
+    sps = next(e for e in data if e["metric"] == "samples_per_s")
+    assert (sps["value"], sps["samples"]) == (50.0, [40.0, 50.0, 60.0])
+    note = sps["provenance"]["note"]
+    assert "replaces 20.0 samples/s (samples [10.0, 30.0, 20.0]) from suite submission, 2026-11-22" in note
+    assert note.endswith(": new BIOS settings")
+
+
+def test_invalid_target_file_is_rejected_untouched(tmp_path, ref):
+    (ref / "cpu.json").write_text('{"schema_version": "1.0", "references": [{"platform": "cpu"}]}')
+    before = snapshot(ref)
+    with pytest.raises(SubmissionRejected, match="invalid reference file"):
+        run(write_records(tmp_path / "res", three()), ref)
+    assert snapshot(ref) == before
+
+
+def test_cli_reports_rejection_with_exit_2_and_additions_with_exit_0(tmp_path, ref, capsys):
+    target = ref / "cpu.json"
+    bad = three()
+    bad[0]["status"] = "timeout"
+    bad[0]["reason"] = "ran past 600 s"
+    bad[1]["metrics"]["peak_mem_gib"]["unit"] = "GB"
+    before = snapshot(ref)
+    assert cli([str(write_records(tmp_path / "bad", bad)), "--reference-file", str(target), "--submitter", "t"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "error: submission rejected:"
+    assert any("status 'timeout'" in line for line in err) and any("expected 'GiB'" in line for line in err)
+    assert snapshot(ref) == before
+    assert cli([str(write_records(tmp_path / "good", three())), "--reference-file", str(target),
+                "--submitter", "t"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 5 and all(line.startswith("added cpu llama-tiny [") for line in out)
+    assert "samples_per_s = 20 samples/s (median of 3)" in "\n".join(out)
+    assert cli(["--min-repeats", "x", str(tmp_path)]) == 2
+
+
+def test_concurrent_submissions_lose_nothing(tmp_path, ref, monkeypatch):
+    real_read = submit_mod._read_reference_file
+
+    def slow_read(path, platform):  # widen the read-modify-write window: without the lock one write is lost
+        data = real_read(path, platform)
+        time.sleep(0.3)
+        return data
+
+    monkeypatch.setattr(submit_mod, "_read_reference_file", slow_read)
+    folders = [write_records(tmp_path / f"res{s}", three(prefix=f"z{s}-", stage=s)) for s in (1, 3)]
+    barrier, errors = threading.Barrier(2), []
+
+    def go(folder):
+        barrier.wait()
+        try:
+            run(folder, ref)
+        except Exception as exc:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(f,)) for f in folders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    data = entries(ref)
+    assert sorted(e["config"].get("zero_stage", 0) for e in data) == [0] + [1] * 5 + [3] * 5
+
+
+# --- property-based: mutated records never crash the submission, and a rejection writes nothing ---
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+
+
+PATHS = [p for p in _paths(training_record()) if p]
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6)
+MUTATION = st.tuples(st.sampled_from(["delete", "set", "add"]), st.sampled_from(PATHS), JSON_VALUES,
+                     st.text(max_size=6))
+
+
+def _apply(rec, mutation):
+    action, path, value, new_key = mutation
+    parent = rec
+    for key in path[:-1]:
+        try:
+            parent = parent[key]
+        except (KeyError, IndexError, TypeError):
+            return
+    last = path[-1]
+    if isinstance(parent, dict) and action == "add":
+        parent[new_key] = value
+    elif isinstance(parent, dict) and last in parent or isinstance(parent, list) and isinstance(last, int) \
+            and last < len(parent):
+        if action == "delete":
+            del parent[last]
+        else:
+            parent[last] = value
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations=st.lists(st.tuples(st.integers(0, 2), MUTATION), min_size=1, max_size=4))
+def test_fuzzed_records_are_accepted_or_rejected_with_reasons_never_crash(mutations):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ref = ref_dir_with_existing(root)
+        recs = [copy.deepcopy(r) for r in three()]
+        for index, mutation in mutations:
+            _apply(recs[index], mutation)
+        folder = write_records(root / "res", recs)
+        before = snapshot(ref)
+        try:
+            changes = run(folder, ref)
+        except SubmissionRejected as exc:
+            assert exc.reasons and all(isinstance(r, str) and r for r in exc.reasons)
+            assert snapshot(ref) == before
+        else:
+            assert changes
+            assert validate_reference_file(json.loads((ref / "cpu.json").read_text())) == []
