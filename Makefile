@@ -39,7 +39,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench test perf submit lock clean distclean
+.PHONY: help venv bench test perf submit nightly lock clean distclean
 
 help:
 	@echo "Targets:"
@@ -47,6 +47,7 @@ help:
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [out=\$$OUT] \$$ARGS"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop"
+	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV) (pip freeze)"
 	@echo "  clean      remove results/ and .cache/ (keeps $(VENV))"
@@ -96,6 +97,10 @@ perf: venv
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv
 	$(PY) -m harness submit $(RESULTS) $(ARGS)
+
+# The nightly regression job: exit status 1 when something regressed (see python -m harness nightly --help).
+nightly: venv
+	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # pip list --format=freeze always prints name==version (never `@ file://`),
 # local version tags (+cpu, +cu128) are stripped so the lock is portable, and

@@ -65,6 +65,8 @@ class TrainSpec:
     seed: int
     data: DataSpec = field(default_factory=DataSpec)
     activation_checkpointing: bool = False
+    inject_delay_s: float = 0.0
+    """Deliberate sleep per micro-step (regression-detection checks only)."""
     cpu_mem_limit_gib: Optional[float] = None
     """On the cpu device: the platform's declared memory per rank, enforced as RLIMIT_DATA."""
 

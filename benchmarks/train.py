@@ -152,6 +152,8 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
             if clock and i == ga - 1:
                 clock.phase("step")
             engine.step()
+            if spec.inject_delay_s:
+                time.sleep(spec.inject_delay_s)
             if clock:
                 clock.end()
             losses.append(out.loss.detach())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -93,6 +94,14 @@ def cmd_compare(args: list[str]) -> int:
     return 1 if any(v.verdict in fail_on for v in verdicts) else 0
 
 
+def cmd_nightly(args: list[str]) -> int:
+    """The nightly regression job: the nightly suite with repeats, kept in a history store, compared
+    with references and a rolling baseline; Markdown, HTML and JUnit reports; resumes a night."""
+    from .nightly import cli
+
+    return cli(args)
+
+
 def cmd_submit(args: list[str]) -> int:
     """Check result records (schema, status ok, repeats, fingerprint, units, bounds) and add them with
     provenance to reference_results/<platform>.json; never overwrites without --replace --reason."""
@@ -123,10 +132,11 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "validate": cmd_validate,
     "compare": cmd_compare,
     "submit": cmd_submit,
+    "nightly": cmd_nightly,
     "import-nccl-tests": cmd_import_nccl_tests,
     "portability": cmd_portability,
 }
-OWN_HELP = ("compare", "submit", "import-nccl-tests", "portability")  # commands with their own argparse --help
+OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability")  # commands with their own argparse --help
 
 
 def help_text() -> str:
@@ -150,6 +160,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
+    # SIGTERM (a CI job cancelled, a nightly stopped) unwinds like Ctrl-C: launchers kill their ranks
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(help_text())

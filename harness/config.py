@@ -214,6 +214,9 @@ class MeasureConfig:
     timeout_s: float = 900.0
     """Wall-clock limit of one run, launch to exit; past it the run is killed and recorded as timeout."""
     seed: int = 1234
+    inject_delay_s: float = 0.0
+    """Sleep added to every micro-step: a deliberate slowdown to check that regression detection
+    (compare, nightly) catches it. 0 in every real run."""
 
 
 @dataclass
@@ -372,6 +375,10 @@ def validate(cfg: BenchConfig) -> None:
     _check(m.warmup_steps >= 0, "measure.warmup_steps", m.warmup_steps, "must be >= 0")
     _check(m.steps >= 1, "measure.steps", m.steps, "must be >= 1")
     _check(m.profile_steps >= 0, "measure.profile_steps", m.profile_steps, "must be >= 0")
+    _check(0 <= m.inject_delay_s < 60, "measure.inject_delay_s", m.inject_delay_s, "seconds in [0, 60)")
+    if m.inject_delay_s:
+        warnings.warn(f"measure.inject_delay_s={m.inject_delay_s}: every micro-step is slowed on purpose",
+                      stacklevel=2)
     _check(math.isfinite(m.timeout_s) and m.timeout_s > 0, "measure.timeout_s", m.timeout_s,
            "must be a positive number of seconds")
 

@@ -27,6 +27,7 @@ from .config import CONF_DIR
 from .errors import HarnessError
 from .record import validate_record, write_json_atomic
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
+                         tolerances_for,
                          validate_reference_file)
 
 SOURCE = "suite submission"
@@ -40,8 +41,6 @@ UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "step_time_s"
 BOUNDS = {"samples_per_s": (0, 1e7, False), "tokens_per_s": (0, 1e10, False), "mfu_pct": (0, 100, True),
           "peak_mem_gib": (0, 1e4, True), "step_time_s": (0, 1e5, False), "avg_busbw_gbps": (0, 1e5, False)}
 # reference_results/README.md: suite figures 10% (peak memory 5%); the noisy shared cpu box 25/50/10%.
-TOLERANCES = {"cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "peak_mem_gib": 10.0}}
-DEFAULT_TOLERANCES = {"default": 10.0, "peak_mem_gib": 5.0}
 
 
 class SubmissionRejected(HarnessError):
@@ -248,7 +247,7 @@ def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace:
     if problems:
         raise SubmissionRejected(problems)
     platform = records[0][1]["platform"]
-    tolerances = TOLERANCES.get(platform, DEFAULT_TOLERANCES)
+    tolerances = tolerances_for(platform)
     new = references_from_records([r for _, r in records], source=SOURCE, submitter=submitter,
                                   date=today or Date.today().isoformat(), system=system, tolerance_pct=tolerances)
     path = Path(reference_file) if reference_file is not None else Path(reference_dir) / f"{platform}.json"

@@ -1,0 +1,97 @@
+"""The nightly history store: every run of every night, across nights (SQLAlchemy).
+
+Default: an embedded SQLite file (results/history.sqlite); any SQLAlchemy URL works for a shared
+store (postgresql://user@host/db, with its driver installed). A run is stored once its record is
+written; a night interrupted half-way is resumed from what the store holds.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from .errors import HarnessError
+
+DEFAULT_URL = "sqlite:///results/history.sqlite"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class History:
+    def __init__(self, url: str = DEFAULT_URL):
+        import sqlalchemy as sa
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+        self.sa = sa
+        meta = sa.MetaData()
+        self.nights = sa.Table(
+            "nights", meta,
+            sa.Column("night", sa.String(64), primary_key=True),
+            sa.Column("platform", sa.String(64), primary_key=True),
+            sa.Column("suite", sa.String(128), nullable=False),
+            sa.Column("out_dir", sa.Text, nullable=False),
+            sa.Column("started_utc", sa.String(32), nullable=False),
+            sa.Column("finished_utc", sa.String(32)))
+        self.runs = sa.Table(
+            "runs", meta,
+            sa.Column("night", sa.String(64), primary_key=True),
+            sa.Column("platform", sa.String(64), primary_key=True),
+            sa.Column("repeat", sa.Integer, primary_key=True),
+            sa.Column("run_id", sa.String(256), primary_key=True),
+            sa.Column("benchmark", sa.String(128), nullable=False),
+            sa.Column("status", sa.String(16), nullable=False),
+            sa.Column("created_utc", sa.String(32), nullable=False),
+            sa.Column("record", sa.Text, nullable=False))
+        try:
+            self.engine = sa.create_engine(url)
+            meta.create_all(self.engine)
+        except (ArgumentError, NoSuchModuleError, OperationalError) as exc:
+            raise HarnessError(f"history store {url!r} cannot be opened: {exc}") from None
+
+    def start_night(self, night: str, platform: str, suite: str, out_dir: str) -> bool:
+        """Register a night; False when it was registered before (a resumed night)."""
+        with self.engine.begin() as c:
+            found = c.execute(self.sa.select(self.nights.c.night).where(
+                self.nights.c.night == night, self.nights.c.platform == platform)).first()
+            if found is None:
+                c.execute(self.nights.insert().values(night=night, platform=platform, suite=suite,
+                                                      out_dir=out_dir, started_utc=_now()))
+        return found is None
+
+    def finish_night(self, night: str, platform: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(self.nights.update().where(self.nights.c.night == night, self.nights.c.platform == platform)
+                      .values(finished_utc=_now()))
+
+    def add_run(self, night: str, platform: str, repeat: int, record: dict[str, Any]) -> None:
+        with self.engine.begin() as c:
+            c.execute(self.runs.insert().values(night=night, platform=platform, repeat=repeat,
+                                                run_id=record["run_id"], benchmark=record["benchmark"],
+                                                status=record["status"], created_utc=_now(),
+                                                record=json.dumps(record)))
+
+    def finished(self, night: str, platform: str) -> set[tuple[int, str]]:
+        """(repeat, run_id) of the runs this night already stored."""
+        with self.engine.connect() as c:
+            rows = c.execute(self.sa.select(self.runs.c.repeat, self.runs.c.run_id).where(
+                self.runs.c.night == night, self.runs.c.platform == platform)).all()
+        return {(r.repeat, r.run_id) for r in rows}
+
+    def records(self, platform: str, nights: Optional[list[str]] = None) -> list[tuple[str, dict[str, Any]]]:
+        """(night, record) of the platform's runs, oldest night first; only the given nights if any."""
+        query = self.sa.select(self.runs.c.night, self.runs.c.record).where(self.runs.c.platform == platform)
+        if nights is not None:
+            query = query.where(self.runs.c.night.in_(nights))
+        with self.engine.connect() as c:
+            rows = c.execute(query.order_by(self.runs.c.night, self.runs.c.repeat, self.runs.c.run_id)).all()
+        return [(r.night, json.loads(r.record)) for r in rows]
+
+    def earlier_nights(self, platform: str, night: str, count: int) -> list[str]:
+        """The last `count` finished nights of the platform before `night`, oldest first."""
+        with self.engine.connect() as c:
+            rows = c.execute(self.sa.select(self.nights.c.night).where(
+                self.nights.c.platform == platform, self.nights.c.night < night,
+                self.nights.c.finished_utc.is_not(None)).order_by(self.nights.c.night.desc()).limit(count)).all()
+        return sorted(r.night for r in rows)

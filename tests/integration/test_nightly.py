@@ -1,0 +1,73 @@
+"""The nightly job on cpu with a real SQLite store: an injected regression is caught with its
+environment difference, and a night interrupted half-way resumes without redoing finished runs."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from harness.history import History
+
+from .conftest import REPO, assert_no_rank_left, wait_for
+
+pytestmark = pytest.mark.integration
+QUICK = ["suite=single", "workload.micro_batch_size=4", "measure.warmup_steps=1", "measure.steps=3",
+         "measure.profile_steps=0"]
+
+
+def nightly(tmp_path, night, *extra, repeats=2):
+    return [sys.executable, "-m", "harness", "nightly", "--night", night, "--repeats", str(repeats),
+            "--store", f"sqlite:///{tmp_path / 'history.sqlite'}", f"out={tmp_path / night}", *QUICK, *extra]
+
+
+def run(cmd):
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+def test_an_injected_regression_is_caught_and_what_changed_is_shown(tmp_path):
+    good = run(nightly(tmp_path, "2026-11-01"))
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    assert "vs baseline" in good.stdout
+    bad = run(nightly(tmp_path, "2026-11-02", "measure.inject_delay_s=0.4", "+nccl_env.NCCL_PROTO=Simple"))
+    assert bad.returncode == 1, bad.stdout[-3000:]
+    assert "regression (baseline): cpu/llama-tiny samples_per_s" in bad.stdout
+    assert "'env.NCCL_PROTO': [None, 'Simple']" in bad.stdout
+    out = tmp_path / "2026-11-02"
+    junit = ET.parse(out / "junit.xml").getroot()
+    baseline = next(s for s in junit.iter("testsuite") if s.get("id") == "baseline")
+    assert int(baseline.get("failures")) >= 1
+    assert any("NCCL_PROTO" in (f.text or "") for f in baseline.iter("failure"))
+    html = (out / "nightly.html").read_text()
+    assert "data:image/png;base64," in html and "regression" in html
+    assert "# Nightly report: cpu, 2026-11-02" in (out / "nightly.md").read_text()
+    store = History(f"sqlite:///{tmp_path / 'history.sqlite'}")
+    assert store.earlier_nights("cpu", "2026-11-03", 7) == ["2026-11-01", "2026-11-02"]
+    assert len(store.records("cpu")) == 4
+
+
+def test_an_interrupted_night_resumes_without_redoing_finished_runs(tmp_path):
+    store = History(f"sqlite:///{tmp_path / 'history.sqlite'}")
+    proc = subprocess.Popen(nightly(tmp_path, "2026-11-05", repeats=2), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: store.finished("2026-11-05", "cpu"), 300, "the first stored run")
+        first = store.records("cpu", ["2026-11-05"])
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    second_run_dir = tmp_path / "2026-11-05" / "repeat-1" / "runs" / "00-llama-tiny"
+    if (second_run_dir / "pids.json").exists():
+        assert_no_rank_left(second_run_dir)
+    assert len(first) == 1
+    resumed = run(nightly(tmp_path, "2026-11-05", repeats=2))
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "stored, not redone" in resumed.stdout
+    after = store.records("cpu", ["2026-11-05"])
+    assert len(after) == 2
+    assert after[0][1] == first[0][1]  # the finished run kept, not redone

@@ -1,0 +1,129 @@
+"""write_reports: Markdown, one self-contained HTML page and JUnit XML for a night's verdicts."""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
+
+from harness.compare import VERDICTS, Verdict
+from harness.nightly_report import _ORDER, microstep_png, trend_png, write_reports
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CFG = {"zero_stage": 1, "micro_batch_size": 2, "grad_acc_steps": 4}
+SERIES = "cpu/llama-tiny z1-mb2-ga4 samples_per_s"
+
+
+def _verdict(kind: str, metric: str, reason: str, **kw) -> Verdict:
+    return Verdict("cpu", "llama-tiny", CFG, metric, kind, reason, unit="1/s", **kw)
+
+
+def _verdicts() -> dict[str, list[Verdict]]:
+    references = [
+        _verdict("regression", "samples_per_s", "gain -12.0% against 40 1/s", value=35.2, reference=40.0,
+                 worse_pct=12.0, environment_diff={"nccl": ["2.20.5", "2.21.5"], "env.NCCL_ALGO": [None, "Tree"]}),
+        _verdict("pass", "tokens_per_s", "gain +0.5%", value=4520.0, reference=4500.0, worse_pct=-0.5),
+        _verdict("improvement", "mfu_pct", "gain +9.0%", value=1.09, reference=1.0, worse_pct=-9.0),
+        _verdict("new", "peak_mem_gib", "no reference (status ok)", value=1.5),
+        _verdict("missing", "step_time_s", "the reference has this metric; the results do not"),
+        _verdict("insufficient data", "comm_pct", "one sample on each side <script>alert(1)</script>"),
+    ]
+    baseline = [
+        Verdict("cpu", "llama-tiny", {**CFG, "zero_stage": 3}, "samples_per_s", "status changed",
+                "ok -> oom: CUDA out of memory", environment_diff={"torch": ["2.3.1", "2.4.0"]}),
+        _verdict("pass", "samples_per_s", "gain -1.0%", value=35.2, reference=35.5, worse_pct=1.0),
+    ]
+    return {"references": references, "baseline": baseline}
+
+
+def _records() -> list[dict]:
+    micro = [{"index": i, "total_s": 0.05 + 0.02 * (i == 3), "compute_s": 0.04, "comm_s": 0.01 + 0.02 * (i == 3),
+              "collectives": [{"op": "all_reduce", "bytes": 1 << 20, "time_s": 0.01, "phase": "backward"}]}
+             for i in range(4)]
+    ok = {"run_id": "z1-mb2-ga4", "kind": "training", "platform": "cpu", "benchmark": "llama-tiny",
+          "status": "ok", "reason": None, "metrics": {"samples_per_s": {"value": 35.2, "unit": "1/s"}},
+          "microsteps": [micro, micro], "environment": {}}
+    oom = {"run_id": "z3-mb8-ga1", "kind": "training", "platform": "cpu", "benchmark": "llama-tiny",
+           "status": "oom", "reason": "CUDA out of memory <tried 2 GiB>", "metrics": {}, "microsteps": [],
+           "environment": {}}
+    return [ok, oom]
+
+
+def _history() -> dict[str, list[tuple[str, float]]]:
+    return {SERIES: [("2026-05-08", 40.1), ("2026-05-09", 39.8), ("2026-05-10", 35.2)],
+            "cpu/llama-tiny z1-mb2-ga4 mfu_pct": [("2026-05-08", 1.0), ("2026-05-09", 1.01), ("2026-05-10", 1.09)]}
+
+
+def _write(tmp_path: Path) -> dict[str, Path]:
+    return write_reports(tmp_path / "night", platform="cpu", night="2026-05-10", verdicts=_verdicts(),
+                         records=_records(), history=_history())
+
+
+def test_every_verdict_kind_has_a_place_in_the_summary_order():
+    assert sorted(_ORDER) == sorted(VERDICTS)
+
+
+def test_three_files_are_written_and_nothing_else(tmp_path):
+    paths = _write(tmp_path)
+    assert {p.name for p in paths.values()} == {"nightly.md", "nightly.html", "junit.xml"}
+    assert sorted(os.listdir(tmp_path / "night")) == ["junit.xml", "nightly.html", "nightly.md"]  # no temp files
+
+
+def test_junit_has_one_suite_per_comparison_with_matching_counts(tmp_path):
+    root = ET.parse(_write(tmp_path)["junit"]).getroot()
+    assert (tmp_path / "night" / "junit.xml").read_text().startswith("<?xml")
+    suites = {s.get("id"): s for s in root.iter("testsuite")}
+    assert list(suites) == ["references", "baseline"]
+    for name, (tests, failures, skipped) in {"references": (6, 1, 2), "baseline": (2, 1, 0)}.items():
+        suite = suites[name]
+        cases = suite.findall("testcase")
+        assert suite.get("name") == "nightly-cpu"
+        assert (int(suite.get("tests")), int(suite.get("failures")), int(suite.get("skipped"))) == (tests, failures, skipped)
+        assert (len(cases), len(suite.findall("testcase/failure")), len(suite.findall("testcase/skipped"))) \
+            == (tests, failures, skipped)
+    regression = suites["references"].find("testcase[failure]")
+    assert regression.get("classname") == "cpu.llama-tiny"
+    assert regression.get("name") == "zero_stage=1,micro_batch_size=2,grad_acc_steps=4 samples_per_s"
+    failure = regression.find("failure")
+    assert failure.get("message").startswith("regression: gain -12.0%")
+    assert "nccl: 2.20.5 -> 2.21.5" in failure.text and "env.NCCL_ALGO: None -> Tree" in failure.text
+    status = suites["baseline"].find("testcase/failure")
+    assert "ok -> oom" in status.get("message") and "torch: 2.3.1 -> 2.4.0" in status.text
+    skipped = {c.get("name").split()[-1]: c.find("skipped").get("message")
+               for c in suites["references"].findall("testcase[skipped]")}
+    assert skipped["step_time_s"].startswith("missing:") and skipped["comm_pct"].startswith("insufficient data:")
+
+
+def test_html_is_self_contained_escaped_and_has_one_image_per_chart(tmp_path):
+    page = _write(tmp_path)["html"].read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;tried 2 GiB&gt;" in page  # a failed run's reason, escaped
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == len(_history()) + 1  # two trend series + the one record with microsteps
+    assert all(base64.b64decode(img)[:8] == PNG_SIGNATURE for img in images)
+    assert '<tr class="regression">' in page and "<style>" in page
+    assert "references (against the reference table): 1 regression, 1 missing, 1 insufficient data, " \
+           "1 improvement, 1 new, 1 pass (6 verdicts)" in page
+
+
+def test_markdown_has_title_summary_tables_and_failed_runs(tmp_path):
+    text = _write(tmp_path)["markdown"].read_text()
+    assert text.startswith("# Nightly report: cpu, 2026-05-10\n")
+    assert "- baseline (against the rolling baseline of earlier nights): 1 status changed, 1 pass (2 verdicts)" in text
+    assert text.count("| verdict | platform/benchmark |") == 2
+    assert "| regression | cpu/llama-tiny |" in text and "| status changed | cpu/llama-tiny |" in text
+    assert "- z3-mb8-ga1 (llama-tiny): oom: CUDA out of memory <tried 2 GiB>" in text
+    assert "z1-mb2-ga4 (llama-tiny)" not in text  # an ok run is not a failed one
+
+
+def test_charts_render_as_png_bytes(tmp_path):
+    """Also writes the two charts to /tmp/nightly-report-*.png, to look at them."""
+    trend = trend_png(SERIES, _history()[SERIES], "2026-05-10")
+    micro = microstep_png(_records()[0])
+    for name, png in (("trend", trend), ("microsteps", micro)):
+        assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
+        (Path("/tmp") / f"nightly-report-{name}.png").write_bytes(png)
