@@ -15,18 +15,16 @@ variant the send buffers themselves.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from . import events as ev
-from .failure import fail
+from .failure import run_rank
 from .spec import SPEC_FILE, CollectiveSpec
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -234,18 +232,8 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", required=True, type=Path)
-    args = parser.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    n = int(os.environ.get("WORLD_SIZE", "1"))
-    log = ev.EventLog(args.run_dir, rank)
-    try:
-        run(CollectiveSpec.load(args.run_dir / SPEC_FILE), log, rank, n)
-    except BaseException as exc:  # every failure becomes an event the harness can record
-        fail(log, rank, exc)
-    log.close()
-    return 0
+    return run_rank(argv, __doc__.splitlines()[0],
+                    lambda run_dir, log, rank, n: run(CollectiveSpec.load(run_dir / SPEC_FILE), log, rank, n))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""How a rank reports its own failure: one event with status and reason, then a prompt exit."""
+"""How a rank program runs: its entry point, and how it reports its own failure (one event with
+status and reason, then a prompt exit)."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
-from typing import NoReturn
+from pathlib import Path
+from typing import Callable, NoReturn
 
 from . import events as ev
 
@@ -33,3 +36,20 @@ def fail(log: ev.EventLog, rank: int, exc: BaseException) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_OOM if status == "oom" else EXIT_ERROR)
+
+
+def run_rank(argv: list[str] | None, description: str,
+             body: Callable[[Path, ev.EventLog, int, int], None]) -> int:
+    """`--run-dir DIR` from argv, rank and world size from the environment, the rank's event log;
+    runs body(run_dir, log, rank, world_size) and turns any failure into a recorded event."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    log = ev.EventLog(args.run_dir, rank)
+    try:
+        body(args.run_dir, log, rank, int(os.environ.get("WORLD_SIZE", "1")))
+    except BaseException as exc:  # every failure becomes an event the harness can record
+        fail(log, rank, exc)
+    log.close()
+    return 0

@@ -9,7 +9,6 @@ and timed, see instrument.py). A failure is reported as an event with its status
 """
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import socket
@@ -19,8 +18,9 @@ from pathlib import Path
 from typing import Iterator
 
 from . import events as ev
-from .failure import fail
+from .failure import run_rank
 from .spec import SPEC_FILE, TrainSpec
+
 
 def synchronizer(device: str):
     import torch
@@ -196,20 +196,12 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", required=True, type=Path)
-    args = parser.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    log = ev.EventLog(args.run_dir, rank)
-    try:
-        spec = TrainSpec.load(args.run_dir / SPEC_FILE)
+    def body(run_dir: Path, log: ev.EventLog, rank: int, world_size: int) -> None:
+        spec = TrainSpec.load(run_dir / SPEC_FILE)
         limit_cpu_memory(spec.cpu_mem_limit_gib)
         run(spec, log, rank, world_size)
-    except BaseException as exc:  # every failure becomes an event the harness can record
-        fail(log, rank, exc)
-    log.close()
-    return 0
+
+    return run_rank(argv, __doc__.splitlines()[0], body)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_bytes_atomic
 from .compare import Verdict
 from .report import verdict_table
 
@@ -201,29 +200,15 @@ def junit_xml(platform: str, verdicts: dict[str, list[Verdict]]) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def _write_atomic(path: Path, data: bytes) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[str, list[Verdict]],
                   records: list[dict[str, Any]], history: dict[str, list[tuple[str, float]]]) -> dict[str, Path]:
     """Write nightly.md, nightly.html and junit.xml into out_dir; {"markdown"|"html"|"junit": path}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return {
-        "markdown": _write_atomic(out_dir / "nightly.md",
+        "markdown": write_bytes_atomic(out_dir / "nightly.md",
                                   nightly_markdown(platform, night, verdicts, records).encode("utf-8")),
-        "html": _write_atomic(out_dir / "nightly.html",
+        "html": write_bytes_atomic(out_dir / "nightly.html",
                               nightly_html(platform, night, verdicts, records, history).encode("utf-8")),
-        "junit": _write_atomic(out_dir / "junit.xml", junit_xml(platform, verdicts)),
+        "junit": write_bytes_atomic(out_dir / "junit.xml", junit_xml(platform, verdicts)),
     }

@@ -5,9 +5,10 @@ display, no network, the same PNG on a laptop and a cluster node.
 """
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
+
+from .atomic import write_bytes_atomic
 
 _PREFIXES = ("", "K", "M", "G", "T", "P")
 _MAX_TICKS = 16
@@ -79,16 +80,6 @@ def busbw_plot(series: dict[str, list[tuple[int, float]]], path: Path, *, title:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    png = io.BytesIO()
+    fig.savefig(png, format="png")  # rendered fully before anything is written
+    return write_bytes_atomic(Path(path), png.getvalue())

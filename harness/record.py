@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform as py_platform
 import signal
 import socket
 import statistics
 import subprocess
-import tempfile
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -25,6 +22,7 @@ from typing import Any, Optional
 from benchmarks import events as ev
 from benchmarks.environment import ENV_PREFIXES
 
+from .atomic import write_bytes_atomic
 from .config import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .flops import mfu_pct, training_flops_per_token
@@ -256,18 +254,8 @@ def validate_record(data: Any) -> list[str]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:6]}", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=False, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """JSON (no NaN or infinity: they are not JSON) written atomically."""
+    write_bytes_atomic(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def write_record(record: ResultRecord, out_dir: Path) -> Path:
