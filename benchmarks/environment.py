@@ -11,8 +11,6 @@ from typing import Any, Optional
 # Environment variables that change communication behaviour and so belong in the fingerprint.
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_",
                 "FI_", "GLOO_SOCKET_IFNAME")
-CONTAINER_VARS = ("SUITE_CONTAINER_IMAGE", "SUITE_CONTAINER_DIGEST", "APPTAINER_CONTAINER",
-                  "SINGULARITY_CONTAINER")
 
 
 def _version(dist: str) -> Optional[str]:

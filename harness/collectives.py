@@ -14,9 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
-IN_PLACE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-ROOTED_OPS = ("broadcast", "reduce")
-REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
                "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4, "double": 8,
                "float64": 8}

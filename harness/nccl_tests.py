@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 from .collectives import OPS
 from .errors import HarnessError
-from .nccl_tests_output import (_BINARY, _OP_OF_BINARY, BINARIES, NCCL_REDOPS,  # noqa: F401 (API)
-                                NCCL_TYPES, ErrorValue, ParsedOutput, RunConfig, parse_file,
+from .nccl_tests_output import (BINARIES, NCCL_REDOPS, NCCL_TYPES,  # noqa: F401 (API)
+                                op_of_binary, ErrorValue, ParsedOutput, RunConfig, parse_file,
                                 parse_json, parse_text)
 from .record import ResultRecord, collective_record, validate_record, write_record
 
@@ -32,8 +32,7 @@ def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float =
     def bad(name: str, value: Any, valid: str) -> HarnessError:
         return HarnessError(f"nccl-tests {name}={value!r} is invalid; {valid}")
 
-    names = [m.group(1) for m in _BINARY.finditer(os.path.basename(binary))]
-    if len(names) != 1 or names[0] not in _OP_OF_BINARY:
+    if op_of_binary(binary) is None:
         raise bad("binary", binary, f"valid: a path to one of {', '.join(BINARIES.values())}")
     if min_bytes < 1:
         raise bad("min_bytes", min_bytes, "must be >= 1 byte")

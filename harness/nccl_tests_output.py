@@ -117,6 +117,13 @@ class ParsedOutput:
 
 # --- shared helpers ---------------------------------------------------------------------------
 
+def op_of_binary(path: str) -> Optional[str]:
+    """The collective of an nccl-tests binary path (all_reduce_perf, alltoall_perf_mpi, ...); None
+    when the name is not exactly one binary this suite records."""
+    names = [m.group(1) for m in _BINARY.finditer(os.path.basename(path))]
+    return _OP_OF_BINARY.get(names[0]) if len(names) == 1 else None
+
+
 def _op_of(names: set[str], op: Optional[str], where: str) -> str:
     """The collective from the *_perf binary names seen (or the op argument, which must agree)."""
     if op is not None and op not in OPS:

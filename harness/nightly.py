@@ -68,7 +68,7 @@ def run_night(overrides: list[str], *, night: str, repeats: int, store: History,
             store.start_night(night, platform, planned[0].cfg.suite.name, str(out))
             done = store.finished(night, platform)
         for p in planned:
-            if any((repeat, rid) in done for rid in _run_ids(p)):
+            if any((repeat, rid) in done for rid in p.run.record_ids()):
                 print(f"[night {night} repeat {repeat + 1}/{repeats}] {p.run.run_id}: stored, not redone", flush=True)
                 continue
             if p.run.run_dir.exists():  # interrupted before it was stored: start it afresh
@@ -78,14 +78,6 @@ def run_night(overrides: list[str], *, night: str, repeats: int, store: History,
                 store.add_run(night, platform, repeat, record.to_dict())
                 records.append(record.to_dict())
     return records
-
-
-def _run_ids(planned) -> list[str]:
-    """Record ids a planned run produces (a collective sweep writes one per op)."""
-    spec = planned.run.spec
-    if getattr(spec, "kind", "") == "collective" and planned.run.output == "events":
-        return [f"{planned.run.run_id}-{op}" for op in spec.ops]
-    return [planned.run.run_id]
 
 
 def cli(args: list[str]) -> int:

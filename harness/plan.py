@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.spec import CollectiveSpec, DataSpec, ModelSpec, OptimizerSpec, TrainSpec
 
-from .collectives import sizes
+from .collectives import DTYPE_BYTES, sizes
 from .config import BenchConfig, Device, OptimizerImpl, Precision, RunKind, to_dict
 from .errors import ConfigError
 
@@ -40,6 +40,12 @@ class RunSpec:
     overrides: list[str] = field(default_factory=list)
     output: str = "events"
     """How the run reports: 'events' (our benchmarks' events.jsonl) or 'nccl-tests' (its stdout)."""
+
+    def record_ids(self) -> list[str]:
+        """The records this run produces: a built-in collective sweep one per op, else one."""
+        if self.output == "events" and isinstance(self.spec, CollectiveSpec):
+            return [f"{self.run_id}-{op}" for op in self.spec.ops]
+        return [self.run_id]
 
 
 def deepspeed_config(cfg: BenchConfig) -> dict[str, Any]:
@@ -169,16 +175,12 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
 
 
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8,
-                 "int8": 1, "uint8": 1}
-
-
 def collective_spec(cfg: BenchConfig, run_id: str) -> CollectiveSpec:
     c, p = cfg.collective, cfg.platform
     return CollectiveSpec(
         run_id=run_id, platform=p.name, device=p.device.value, dist_backend=p.dist_backend,
         ops=list(c.ops), sizes=sizes(c.min_bytes, c.max_bytes, c.step_factor, c.step_bytes,
-                                      ELEMENT_BYTES[c.dtype], p.world_size),
+                                      DTYPE_BYTES[c.dtype], p.world_size),
         dtype=c.dtype, redop=c.redop, root=c.root, warmup_iters=c.warmup_iters, iters=c.iters,
         check=c.check, in_place=c.in_place)
 

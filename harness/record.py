@@ -31,7 +31,6 @@ from .plan import RunSpec
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
-STATUSES = ("ok", "oom", "error", "timeout")
 
 
 @dataclass
@@ -305,7 +304,7 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
         by_op[v["op"]].append(Row(v["size_bytes"], v["count"], v["dtype"], v["redop"], v["root"],
                                   measured["out_of_place"], measured.get("in_place")).to_dict())
     records = []
-    for op, rows in by_op.items():
+    for record_id, (op, rows) in zip(run.record_ids(), by_op.items()):
         op_status, op_reason = status, reason
         complete = len(rows) == len(run.spec.sizes)
         wrong = [r["size_bytes"] for r in rows for k in ("out_of_place", "in_place")
@@ -315,7 +314,7 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
         elif op_status == "ok" and not complete:
             op_status, op_reason = "error", f"{len(rows)} of {len(run.spec.sizes)} sizes measured"
         records.append(collective_record(
-            run_id=f"{run.run_id}-{op}", name=f"{run.name} {op}", benchmark=op, platform=cfg.platform.name,
+            run_id=record_id, name=f"{run.name} {op}", benchmark=op, platform=cfg.platform.name,
             status=op_status, reason=op_reason, rows=rows, config=run.config, overrides=run.overrides,
             environment=env, complete=complete, source="builtin", wall_s=launch.wall_s))
     return records
