@@ -43,7 +43,9 @@ TRACED_APIS: dict[str, tuple[str, Optional[tuple[str, int]]]] = {
     "recv": ("recv", ("tensor", 0)),
     "barrier": ("barrier", None),
 }
-PHASES = ("forward", "backward", "step")
+PHASES = ("teacher", "forward", "backward", "step")
+"""A micro-step's phases in order: the distillation teacher's forward (only with a teacher), the
+student's forward (and loss), its backward, and the optimizer step (last micro-step only)."""
 
 
 @dataclass
@@ -62,6 +64,8 @@ class Microstep:
     compute_s: float = 0.0
     comm_s: float = 0.0
     collectives: list[Collective] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)
+    """Wall time of each phase (compute and its collectives), device synchronised at each boundary."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,21 +137,30 @@ class MicrostepClock:
         self.microsteps: list[Microstep] = []
         self._start = 0.0
 
-    def begin(self, index: int) -> None:
+    def begin(self, index: int, phase: str = "forward") -> None:
         self.tracer.synchronize()
         self.microsteps.append(Microstep(index=index))
         self.tracer.sink = self.microsteps[-1].collectives
-        self.tracer.phase = "forward"
-        self._start = time.perf_counter()
+        self.tracer.phase = phase
+        self._start = self._phase_start = time.perf_counter()
+
+    def _close_phase(self) -> float:
+        self.tracer.synchronize()
+        now = time.perf_counter()
+        spent = self.microsteps[-1].phase_s
+        spent[self.tracer.phase] = spent.get(self.tracer.phase, 0.0) + now - self._phase_start
+        self._phase_start = now
+        return now
 
     def phase(self, name: str) -> None:
         assert name in PHASES
+        self._close_phase()
         self.tracer.phase = name
 
     def end(self) -> Microstep:
-        self.tracer.synchronize()
+        now = self._close_phase()
         ms = self.microsteps[-1]
-        ms.total_s = time.perf_counter() - self._start
+        ms.total_s = now - self._start
         ms.comm_s = sum(c.time_s for c in ms.collectives)
         ms.compute_s = max(ms.total_s - ms.comm_s, 0.0)
         self.tracer.sink = None

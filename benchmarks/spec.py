@@ -46,6 +46,19 @@ class DataSpec:
 
 
 @dataclass
+class DistillSpec:
+    """A frozen teacher and the distillation loss (see benchmarks/distill.py)."""
+    alpha: float
+    temperature: float
+    teacher: ModelSpec
+    teacher_precision: str       # fp32 | bf16 | fp16
+    teacher_checkpoint: Optional[str] = None
+    """A .safetensors file or Hugging Face folder, checked by the harness before launch; None: random."""
+    teacher_seed_offset: int = 1
+    """Random teacher: seeded with seed + offset, so that it differs from the student's init."""
+
+
+@dataclass
 class TrainSpec:
     run_id: str
     benchmark: str
@@ -69,6 +82,7 @@ class TrainSpec:
     """Deliberate sleep per micro-step (regression-detection checks only)."""
     cpu_mem_limit_gib: Optional[float] = None
     """On the cpu device: the platform's declared memory per rank, enforced as RLIMIT_DATA."""
+    distill: Optional[DistillSpec] = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -79,6 +93,8 @@ class TrainSpec:
         d["model"] = ModelSpec(**d["model"])
         d["optimizer"] = OptimizerSpec(**{**d["optimizer"], "betas": tuple(d["optimizer"]["betas"])})
         d["data"] = DataSpec(**d["data"])
+        if d.get("distill"):
+            d["distill"] = DistillSpec(**{**d["distill"], "teacher": ModelSpec(**d["distill"]["teacher"])})
         return cls(**d)
 
     @classmethod

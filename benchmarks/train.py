@@ -121,10 +121,20 @@ def setup(spec: TrainSpec):
     return engine, device, num_params
 
 
+def setup_teacher(spec: TrainSpec, device):
+    """The distillation teacher (None without one), placed by the student's ZeRO stage."""
+    if spec.distill is None:
+        return None
+    from .distill import build_teacher
+
+    return build_teacher(spec.distill, spec.deepspeed, device, spec.seed)
+
+
 def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     import deepspeed.comm.comm as ds_comm
     import torch
 
+    from .distill import distillation_loss
     from .environment import fingerprint
     from .instrument import CommTracer, MicrostepClock
 
@@ -132,23 +142,39 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
         log.emit(ev.ENVIRONMENT, fingerprint(world_size))
         _emit_hyperparameters(log, spec, world_size)
     engine, device, num_params = setup(spec)
+    teacher = setup_teacher(spec, device)
     if rank == 0:
         log.emit(ev.NUM_PARAMS, num_params)
+        if teacher:
+            log.emit(ev.TEACHER, {**teacher.summary(), "alpha": spec.distill.alpha,
+                                  "temperature": spec.distill.temperature})
     batches = make_batches(spec, rank, world_size, device)
     sync = synchronizer(spec.device)
     tracer = CommTracer(ds_comm.cdb, sync)
     ga = spec.grad_acc_steps
 
-    def optimizer_step(clock: MicrostepClock | None) -> float:
-        losses = []
+    def forward(tokens, clock: MicrostepClock | None):
+        """The micro-step's loss: the model's own causal-LM loss, or the distillation loss after
+        the teacher's forward (a phase of its own in the breakdown)."""
+        if teacher is None:
+            return engine(input_ids=tokens, labels=tokens).loss, None
+        teacher_logits = teacher.logits(tokens)
+        if clock:
+            clock.phase("forward")
+        out = distillation_loss(engine(input_ids=tokens).logits, teacher_logits, tokens,
+                                spec.distill.alpha, spec.distill.temperature)
+        return out.loss, torch.stack([out.ce.detach(), out.kl.detach()])
+
+    def optimizer_step(clock: MicrostepClock | None) -> tuple[float, list[float] | None]:
+        losses, parts = [], []
         for i in range(ga):
             if clock:
-                clock.begin(i)
+                clock.begin(i, "teacher" if teacher else "forward")
             tokens = next(batches)
-            out = engine(input_ids=tokens, labels=tokens)
+            loss, loss_parts = forward(tokens, clock)
             if clock:
                 clock.phase("backward")
-            engine.backward(out.loss)
+            engine.backward(loss)
             if clock and i == ga - 1:
                 clock.phase("step")
             engine.step()
@@ -156,9 +182,12 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
                 time.sleep(spec.inject_delay_s)
             if clock:
                 clock.end()
-            losses.append(out.loss.detach())
-            del out  # the logits must not live on into the next micro-step
-        return float(torch.stack(losses).float().mean())
+            losses.append(loss.detach())
+            if loss_parts is not None:
+                parts.append(loss_parts)
+            del loss  # nothing of this micro-step's graph may live on into the next
+        mean_parts = torch.stack(parts).float().mean(0).tolist() if parts else None
+        return float(torch.stack(losses).float().mean()), mean_parts
 
     if rank == 0:
         log.emit(ev.RUN_START)
@@ -173,13 +202,15 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
             tracer.install()
         sync()
         start = time.perf_counter()
-        loss = optimizer_step(clock)
+        loss, loss_parts = optimizer_step(clock)
         sync()
         step_time_s = time.perf_counter() - start
         tracer.uninstall()
         if rank == 0:
             value = {"index": index, "mode": mode, "warmup": warmup, "step_time_s": step_time_s,
                      "loss": loss}
+            if loss_parts is not None:
+                value["ce_loss"], value["kl_loss"] = loss_parts
             if clock:
                 value["microsteps"] = [m.to_dict() for m in clock.microsteps]
             log.emit(ev.TRAIN_STEP, value)

@@ -40,6 +40,11 @@ def cmd_plan(args: list[str]) -> int:
                   f"{spec.sizes[0]}..{spec.sizes[-1]} B; {spec.dtype} {spec.redop}")
         else:
             print("  deepspeed: " + json.dumps(spec.deepspeed, sort_keys=True))
+            if spec.distill:
+                d = spec.distill
+                zero3 = spec.deepspeed.get("zero_optimization", {}).get("stage") == 3
+                print(f"  teacher: {d.teacher_precision}, {'sharded by ZeRO-3' if zero3 else 'replica per rank'}, "
+                      f"{d.teacher_checkpoint or 'random weights'}; alpha {d.alpha}, T {d.temperature}")
     return 0
 
 

@@ -104,6 +104,39 @@ class PlatformConfig:
 
 
 @dataclass
+class TeacherConfig:
+    """The frozen teacher of a distillation workload. Shape fields left None are the student's."""
+    checkpoint: Optional[str] = None
+    """Local weights: a Hugging Face folder (config.json + *.safetensors) or one .safetensors file.
+    None: random initialisation. Never downloaded; checked against the shape before launch."""
+    precision: Precision = Precision.bf16
+    """Teacher dtype: a replica per rank under ZeRO 0-2, sharded by ZeRO-3 under stage 3."""
+    hidden_size: Optional[int] = None
+    intermediate_size: Optional[int] = None
+    num_layers: Optional[int] = None
+    num_heads: Optional[int] = None
+    num_kv_heads: Optional[int] = None
+    tie_embeddings: Optional[bool] = None
+    rope_theta: Optional[float] = None
+    rms_norm_eps: Optional[float] = None
+
+
+TEACHER_SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                        "tie_embeddings", "rope_theta", "rms_norm_eps")
+
+
+@dataclass
+class DistillConfig:
+    """Knowledge distillation: loss = (1 - alpha) x CE + alpha x T^2 x KL(teacher || student),
+    averaged over the valid (label != -100) tokens; the teacher runs in eval mode, no gradients."""
+    alpha: float = 0.5
+    """Weight of the distillation term, in [0, 1]."""
+    temperature: float = 2.0
+    """Softmax temperature T of both distributions in the KL term (> 0)."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+
+
+@dataclass
 class WorkloadConfig:
     name: str = MISSING
     """Workload name, `<model>-<size>[-kd]`."""
@@ -135,6 +168,8 @@ class WorkloadConfig:
     optimizer: OptimizerImpl = OptimizerImpl.torch
     """AdamW from torch (client optimizer, fused on CUDA) or DeepSpeed's own (JIT-compiled)."""
     activation_checkpointing: bool = False
+    distill: Optional[DistillConfig] = None
+    """Set for the `-kd` workloads: a frozen teacher and the distillation loss."""
 
 
 @dataclass
@@ -362,6 +397,10 @@ def validate(cfg: BenchConfig) -> None:
     _check(all(0 <= b < 1 for b in w.betas), "workload.betas", list(w.betas), "each in [0, 1)")
     _check(w.weight_decay >= 0, "workload.weight_decay", w.weight_decay, "must be >= 0")
     _check(w.grad_clip >= 0, "workload.grad_clip", w.grad_clip, "must be >= 0 (0 disables)")
+    _check(w.name.endswith("-kd") == (w.distill is not None), "workload.name", w.name,
+           "a distillation workload (workload.distill set) is named <model>-<size>-kd, and only it")
+    if w.distill is not None:
+        validate_distill(w, p)
 
     _check(z.stage in (0, 1, 2, 3), "zero.stage", z.stage, "valid stages: 0, 1, 2, 3")
     for name in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
@@ -394,6 +433,28 @@ def validate(cfg: BenchConfig) -> None:
     names = [r.name for r in cfg.suite.runs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
+
+
+def validate_distill(w: WorkloadConfig, p: PlatformConfig) -> None:
+    """The distillation settings and the teacher: its shape, and its checkpoint if one is named."""
+    from .teacher import teacher_workload, validate_checkpoint
+
+    d = w.distill
+    assert d is not None
+    _check(0 <= d.alpha <= 1, "workload.distill.alpha", d.alpha, "must be in [0, 1]")
+    _check(math.isfinite(d.temperature) and d.temperature > 0, "workload.distill.temperature",
+           d.temperature, "must be a positive number")
+    if p.device == Device.cpu:
+        _check(d.teacher.precision != Precision.fp16, "workload.distill.teacher.precision", "fp16",
+               "fp16 needs a GPU; use bf16 or fp32 on the cpu device")
+    t = teacher_workload(w)
+    for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
+        _check(getattr(t, name) >= 1, f"workload.distill.teacher.{name}", getattr(t, name), "must be >= 1")
+    _check(t.hidden_size % t.num_heads == 0, "workload.distill.teacher.num_heads", t.num_heads,
+           f"must divide the teacher's hidden_size={t.hidden_size}")
+    _check(t.num_heads % t.num_kv_heads == 0, "workload.distill.teacher.num_kv_heads", t.num_kv_heads,
+           f"must divide the teacher's num_heads={t.num_heads}")
+    validate_checkpoint(d.teacher.checkpoint, t)
 
 
 TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")

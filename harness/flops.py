@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from .config import WorkloadConfig
 
 FLOPS_FORMULA = "6*N + 12*L*h*s"  # PaLM (Chowdhery et al. 2022), appendix B
+TEACHER_FLOPS_FORMULA = "2*N_t + 4*L_t*h_t*s"  # the forward third of the same count
 
 
 def llama_param_count(w: WorkloadConfig) -> int:
@@ -39,6 +40,14 @@ def training_flops_per_token(w: WorkloadConfig, num_params: int) -> FlopModel:
     n = matmul_param_count(w, num_params)
     per_token = 6 * n + 12 * w.num_layers * w.hidden_size * w.seq_len
     return FlopModel(FLOPS_FORMULA, num_params, n, float(per_token))
+
+
+def forward_flops_per_token(w: WorkloadConfig, num_params: int) -> FlopModel:
+    """Forward-only FLOPs per token (a frozen distillation teacher): a third of the training count,
+    2N for the weight matmuls and 4*L*h*s for attention (PaLM appendix B, backward = 2x forward)."""
+    n = matmul_param_count(w, num_params)
+    per_token = 2 * n + 4 * w.num_layers * w.hidden_size * w.seq_len
+    return FlopModel(TEACHER_FLOPS_FORMULA, num_params, n, float(per_token))
 
 
 def mfu_pct(tokens_per_s_per_device: float, flops_per_token: float, peak_tflops: float) -> float:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spec import CollectiveSpec, DataSpec, ModelSpec, OptimizerSpec, TrainSpec
+from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
 from .collectives import DTYPE_BYTES, sizes
-from .config import BenchConfig, Device, OptimizerImpl, Precision, RunKind, to_dict
+from .config import BenchConfig, Device, OptimizerImpl, Precision, RunKind, WorkloadConfig, to_dict
 from .errors import ConfigError
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
@@ -130,13 +130,30 @@ def load_user_deepspeed(path: str) -> dict[str, Any]:
     return data
 
 
+def model_spec(w: WorkloadConfig) -> ModelSpec:
+    return ModelSpec(vocab_size=w.vocab_size, hidden_size=w.hidden_size,
+                     intermediate_size=w.intermediate_size, num_layers=w.num_layers,
+                     num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                     max_position_embeddings=w.seq_len, tie_embeddings=w.tie_embeddings,
+                     rope_theta=w.rope_theta, rms_norm_eps=w.rms_norm_eps)
+
+
+def distill_spec(w: WorkloadConfig) -> DistillSpec | None:
+    from .teacher import teacher_workload
+
+    if w.distill is None:
+        return None
+    t = teacher_workload(w)
+    checkpoint = w.distill.teacher.checkpoint
+    if checkpoint is not None:  # ranks may start elsewhere than the controller's folder
+        checkpoint = str(Path(checkpoint).expanduser().resolve())
+    return DistillSpec(alpha=w.distill.alpha, temperature=w.distill.temperature, teacher=model_spec(t),
+                       teacher_precision=t.precision.value, teacher_checkpoint=checkpoint)
+
+
 def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
     w, p, m, d = cfg.workload, cfg.platform, cfg.measure, cfg.data
-    model = ModelSpec(vocab_size=w.vocab_size, hidden_size=w.hidden_size,
-                      intermediate_size=w.intermediate_size, num_layers=w.num_layers,
-                      num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
-                      max_position_embeddings=w.seq_len, tie_embeddings=w.tie_embeddings,
-                      rope_theta=w.rope_theta, rms_norm_eps=w.rms_norm_eps)
+    model = model_spec(w)
     return TrainSpec(
         run_id=run_id, benchmark=w.name, platform=p.name, device=p.device.value,
         dist_backend=p.dist_backend, model=model, seq_len=w.seq_len,
@@ -148,7 +165,8 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
         seed=m.seed, data=DataSpec(source=d.source.value, corpus_path=d.corpus_path,
                                    tokenizer_path=d.tokenizer_path, text_field=d.text_field),
         activation_checkpointing=w.activation_checkpointing, inject_delay_s=m.inject_delay_s,
-        cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None)
+        cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None,
+        distill=distill_spec(w))
 
 
 def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, str]:

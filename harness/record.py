@@ -25,9 +25,10 @@ from benchmarks.environment import ENV_PREFIXES
 from .atomic import write_bytes_atomic
 from .config import REPO_ROOT, BenchConfig
 from .errors import HarnessError
-from .flops import mfu_pct, training_flops_per_token
+from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .launch import LaunchResult
 from .plan import RunSpec
+from .teacher import teacher_workload
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
@@ -176,8 +177,8 @@ def _rank_failures(run_dir: Path, events: list[dict]) -> list[dict]:
     return found
 
 
-def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict],
-                    num_params: Optional[int]) -> tuple[dict[str, dict], Optional[dict]]:
+def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_params: Optional[int],
+                    teacher: Optional[dict] = None) -> tuple[dict[str, dict], Optional[dict]]:
     w, world = cfg.workload, cfg.platform.world_size
     timed = [s["step_time_s"] for s in steps if s["mode"] == "throughput" and not s["warmup"]]
     profiled = [s["step_time_s"] for s in steps if s["mode"] == "profile"]
@@ -202,6 +203,18 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict],
                      "num_params": fm.num_params, "num_matmul_params": fm.num_matmul_params,
                      "peak_tflops_per_device": peak, "dtype": w.precision.value,
                      "source": "PaLM (Chowdhery et al. 2022) appendix B; peak declared by the platform"}
+            if teacher:
+                tm = forward_flops_per_token(teacher_workload(w), teacher["num_params"])
+                with_teacher = fm.flops_per_token + tm.flops_per_token
+                out["mfu_with_teacher_pct"] = metric(mfu_pct(tokens_per_s / world, with_teacher, peak), "%",
+                                                     "throughput")
+                flops["teacher"] = {"formula": tm.formula, "flops_per_token": tm.flops_per_token,
+                                    "num_params": tm.num_params, "num_matmul_params": tm.num_matmul_params,
+                                    "dtype": teacher["dtype"]}
+                flops["flops_per_token_with_teacher"] = with_teacher
+                flops["mfu_note"] = ("mfu_pct counts the student's training FLOPs only; "
+                                     "mfu_with_teacher_pct adds the teacher's forward, both over the "
+                                     f"declared {w.precision.value} peak")
     if profiled:
         pmed = statistics.median(profiled)
         out["profile_step_time_s"] = metric(pmed, "s", "profile", n=len(profiled))
@@ -214,6 +227,10 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict],
     if ranks:
         out["peak_mem_gib"] = metric(max(r["peak_mem_gib"] for r in ranks), "GiB", "throughput",
                                      source=ranks[0]["mem_source"])
+    if teacher:
+        out["teacher_mem_gib"] = metric(teacher["bytes_per_rank"] / 2**30, "GiB", "throughput",
+                                        source=f"teacher parameters held by one rank ({teacher['placement']}, "
+                                               f"{teacher['dtype']}); included in peak_mem_gib")
     losses = [s["loss"] for s in steps if not s["warmup"] and _finite(s["loss"]) is not None]
     if losses:
         out["final_loss"] = metric(losses[-1], "nats", "throughput")
@@ -225,8 +242,9 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
     steps = [e["value"] for e in events if e["key"] == ev.TRAIN_STEP]
     ranks = next((e["value"] for e in events if e["key"] == ev.RANK_SUMMARY), [])
     num_params = next((e["value"] for e in events if e["key"] == ev.NUM_PARAMS), None)
+    teacher = next((e["value"] for e in events if e["key"] == ev.TEACHER), None)
     status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
-    metrics, flops = compute_metrics(cfg, steps, ranks, num_params) if status == "ok" else ({}, None)
+    metrics, flops = compute_metrics(cfg, steps, ranks, num_params, teacher) if status == "ok" else ({}, None)
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run.run_id, kind="training", benchmark=cfg.workload.name,
         platform=cfg.platform.name, status=status, reason=reason, config=run.config,
@@ -234,7 +252,8 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
         microsteps=[s["microsteps"] for s in steps if s["mode"] == "profile"], name=run.name,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
         steps=[{"index": s["index"], "mode": s["mode"], "warmup": s["warmup"],
-                "step_time_s": s["step_time_s"], "loss": _finite(s["loss"])} for s in steps],
+                "step_time_s": s["step_time_s"], "loss": _finite(s["loss"]),
+                **{k: _finite(s[k]) for k in ("ce_loss", "kl_loss") if k in s}} for s in steps],
         ranks=ranks, wall_s=launch.wall_s)
 
 

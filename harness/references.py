@@ -139,7 +139,8 @@ def tolerances_for(platform: str) -> dict[str, float]:
 
 # Metrics a training or collective record contributes to the reference table, with direction.
 REFERENCE_METRICS = {"training": {"samples_per_s": "higher", "tokens_per_s": "higher",
-                                  "step_time_s": "lower", "peak_mem_gib": "lower", "mfu_pct": "higher"},
+                                  "step_time_s": "lower", "peak_mem_gib": "lower", "mfu_pct": "higher",
+                                  "mfu_with_teacher_pct": "higher"},
                      "collective": {"avg_busbw_gbps": "higher"}}
 
 
@@ -154,6 +155,10 @@ def record_config(record: dict[str, Any]) -> dict[str, Any]:
         knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v is not None}
         if knobs:
             key["zero"] = knobs
+        distill = cfg["workload"].get("distill")
+        if distill:  # what changes a distillation run's cost; the checkpoint's values do not
+            teacher = {k: v for k, v in distill["teacher"].items() if k != "checkpoint" and v is not None}
+            key["distill"] = {"alpha": distill["alpha"], "temperature": distill["temperature"], "teacher": teacher}
     else:
         c = cfg["collective"]
         key.update(min_bytes=c["min_bytes"], max_bytes=c["max_bytes"], dtype=c["dtype"], redop=c["redop"],

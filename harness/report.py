@@ -82,8 +82,13 @@ def collective_table(records: list[ResultRecord], markdown: bool = False) -> str
 
 
 def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str:
+    """One row per training run. With a distillation run among them, two more columns: the
+    teacher's parameter memory per rank (part of peak), and MFU counting its forward too."""
     headers = ["run", "status", "ZeRO", "mb x ga", "samples/s", "tokens/s", "tokens/s/dev",
                "step s (p10-p90, n)", "peak GiB", "MFU %"]
+    distilled = any(r.config["workload"].get("distill") for r in records)
+    if distilled:
+        headers += ["teacher GiB", "MFU+teacher %"]
     rows = []
     for r in records:
         w = r.config["workload"]
@@ -94,15 +99,18 @@ def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str
                      _fmt(_metric(r, "samples_per_s")), _fmt(_metric(r, "tokens_per_s"), 0),
                      _fmt(_metric(r, "tokens_per_s_per_device"), 0), step,
                      _fmt(_metric(r, "peak_mem_gib")), _fmt(_metric(r, "mfu_pct"))])
+        if distilled:
+            rows[-1] += [_fmt(_metric(r, "teacher_mem_gib"), 3), _fmt(_metric(r, "mfu_with_teacher_pct"))]
     return _table(headers, rows, markdown)
 
 
 def _collectives_summary(collectives: list[dict]) -> str:
     per_op: Counter = Counter()
     size: Counter = Counter()
-    for c in collectives:
-        per_op[c["op"]] += 1
-        size[c["op"]] += c["bytes"]
+    for c in collectives:  # a distillation teacher's collectives are counted apart
+        op = f"teacher {c['op']}" if c.get("phase") == "teacher" else c["op"]
+        per_op[op] += 1
+        size[op] += c["bytes"]
     return ", ".join(f"{op} x{n} {size[op] / 1e6:.2f} MB" for op, n in per_op.most_common()) or "none"
 
 
@@ -111,14 +119,17 @@ def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
     if not rec.microsteps:
         return "(no profiled steps)"
     num = len(rec.microsteps[0])
+    teacher = any("teacher" in m.get("phase_s", {}) for step in rec.microsteps for m in step)
     rows = []
     for i in range(num):
         same = [step[i] for step in rec.microsteps if len(step) > i]
         med = {k: statistics.median(m[k] for m in same) * 1e3 for k in ("total_s", "compute_s", "comm_s")}
-        rows.append([str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}",
-                     _collectives_summary(same[-1]["collectives"])])
-    return _table(["micro-step", "total ms", "compute ms", "comm ms", "collectives (last profiled step)"],
-                  rows, markdown)
+        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}"]
+        if teacher:
+            row.append(f"{statistics.median(m.get('phase_s', {}).get('teacher', 0.0) for m in same) * 1e3:.1f}")
+        rows.append(row + [_collectives_summary(same[-1]["collectives"])])
+    headers = ["micro-step", "total ms", "compute ms", "comm ms"] + (["teacher fwd ms"] if teacher else [])
+    return _table(headers + ["collectives (last profiled step)"], rows, markdown)
 
 
 def summary(records: list[ResultRecord], markdown: bool = False) -> str:
@@ -145,8 +156,10 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
         if r.status == "ok":
             z = r.config["zero"]["stage"]
             w = r.config["workload"]
+            teacher = (r.flops or {}).get("teacher")
+            placement = ("sharded by ZeRO-3" if z == 3 else "replica per rank") if teacher else ""
             parts.append(f"{'### ' if markdown else ''}{r.run_id} (ZeRO-{z}, mb {w['micro_batch_size']} "
-                         f"x ga {w['grad_acc_steps']})")
+                         f"x ga {w['grad_acc_steps']}{', teacher ' + placement if teacher else ''})")
             parts.append(microstep_table(r, markdown))
     return "\n\n".join(parts) + "\n"
 

@@ -14,7 +14,7 @@ import pytest
 from unit_helpers import REPO_ROOT, VENV_PYTHON, options
 
 DEFAULT_RUN_IDS = ["00-collectives", "01-z1-mb2-ga4", "02-z1-mb4-ga2", "03-z2-mb2-ga4",
-                   "04-z2-mb4-ga2", "05-z3-mb2-ga4", "06-z3-mb4-ga2"]
+                   "04-z2-mb4-ga2", "05-z3-mb2-ga4", "06-z3-mb4-ga2", "07-kd-z3-mb4-ga2"]
 
 
 @dataclass
@@ -99,9 +99,9 @@ def test_plan_prints_every_run_of_the_default_suite(cli):
         assert f"\n{run_id}: 2 ranks" in r.stdout, run_id
     ds_lines = [line for line in r.stdout.splitlines() if line.strip().startswith("deepspeed: ")]
     ds = [json.loads(line.split("deepspeed: ", 1)[1]) for line in ds_lines]
-    assert [d["zero_optimization"]["stage"] for d in ds] == [1, 1, 2, 2, 3, 3]
+    assert [d["zero_optimization"]["stage"] for d in ds] == [1, 1, 2, 2, 3, 3, 3]
     assert [(d["train_micro_batch_size_per_gpu"], d["gradient_accumulation_steps"]) for d in ds] == [
-        (2, 4), (4, 2)] * 3
+        (2, 4), (4, 2)] * 3 + [(4, 2)]
     assert all(d["train_batch_size"] == 16 for d in ds)
     assert "collectives: all_reduce, all_gather, reduce_scatter, broadcast" in r.stdout
     assert not (REPO_ROOT / r.stdout.split("out: ", 1)[1].split()[0]).exists(), "plan writes nothing"

@@ -12,10 +12,14 @@ from unit_helpers import CONF_DIR, options
 
 
 def declared(group: str, option: str) -> dict:
-    """What conf/<group>/<option>.yaml declares (without its defaults list)."""
+    """What conf/<group>/<option>.yaml declares, over the options of its group it builds on
+    (a `-kd` workload extends its student's file); schemas and _self_ are not options."""
     data = yaml.safe_load((CONF_DIR / group / f"{option}.yaml").read_text(encoding="utf-8"))
-    data.pop("defaults", None)
-    return data
+    merged: dict = {}
+    for base in data.pop("defaults", None) or []:
+        if isinstance(base, str) and base in options(group):
+            merged.update(declared(group, base))
+    return {**merged, **data}
 
 
 SLURM_PLATFORMS = [p for p in options("platform") if declared("platform", p).get("launcher") == "slurm"]
@@ -94,28 +98,32 @@ def default_suite():
     return plan_suite([])
 
 
-def test_default_composition_is_the_cpu_suite_a_collective_sweep_and_six_llama_tiny_runs(default_suite):
+def test_default_composition_is_the_cpu_suite_collectives_six_llama_tiny_runs_and_one_distillation(default_suite):
     _, all_planned = default_suite
-    assert len(all_planned) == 7
-    collectives, *planned = all_planned
+    assert len(all_planned) == 8
+    collectives, *planned, kd = all_planned
     assert collectives.cfg.kind.value == "collective" and collectives.run.spec.kind == "collective"
     assert collectives.cfg.collective.name == "cpu-short"
     assert {"all_reduce", "all_gather", "reduce_scatter"} <= set(collectives.run.spec.ops)
-    for p in planned:
+    for p in planned + [kd]:
         assert p.cfg.suite.name == "default-cpu"
-        assert len(p.cfg.suite.runs) == 7
+        assert len(p.cfg.suite.runs) == 8
         assert p.cfg.platform.name == "cpu"
-        assert p.cfg.workload.name == "llama-tiny"
         assert p.cfg.kind.value == "training"
         assert p.run.num_ranks == 2
+    assert {p.cfg.workload.name for p in planned} == {"llama-tiny"}
+    assert all(p.run.spec.distill is None for p in planned)
+    assert kd.cfg.workload.name == "llama-tiny-kd"
+    assert kd.cfg.zero.stage == 3
+    assert kd.run.spec.distill is not None and kd.run.spec.distill.teacher_checkpoint is None
     assert [p.run.run_id for p in all_planned] == [
         "00-collectives", "01-z1-mb2-ga4", "02-z1-mb4-ga2", "03-z2-mb2-ga4", "04-z2-mb4-ga2",
-        "05-z3-mb2-ga4", "06-z3-mb4-ga2"]
+        "05-z3-mb2-ga4", "06-z3-mb4-ga2", "07-kd-z3-mb4-ga2"]
 
 
 def test_default_suite_spans_zero_1_2_3_at_one_c_with_two_splits(default_suite):
     _, planned = default_suite
-    planned = [p for p in planned if p.cfg.kind.value == "training"]
+    planned = [p for p in planned if p.cfg.kind.value == "training" and p.cfg.workload.distill is None]
     w = [p.cfg.workload for p in planned]
     assert {p.cfg.zero.stage for p in planned} == {1, 2, 3}
     assert len({x.samples_per_step for x in w}) == 1, "every run must be at the same C"
@@ -143,7 +151,7 @@ def test_default_suite_records_each_runs_overrides(default_suite):
     _, planned = default_suite
     assert planned[0].run.overrides == ["kind=collective", "collective=cpu-short"]
     for p in planned[1:]:
-        assert "workload=llama-tiny" in p.run.overrides
+        assert f"workload={p.cfg.workload.name}" in p.run.overrides
         assert f"zero=stage{p.cfg.zero.stage}" in p.run.overrides
         assert f"workload.micro_batch_size={p.cfg.workload.micro_batch_size}" in p.run.overrides
 

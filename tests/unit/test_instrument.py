@@ -135,10 +135,15 @@ def test_a_microstep_splits_into_comm_and_compute(traced):
     assert first.total_s >= first.comm_s + 0.03
     assert [(c.op, c.bytes, c.phase) for c in second.collectives] == [("all_reduce", 200, "forward")]
     assert clock.microsteps == [first, second]
-    # begin, end and each op synchronise the device (before and after the op)
-    assert len(syncs) == 2 + 2 * 3 + 2 + 2 * 1
+    # begin, each phase change, end and each op synchronise the device (before and after the op)
+    assert len(syncs) == (2 + 2 + 2 * 3) + (2 + 2 * 1)
+    assert set(first.phase_s) == {"forward", "backward", "step"}
+    assert first.phase_s["forward"] >= 0.03
+    assert sum(first.phase_s.values()) == pytest.approx(first.total_s)
+    assert set(second.phase_s) == {"forward"}
     # the dict form is what goes into the record: plain JSON
     d = json.loads(json.dumps(first.to_dict()))
+    assert d["phase_s"] == first.phase_s
     assert d["collectives"][0] == {"op": "all_gather", "bytes": 32, "time_s": first.collectives[0].time_s,
                                    "api": "all_gather_into_tensor", "phase": "forward"}
 
@@ -161,7 +166,7 @@ def test_unknown_phase_is_refused(traced):
     _, tracer, _ = traced
     clock = MicrostepClock(tracer)
     clock.begin(0)
-    assert PHASES == ("forward", "backward", "step")
+    assert PHASES == ("teacher", "forward", "backward", "step")
     with pytest.raises(AssertionError):
         clock.phase("optimizer")
 

@@ -1,0 +1,177 @@
+"""Knowledge distillation on a rank: the loss, and the frozen teacher placed as the student's ZeRO
+stage asks.
+
+Loss (Hinton et al. 2015, "Distilling the Knowledge in a Neural Network"; the T^2 factor keeps the
+soft term's gradients on the scale of the hard term's when T changes):
+
+    loss = (1 - alpha) * CE(student, labels) + alpha * T^2 * KL(p_teacher^T || p_student^T)
+
+with p^T = softmax(logits / T), both terms averaged over the valid tokens (the causal shift: the
+logits at position i predict label i + 1; labels equal to ignore_index are not valid). Computed in
+float32 whatever the logits' dtype (float64 stays float64).
+
+Teacher placement: under ZeRO 0-2 every rank holds a full replica in the teacher's precision (bf16
+by default); under ZeRO-3 the teacher is built inside ``deepspeed.zero.Init`` and driven by a
+DeepSpeed engine without optimizer, so its parameters are sharded across ranks and all-gathered
+module by module in its forward, like the student's. The teacher is in eval mode and runs under
+``torch.no_grad()``; its parameters never require gradients.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .spec import DistillSpec
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class DistillLoss:
+    loss: torch.Tensor
+    ce: torch.Tensor
+    kl: torch.Tensor
+    num_tokens: int
+
+
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
+                      alpha: float, temperature: float, ignore_index: int = IGNORE_INDEX) -> DistillLoss:
+    """(1 - alpha) CE + alpha T^2 KL(teacher || student) over the valid tokens (see the module doc).
+    Logits are [batch, seq, vocab], labels [batch, seq] (the input ids, not yet shifted)."""
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ: the vocabularies must be the same")
+    dtype = torch.float64 if student_logits.dtype == torch.float64 else torch.float32
+    vocab = student_logits.shape[-1]
+    s = student_logits[:, :-1].to(dtype).reshape(-1, vocab)
+    t = teacher_logits[:, :-1].to(dtype).reshape(-1, vocab)
+    y = labels[:, 1:].reshape(-1)
+    valid = y != ignore_index
+    num_tokens = int(valid.sum())
+    denom = max(num_tokens, 1)
+    ce = F.cross_entropy(s, y, ignore_index=ignore_index, reduction="sum") / denom
+    log_ps = F.log_softmax(s / temperature, dim=-1)
+    log_pt = F.log_softmax(t / temperature, dim=-1)
+    kl_per_token = F.kl_div(log_ps, log_pt, log_target=True, reduction="none").sum(-1)
+    kl = (kl_per_token * valid).sum() / denom
+    loss = (1.0 - alpha) * ce + alpha * temperature ** 2 * kl
+    return DistillLoss(loss=loss, ce=ce, kl=kl, num_tokens=num_tokens)
+
+
+def teacher_deepspeed_config(student: dict[str, Any], precision: str) -> dict[str, Any]:
+    """DeepSpeed config of a ZeRO-3 teacher engine: the student's batch sizes and ZeRO-3 section
+    (so its knobs govern the teacher's gathers too), the teacher's precision, no optimizer."""
+    ds = {k: student[k] for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                                  "train_batch_size") if k in student}
+    ds.update({"steps_per_print": 10**9, "wall_clock_breakdown": False,
+               "zero_optimization": dict(student.get("zero_optimization", {"stage": 3}))})
+    if precision == "bf16":
+        ds["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        ds["fp16"] = {"enabled": True}
+    return ds
+
+
+@dataclass
+class Teacher:
+    """A frozen teacher; ``logits(input_ids)`` runs its forward without gradients."""
+    module: Any                  # the model, or the DeepSpeed engine that shards it (ZeRO-3)
+    placement: str               # replica | zero3
+    dtype: str
+    num_params: int
+    bytes_per_rank: int
+    """Parameter bytes this rank holds (the full model for a replica; its shard under ZeRO-3)."""
+    checkpoint: Optional[str]
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.module(input_ids=input_ids).logits
+
+    def summary(self) -> dict[str, Any]:
+        return {"placement": self.placement, "dtype": self.dtype, "num_params": self.num_params,
+                "bytes_per_rank": self.bytes_per_rank, "checkpoint": self.checkpoint}
+
+
+def build_teacher(spec: DistillSpec, student_ds: dict[str, Any], device: torch.device, seed: int) -> Teacher:
+    """Build the teacher (random with seed + offset, or from its checkpoint), frozen, placed by the
+    student's ZeRO stage: a replica for 0-2, ZeRO-3 shards for 3."""
+    import deepspeed
+
+    from .model import DTYPES, build_model
+
+    zero3 = student_ds.get("zero_optimization", {}).get("stage", 0) == 3
+    ds = teacher_deepspeed_config(student_ds, spec.teacher_precision)
+    dtype = DTYPES[spec.teacher_precision]
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed + spec.teacher_seed_offset)
+    with deepspeed.zero.Init(config_dict_or_path=ds, enabled=zero3, dtype=dtype):
+        model = build_model(spec.teacher, device=device)
+    torch.random.set_rng_state(state)
+    model.requires_grad_(False)
+    model.eval()
+    if not zero3:
+        model = model.to(dtype)
+    if spec.teacher_checkpoint:
+        load_checkpoint(model, Path(spec.teacher_checkpoint), zero3)
+    params = list(model.parameters())
+    num_params = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+    local = sum((p.ds_tensor if zero3 else p).numel() * p.element_size() for p in params)
+    module: Any = model
+    if zero3:
+        module, _, _, _ = deepspeed.initialize(model=model, config=ds)
+        module.eval()
+    return Teacher(module, "zero3" if zero3 else "replica", spec.teacher_precision, num_params, local,
+                   spec.teacher_checkpoint)
+
+
+def checkpoint_tensors(path: Path) -> dict[str, Path]:
+    """Tensor name -> the .safetensors file holding it (a file, a folder's index, or its shards)."""
+    import json
+
+    from safetensors import safe_open
+
+    if path.is_file():
+        files = [path]
+    elif (path / "model.safetensors.index.json").is_file():
+        index = json.loads((path / "model.safetensors.index.json").read_text(encoding="utf-8"))
+        return {name: path / shard for name, shard in index["weight_map"].items()}
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    found = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            found.update({name: f for name in st.keys()})
+    return found
+
+
+@torch.no_grad()
+def load_checkpoint(model: torch.nn.Module, path: Path, zero3: bool) -> None:
+    """Copy every parameter from the checkpoint (checked by the harness before launch). Under
+    ZeRO-3 each parameter is gathered, rank 0 writes it, and it is re-partitioned on exit."""
+    import deepspeed
+    import torch.distributed as dist
+    from safetensors import safe_open
+
+    where = checkpoint_tensors(path)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    writer = not zero3 or dist.get_rank() == 0
+    handles: dict[Path, Any] = {}
+    for name, param in model.named_parameters():
+        if tied and name == "lm_head.weight":
+            continue
+        if name not in where:
+            raise ValueError(f"teacher checkpoint {path} has no tensor {name}")
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=0, enabled=zero3):
+            if writer:
+                f = where[name]
+                if f not in handles:
+                    handles[f] = safe_open(str(f), framework="pt", device="cpu")
+                src = handles[f].get_tensor(name)
+                if tuple(src.shape) != tuple(param.shape):
+                    raise ValueError(f"teacher checkpoint tensor {name} has shape {tuple(src.shape)}, "
+                                     f"the teacher's is {tuple(param.shape)}")
+                param.copy_(src.to(param.dtype))
