@@ -18,6 +18,7 @@ module by module in its forward, like the student's. The teacher is in eval mode
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -101,14 +102,16 @@ def build_teacher(spec: DistillSpec, student_ds: dict[str, Any], device: torch.d
     student's ZeRO stage: a replica for 0-2, ZeRO-3 shards for 3."""
     import deepspeed
 
-    from .model import DTYPES, build_model
+    from .model import DTYPES, build_model, initialise
 
     zero3 = student_ds.get("zero_optimization", {}).get("stage", 0) == 3
     ds = teacher_deepspeed_config(student_ds, spec.teacher_precision)
     dtype = DTYPES[spec.teacher_precision]
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed + spec.teacher_seed_offset)
-    with deepspeed.zero.Init(config_dict_or_path=ds, enabled=zero3, dtype=dtype):
+    state = torch.random.get_rng_state()  # the student's random stream is left as it was
+    # No dtype= here: the config's bf16/fp16 sections decide. DeepSpeed 0.19.8's Init._set_dtype
+    # ignores an explicit dtype where the accelerator lacks fp16 (the CPU): it makes it bf16.
+    placed = deepspeed.zero.Init(config_dict_or_path=ds) if zero3 else contextlib.nullcontext()
+    with placed:
         model = build_model(spec.teacher, device=device)
     torch.random.set_rng_state(state)
     model.requires_grad_(False)
@@ -117,6 +120,8 @@ def build_teacher(spec: DistillSpec, student_ds: dict[str, Any], device: torch.d
         model = model.to(dtype)
     if spec.teacher_checkpoint:
         load_checkpoint(model, Path(spec.teacher_checkpoint), zero3)
+    else:
+        initialise(model, seed + spec.teacher_seed_offset, zero3)
     params = list(model.parameters())
     num_params = sum(getattr(p, "ds_numel", p.numel()) for p in params)
     local = sum((p.ds_tensor if zero3 else p).numel() * p.element_size() for p in params)

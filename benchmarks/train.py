@@ -98,7 +98,7 @@ def setup(spec: TrainSpec):
     import deepspeed
     import torch
 
-    from .model import DTYPES, build_model
+    from .model import DTYPES, build_model, initialise
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     deepspeed.init_distributed(dist_backend=spec.dist_backend)
@@ -110,6 +110,7 @@ def setup(spec: TrainSpec):
     zero3 = spec.deepspeed.get("zero_optimization", {}).get("stage", 0) == 3
     with deepspeed.zero.Init(config_dict_or_path=spec.deepspeed, enabled=zero3):
         model = build_model(spec.model, device=device)
+    initialise(model, spec.seed, zero3)
     if spec.activation_checkpointing:
         model.gradient_checkpointing_enable()
     num_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())

@@ -272,3 +272,28 @@ def test_write_json_atomic_never_leaves_a_partial_file(tmp_path, bad):
         write_json_atomic(path, {"big": list(range(10_000)), "bad": bad})
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_a_distillation_run_reports_mfu_with_and_without_the_teacher_and_its_memory(composed):
+    cfg = composed(["workload=llama-tiny-kd"])  # student fp32, teacher bf16 of the same shape
+    w = cfg.workload
+    num_params = llama_param_count(w)
+    teacher = {"placement": "zero3", "dtype": "bf16", "num_params": num_params,
+               "bytes_per_rank": num_params, "checkpoint": None, "alpha": 0.5, "temperature": 2.0}
+    metrics, flops = compute_metrics(cfg, steps(), RANKS, num_params, teacher)
+
+    student = training_flops_per_token(w, num_params).flops_per_token
+    n_matmul = num_params - w.vocab_size * w.hidden_size
+    teacher_fpt = 2 * n_matmul + 4 * w.num_layers * w.hidden_size * w.seq_len
+    assert teacher_fpt == pytest.approx(student / 3)  # a forward is a third of forward + backward
+    assert flops["flops_per_token"] == student  # the student's training FLOPs, as without a teacher
+    assert flops["teacher"]["flops_per_token"] == teacher_fpt
+    assert flops["teacher"]["formula"] == "2*N_t + 4*L_t*h_t*s" and flops["teacher"]["dtype"] == "bf16"
+    assert flops["flops_per_token_with_teacher"] == student + teacher_fpt
+    per_device = 2 * 4 * 2 / 2.0 * 128 / 2
+    assert metrics["mfu_pct"]["value"] == pytest.approx(mfu_pct(per_device, student, 0.1))
+    assert metrics["mfu_with_teacher_pct"]["value"] == pytest.approx(mfu_pct(per_device, student + teacher_fpt, 0.1))
+    assert metrics["mfu_with_teacher_pct"]["value"] == pytest.approx(metrics["mfu_pct"]["value"] * 4 / 3)
+    assert metrics["teacher_mem_gib"]["value"] == pytest.approx(num_params / 2**30)
+    assert "zero3, bf16" in metrics["teacher_mem_gib"]["source"]
+    assert "teacher_mem_gib" not in compute_metrics(cfg, steps(), RANKS, num_params)[0]

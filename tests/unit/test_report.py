@@ -110,3 +110,24 @@ def test_progress_prints_one_line_per_complete_step(tmp_path):
     assert out.getvalue().splitlines() == [
         "  00-tiny  step 1/3 (warm-up)  0.250 s  loss 8.5000",
         "  00-tiny  step 2/3 (throughput)  0.250 s  loss 8.5000"]
+
+
+def test_a_distillation_run_gets_teacher_columns_and_its_teacher_collectives_apart():
+    teacher_ms = [{**microstep(i, 0.05, 0.004, [{**collective("all_gather", 1_000_000, 0.001), "phase": "teacher"},
+                                                collective("all_gather", 2_000_000, 0.002),
+                                                collective("reduce_scatter", 1_000_000, 0.001)]),
+                   "phase_s": {"teacher": 0.02, "forward": 0.01, "backward": 0.02}} for i in range(2)]
+    rec = record("07-kd-z3-mb4-ga2", "ok", None,
+                 {**ok_metrics(), "mfu_with_teacher_pct": {"value": 4.33, "unit": "%", "mode": "throughput"},
+                  "teacher_mem_gib": {"value": 0.0047, "unit": "GiB", "mode": "throughput"}}, [teacher_ms])
+    rec.config["workload"]["distill"] = {"alpha": 0.5, "temperature": 2.0, "teacher": {}}
+    rec.flops = {"teacher": {"flops_per_token": 1.0}}
+    text = summary([rec])
+    assert "teacher GiB" in text and "MFU+teacher %" in text
+    (row,) = table_rows(text, "run ", markdown=False)
+    assert row.split()[-2:] == ["0.005", "4.33"]
+    assert "07-kd-z3-mb4-ga2 (ZeRO-3, mb 2 x ga 3, teacher sharded by ZeRO-3)" in text
+    rows = table_rows(text, "micro-step", markdown=False)
+    assert len(rows) == 2
+    assert rows[0].split()[4] == "20.0"  # teacher fwd ms
+    assert "teacher all_gather x1 1.00 MB" in rows[0] and "all_gather x1 2.00 MB" in rows[0]
