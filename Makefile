@@ -46,7 +46,7 @@ help:
 	@echo "  venv       create $(VENV) and install requirements.lock (torch $(TORCH_VERSION) first)"
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [out=\$$OUT] \$$ARGS"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
-	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop"
+	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV) (pip freeze)"
@@ -93,6 +93,7 @@ test: venv
 perf: venv
 	$(PY) tests/perf/harness_cost.py
 	$(PY) tests/perf/collective_cost.py
+	$(PY) tests/perf/kd_loss_memory.py
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv

@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from .spec import DistillSpec
 
@@ -39,26 +40,51 @@ class DistillLoss:
     num_tokens: int
 
 
+# Elements of one [tokens, vocab] block the loss works on at a time (256 MiB in float32; a block's
+# intermediates peak at about 7 such copies): with the 128256-token vocabulary of llama-8b-kd that
+# is 523 tokens, where a whole micro-batch (64 x 512 tokens) would need 17 GB for each float32 copy.
+CHUNK_ELEMENTS = 2**26
+
+
+def _chunk_sums(s: torch.Tensor, t: torch.Tensor, y: torch.Tensor, temperature: float, ignore_index: int,
+                dtype: torch.dtype) -> torch.Tensor:
+    """[sum of CE, sum of KL] over one block of tokens, computed in `dtype`."""
+    s, t = s.to(dtype), t.to(dtype)
+    valid = y != ignore_index
+    ce = F.cross_entropy(s, y, ignore_index=ignore_index, reduction="sum")
+    log_ps = F.log_softmax(s / temperature, dim=-1)
+    log_pt = F.log_softmax(t / temperature, dim=-1)
+    kl = (F.kl_div(log_ps, log_pt, log_target=True, reduction="none").sum(-1) * valid).sum()
+    return torch.stack([ce, kl])
+
+
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-                      alpha: float, temperature: float, ignore_index: int = IGNORE_INDEX) -> DistillLoss:
+                      alpha: float, temperature: float, ignore_index: int = IGNORE_INDEX,
+                      chunk_elements: int = CHUNK_ELEMENTS) -> DistillLoss:
     """(1 - alpha) CE + alpha T^2 KL(teacher || student) over the valid tokens (see the module doc).
-    Logits are [batch, seq, vocab], labels [batch, seq] (the input ids, not yet shifted)."""
+    Logits are [batch, seq, vocab], labels [batch, seq] (the input ids, not yet shifted).
+
+    Memory: the logits are never copied whole; blocks of at most `chunk_elements` are upcast, and
+    each block's float32 intermediates are recomputed in backward (activation checkpointing)
+    instead of kept, so the loss adds O(block) to the logits the model already holds."""
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
                          f"{tuple(teacher_logits.shape)} differ: the vocabularies must be the same")
     dtype = torch.float64 if student_logits.dtype == torch.float64 else torch.float32
     vocab = student_logits.shape[-1]
-    s = student_logits[:, :-1].to(dtype).reshape(-1, vocab)
-    t = teacher_logits[:, :-1].to(dtype).reshape(-1, vocab)
-    y = labels[:, 1:].reshape(-1)
-    valid = y != ignore_index
-    num_tokens = int(valid.sum())
-    denom = max(num_tokens, 1)
-    ce = F.cross_entropy(s, y, ignore_index=ignore_index, reduction="sum") / denom
-    log_ps = F.log_softmax(s / temperature, dim=-1)
-    log_pt = F.log_softmax(t / temperature, dim=-1)
-    kl_per_token = F.kl_div(log_ps, log_pt, log_target=True, reduction="none").sum(-1)
-    kl = (kl_per_token * valid).sum() / denom
+    # position i predicts label i + 1: shift the labels (views of the logits stay contiguous)
+    y = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], ignore_index)], dim=1).reshape(-1)
+    s, t = student_logits.reshape(-1, vocab), teacher_logits.reshape(-1, vocab)
+    num_tokens = int((y != ignore_index).sum())
+    rows = max(1, chunk_elements // vocab)
+    sums = torch.zeros(2, dtype=dtype, device=s.device)
+    for i in range(0, y.numel(), rows):
+        args = (s[i:i + rows], t[i:i + rows], y[i:i + rows], temperature, ignore_index, dtype)
+        if s.requires_grad and y.numel() > rows:
+            sums = sums + checkpoint(_chunk_sums, *args, use_reentrant=False)
+        else:
+            sums = sums + _chunk_sums(*args)
+    ce, kl = sums / max(num_tokens, 1)
     loss = (1.0 - alpha) * ce + alpha * temperature ** 2 * kl
     return DistillLoss(loss=loss, ce=ce, kl=kl, num_tokens=num_tokens)
 

@@ -228,3 +228,27 @@ def test_a_teacher_of_another_shape_changes_the_teacher_only(composed):
     t = teacher_workload(w)
     assert (t.num_layers, w.num_layers) == (6, 4)
     assert dataclasses.replace(t, num_layers=4, name=w.name, precision=w.precision, distill=w.distill) == w
+
+
+@pytest.mark.parametrize("chunk_elements", [7, 7 * 3, 7 * 4, 10**9], ids=["1-token", "3-tokens", "4-tokens", "whole"])
+def test_the_blockwise_loss_and_its_gradient_equal_the_whole_computation(chunk_elements):
+    """Blocks of tokens (vocab 7), each recomputed in backward: the same loss and gradient as one block."""
+    student, teacher, labels = tiny_example(seed=11)
+    labels[1, 2] = IGNORE_INDEX
+    want, _, _ = reference_loss(student.tolist(), teacher.tolist(), labels.tolist(), 0.4, 1.5)
+    grads = []
+    for elements in (chunk_elements, 10**9):
+        s = student.clone().requires_grad_(True)
+        got = distillation_loss(s, teacher, labels, 0.4, 1.5, chunk_elements=elements)
+        assert float(got.loss) == pytest.approx(want, rel=1e-12)
+        got.loss.backward()
+        grads.append(s.grad)
+    assert torch.allclose(grads[0], grads[1], rtol=1e-12, atol=1e-15)
+
+
+def test_the_8b_vocabulary_is_split_into_blocks_of_a_quarter_gibibyte():
+    from benchmarks.distill import CHUNK_ELEMENTS
+
+    rows = CHUNK_ELEMENTS // 128256
+    assert rows == 523 and rows * 128256 * 4 <= 2**28
+    assert CHUNK_ELEMENTS // 4096 >= 4 * 128, "llama-tiny-kd's micro-batch is one block"
