@@ -25,3 +25,18 @@ def test_llama_440m_on_one_gpu(tmp_path):
     assert rec["metrics"]["peak_mem_gib"]["source"] == "torch.cuda.max_memory_allocated"
     assert 0 < rec["metrics"]["mfu_pct"]["value"] < 100
     assert rec["flops"]["num_params"] == 439_927_808
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_distillation_on_one_gpu(tmp_path, stage):
+    """llama-tiny-kd in bf16 on CUDA: a bf16 teacher replica (ZeRO-2) or a ZeRO-3 teacher engine."""
+    run = run_bench(tmp_path / "out", "platform=h200", "suite=single", "workload=llama-tiny-kd",
+                    "workload.precision=bf16", f"zero=stage{stage}", "measure.warmup_steps=1",
+                    "measure.steps=3", "measure.profile_steps=1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (rec,) = run.records().values()
+    assert rec["status"] == "ok", rec["reason"]
+    assert validate_record(rec) == []
+    assert rec["metrics"]["mfu_with_teacher_pct"]["value"] > rec["metrics"]["mfu_pct"]["value"] > 0
+    assert rec["metrics"]["teacher_mem_gib"]["value"] * 2**30 == pytest.approx(2 * 4_999_424, rel=0.01)
+    assert all(ms["phase_s"]["teacher"] > 0 for step in rec["microsteps"] for ms in step)

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import yaml
 
-from benchmarks.spec import ModelSpec
 from harness.config import WorkloadConfig
 from harness.flops import FLOPS_FORMULA, llama_param_count, mfu_pct, training_flops_per_token
+from harness.plan import model_spec
 
 from unit_helpers import CONF_DIR
 
@@ -18,14 +18,6 @@ def workload(name: str, **changes) -> WorkloadConfig:
     data = yaml.safe_load((CONF_DIR / "workload" / f"{name}.yaml").read_text(encoding="utf-8"))
     data.pop("defaults", None)
     return dataclasses.replace(WorkloadConfig(**data), **changes)
-
-
-def model_spec(w: WorkloadConfig) -> ModelSpec:
-    return ModelSpec(vocab_size=w.vocab_size, hidden_size=w.hidden_size,
-                     intermediate_size=w.intermediate_size, num_layers=w.num_layers,
-                     num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
-                     max_position_embeddings=w.seq_len, tie_embeddings=w.tie_embeddings,
-                     rope_theta=w.rope_theta, rms_norm_eps=w.rms_norm_eps)
 
 
 # A model small enough to count by hand: vocab 10, h 4, ffn 8, 1 layer, 2 heads (head_dim 2),
