@@ -30,6 +30,8 @@ from torch.utils.checkpoint import checkpoint
 from .spec import DistillSpec
 
 IGNORE_INDEX = -100
+TEACHER_SEED_OFFSET = 1
+"""A random teacher is initialised from seed + this, so that it differs from the student."""
 
 
 @dataclass
@@ -37,7 +39,8 @@ class DistillLoss:
     loss: torch.Tensor
     ce: torch.Tensor
     kl: torch.Tensor
-    num_tokens: int
+    num_tokens: torch.Tensor
+    """Valid tokens, a tensor: reading it as a number would synchronise the device every micro-step."""
 
 
 # Elements of one [tokens, vocab] block the loss works on at a time (256 MiB in float32; a block's
@@ -75,7 +78,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     # position i predicts label i + 1: shift the labels (views of the logits stay contiguous)
     y = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], ignore_index)], dim=1).reshape(-1)
     s, t = student_logits.reshape(-1, vocab), teacher_logits.reshape(-1, vocab)
-    num_tokens = int((y != ignore_index).sum())
+    num_tokens = (y != ignore_index).sum()
     rows = max(1, chunk_elements // vocab)
     sums = torch.zeros(2, dtype=dtype, device=s.device)
     for i in range(0, y.numel(), rows):
@@ -84,7 +87,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
             sums = sums + checkpoint(_chunk_sums, *args, use_reentrant=False)
         else:
             sums = sums + _chunk_sums(*args)
-    ce, kl = sums / max(num_tokens, 1)
+    ce, kl = sums / num_tokens.clamp(min=1)
     loss = (1.0 - alpha) * ce + alpha * temperature ** 2 * kl
     return DistillLoss(loss=loss, ce=ce, kl=kl, num_tokens=num_tokens)
 
@@ -145,9 +148,9 @@ def build_teacher(spec: DistillSpec, student_ds: dict[str, Any], device: torch.d
     if not zero3:
         model = model.to(dtype)
     if spec.teacher_checkpoint:
-        load_checkpoint(model, Path(spec.teacher_checkpoint), zero3)
+        load_checkpoint(model, [Path(f) for f in spec.teacher_files], zero3)
     else:
-        initialise(model, seed + spec.teacher_seed_offset, zero3)
+        initialise(model, seed + TEACHER_SEED_OFFSET, zero3)
     params = list(model.parameters())
     num_params = sum(getattr(p, "ds_numel", p.numel()) for p in params)
     local = sum((p.ds_tensor if zero3 else p).numel() * p.element_size() for p in params)
@@ -159,50 +162,25 @@ def build_teacher(spec: DistillSpec, student_ds: dict[str, Any], device: torch.d
                    spec.teacher_checkpoint)
 
 
-def checkpoint_tensors(path: Path) -> dict[str, Path]:
-    """Tensor name -> the .safetensors file holding it (a file, a folder's index, or its shards)."""
-    import json
-
-    from safetensors import safe_open
-
-    if path.is_file():
-        files = [path]
-    elif (path / "model.safetensors.index.json").is_file():
-        index = json.loads((path / "model.safetensors.index.json").read_text(encoding="utf-8"))
-        return {name: path / shard for name, shard in index["weight_map"].items()}
-    else:
-        files = sorted(path.glob("*.safetensors"))
-    found = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as st:
-            found.update({name: f for name in st.keys()})
-    return found
-
-
 @torch.no_grad()
-def load_checkpoint(model: torch.nn.Module, path: Path, zero3: bool) -> None:
-    """Copy every parameter from the checkpoint (checked by the harness before launch). Under
-    ZeRO-3 each parameter is gathered, rank 0 writes it, and it is re-partitioned on exit."""
+def load_checkpoint(model: torch.nn.Module, files: list[Path], zero3: bool) -> None:
+    """Copy every parameter from the checkpoint's .safetensors files (resolved and checked against
+    the teacher's shape by the harness before launch). Under ZeRO-3 each parameter is gathered,
+    rank 0 writes it, and it is re-partitioned on exit."""
     import deepspeed
     import torch.distributed as dist
     from safetensors import safe_open
 
-    where = checkpoint_tensors(path)
-    tied = getattr(model.config, "tie_word_embeddings", False)
+    handles = [safe_open(str(f), framework="pt", device="cpu") for f in files]
+    where = {name: h for h in handles for name in h.keys()}
     writer = not zero3 or dist.get_rank() == 0
-    handles: dict[Path, Any] = {}
-    for name, param in model.named_parameters():
-        if tied and name == "lm_head.weight":
-            continue
+    for name, param in model.named_parameters():  # a tied head is the embedding: listed once
         if name not in where:
-            raise ValueError(f"teacher checkpoint {path} has no tensor {name}")
+            raise ValueError(f"teacher checkpoint {', '.join(map(str, files))} has no tensor {name}")
         with deepspeed.zero.GatheredParameters([param], modifier_rank=0, enabled=zero3):
             if writer:
-                f = where[name]
-                if f not in handles:
-                    handles[f] = safe_open(str(f), framework="pt", device="cpu")
-                src = handles[f].get_tensor(name)
-                if tuple(src.shape) != tuple(param.shape):
+                src = where[name].get_tensor(name)
+                if tuple(src.shape) != tuple(param.shape):  # copy_ would broadcast some mismatches
                     raise ValueError(f"teacher checkpoint tensor {name} has shape {tuple(src.shape)}, "
                                      f"the teacher's is {tuple(param.shape)}")
                 param.copy_(src.to(param.dtype))

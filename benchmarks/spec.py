@@ -54,8 +54,8 @@ class DistillSpec:
     teacher_precision: str       # fp32 | bf16 | fp16
     teacher_checkpoint: Optional[str] = None
     """A .safetensors file or Hugging Face folder, checked by the harness before launch; None: random."""
-    teacher_seed_offset: int = 1
-    """Random teacher: seeded with seed + offset, so that it differs from the student's init."""
+    teacher_files: list[str] = field(default_factory=list)
+    """The checkpoint's .safetensors files, as the harness resolved them (file, index shards or glob)."""
 
 
 @dataclass

@@ -139,16 +139,18 @@ def model_spec(w: WorkloadConfig) -> ModelSpec:
 
 
 def distill_spec(w: WorkloadConfig) -> DistillSpec | None:
-    from .teacher import teacher_workload
+    from .teacher import checkpoint_files, teacher_workload
 
     if w.distill is None:
         return None
     t = teacher_workload(w)
-    checkpoint = w.distill.teacher.checkpoint
-    if checkpoint is not None:  # ranks may start elsewhere than the controller's folder
+    checkpoint, files = w.distill.teacher.checkpoint, []
+    if checkpoint is not None:  # absolute: ranks may start elsewhere than the controller's folder
         checkpoint = str(Path(checkpoint).expanduser().resolve())
+        files = [str(f) for f in checkpoint_files(Path(checkpoint))]
     return DistillSpec(alpha=w.distill.alpha, temperature=w.distill.temperature, teacher=model_spec(t),
-                       teacher_precision=t.precision.value, teacher_checkpoint=checkpoint)
+                       teacher_precision=t.precision.value, teacher_checkpoint=checkpoint,
+                       teacher_files=files)
 
 
 def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:

@@ -53,7 +53,7 @@ def llama_param_shapes(w: WorkloadConfig) -> dict[str, tuple[int, ...]]:
 class CheckpointInfo:
     path: str
     files: tuple[str, ...]
-    """The .safetensors files holding the weights (a name -> file map is rebuilt from headers)."""
+    """The .safetensors files holding the weights (the ranks map names to files from their headers)."""
     num_params: int
     dtypes: tuple[str, ...]
 

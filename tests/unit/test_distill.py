@@ -115,8 +115,13 @@ def test_different_vocabularies_are_refused():
 # --- the teacher --------------------------------------------------------------------------------
 
 def distill_spec(w, checkpoint=None, precision="bf16") -> DistillSpec:
+    from pathlib import Path
+
+    from harness.teacher import checkpoint_files
+
+    files = [str(f) for f in checkpoint_files(Path(checkpoint))] if checkpoint else []
     return DistillSpec(alpha=0.5, temperature=2.0, teacher=model_spec(w), teacher_precision=precision,
-                       teacher_checkpoint=checkpoint)
+                       teacher_checkpoint=checkpoint, teacher_files=files)
 
 
 def test_a_replica_teacher_is_frozen_in_eval_mode_in_its_own_dtype(composed):

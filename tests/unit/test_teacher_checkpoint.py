@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from harness.config import compose
 from harness.errors import ConfigError
+from harness.plan import distill_spec
 from harness.teacher import llama_param_shapes, teacher_workload, validate_checkpoint
 
 from unit_helpers import REPO_ROOT, VENV_PYTHON
@@ -79,6 +80,7 @@ def test_a_single_safetensors_file_and_the_plan_gets_its_absolute_path(tmp_path,
     monkeypatch.chdir(tmp_path)
     _, planned = plan_suite(["suite=single", *with_checkpoint("t.safetensors")])
     assert planned[0].run.spec.distill.teacher_checkpoint == str(tmp_path / "t.safetensors")
+    assert planned[0].run.spec.distill.teacher_files == [str(tmp_path / "t.safetensors")]
 
 
 def test_a_sharded_folder_with_its_index_is_accepted(tmp_path, small_teacher):
@@ -90,7 +92,10 @@ def test_a_sharded_folder_with_its_index_is_accepted(tmp_path, small_teacher):
         write_weights(tmp_path / "t" / shard, {n: shapes[n] for n in members})
     index = {"metadata": {}, "weight_map": {n: shard for shard, members in parts.items() for n in members}}
     (tmp_path / "t" / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "t" / "stale.safetensors").write_bytes(b"")  # not in the index: never opened
     compose(with_checkpoint(tmp_path / "t"))
+    files = distill_spec(compose(with_checkpoint(tmp_path / "t")).workload).teacher_files
+    assert files == [str(tmp_path / "t" / shard) for shard in sorted(parts)]
     (tmp_path / "t" / "model-00002-of-00002.safetensors").unlink()
     refused(with_checkpoint(tmp_path / "t"), "shards named in model.safetensors.index.json are missing",
             "model-00002-of-00002.safetensors")
