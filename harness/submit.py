@@ -131,7 +131,9 @@ def check_record(name: str, rec: Any) -> list[str]:
     if not (isinstance(hosts, list) and hosts and all(isinstance(h, str) and h for h in hosts)):
         problems.append(f"{name}: environment.hosts is {hosts!r}: the fingerprint needs the host names")
     metrics = rec.get("metrics")
-    problems += [f"{name}: metrics: not finite: {p}" for p in _nonfinite(metrics, "metrics")]
+    # anywhere, not only in metrics: a record is JSON without NaN/infinity, and whatever it carries
+    # (its environment goes into the reference's provenance) must be writable as such
+    problems += [f"{name}: not finite: {p.lstrip('/')}" for p in _nonfinite(rec, "")]
     for metric, unit in UNITS.items():
         m = _get(metrics, metric)
         if not isinstance(m, dict):

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import harness.submit as submit_mod
@@ -148,6 +148,7 @@ REJECTIONS = [
      "metrics.samples_per_s.unit is 'samples/min', expected 'samples/s'"),
     ("nan", _set(("metrics", "step_time_s", "value"), math.nan), "not finite: metrics/step_time_s/value = nan"),
     ("infinity", _set(("metrics", "step_time_s", "p10"), math.inf), "not finite: metrics/step_time_s/p10 = inf"),
+    ("infinity outside metrics", _set(("environment", "extra"), math.inf), "not finite: environment/extra = inf"),
     ("unknown platform", lambda r: r.update(platform="moon-x1"), "unknown platform 'moon-x1'"),
     ("out of bounds", _set(("metrics", "mfu_pct", "value"), 150.0), "metrics.mfu_pct = 150.0 is out of bounds"),
     ("zero throughput", _set(("metrics", "samples_per_s", "value"), 0), "metrics.samples_per_s = 0 is out of bounds"),
@@ -330,6 +331,7 @@ def _apply(rec, mutation):
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations=st.lists(st.tuples(st.integers(0, 2), MUTATION), min_size=1, max_size=4))
+@example(mutations=[(0, ("add", ("environment", "python"), math.inf, ""))])  # once crashed the write
 def test_fuzzed_records_are_accepted_or_rejected_with_reasons_never_crash(mutations):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
