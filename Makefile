@@ -1,15 +1,18 @@
 # Build plumbing for the LLM-pretraining benchmark suite (GNU make).
 #
 #   make venv    create/refresh $(VENV) from requirements.lock
+#   make containers  regenerate the Apptainer .def files, build the images
 #   make bench   run the benchmark suite     (PLATFORM=cpu|h100|..., OUT=, ARGS=)
 #   make test    run the test suite          (what .ci/run calls)
 #   make help    list targets and variables  (default goal)
 #
 # Install order matters: torch is installed FIRST and pinned, on its own.
-# Everything else is installed from requirements.lock with a constraints file
-# that pins torch, so no later resolution step can swap in the multi-GB CUDA
-# build of torch.  DeepSpeed is installed with DS_BUILD_OPS=0: its CPU ops are
-# JIT-compiled on first use into TORCH_EXTENSIONS_DIR and reused afterwards.
+# Everything else is installed from requirements.lock with --require-hashes
+# --no-deps (every download must match a sha256 of the lock; the lock is the
+# complete closure) and a constraints file that pins torch, so no later
+# resolution step can swap in the multi-GB CUDA build of torch.  DeepSpeed is
+# installed with DS_BUILD_OPS=0: its CPU ops are JIT-compiled on first use into
+# TORCH_EXTENSIONS_DIR and reused afterwards.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,6 +26,10 @@ RESULTS ?=
 # Optional extra index for torch only, e.g. https://download.pytorch.org/whl/cpu
 # on a CPU-only host whose pip has no local CPU wheel (empty: pip's defaults).
 TORCH_INDEX_URL ?=
+# `make containers`: force an engine (apptainer, singularity, docker, podman;
+# empty: the first that works) and choose the images.
+CONTAINER_ENGINE ?=
+CONTAINER_IMAGES ?= cpu gpu
 
 LOCK := requirements.lock
 CONSTRAINTS := build/constraints.txt
@@ -39,7 +46,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench test perf submit nightly lock clean distclean
+.PHONY: help venv bench test perf submit nightly lock containers clean distclean
 
 help:
 	@echo "Targets:"
@@ -49,7 +56,9 @@ help:
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
-	@echo "  lock       regenerate requirements.lock from $(VENV) (pip freeze)"
+	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash)"
+	@echo "  containers regenerate containers/Apptainer.*.def from the Dockerfiles, then build \$$CONTAINER_IMAGES"
+	@echo "             with the first engine that works (apptainer, singularity, docker, podman); none: only the .def files"
 	@echo "  clean      remove results/ and .cache/ (keeps $(VENV))"
 	@echo "  distclean  clean, and also remove $(VENV) and build/"
 	@echo "  help       this text (default goal)"
@@ -62,6 +71,8 @@ help:
 	@echo "  ARGS=$(ARGS)   extra Hydra overrides for bench, e.g. ARGS='suite=single'; submit options, e.g. ARGS='--replace --reason ...'"
 	@echo "  RESULTS=$(RESULTS)   result folders (or record files) for submit"
 	@echo "  TORCH_INDEX_URL=$(TORCH_INDEX_URL)   optional index for the torch install only"
+	@echo "  CONTAINER_ENGINE=$(CONTAINER_ENGINE)   force a container engine for containers (fails if it does not work)"
+	@echo "  CONTAINER_IMAGES=$(CONTAINER_IMAGES)   images for containers"
 	@echo "  TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS_DIR)"
 
 # The stamp is newer than the lock and pyproject.toml once the venv matches
@@ -69,6 +80,10 @@ help:
 # pins (seconds if already satisfied) and installs only what differs.
 # torch goes in alone (--no-deps): its own dependencies (filelock, sympy, ...)
 # are in the lock and come in at the locked versions in the second step.
+# Second step: --require-hashes, so every file pip downloads must match a hash
+# in the lock; torch's line has none (host-specific source), which pip accepts
+# only because the torch installed first satisfies it.  --no-deps: the lock is
+# the complete closure (`make lock` checks), nothing is resolved.
 # The torch pin goes to pip through PIP_CONSTRAINT (not just -c) so that the
 # isolated build environments of sdists (DeepSpeed is one) obey it too.
 $(STAMP): $(LOCK) pyproject.toml
@@ -77,7 +92,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(PY) -m pip install --no-deps $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "torch==$(TORCH_VERSION)"
 	@mkdir -p $(dir $(CONSTRAINTS))
 	@echo "torch==$(TORCH_VERSION)" > $(CONSTRAINTS)
-	PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) DS_BUILD_OPS=0 $(PY) -m pip install -r $(LOCK)
+	PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) DS_BUILD_OPS=0 $(PY) -m pip install --require-hashes --no-deps -r $(LOCK)
 	touch $@
 
 venv: $(STAMP)
@@ -103,35 +118,26 @@ submit: venv
 nightly: venv
 	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(OUT),out=$(OUT)) $(ARGS)
 
-# pip list --format=freeze always prints name==version (never `@ file://`),
-# local version tags (+cpu, +cu128) are stripped so the lock is portable, and
-# the venv's own tooling (pip, wheel) is left out; setuptools is kept (torch needs >=77).
+# containers/lock.py: pip list --format=freeze of the venv (never `@ file://`),
+# local version tags (+cpu, +cu128) stripped so the lock is portable, the venv's
+# own tooling (pip, wheel) left out (setuptools is kept: torch needs >=77); the
+# closure checked for --no-deps (Python 3.11 and 3.12); then the sha256 of every
+# file PyPI has for each pinned version (pypi.org JSON API), except torch.  A
+# package not on PyPI fails the target and the old lock stays.
 lock:
 	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
-	@{ \
-	  echo "# requirements.lock -- the ONE lock for this suite: used by the venv that"; \
-	  echo "# 'make bench' / 'make venv' creates and by both container images"; \
-	  echo "# (containers/Dockerfile.cpu, containers/Dockerfile.gpu)."; \
-	  echo "#"; \
-	  echo "# Regenerate with 'make lock': pip freeze of the venv, local version tags"; \
-	  echo "# such as +cpu stripped, pip/wheel left out.       Do not edit by"; \
-	  echo "# hand: install or upgrade in the venv, update pyproject.toml, then"; \
-	  echo "# 'make lock'."; \
-	  echo "#"; \
-	  echo "# Install torch FIRST and pinned (torch==<version below>), then this file with"; \
-	  echo "# a constraints file pinning torch and DS_BUILD_OPS=0; see the Makefile."; \
-	  echo "#"; \
-	  echo "# No hashes (yet): torch comes from a host-specific source (a local CPU"; \
-	  echo "# wheel via find-links, the PyTorch CPU index, or the GPU base image), so"; \
-	  echo "# pip --require-hashes would break that path.  Exact versions only."; \
-	  $(PY) -m pip list --format=freeze --exclude-editable --disable-pip-version-check \
-	    | grep -Eiv '^(pip|wheel|distribute)==' \
-	    | sed -E 's/^([^=]+==[^+]+)\+.*$$/\1/'; \
-	} > $(LOCK).tmp
-	mv $(LOCK).tmp $(LOCK)
+	$(PY) -m containers.lock --out $(LOCK)
 	@# The venv is by construction what the new lock says.
 	@if [ -e $(STAMP) ]; then touch $(STAMP); fi
-	@echo "wrote $(LOCK) ($$(grep -vc '^#' $(LOCK)) packages)"
+
+# The Apptainer definitions are regenerated from the Dockerfiles first (always;
+# no engine needed), then the images are built with the first engine that
+# works: apptainer/singularity -> build/containers/llm-pretrain-bench-<image>.sif,
+# docker/podman -> llm-pretrain-bench:<image>.  No engine: says why each is
+# unusable and exits 0 (the .def files are still regenerated).  A forced
+# CONTAINER_ENGINE that does not work fails.  See containers/README.md.
+containers: venv
+	$(PY) -m containers.recipes $(addprefix --image ,$(CONTAINER_IMAGES)) $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE))
 
 clean:
 	rm -rf results/ .cache/
