@@ -70,3 +70,50 @@ def default_suite(tmp_path_factory) -> BenchRun:
     """The cpu default suite, as `make bench` runs it, with fewer steps."""
     out = tmp_path_factory.mktemp("default") / "out"
     return run_bench(out, "measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=2")
+
+
+# --- a real single-node Slurm on localhost (tests/slurm_cluster.py) ------------------------------
+from collections.abc import Iterator  # noqa: E402
+
+from ..slurm_cluster import SlurmCluster, SlurmUnavailable, is_client_variable  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slurm: uses the real single-node Slurm of the slurm_cluster fixture (skipped "
+        "when it cannot be provided, unless SUITE_REQUIRE_SLURM=1)")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
+    """A private slurmctld + slurmd + munged on localhost, once per session, partition "debug".
+
+    Installs the Debian packages when missing (root only). For the session, os.environ gets
+    SLURM_CONF and loses other Slurm client variables (SLURM_*, SBATCH_*, ...; all restored
+    afterwards), so code that runs sbatch/squeue/scontrol/scancel/srun with the inherited
+    environment talks to this cluster. Skips when the cluster cannot be provided;
+    with SUITE_REQUIRE_SLURM=1 (CI) that is a failure instead.
+    """
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    reason = None
+    try:
+        cluster.start()
+    except SlurmUnavailable as e:
+        reason = f"no Slurm cluster: {e}"
+    if reason is not None:   # outside the except: no chained traceback in the report
+        if os.environ.get("SUITE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"SUITE_REQUIRE_SLURM=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    # SLURM_CONF points at the cluster; SLURM_JOB_ID & co. of an outer Slurm job (CI inside
+    # salloc) would make srun/sbatch talk about jobs this cluster never had: hidden meanwhile
+    saved = {key: value for key, value in os.environ.items() if is_client_variable(key)}
+    for key in saved:
+        del os.environ[key]
+    os.environ.update(cluster.env)
+    try:
+        yield cluster
+    finally:
+        for key in [key for key in os.environ if is_client_variable(key)]:
+            del os.environ[key]
+        os.environ.update(saved)
+        cluster.stop()
