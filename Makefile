@@ -18,6 +18,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY = $(VENV)/bin/python
 PLATFORM ?= cpu
+# Empty LAUNCHER: the platform's own (local for cpu/h100/h200, slurm for the multi-node ones).
+LAUNCHER ?=
 ARGS ?=
 # Empty OUT: the harness picks results/<timestamp>-<platform>.
 OUT ?=
@@ -51,7 +53,8 @@ SHELL := bash
 help:
 	@echo "Targets:"
 	@echo "  venv       create $(VENV) and install requirements.lock (torch $(TORCH_VERSION) first)"
-	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [out=\$$OUT] \$$ARGS"
+	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [platform.launcher=\$$LAUNCHER] [out=\$$OUT] \$$ARGS"
+	@echo "             (ARGS=--dry-run writes the Slurm batch scripts / rank commands and launches nothing)"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
@@ -67,6 +70,7 @@ help:
 	@echo "  PYTHON=$(PYTHON)   interpreter used to create the venv"
 	@echo "  VENV=$(VENV)"
 	@echo "  PLATFORM=$(PLATFORM)   conf/platform/<name>.yaml"
+	@echo "  LAUNCHER=$(LAUNCHER)   local|slurm; empty: the platform's (slurm for multi-node platforms)"
 	@echo "  OUT=$(OUT)   results directory; empty: results/<timestamp>-<platform>"
 	@echo "  ARGS=$(ARGS)   extra Hydra overrides for bench, e.g. ARGS='suite=single'; submit options, e.g. ARGS='--replace --reason ...'"
 	@echo "  RESULTS=$(RESULTS)   result folders (or record files) for submit"
@@ -99,7 +103,7 @@ venv: $(STAMP)
 
 # DS_ACCELERATOR is cleared: the harness sets it per platform.
 bench: venv
-	env -u DS_ACCELERATOR $(PY) -m harness bench platform=$(PLATFORM) $(if $(OUT),out=$(OUT)) $(ARGS)
+	env -u DS_ACCELERATOR $(PY) -m harness bench platform=$(PLATFORM) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # Non-zero pytest exit (including 5, "no tests collected") fails the target.
 test: venv
@@ -116,7 +120,7 @@ submit: venv
 
 # The nightly regression job: exit status 1 when something regressed (see python -m harness nightly --help).
 nightly: venv
-	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(OUT),out=$(OUT)) $(ARGS)
+	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # containers/lock.py: pip list --format=freeze of the venv (never `@ file://`),
 # local version tags (+cpu, +cu128) stripped so the lock is portable, the venv's

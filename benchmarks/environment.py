@@ -6,7 +6,12 @@ import platform
 import socket
 import subprocess
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Optional
+
+IMAGE_VAR, DIGEST_VAR, RUNTIME_VAR = "SUITE_CONTAINER_IMAGE", "SUITE_CONTAINER_DIGEST", "SUITE_CONTAINER_RUNTIME"
+"""What the harness tells the ranks about the image they run in."""
+LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
 
 # Environment variables that change communication behaviour and so belong in the fingerprint.
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_",
@@ -37,10 +42,37 @@ def _driver_version() -> Optional[str]:
         return None
 
 
+def lock_mismatches(lock: Path = LOCK_FILE) -> Optional[dict[str, dict[str, Optional[str]]]]:
+    """Packages whose installed version differs from requirements.lock ({} when all match; None
+    when there is no lock to read). Local tags (+cpu, +nv25.01) are ignored."""
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    out: dict[str, dict[str, Optional[str]]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip().rstrip("\\").strip()
+        if "==" not in line or line.startswith("-"):
+            continue
+        name, pinned = (x.strip() for x in line.split(";")[0].split("==", 1))
+        seen = _version(name)
+        if seen is None or seen.split("+")[0] != pinned:
+            out[name] = {"lock": pinned, "seen": seen}
+    return out
+
+
+def container_of() -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """(image, digest, runtime) as the harness declared them, else as the runtime says."""
+    image = os.environ.get(IMAGE_VAR) or os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    runtime = os.environ.get(RUNTIME_VAR) or ("apptainer" if os.environ.get("APPTAINER_CONTAINER") else None)
+    return image, os.environ.get(DIGEST_VAR), runtime
+
+
 def fingerprint(world_size: int) -> dict[str, Any]:
     import torch
 
     cuda = torch.cuda.is_available()
+    image, digest, runtime = container_of()
     nccl = None
     if cuda:
         v = torch.cuda.nccl.version()
@@ -58,8 +90,10 @@ def fingerprint(world_size: int) -> dict[str, Any]:
         "gpu_count": world_size if cuda else 0,
         "cpu_model": platform.processor() or platform.machine(),
         "os": platform.platform(),
-        "container_image": os.environ.get("SUITE_CONTAINER_IMAGE") or os.environ.get("APPTAINER_CONTAINER"),
-        "container_digest": os.environ.get("SUITE_CONTAINER_DIGEST"),
+        "container_image": image,
+        "container_digest": digest,
+        "container_runtime": runtime,
+        "lock_mismatches": lock_mismatches(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "host": socket.gethostname(),
         "world_size": world_size,

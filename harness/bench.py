@@ -1,20 +1,24 @@
 """The `bench` command: compose -> plan every run -> launch each -> record -> summary."""
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
 from benchmarks import events as ev
+from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
 from benchmarks.spec import SPEC_FILE, CollectiveSpec
 
 from .collectives import Row, format_table
-from .config import REPO_ROOT, BenchConfig, RunKind, compose
+from .config import REPO_ROOT, BenchConfig, ContainerRuntime, LauncherKind, PlatformConfig, RunKind, compose, to_dict
+from .container import Wrapper, check_image, image_digest
 from .errors import HarnessError
-from .launch import LocalLauncher
+from .launch import LaunchResult, LocalLauncher
 from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
@@ -23,8 +27,10 @@ from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe
 from .record import (ResultRecord, build_collective_records, build_record, nccl_tests_record,
                      write_json_atomic, write_record)
 from .report import Progress, summary
+from .slurm import SlurmLauncher
 
 CACHE_DIR = REPO_ROOT / ".cache"
+DRY_RUN = "--dry-run"
 EXIT_RUN_FAILED = 3  # a run ended in error or timeout (an OOM is a result, not a failure)
 
 
@@ -85,41 +91,150 @@ def prepare_run_dir(run: RunSpec) -> None:
     (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False), encoding="utf-8")
 
 
-def execute(planned: list[PlannedRun], out: Path) -> list[ResultRecord]:
+def describe(p: PlannedRun) -> str:
+    run = p.run
+    if isinstance(run.spec, CollectiveSpec):
+        return f"collectives {', '.join(run.spec.ops)}, {len(run.spec.sizes)} sizes"
+    return (f"{p.cfg.workload.name} ZeRO-{p.cfg.zero.stage} mb {p.cfg.workload.micro_batch_size}"
+            f" x ga {p.cfg.workload.grad_acc_steps}")
+
+
+def total_steps(run: RunSpec) -> int:
+    if isinstance(run.spec, CollectiveSpec):
+        return len(run.spec.ops) * len(run.spec.sizes)
+    return run.spec.warmup_steps + run.spec.steps + run.spec.profile_steps
+
+
+def image_of(platform: PlatformConfig, run: RunSpec) -> Optional[str]:
+    return run.env.get(IMAGE_VAR) if platform.container.runtime != ContainerRuntime.none else None
+
+
+def prepare_container(planned: list[PlannedRun], dry_run: bool) -> None:
+    """Check each image before anything launches, and tell the ranks its digest."""
+    digests: dict[str, Optional[str]] = {}
+    for p in planned:
+        c, image = p.cfg.platform.container, image_of(p.cfg.platform, p.run)
+        if image is None:
+            continue
+        if image in digests:
+            if digests[image]:
+                p.run.env[DIGEST_VAR] = digests[image]
+            continue
+        try:
+            check_image(c, image, local_runtime=p.cfg.platform.launcher == LauncherKind.local)
+        except HarnessError as exc:
+            if not dry_run:
+                raise
+            print(f"note (dry run): {exc}")
+        digests[image] = image_digest(c, image, CACHE_DIR)
+        if digests[image]:
+            p.run.env[DIGEST_VAR] = digests[image]
+
+
+def slurm_launcher(p: PlannedRun, out: Path, progress: dict[str, Progress]) -> SlurmLauncher:
+    return SlurmLauncher(p.cfg.platform, REPO_ROOT, out, image_of(p.cfg.platform, p.run),
+                         on_poll=lambda run: progress[run.run_id].poll())
+
+
+def local_launcher(p: PlannedRun, out: Path, progress: Progress) -> LocalLauncher:
+    c = p.cfg.platform.container
+    image = image_of(p.cfg.platform, p.run)
+    wrapper = Wrapper(c, image, REPO_ROOT, out, p.cfg.platform.device.value == "cuda") if image else None
+    return LocalLauncher(on_poll=progress.poll, wrapper=wrapper)
+
+
+def array_groups(planned: list[PlannedRun], multirun: bool) -> list[list[PlannedRun]]:
+    """Runs in launch order, grouped: a sweep's runs under Slurm form one job array when they share
+    the platform (same nodes, GPUs, image) and report through events; every other run is alone."""
+    groups: list[list[PlannedRun]] = []
+    for p in planned:
+        last = groups[-1][-1] if groups else None
+        if (multirun and last is not None and p.cfg.platform.launcher == LauncherKind.slurm
+                and p.run.output == "events" == last.run.output
+                and to_dict(p.cfg.platform) == to_dict(last.cfg.platform)
+                and image_of(p.cfg.platform, p.run) == image_of(last.cfg.platform, last.run)):
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return groups
+
+
+def dry_run(planned: list[PlannedRun], out: Path, multirun: bool) -> list[Path]:
+    """Write what would be launched, submit nothing: each Slurm batch script (a sweep's job array),
+    or each local run's rank commands as a shell script."""
+    written = []
+    for group in array_groups(planned, multirun):
+        for p in group:
+            prepare_run_dir(p.run)
+        first = group[0]
+        if first.cfg.platform.launcher == LauncherKind.slurm:
+            launcher = slurm_launcher(first, out, {})
+            written.append(launcher.write_array_script([p.run for p in group]) if len(group) > 1
+                           else launcher.write_script(first.run))
+        else:
+            written.append(write_local_script(first, local_launcher(first, out, Progress(Path(), "", 0))))
+    return written
+
+
+def write_local_script(p: PlannedRun, launcher: LocalLauncher) -> Path:
+    lines = ["#!/bin/bash", f"# run {p.run.run_id}: {p.run.num_ranks} local ranks (platform {p.cfg.platform.name}); "
+             "what `python -m harness bench` would start", "set -u", f"cd {shlex.quote(str(REPO_ROOT))}"]
+    for rank, (argv, env) in enumerate(launcher.commands(p.run, 29500)):
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        lines.append(f"env {assigns} {shlex.join(argv)} > {shlex.quote(str(p.run.run_dir / f'rank{rank}.log'))} 2>&1 &")
+    lines.append("wait")
+    path = p.run.run_dir / "launch.sh"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> list[ResultRecord]:
     records = []
-    for n, p in enumerate(planned, 1):
-        run = p.run
-        if isinstance(run.spec, CollectiveSpec):
-            total = len(run.spec.ops) * len(run.spec.sizes)
-            what = f"collectives {', '.join(run.spec.ops)}, {len(run.spec.sizes)} sizes"
+    n = 0
+    for group in array_groups(planned, multirun):
+        progress = {}
+        for p in group:
+            n += 1
+            run = p.run
+            print(f"[{n}/{len(planned)}] {run.run_id}: {describe(p)}, {run.num_ranks} ranks on "
+                  f"{p.cfg.platform.name}", flush=True)
+            prepare_run_dir(run)
+            progress[run.run_id] = Progress(run.run_dir / ev.EVENTS_FILE, run.run_id, total_steps(run))
+        first = group[0]
+        if first.cfg.platform.launcher == LauncherKind.slurm:
+            launcher = slurm_launcher(first, out, progress)
+            if len(group) > 1:
+                launches = launcher.run_array([p.run for p in group])
+            else:
+                launches = {first.run.run_id: launcher.run(first.run, cwd=REPO_ROOT)}
         else:
-            total = run.spec.warmup_steps + run.spec.steps + run.spec.profile_steps
-            what = (f"{p.cfg.workload.name} ZeRO-{p.cfg.zero.stage} mb {p.cfg.workload.micro_batch_size}"
-                    f" x ga {p.cfg.workload.grad_acc_steps}")
-        print(f"[{n}/{len(planned)}] {run.run_id}: {what}, {run.num_ranks} ranks on {p.cfg.platform.name}",
-              flush=True)
-        prepare_run_dir(run)
-        progress = Progress(run.run_dir / ev.EVENTS_FILE, run.run_id, total)
-        launch = LocalLauncher(on_poll=progress.poll).run(run, cwd=REPO_ROOT)
-        progress.poll()
-        if run.output == "nccl-tests":
-            new = [nccl_tests_record(run, p.cfg, launch)]
-            plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
-        elif isinstance(run.spec, CollectiveSpec):
-            new = build_collective_records(run, p.cfg, launch)
-            plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
-        else:
-            new = [build_record(run, p.cfg, launch)]
-        for record in new:
-            path = write_record(record, out)
-            if record.rows:
-                print(format_table(record.benchmark, [Row.from_dict(r) for r in record.rows],
-                                   run.num_ranks), flush=True)
-            value = record.metrics.get("samples_per_s") or record.metrics.get("avg_busbw_gbps")
-            done = f"{value['value']:.2f} {value['unit']}" if value else record.reason
-            print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
-        records.extend(new)
+            launches = {first.run.run_id: local_launcher(first, out, progress[first.run.run_id])
+                        .run(first.run, cwd=REPO_ROOT)}
+        for p in group:
+            progress[p.run.run_id].poll()
+            records.extend(record_run(p, launches[p.run.run_id], out))
     return records
+
+
+def record_run(p: PlannedRun, launch: LaunchResult, out: Path) -> list[ResultRecord]:
+    run = p.run
+    if run.output == "nccl-tests":
+        new = [nccl_tests_record(run, p.cfg, launch)]
+        plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
+    elif isinstance(run.spec, CollectiveSpec):
+        new = build_collective_records(run, p.cfg, launch)
+        plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
+    else:
+        new = [build_record(run, p.cfg, launch)]
+    for record in new:
+        path = write_record(record, out)
+        if record.rows:
+            print(format_table(record.benchmark, [Row.from_dict(r) for r in record.rows],
+                               run.num_ranks), flush=True)
+        value = record.metrics.get("samples_per_s") or record.metrics.get("avg_busbw_gbps")
+        done = f"{value['value']:.2f} {value['unit']}" if value else record.reason
+        print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
+    return new
 
 
 def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) -> None:
@@ -150,12 +265,21 @@ def compare_with_references(records: list[ResultRecord], out: Path) -> None:
 
 
 def bench(args: list[str]) -> int:
-    multirun, overrides = split_flag(args)
+    dry = DRY_RUN in args
+    multirun, overrides = split_flag([a for a in args if a != DRY_RUN])
     out, planned = plan_suite(overrides, multirun)
     refuse_existing_results(out, planned)
+    prepare_container(planned, dry)
     out.mkdir(parents=True, exist_ok=True)
+    if dry:
+        scripts = dry_run(planned, out, multirun)
+        print(f"dry run of suite {planned[0].cfg.suite.name} ({len(planned)} runs): nothing launched; "
+              f"{len(scripts)} script(s) written:")
+        for path in scripts:
+            print(f"  {path}")
+        return 0
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
-    records = execute(planned, out)
+    records = execute(planned, out, multirun)
     text = summary(records)
     print("\n" + text)
     (out / "summary.md").write_text(f"# Results in {out.name}\n\n" + summary(records, markdown=True),

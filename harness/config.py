@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
@@ -35,6 +36,13 @@ class Fabric(str, Enum):
 class LauncherKind(str, Enum):
     local = "local"
     slurm = "slurm"
+
+
+class ContainerRuntime(str, Enum):
+    none = "none"
+    apptainer = "apptainer"
+    docker = "docker"
+    podman = "podman"
 
 
 class Device(str, Enum):
@@ -64,6 +72,51 @@ class RunKind(str, Enum):
 
 
 @dataclass
+class ContainerConfig:
+    """The image every rank runs in. Recorded in the fingerprint with its digest."""
+    runtime: ContainerRuntime = ContainerRuntime.none
+    """none: the host's Python (the venv); apptainer: `apptainer exec --nv`; docker or podman:
+    `run --gpus all --ipc=host --network=host --shm-size=...`."""
+    image: Optional[str] = None
+    """Apptainer: a .sif path (or docker://... URI); docker/podman: an image reference."""
+    binds: list[str] = field(default_factory=list)
+    """Extra host paths to mount (`src[:dst]`); the repository and the output folder always are."""
+    shm_size: str = "16g"
+    """/dev/shm of docker/podman containers (their 64 MB default is smaller than DeepSpeed's
+    shared-memory buffer)."""
+    python: str = "python"
+    """The interpreter inside the image."""
+    options: list[str] = field(default_factory=list)
+    """More arguments for `apptainer exec` / `docker run`, placed before the image."""
+
+
+@dataclass
+class SlurmConfig:
+    """Where and how runs are submitted when platform.launcher=slurm (sbatch, srun + torchrun)."""
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_limit: Optional[str] = None
+    """Slurm --time (e.g. 00:30:00). None: measure.timeout_s plus `startup_s`, in whole minutes."""
+    startup_s: float = 300.0
+    """Allowance for image start and rendezvous, added to measure.timeout_s in the job's --time."""
+    constraint: Optional[str] = None
+    exclusive: bool = False
+    """--exclusive: whole nodes (no other job shares them)."""
+    cpus_per_task: Optional[int] = None
+    """CPUs for each node's task (torchrun and its ranks). None: on cpu platforms one per rank,
+    on GPU platforms Slurm's default (whole nodes with exclusive)."""
+    extra_args: list[str] = field(default_factory=list)
+    """More #SBATCH options, each `--name[=value]`, e.g. --reservation=bench."""
+    array_parallelism: Optional[int] = None
+    """At most this many tasks of a sweep's job array at once (--array=...%N); None: no limit."""
+    rdzv_port: int = 29500
+    """torchrun's c10d rendezvous port on the job's first node (offset by the job id modulo 1000)."""
+    poll_s: float = 2.0
+    """How often the harness asks Slurm about its jobs."""
+
+
+@dataclass
 class PlatformConfig:
     name: str = MISSING
     """Platform name, `<fabric>-<gpu>` (roce-h100) or a single-node name (h200, cpu)."""
@@ -90,9 +143,11 @@ class PlatformConfig:
     nccl_env: dict[str, str] = field(default_factory=dict)
     """Default NCCL_* environment for every rank."""
     launcher: LauncherKind = LauncherKind.local
-    """How ranks are started: local processes, or Slurm."""
-    container_image: Optional[str] = None
-    """Container image the ranks run in, if any (recorded in the fingerprint)."""
+    """How ranks are started: local processes (one node), or Slurm jobs (sbatch; srun + torchrun)."""
+    container: ContainerConfig = field(default_factory=ContainerConfig)
+    """The image the ranks run in (runtime none: the host's environment)."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """Partition, account, QoS, time limit... used when launcher=slurm."""
 
     @property
     def world_size(self) -> int:
@@ -369,12 +424,10 @@ def validate(cfg: BenchConfig) -> None:
     if p.device == Device.cpu and cfg.nccl_env:
         warnings.warn(f"nccl_env {sorted(cfg.nccl_env)} has no effect on the cpu platform (gloo); "
                       "it is recorded only", stacklevel=2)
-    if p.launcher == LauncherKind.slurm:
-        raise ConfigError(f"platform.launcher='slurm' (platform {p.name}) is not available in this "
-                          "version of the suite; valid: local (add platform.launcher=local to run "
-                          "the ranks of one node as local processes)")
     _check(p.launcher != LauncherKind.local or p.nodes == 1, "platform.nodes", p.nodes,
-           "the local launcher runs one node; use nodes=1")
+           "the local launcher runs one node; use nodes=1 or platform.launcher=slurm")
+    validate_container(p.container)
+    validate_slurm(p.slurm)
 
     for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                  "num_kv_heads", "seq_len", "samples_per_step", "micro_batch_size"):
@@ -433,6 +486,44 @@ def validate(cfg: BenchConfig) -> None:
     names = [r.name for r in cfg.suite.runs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
+
+
+SLURM_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+%=/-]+$")
+"""What a Slurm option value may hold: it goes into a batch script, so no spaces, quotes or newlines."""
+
+
+def validate_container(c: ContainerConfig) -> None:
+    if c.runtime == ContainerRuntime.none:
+        _check(c.image is None, "platform.container.image", c.image,
+               "set platform.container.runtime (apptainer, docker or podman) to run in an image")
+        return
+    _check(bool(c.image) and SLURM_VALUE.match(c.image) is not None, "platform.container.image", c.image,
+           f"runtime {c.runtime.value} needs an image (a .sif path or an image reference, no spaces)")
+    _check(re.fullmatch(r"[0-9]+[kmgKMG]?", c.shm_size) is not None, "platform.container.shm_size",
+           c.shm_size, "a size such as 16g or 8192m")
+    for b in c.binds:
+        _check(bool(b) and SLURM_VALUE.match(b) is not None and b.split(":")[0].startswith("/"),
+               "platform.container.binds", b, "absolute host paths `src[:dst]`, no spaces")
+
+
+def validate_slurm(s: SlurmConfig) -> None:
+    for name in ("partition", "account", "qos", "time_limit", "constraint"):
+        v = getattr(s, name)
+        _check(v is None or SLURM_VALUE.match(v) is not None, f"platform.slurm.{name}", v,
+               "letters, digits and _.,:@+%=/- only (it goes into the batch script)")
+    if s.time_limit is not None:
+        _check(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", s.time_limit) is not None,
+               "platform.slurm.time_limit", s.time_limit, "Slurm's format: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
+    for a in s.extra_args:
+        _check(a.startswith("--") and SLURM_VALUE.match(a) is not None, "platform.slurm.extra_args", a,
+               "each an sbatch option `--name[=value]` with no spaces")
+    _check(s.cpus_per_task is None or s.cpus_per_task >= 1, "platform.slurm.cpus_per_task", s.cpus_per_task,
+           "must be >= 1 (or unset)")
+    _check(s.array_parallelism is None or s.array_parallelism >= 1, "platform.slurm.array_parallelism",
+           s.array_parallelism, "must be >= 1 (or unset: no limit)")
+    _check(1024 <= s.rdzv_port <= 64535, "platform.slurm.rdzv_port", s.rdzv_port, "a port in 1024..64535")
+    _check(s.startup_s >= 0, "platform.slurm.startup_s", s.startup_s, "must be >= 0")
+    _check(s.poll_s > 0, "platform.slurm.poll_s", s.poll_s, "must be > 0")
 
 
 def validate_distill(w: WorkloadConfig, p: PlatformConfig) -> None:

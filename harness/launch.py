@@ -15,9 +15,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .plan import RunSpec
+
+if TYPE_CHECKING:
+    from .container import Wrapper
 
 PIDS_FILE = "pids.json"
 
@@ -30,6 +33,12 @@ class LaunchResult:
     wall_s: float
     killed_ranks: list[int] = field(default_factory=list)
     """Ranks the launcher killed (after a peer failed, or at the deadline)."""
+    cause: Optional[str] = None
+    """Why the run ended when the ranks did not decide it (a cancelled, pre-empted or timed-out job)."""
+    cause_status: str = "error"
+    """The status that cause gives: error, or oom (the scheduler's memory limit)."""
+    job: Optional[dict] = None
+    """The scheduler's view of the run (Slurm: job id, state, exit code, node list, partition...)."""
 
 
 def free_port() -> int:
@@ -62,22 +71,35 @@ class LocalLauncher:
     """Runs every rank as a local process (gloo on CPU, nccl on a single GPU node)."""
 
     def __init__(self, grace_s: float = 10.0, poll_s: float = 0.25,
-                 on_poll: Optional[Callable[[], None]] = None):
+                 on_poll: Optional[Callable[[], None]] = None, wrapper: Optional["Wrapper"] = None):
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.on_poll = on_poll
+        self.wrapper = wrapper
+        """Runs each rank inside the platform's image (harness.container.Wrapper), if set."""
+
+    def commands(self, run: RunSpec, port: int) -> list[tuple[list[str], dict[str, str]]]:
+        """(argv, environment) of every rank, as they are started."""
+        out = []
+        for rank in range(run.num_ranks):
+            env = {**run.env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(run.num_ranks),
+                   "LOCAL_WORLD_SIZE": str(run.num_ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            argv = self.wrapper(run.argv, list(env), self.container_name(run, rank)) if self.wrapper else run.argv
+            out.append((argv, env))
+        return out
+
+    @staticmethod
+    def container_name(run: RunSpec, rank: int) -> str:
+        return f"bench-{run.run_dir.parent.parent.name}-{run.run_id}-r{rank}"
 
     def run(self, run: RunSpec, cwd: Path) -> LaunchResult:
         port = free_port()
         procs: dict[int, subprocess.Popen] = {}
         start = time.monotonic()
         try:
-            for rank in range(run.num_ranks):
-                env = {**os.environ, **run.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
-                       "WORLD_SIZE": str(run.num_ranks), "LOCAL_WORLD_SIZE": str(run.num_ranks),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            for rank, (argv, env) in enumerate(self.commands(run, port)):
                 with open(run.run_dir / f"rank{rank}.log", "wb") as log:
-                    procs[rank] = subprocess.Popen(run.argv, env=env, cwd=cwd, stdout=log,
+                    procs[rank] = subprocess.Popen(argv, env={**os.environ, **env}, cwd=cwd, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True)
             (run.run_dir / PIDS_FILE).write_text(json.dumps({r: p.pid for r, p in procs.items()}))
             return self._wait(run, procs, start)
@@ -85,6 +107,8 @@ class LocalLauncher:
             alive = [r for r, p in procs.items() if p.poll() is None]
             if alive:
                 _terminate(procs, alive)
+            if self.wrapper:  # a killed docker client leaves its container running
+                self.wrapper.cleanup([self.container_name(run, r) for r in procs])
 
     def _wait(self, run: RunSpec, procs: dict[int, subprocess.Popen], start: float) -> LaunchResult:
         deadline = start + run.timeout_s

@@ -57,12 +57,13 @@ def series(history: list[tuple[str, dict[str, Any]]]) -> dict[str, list[tuple[st
 
 def run_night(overrides: list[str], *, night: str, repeats: int, store: History, out: Path) -> list[dict[str, Any]]:
     """Every repeat of the suite; runs the store already holds for this night are skipped."""
-    from .bench import execute, plan_suite
+    from .bench import execute, plan_suite, prepare_container
 
     done: set[tuple[int, str]] = set()
     records = []
     for repeat in range(repeats):
         _, planned = plan_suite(overrides + [f"out={out / f'repeat-{repeat}'}"])
+        prepare_container(planned, dry_run=False)
         platform = planned[0].cfg.platform.name
         if repeat == 0:
             store.start_night(night, platform, planned[0].cfg.suite.name, str(out))

@@ -16,7 +16,8 @@ from typing import Any
 from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
 from .collectives import DTYPE_BYTES, sizes
-from .config import BenchConfig, Device, OptimizerImpl, Precision, RunKind, WorkloadConfig, to_dict
+from .config import BenchConfig, ContainerRuntime, Device, OptimizerImpl, Precision, RunKind, WorkloadConfig, to_dict
+from .container import container_env, resolve_image
 from .errors import ConfigError
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
@@ -176,10 +177,15 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, st
     # The interpreter's own bin first: DeepSpeed JIT-builds with the first `ninja` on PATH, and a
     # build log written by another ninja version makes it rebuild from scratch (1-2 min a run).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
-    env = {"PATH": path, "PYTHONPATH": str(repo_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+    env = {"PYTHONPATH": str(repo_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
            "TRITON_CACHE_DIR": str(cache_dir / "triton")}
+    c = cfg.platform.container
+    if c.runtime == ContainerRuntime.none:
+        env["PATH"] = path
+    else:  # the image's own PATH; it is told which image it is (the digest is added at launch)
+        env.update(container_env(c, resolve_image(c, repo_root), None))
     if cfg.platform.device == Device.cpu:
         env["DS_ACCELERATOR"] = "cpu"
         env["OMP_NUM_THREADS"] = "1"

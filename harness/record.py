@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks import events as ev
-from benchmarks.environment import ENV_PREFIXES
+from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 
 from .atomic import write_bytes_atomic
 from .config import REPO_ROOT, BenchConfig
@@ -112,14 +112,20 @@ def controller_environment() -> dict[str, Any]:
             "env": {}, "host": socket.gethostname()}
 
 
-def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[dict]) -> dict[str, Any]:
+def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[dict],
+                launch: Optional[LaunchResult] = None) -> dict[str, Any]:
     env = controller_environment()
     seen = [e["value"] for e in events if e["key"] == ev.ENVIRONMENT]
     if seen:
         env.update(seen[0])
     else:  # the ranks never reported: what they were given is the best record
         env["env"] = {k: v for k, v in run.env.items() if k.startswith(ENV_PREFIXES)}
-    env["container_image"] = env.get("container_image") or cfg.platform.container_image
+    if cfg.platform.container.runtime.value != "none":  # what the ranks were told, if they never said
+        env["container_image"] = env.get("container_image") or run.env.get(IMAGE_VAR)
+        env["container_digest"] = env.get("container_digest") or run.env.get(DIGEST_VAR)
+        env["container_runtime"] = env.get("container_runtime") or cfg.platform.container.runtime.value
+    if launch is not None and launch.job is not None:
+        env["slurm"] = launch.job
     env["hosts"] = sorted({r["host"] for r in ranks}) or [env["host"]]
     env["num_nodes"] = cfg.platform.nodes
     env["num_ranks"] = run.num_ranks
@@ -144,6 +150,8 @@ def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: 
     what failing ranks reported, then bare exit codes. Peers' reports follow as context.
     """
     steps = sum(e["key"] == ev.TRAIN_STEP for e in events)
+    if launch.timed_out and launch.cause:
+        return "timeout", f"{launch.cause} (after {steps} optimizer steps)"
     if launch.timed_out:
         return "timeout", (f"exceeded measure.timeout_s={run.timeout_s:g} s after {steps} "
                            f"optimizer steps; ranks {launch.killed_ranks} killed")
@@ -152,6 +160,8 @@ def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: 
     ooms = [f for f in failures if f["status"] == "oom"]
     if ooms:
         status, cause = "oom", ooms[0]["reason"]
+    elif launch.cause:
+        status, cause = launch.cause_status, f"{launch.cause} after {steps} optimizer steps"
     elif signalled:
         rank, code = min(signalled.items())
         status, cause = "error", f"rank {rank} killed by {_signal_name(code)} after {steps} optimizer steps"
@@ -248,7 +258,7 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run.run_id, kind="training", benchmark=cfg.workload.name,
         platform=cfg.platform.name, status=status, reason=reason, config=run.config,
-        overrides=run.overrides, environment=environment(run, cfg, events, ranks), metrics=metrics,
+        overrides=run.overrides, environment=environment(run, cfg, events, ranks, launch), metrics=metrics,
         microsteps=[s["microsteps"] for s in steps if s["mode"] == "profile"], name=run.name,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
         steps=[{"index": s["index"], "mode": s["mode"], "warmup": s["warmup"],
@@ -312,7 +322,7 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
 
     events = ev.read_events(run.run_dir / ev.EVENTS_FILE)
     status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
-    env = environment(run, cfg, events, [])
+    env = environment(run, cfg, events, [], launch)
     by_op: dict[str, list[dict[str, Any]]] = {op: [] for op in run.spec.ops}
     for e in events:
         if e["key"] != ev.COLLECTIVE_ROW:
@@ -353,12 +363,12 @@ def nccl_tests_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> R
     except HarnessError as exc:
         record = collective_record(run_id=run.run_id, name=run.name, benchmark=op, platform=cfg.platform.name,
                                    status="error", reason=str(exc), rows=[], config=run.config,
-                                   overrides=run.overrides, environment=environment(run, cfg, [], []),
+                                   overrides=run.overrides, environment=environment(run, cfg, [], [], launch),
                                    complete=False, source="nccl-tests")
     if launch_status != "ok":
         record.status = launch_status
         record.reason = launch_reason + (f"; {record.reason}" if record.reason else "")
-    controller = environment(run, cfg, [], [])
+    controller = environment(run, cfg, [], [], launch)
     record.environment = {**controller, **{k: v for k, v in record.environment.items() if v is not None}}
     record.name, record.config, record.overrides, record.wall_s = run.name, run.config, run.overrides, launch.wall_s
     return record

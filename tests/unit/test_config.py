@@ -70,14 +70,13 @@ def test_every_platform_composes_with_every_workload(composed, platform, workloa
 
 
 @pytest.mark.parametrize("platform", SLURM_PLATFORMS)
-def test_slurm_platform_without_local_launcher_is_refused(platform):
-    with pytest.raises(ConfigError) as err:
-        compose([f"platform={platform}"])
-    msg = str(err.value)
-    assert "platform.launcher" in msg
-    assert "slurm" in msg
-    assert "valid: local" in msg
-    assert "platform.launcher=local" in msg  # tells the user what to add
+def test_slurm_platforms_compose_multi_node_in_their_image(platform):
+    cfg = compose([f"platform={platform}"])
+    assert cfg.platform.launcher.value == "slurm"
+    assert cfg.platform.nodes == declared("platform", platform)["nodes"] > 1
+    assert cfg.platform.container.runtime.value == "apptainer"
+    assert cfg.platform.container.image.endswith(".sif")
+    assert cfg.platform.slurm.exclusive
 
 
 def test_local_launcher_runs_one_node_only():

@@ -1,0 +1,142 @@
+"""Running ranks inside the suite's image: the wrapper command, the image's digest, and checks
+made before anything launches.
+
+The repository and the output folder are mounted at the same paths inside the container, so a
+rank's `--run-dir` and PYTHONPATH mean the same thing on both sides. Apptainer passes the
+launching environment through (the run's variables, and Slurm's); docker and podman get each
+variable by name (`-e NAME`), its value taken from the launching process.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from benchmarks.environment import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
+
+from .atomic import write_bytes_atomic
+from .config import ContainerConfig, ContainerRuntime
+from .errors import HarnessError
+
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+              "SLURM_PROCID", "SLURM_NODEID")
+"""Passed into docker/podman containers so that ranks under Slurm still see their job."""
+
+
+def is_uri(image: str) -> bool:
+    return "://" in image
+
+
+def resolve_image(c: ContainerConfig, repo_root: Path) -> str:
+    """An apptainer image path made absolute (relative paths are the repository's); URIs and
+    docker references as given."""
+    assert c.image is not None
+    if c.runtime == ContainerRuntime.apptainer and not is_uri(c.image):
+        path = Path(c.image).expanduser()
+        return str(path if path.is_absolute() else repo_root / path)
+    return c.image
+
+
+def _mounts(c: ContainerConfig, repo_root: Path, out_dir: Path) -> list[str]:
+    mounts = [str(repo_root)]
+    if not Path(out_dir).resolve().is_relative_to(repo_root):
+        mounts.append(str(out_dir))
+    return mounts + list(c.binds)
+
+
+def wrap(argv: list[str], c: ContainerConfig, *, image: str, repo_root: Path, out_dir: Path,
+         env_names: list[str], cuda: bool, name: Optional[str] = None) -> list[str]:
+    """`argv` run inside the image. The host interpreter (sys.executable) becomes the image's."""
+    inner = [c.python if argv[0] == sys.executable else argv[0], *argv[1:]]
+    mounts = _mounts(c, repo_root, out_dir)
+    if c.runtime == ContainerRuntime.apptainer:
+        cmd = ["apptainer", "exec"] + (["--nv"] if cuda else [])
+        for m in mounts:
+            cmd += ["--bind", m]
+        return cmd + ["--pwd", str(repo_root), *c.options, image, *inner]
+    cmd = [c.runtime.value, "run", "--rm", "--init", "--network=host", "--ipc=host",
+           f"--shm-size={c.shm_size}"] + (["--gpus", "all"] if cuda else [])
+    if name:
+        cmd += ["--name", name]
+    for m in mounts:
+        cmd += ["-v", m if ":" in m else f"{m}:{m}"]
+    cmd += ["-w", str(repo_root)]
+    for var in sorted(set(env_names) - {"PATH"}):
+        cmd += ["-e", var]
+    return cmd + [*c.options, image, *inner]
+
+
+def container_env(c: ContainerConfig, image: str, digest: Optional[str]) -> dict[str, str]:
+    """What the ranks are told about their image (the fingerprint records it)."""
+    env = {IMAGE_VAR: image, RUNTIME_VAR: c.runtime.value}
+    if digest:
+        env[DIGEST_VAR] = digest
+    return env
+
+
+def check_image(c: ContainerConfig, image: str, local_runtime: bool) -> None:
+    """Before launch: a local .sif must exist; with the local launcher the runtime must be on PATH
+    (under Slurm it is looked for on the compute nodes)."""
+    if c.runtime == ContainerRuntime.apptainer and not is_uri(image) and not Path(image).is_file():
+        raise HarnessError(f"platform.container.image={c.image!r}: no image at {image}; build it with "
+                           "`make containers` (or pull it: apptainer pull IMAGE.sif docker://...)")
+    if local_runtime and shutil.which(c.runtime.value) is None:
+        raise HarnessError(f"platform.container.runtime={c.runtime.value!r} but `{c.runtime.value}` is not "
+                           "on PATH; install it or set platform.container.runtime=none")
+
+
+def image_digest(c: ContainerConfig, image: str, cache_dir: Path) -> Optional[str]:
+    """sha256 of a .sif file (cached by path, size and mtime), or the image id docker/podman report;
+    None when it cannot be known here (a URI not pulled yet, no engine)."""
+    if c.runtime == ContainerRuntime.apptainer:
+        path = Path(image)
+        if is_uri(image) or not path.is_file():
+            return None
+        st = path.stat()
+        key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+        cache = cache_dir / "container-digests.json"
+        try:
+            known = json.loads(cache.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            known = {}
+        if key not in known:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 22), b""):
+                    h.update(block)
+            known[key] = f"sha256:{h.hexdigest()}"
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(cache, json.dumps(known, indent=1).encode())
+        return known[key]
+    try:
+        out = subprocess.run([c.runtime.value, "image", "inspect", "--format", "{{.Id}}", image],
+                             capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def stop_containers(c: ContainerConfig, names: list[str]) -> None:
+    """Remove docker/podman containers left by killed clients (killing the client does not stop
+    its container)."""
+    if c.runtime in (ContainerRuntime.docker, ContainerRuntime.podman) and names:
+        subprocess.run([c.runtime.value, "rm", "-f", *names], capture_output=True, timeout=60)
+
+
+class Wrapper:
+    """Wraps rank commands for one platform's image (what the launchers call)."""
+
+    def __init__(self, c: ContainerConfig, image: str, repo_root: Path, out_dir: Path, cuda: bool):
+        self.c, self.image, self.repo_root, self.out_dir, self.cuda = c, image, repo_root, out_dir, cuda
+
+    def __call__(self, argv: list[str], env_names: list[str], name: Optional[str] = None) -> list[str]:
+        return wrap(argv, self.c, image=self.image, repo_root=self.repo_root, out_dir=self.out_dir,
+                    env_names=env_names, cuda=self.cuda, name=name)
+
+    def cleanup(self, names: list[str]) -> None:
+        stop_containers(self.c, names)
