@@ -30,6 +30,8 @@ from .launch import LaunchResult
 from .plan import RunSpec, safe_name
 
 SCRIPT_FILE = "job.sbatch"
+LOST_AFTER_S = 600.0
+"""squeue failing this long: the runs are given up (their jobs cancelled) and recorded as errors."""
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
 EXTERNAL_ENDS = {
@@ -192,14 +194,14 @@ class JobInfo:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-def queue_states(job_ids: list[str]) -> Optional[dict[str, JobInfo]]:
+def queue_states(job_ids: list[str]) -> dict[str, JobInfo] | str:
     """Every task of these jobs that slurmctld still holds (including just-finished ones), by id
-    (`123`, or `123_4` for array tasks); None when squeue itself failed."""
+    (`123`, or `123_4` for array tasks); squeue's error message when it failed."""
     proc = _slurm(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"])
     if proc.returncode != 0:
         if "Invalid job id" in proc.stderr:
             return {}
-        return None
+        return f"squeue exited {proc.returncode}: {proc.stderr.strip()[:300]}"
     found = {}
     for line in proc.stdout.splitlines():
         parts = line.strip().split("|")
@@ -299,12 +301,20 @@ class SlurmLauncher:
         watched = {j: _Watched(run, j, now) for j, run in jobs.items()}
         done: dict[str, LaunchResult] = {}
         bases = sorted({j.split("_")[0] for j in jobs})
+        failing_since: Optional[float] = None
         try:
             while len(done) < len(watched):
                 states = queue_states(bases)
                 now = time.monotonic()
+                if isinstance(states, str):
+                    failing_since = failing_since or now
+                    if now - failing_since > LOST_AFTER_S:
+                        self._lose_contact(watched, done, states, now)
+                    time.sleep(self.platform.slurm.poll_s)
+                    continue
+                failing_since = None
                 for j, w in watched.items():
-                    if j in done or states is None:
+                    if j in done:
                         continue
                     info = states.get(j)
                     if info is None and j.split("_")[0] in states and "_" in j:
@@ -333,6 +343,20 @@ class SlurmLauncher:
             cancel([j for j in watched if j not in done])
             raise
         return done
+
+    def _lose_contact(self, watched: dict[str, _Watched], done: dict[str, LaunchResult], error: str,
+                      now: float) -> None:
+        lost = [j for j in watched if j not in done]
+        self._say(f"  Slurm has not answered for {LOST_AFTER_S:g} s ({error}); giving up slurm jobs {lost}")
+        cancel(lost)
+        for j in lost:
+            w = watched[j]
+            codes = rank_exit_codes(w.run)
+            done[j] = LaunchResult(codes, False, now - (w.started or w.submitted),
+                                   [r for r, c in codes.items() if c is None],
+                                   cause=f"lost contact with Slurm for {LOST_AFTER_S:g} s ({error}); "
+                                         f"slurm job {j} cancelled", job={"launcher": "slurm", "job_id": j,
+                                                                           "state": "UNKNOWN"})
 
     def _result(self, w: _Watched, now: float) -> LaunchResult:
         info = final_state(w.job_id)

@@ -237,3 +237,63 @@ def test_the_fingerprint_names_packages_that_differ_from_the_lock(tmp_path):
     assert found["not-installed-pkg"] == {"lock": "1.0", "seen": None}
     assert lock_mismatches(REPO_ROOT / "requirements.lock") == {}, "this venv is what the lock says"
     assert lock_mismatches(tmp_path / "missing.lock") is None
+
+
+def _fake_bin(tmp_path: Path, **scripts: str) -> Path:
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+    return folder
+
+
+def test_when_slurm_stops_answering_the_run_is_recorded_and_its_job_cancelled(composed, tmp_path, monkeypatch):
+    import io
+
+    from harness import slurm
+    from harness.plan import plan_run
+    from harness.record import status_of
+
+    cancelled = tmp_path / "scancel.args"
+    folder = _fake_bin(tmp_path, sbatch="echo 77",
+                       squeue='echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1',
+                       scancel=f'echo "$@" >> {cancelled}')
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.0)
+    cfg = composed(["platform=cpu", "platform.launcher=slurm", "platform.slurm.poll_s=0.01"])
+    run = plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, tmp_path / "cache")
+    run.run_dir.mkdir(parents=True)
+    launch = slurm.SlurmLauncher(cfg.platform, REPO_ROOT, tmp_path / "out", stream=io.StringIO()).run(run, REPO_ROOT)
+    assert "lost contact with Slurm" in launch.cause and "Unable to contact slurm controller" in launch.cause
+    assert cancelled.read_text().split() == ["77"]
+    assert launch.killed_ranks == [0, 1]
+    status, reason = status_of(run, launch, [], [])
+    assert status == "error" and "lost contact with Slurm" in reason
+
+
+def test_a_failed_sbatch_stops_with_slurms_message(composed, tmp_path, monkeypatch):
+    from harness import slurm
+    from harness.errors import HarnessError
+    from harness.plan import plan_run
+
+    folder = _fake_bin(tmp_path, sbatch='echo "sbatch: error: invalid partition specified: nope" >&2; exit 1')
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    cfg = composed(["platform=cpu", "platform.launcher=slurm", "platform.slurm.partition=nope"])
+    run = plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, tmp_path / "cache")
+    run.run_dir.mkdir(parents=True)
+    with pytest.raises(HarnessError, match="invalid partition specified: nope"):
+        slurm.SlurmLauncher(cfg.platform, REPO_ROOT, tmp_path / "out").run(run, REPO_ROOT)
+
+
+def test_a_local_dry_run_writes_each_runs_rank_commands(tmp_path):
+    out = tmp_path / "out"
+    proc = dry_run(out, "suite=smoke")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scripts = sorted(out.glob("runs/*/launch.sh"))
+    assert len(scripts) == 2
+    text = scripts[0].read_text()
+    assert text.count("-m benchmarks.train --run-dir") == 2 and "RANK=0" in text and "RANK=1" in text
+    assert subprocess.run(["bash", "-n", str(scripts[0])]).returncode == 0
+    assert not list(out.glob("*.json"))
