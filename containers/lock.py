@@ -273,7 +273,9 @@ def parse_lock(text: str) -> list[LockEntry]:
     return entries
 
 
-def write_lock(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temp file beside `path` (mode 0644), then rename over it: never half a file.
+    (Self-contained on purpose: these tools also run in a bare copy of containers/.)"""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -301,7 +303,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except LockError as e:
         print(f"error: {e}\n{ns.out} was not written", file=sys.stderr)
         return 1
-    write_lock(ns.out, text)
+    write_text_atomic(ns.out, text)
     num_hashes = sum(len(e.hashes) for e in parse_lock(text))
     print(f"wrote {ns.out} ({len(pins)} packages, {num_hashes} hashes; torch without a hash)")
     return 0

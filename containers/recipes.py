@@ -42,10 +42,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
+
+from containers.lock import write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONTAINERS_DIR = REPO_ROOT / "containers"
@@ -239,18 +240,6 @@ def drift(images: Sequence[str] = IMAGES) -> list[str]:
     return problems
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def regenerate(images: Sequence[str] = IMAGES) -> list[str]:
     """Write each .def whose content changed; one line per file saying what happened."""
     done = []
@@ -259,7 +248,7 @@ def regenerate(images: Sequence[str] = IMAGES) -> list[str]:
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             done.append(f"{_rel(path)}: up to date with {_rel(dockerfile_path(image))}")
         else:
-            _write_atomic(path, text)
+            write_text_atomic(path, text)
             done.append(f"{_rel(path)}: regenerated from {_rel(dockerfile_path(image))}")
     return done
 

@@ -17,8 +17,19 @@ def write_bytes_atomic(path: Path, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _mode(path))  # mkstemp's 0600 would hide results from the rest of a team
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _mode(path: Path) -> int:
+    """The file's present mode, or what a plain open() would give it (0666 less the umask)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
