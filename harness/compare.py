@@ -33,7 +33,7 @@ from .references import REFERENCE_METRICS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data")
 FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "python",
-                    "container_image", "container_digest", "gpu_model", "gpu_count", "num_nodes",
+                    "container_image", "container_digest", "container_runtime", "gpu_model", "gpu_count", "num_nodes",
                     "num_ranks")
 BOOTSTRAP_ROUNDS = 2000
 
