@@ -24,6 +24,15 @@ SHORT = ["measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=1"]
 FAKE_APPTAINER = REPO / "tests" / "data" / "fake_apptainer"
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(slurm_cluster):
+    """A test that fails half-way must not leave a job holding the node's CPUs for the next."""
+    yield
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    if jobs:
+        subprocess.run(["scancel", *jobs])
+
+
 def assert_slurm_record(rec: dict, state: str = "COMPLETED") -> dict:
     job = rec["environment"]["slurm"]
     assert job["launcher"] == "slurm" and job["job_id"]
@@ -91,18 +100,26 @@ def test_a_sweep_is_one_job_array_inside_the_image(slurm_cluster, tmp_path):
     assert all(c["cmd"][1:3] == ["-m", "torch.distributed.run"] and not c["nv"] for c in calls)
 
 
+def _default_sigint() -> None:
+    # A shell starting a background job (nohup, `&`, some CI runners) ignores SIGINT in it, and
+    # Python then never raises KeyboardInterrupt: give the harness the terminal's behaviour back.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_long_run(out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(harness_cmd(out, *SLURM, "suite=single", "measure.warmup_steps=0",
                                         "measure.steps=100000", "measure.profile_steps=0", *extra),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+                            preexec_fn=_default_sigint)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[str, str]:
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         raise
 
 
@@ -148,13 +165,15 @@ def test_ranks_out_of_memory_in_a_job_are_an_oom_result(slurm_cluster, tmp_path)
     no_ranks_left(run.out)
 
 
-def test_interrupting_the_harness_cancels_its_job(slurm_cluster, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_stopping_the_harness_cancels_its_job(slurm_cluster, tmp_path, sig):
     out = tmp_path / "out"
     proc = _start_long_run(out)
     events = out / "runs" / "00-llama-tiny" / "events.jsonl"
     wait_for(lambda: events.exists() and '"train_step"' in events.read_text(), 120, "the first step")
-    os.killpg(proc.pid, signal.SIGINT)
-    proc.communicate(timeout=60)
+    os.killpg(proc.pid, sig)
+    _finish(proc, timeout=60)
+    assert proc.returncode != 0
 
     def gone() -> bool:
         q = subprocess.run(["squeue", "-h", "-n", "bench-00-llama-tiny", "-o", "%i %T"],
