@@ -22,7 +22,6 @@ from .atomic import write_bytes_atomic
 from .config import ContainerConfig, ContainerRuntime
 from .errors import HarnessError
 
-RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
               "SLURM_PROCID", "SLURM_NODEID")
 """Passed into docker/podman containers so that ranks under Slurm still see their job."""
