@@ -15,7 +15,7 @@ from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
 from benchmarks.spec import SPEC_FILE, CollectiveSpec
 
 from .collectives import Row, format_table
-from .config import REPO_ROOT, BenchConfig, ContainerRuntime, LauncherKind, PlatformConfig, RunKind, compose, to_dict
+from .config import REPO_ROOT, BenchConfig, ContainerRuntime, Device, LauncherKind, PlatformConfig, RunKind, compose, to_dict
 from .container import Wrapper, check_image, image_digest
 from .errors import HarnessError
 from .launch import LaunchResult, LocalLauncher
@@ -116,17 +116,14 @@ def prepare_container(planned: list[PlannedRun], dry_run: bool) -> None:
         c, image = p.cfg.platform.container, image_of(p.cfg.platform, p.run)
         if image is None:
             continue
-        if image in digests:
-            if digests[image]:
-                p.run.env[DIGEST_VAR] = digests[image]
-            continue
-        try:
-            check_image(c, image, local_runtime=p.cfg.platform.launcher == LauncherKind.local)
-        except HarnessError as exc:
-            if not dry_run:
-                raise
-            print(f"note (dry run): {exc}")
-        digests[image] = image_digest(c, image, CACHE_DIR)
+        if image not in digests:
+            try:
+                check_image(c, image, local_runtime=p.cfg.platform.launcher == LauncherKind.local)
+            except HarnessError as exc:
+                if not dry_run:
+                    raise
+                print(f"note (dry run): {exc}")
+            digests[image] = image_digest(c, image, CACHE_DIR)
         if digests[image]:
             p.run.env[DIGEST_VAR] = digests[image]
 
@@ -136,11 +133,11 @@ def slurm_launcher(p: PlannedRun, out: Path, progress: dict[str, Progress]) -> S
                          on_poll=lambda run: progress[run.run_id].poll())
 
 
-def local_launcher(p: PlannedRun, out: Path, progress: Progress) -> LocalLauncher:
-    c = p.cfg.platform.container
+def local_launcher(p: PlannedRun, out: Path, progress: Optional[Progress] = None) -> LocalLauncher:
     image = image_of(p.cfg.platform, p.run)
-    wrapper = Wrapper(c, image, REPO_ROOT, out, p.cfg.platform.device.value == "cuda") if image else None
-    return LocalLauncher(on_poll=progress.poll, wrapper=wrapper)
+    wrapper = Wrapper(p.cfg.platform.container, image, REPO_ROOT, out,
+                      p.cfg.platform.device == Device.cuda) if image else None
+    return LocalLauncher(on_poll=progress.poll if progress else None, wrapper=wrapper)
 
 
 def array_groups(planned: list[PlannedRun], multirun: bool) -> list[list[PlannedRun]]:
@@ -172,7 +169,7 @@ def dry_run(planned: list[PlannedRun], out: Path, multirun: bool) -> list[Path]:
             written.append(launcher.write_array_script([p.run for p in group]) if len(group) > 1
                            else launcher.write_script(first.run))
         else:
-            written.append(write_local_script(first, local_launcher(first, out, Progress(Path(), "", 0))))
+            written.append(write_local_script(first, local_launcher(first, out)))
     return written
 
 

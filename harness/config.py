@@ -488,7 +488,7 @@ def validate(cfg: BenchConfig) -> None:
     _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
 
 
-SLURM_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+%=/-]+$")
+SCRIPT_SAFE = re.compile(r"^[A-Za-z0-9_.,:@+%=/-]+$")
 """What a Slurm option value may hold: it goes into a batch script, so no spaces, quotes or newlines."""
 
 
@@ -497,25 +497,25 @@ def validate_container(c: ContainerConfig) -> None:
         _check(c.image is None, "platform.container.image", c.image,
                "set platform.container.runtime (apptainer, docker or podman) to run in an image")
         return
-    _check(bool(c.image) and SLURM_VALUE.match(c.image) is not None, "platform.container.image", c.image,
+    _check(bool(c.image) and SCRIPT_SAFE.match(c.image) is not None, "platform.container.image", c.image,
            f"runtime {c.runtime.value} needs an image (a .sif path or an image reference, no spaces)")
     _check(re.fullmatch(r"[0-9]+[kmgKMG]?", c.shm_size) is not None, "platform.container.shm_size",
            c.shm_size, "a size such as 16g or 8192m")
     for b in c.binds:
-        _check(bool(b) and SLURM_VALUE.match(b) is not None and b.split(":")[0].startswith("/"),
+        _check(bool(b) and SCRIPT_SAFE.match(b) is not None and b.split(":")[0].startswith("/"),
                "platform.container.binds", b, "absolute host paths `src[:dst]`, no spaces")
 
 
 def validate_slurm(s: SlurmConfig) -> None:
     for name in ("partition", "account", "qos", "time_limit", "constraint"):
         v = getattr(s, name)
-        _check(v is None or SLURM_VALUE.match(v) is not None, f"platform.slurm.{name}", v,
+        _check(v is None or SCRIPT_SAFE.match(v) is not None, f"platform.slurm.{name}", v,
                "letters, digits and _.,:@+%=/- only (it goes into the batch script)")
     if s.time_limit is not None:
         _check(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", s.time_limit) is not None,
                "platform.slurm.time_limit", s.time_limit, "Slurm's format: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
     for a in s.extra_args:
-        _check(a.startswith("--") and SLURM_VALUE.match(a) is not None, "platform.slurm.extra_args", a,
+        _check(a.startswith("--") and SCRIPT_SAFE.match(a) is not None, "platform.slurm.extra_args", a,
                "each an sbatch option `--name[=value]` with no spaces")
     _check(s.cpus_per_task is None or s.cpus_per_task >= 1, "platform.slurm.cpus_per_task", s.cpus_per_task,
            "must be >= 1 (or unset)")

@@ -48,16 +48,20 @@ def _mounts(c: ContainerConfig, repo_root: Path, out_dir: Path) -> list[str]:
     return mounts + list(c.binds)
 
 
-def wrap(argv: list[str], c: ContainerConfig, *, image: str, repo_root: Path, out_dir: Path,
-         env_names: list[str], cuda: bool, name: Optional[str] = None) -> list[str]:
-    """`argv` run inside the image. The host interpreter (sys.executable) becomes the image's."""
-    inner = [c.python if argv[0] == sys.executable else argv[0], *argv[1:]]
+def in_image(argv: list[str], c: ContainerConfig) -> list[str]:
+    """A rank command as it runs inside the image: the host interpreter becomes the image's."""
+    return [c.python if argv[0] == sys.executable else argv[0], *argv[1:]]
+
+
+def prefix(c: ContainerConfig, *, image: str, repo_root: Path, out_dir: Path, env_names: list[str],
+           cuda: bool, name: Optional[str] = None) -> list[str]:
+    """The runtime's command up to and including the image; the command to run follows it."""
     mounts = _mounts(c, repo_root, out_dir)
     if c.runtime == ContainerRuntime.apptainer:
         cmd = ["apptainer", "exec"] + (["--nv"] if cuda else [])
         for m in mounts:
             cmd += ["--bind", m]
-        return cmd + ["--pwd", str(repo_root), *c.options, image, *inner]
+        return cmd + ["--pwd", str(repo_root), *c.options, image]
     cmd = [c.runtime.value, "run", "--rm", "--init", "--network=host", "--ipc=host",
            f"--shm-size={c.shm_size}"] + (["--gpus", "all"] if cuda else [])
     if name:
@@ -67,7 +71,7 @@ def wrap(argv: list[str], c: ContainerConfig, *, image: str, repo_root: Path, ou
     cmd += ["-w", str(repo_root)]
     for var in sorted(set(env_names) - {"PATH"}):
         cmd += ["-e", var]
-    return cmd + [*c.options, image, *inner]
+    return cmd + [*c.options, image]
 
 
 def container_env(c: ContainerConfig, image: str, digest: Optional[str]) -> dict[str, str]:
@@ -134,8 +138,9 @@ class Wrapper:
         self.c, self.image, self.repo_root, self.out_dir, self.cuda = c, image, repo_root, out_dir, cuda
 
     def __call__(self, argv: list[str], env_names: list[str], name: Optional[str] = None) -> list[str]:
-        return wrap(argv, self.c, image=self.image, repo_root=self.repo_root, out_dir=self.out_dir,
-                    env_names=env_names, cuda=self.cuda, name=name)
+        """`argv` run inside the image."""
+        return prefix(self.c, image=self.image, repo_root=self.repo_root, out_dir=self.out_dir,
+                      env_names=env_names, cuda=self.cuda, name=name) + in_image(argv, self.c)
 
     def cleanup(self, names: list[str]) -> None:
         stop_containers(self.c, names)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import ContainerRuntime, PlatformConfig, SlurmConfig
-from .container import SLURM_VARS, wrap
+from .config import ContainerRuntime, Device, PlatformConfig, SlurmConfig
+from .container import SLURM_VARS, in_image, prefix
 from .errors import HarnessError
 from .launch import LaunchResult
 from .plan import RunSpec, safe_name
@@ -63,9 +63,9 @@ def header(job_name: str, nodes: int, p: PlatformConfig, limit: str, output: str
     s = p.slurm
     lines = ["#!/bin/bash", f"#SBATCH --job-name={safe_name(job_name)}", f"#SBATCH --nodes={nodes}",
              "#SBATCH --ntasks-per-node=1"]
-    if p.device.value == "cuda":
+    if p.device == Device.cuda:
         lines.append(f"#SBATCH --gpus-per-node={p.gpus_per_node}")
-    cpus = s.cpus_per_task or (p.gpus_per_node if p.device.value == "cpu" else None)
+    cpus = s.cpus_per_task or (p.gpus_per_node if p.device == Device.cpu else None)
     if cpus:
         lines.append(f"#SBATCH --cpus-per-task={cpus}")
     if s.exclusive:
@@ -90,14 +90,14 @@ def task_command(run: RunSpec, p: PlatformConfig, repo_root: Path, out_dir: Path
     """The srun line of one run: torchrun on every node (in the image, if any), or the nccl-tests
     binary once per node. One segment per line: srun, the container, torchrun, the rank."""
     nodes, c = p.nodes, p.container
-    in_image = c.runtime != ContainerRuntime.none
-    rank_argv = [c.python if in_image and run.argv[0] == sys.executable else run.argv[0], *run.argv[1:]]
+    rank_argv = run.argv
     segments = [["srun", "--kill-on-bad-exit=1", f"--nodes={nodes}", "--ntasks-per-node=1"]]
-    if in_image:
+    if c.runtime != ContainerRuntime.none:
         assert image is not None
-        wrapped = wrap(["python"], c, image=image, repo_root=repo_root, out_dir=out_dir,
-                       env_names=[*run.env, *SLURM_VARS], cuda=p.device.value == "cuda")
-        segments.append([_q(w) for w in wrapped[:-1]])  # up to and including the image
+        rank_argv = in_image(run.argv, c)
+        segments.append([_q(w) for w in prefix(c, image=image, repo_root=repo_root, out_dir=out_dir,
+                                               env_names=[*run.env, *SLURM_VARS],
+                                               cuda=p.device == Device.cuda)])
     if run.output == "nccl-tests":
         segments.append([_q(w) for w in rank_argv])
         d = _q(run.run_dir)
@@ -316,9 +316,7 @@ class SlurmLauncher:
                 for j, w in watched.items():
                     if j in done:
                         continue
-                    info = states.get(j)
-                    if info is None and j.split("_")[0] in states and "_" in j:
-                        info = JobInfo(j, "PENDING")  # array tasks not started are listed as a range
+                    info = states.get(j)  # squeue -r lists every array task, pending ones too
                     state = info.state if info else "GONE"
                     if state != w.last_state and state != "GONE":
                         where = f" on {info.nodelist}" if info and info.nodelist and state == "RUNNING" else ""
