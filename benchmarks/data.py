@@ -16,11 +16,14 @@ from .spec import DataSpec
 _BUILDERS = {".txt": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
-def synthetic_batches(vocab_size: int, micro_batch_size: int, seq_len: int, seed: int,
-                      rank: int, num_batches: int) -> list[torch.Tensor]:
+def synthetic_batches(vocab_size: int, micro_batch_size: int, grad_acc_steps: int, seq_len: int,
+                      seed: int, rank: int) -> list[torch.Tensor]:
+    """One optimizer step's samples for this rank (C = micro_batch_size x grad_acc_steps), drawn
+    as one block and split into micro-batches, so every split of the same C (and every ZeRO stage)
+    trains on the same tokens: the tuner's loss-parity check compares such runs step by step."""
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    return [torch.randint(0, vocab_size, (micro_batch_size, seq_len), generator=gen)
-            for _ in range(num_batches)]
+    samples = torch.randint(0, vocab_size, (micro_batch_size * grad_acc_steps, seq_len), generator=gen)
+    return list(samples.split(micro_batch_size))
 
 
 def corpus_batches(data: DataSpec, vocab_size: int, micro_batch_size: int, seq_len: int,

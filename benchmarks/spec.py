@@ -83,6 +83,10 @@ class TrainSpec:
     cpu_mem_limit_gib: Optional[float] = None
     """On the cpu device: the platform's declared memory per rank, enforced as RLIMIT_DATA."""
     distill: Optional[DistillSpec] = None
+    gradient_collective: str = "all_reduce"
+    """ZeRO-1/2 gradient reduction: all_reduce (DeepSpeed's own path) or reduce_scatter
+    (benchmarks/reduce_scatter.py, applied after deepspeed.initialize). Older spec.json files lack
+    it: all_reduce."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -75,8 +75,8 @@ def make_batches(spec: TrainSpec, rank: int, world_size: int, device) -> Iterato
         batches = data.corpus_batches(spec.data, spec.model.vocab_size, spec.micro_batch_size,
                                       spec.seq_len, rank, world_size)
     else:
-        batches = data.synthetic_batches(spec.model.vocab_size, spec.micro_batch_size, spec.seq_len,
-                                         spec.seed, rank, num_batches=max(2, spec.grad_acc_steps))
+        batches = data.synthetic_batches(spec.model.vocab_size, spec.micro_batch_size,
+                                         spec.grad_acc_steps, spec.seq_len, spec.seed, rank)
     return data.cycle(batches, device)
 
 
@@ -119,6 +119,12 @@ def setup(spec: TrainSpec):
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(spec, model),
                                            model_parameters=None if spec.optimizer.impl == "torch"
                                            else model.parameters(), config=spec.deepspeed)
+    if spec.gradient_collective == "reduce_scatter":
+        from .reduce_scatter import install
+
+        install(engine)
+    elif spec.gradient_collective != "all_reduce":
+        raise ValueError(f"gradient_collective={spec.gradient_collective!r}: all_reduce or reduce_scatter")
     return engine, device, num_params
 
 

@@ -1,0 +1,304 @@
+"""The reduce-scatter gradient reduction (benchmarks/reduce_scatter.py) against DeepSpeed's own, on
+two gloo ranks with a small LLaMA, ZeRO-1 and ZeRO-2, gradient accumulation 2, fp32 (and bf16 with
+fp32 gradient accumulation).
+
+One pair of rank processes trains every configuration twice from the same seeded weights and
+batches, once with DeepSpeed's reduction and once with the reduce-scatter installed: per-step
+losses, global gradient norms and the updated parameters must agree (on 2 ranks they are in fact
+bit-identical). The buckets are small (several per backward, one parameter larger than a bucket,
+one bucket straddling the two partitions). The comm tracer of the micro-step instrument records
+what was issued. The CLI tests run the real harness with `zero.gradient_collective=reduce_scatter`.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import REPO, run_bench
+
+pytestmark = pytest.mark.integration
+
+WORLD_SIZE = 2
+SEQ_LEN, MICRO_BATCH, GRAD_ACC, STEPS = 32, 2, 2, 3
+BUCKET_NUMEL = 20_000   # ~8 buckets per backward; the 32768-element embedding bypasses the bucket
+SMALL_OP_BYTES = 64     # all_reduces of gradient norms / overflow flags, not of gradients
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@dataclass(frozen=True)
+class Case:
+    stage: int
+    overlap_comm: bool
+    contiguous_gradients: bool
+    extra: tuple[tuple[str, Any], ...] = ()
+    """More DeepSpeed config: (dotted key, value)."""
+
+    @property
+    def name(self) -> str:
+        extra = "".join(f"-{k.removeprefix('zero_optimization.')}={v}" for k, v in self.extra)
+        return (f"z{self.stage}-overlap={int(self.overlap_comm)}-contig={int(self.contiguous_gradients)}"
+                f"{extra}")
+
+
+CASES = [Case(stage, overlap, contiguous) for stage in (1, 2) for overlap in (False, True)
+         for contiguous in (False, True)] + [
+    # DeepSpeed's reduce_scatter=false path averages with gradient_predivide_factor / postscale
+    Case(2, False, True, (("zero_optimization.reduce_scatter", False), ("gradient_predivide_factor", 4.0))),
+    Case(2, False, True, (("zero_optimization.reduce_scatter", False), ("prescale_gradients", True))),
+    # DeepSpeed's per-destination dist.reduce instead of the whole-bucket all-reduce
+    Case(1, False, True, (("zero_optimization.use_multi_rank_bucket_allreduce", False),)),
+    # bf16 parameters, fp32 gradient accumulation: DeepSpeed's fp32 partition buffer
+    *[Case(2, False, contiguous, (("bf16.enabled", True), ("data_types.grad_accum_dtype", "fp32")))
+      for contiguous in (True, False)],
+]
+
+
+def model_spec():
+    from benchmarks.spec import ModelSpec
+
+    return ModelSpec(vocab_size=512, hidden_size=64, intermediate_size=172, num_layers=2,
+                     num_heads=4, num_kv_heads=2, max_position_embeddings=SEQ_LEN)
+
+
+def ds_config(case: Case) -> dict:
+    config = {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": GRAD_ACC,
+              "train_batch_size": MICRO_BATCH * GRAD_ACC * WORLD_SIZE, "gradient_clipping": 1.0,
+              "steps_per_print": 10**9, "zero_allow_untested_optimizer": True,
+              "zero_optimization": {"stage": case.stage, "overlap_comm": case.overlap_comm,
+                                    "contiguous_gradients": case.contiguous_gradients,
+                                    "reduce_bucket_size": BUCKET_NUMEL}}
+    for dotted, value in case.extra:
+        *parents, leaf = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return config
+
+
+def train(case: Case, collective: str, rank: int) -> dict:
+    """STEPS optimizer steps from the seeded model; what the comparison and the checks need."""
+    import deepspeed
+    import deepspeed.comm.comm as ds_comm
+    import torch
+
+    from benchmarks.instrument import CommTracer, MicrostepClock
+    from benchmarks.model import build_model, initialise
+    from benchmarks.reduce_scatter import install
+
+    torch.manual_seed(0)
+    model = build_model(model_spec())
+    initialise(model, seed=1234, zero3=False)
+    if dict(case.extra).get("bf16.enabled"):
+        model = model.to(torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(case))
+    stats = install(engine) if collective == "reduce_scatter" else None
+    gen = torch.Generator().manual_seed(100 + rank)
+    batches = [torch.randint(0, 512, (MICRO_BATCH, SEQ_LEN), generator=gen) for _ in range(GRAD_ACC)]
+    tracer = CommTracer(ds_comm.cdb, lambda: None)
+    losses, norms, steps = [], [], []
+    for _ in range(STEPS):
+        clock = MicrostepClock(tracer)
+        tracer.install()
+        step_losses = []
+        for i, tokens in enumerate(batches):
+            clock.begin(i)
+            loss = engine(input_ids=tokens, labels=tokens).loss
+            clock.phase("backward")
+            engine.backward(loss)
+            if i == GRAD_ACC - 1:
+                clock.phase("step")
+            engine.step()
+            clock.end()
+            step_losses.append(loss.item())
+        tracer.uninstall()
+        losses.append(sum(step_losses) / len(step_losses))
+        norms.append(float(engine.get_global_grad_norm()))
+        steps.append([[(c.op, c.api, c.bytes, c.phase) for c in ms.collectives] for ms in clock.microsteps])
+    params = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
+    engine.destroy()
+    return {"losses": losses, "grad_norms": norms, "params": params, "microsteps": steps,
+            "grad_numel": sum(p.numel() for p in params.values()),
+            "stats": asdict(stats) if stats else None}
+
+
+def rank_main(rank: int, port: int, out_dir: str, cases: list[Case]) -> None:
+    """One rank (torch.multiprocessing, spawned): every case with both reductions, in order."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
+                      LOCAL_WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    # as the harness's rank environment: the JIT-built shm comm op cached in the checkout, built
+    # with this interpreter's ninja
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    import deepspeed
+    import torch
+
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    results = {}
+    for case in cases:
+        for collective in ("all_reduce", "reduce_scatter"):
+            started = time.perf_counter()
+            results[(case, collective)] = train(case, collective, rank)
+            results[(case, collective)]["wall_s"] = time.perf_counter() - started
+    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(out_dir: Path, cases: list[Case], timeout_s: float = 600) -> list[dict]:
+    import torch
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(rank_main, args=(free_port(), str(out_dir), cases), nprocs=WORLD_SIZE,
+                             join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ctx.join(timeout=2):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rank processes still running after {timeout_s} s")
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.kill()
+    return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(WORLD_SIZE)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    started = time.perf_counter()
+    results = run_ranks(tmp_path_factory.mktemp("reduce_scatter"), CASES)
+    print(f"\n{len(CASES)} cases x 2 reductions on {WORLD_SIZE} ranks: {time.perf_counter() - started:.1f} s")
+    return results
+
+
+def max_diffs(a: dict, b: dict) -> dict[str, float]:
+    """Largest absolute differences of per-step loss and gradient norm, and of the parameters
+    (absolute and relative), between two runs."""
+    params = [(a["params"][k].float(), b["params"][k].float()) for k in b["params"]]
+    return {"loss": max(abs(x - y) for x, y in zip(a["losses"], b["losses"])),
+            "grad_norm": max(abs(x - y) for x, y in zip(a["grad_norms"], b["grad_norms"])),
+            "param": max(float((x - y).abs().max()) for x, y in params),
+            "param_rel": max(float(((x - y).abs() / y.abs().clamp_min(1e-12)).max()) for x, y in params)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_reduce_scatter_trains_exactly_like_deepspeeds_reduction(ranks, case):
+    import torch
+
+    for rank, results in enumerate(ranks):
+        ref, rs = results[(case, "all_reduce")], results[(case, "reduce_scatter")]
+        torch.testing.assert_close(rs["losses"], ref["losses"], rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(rs["grad_norms"], ref["grad_norms"], rtol=RTOL, atol=ATOL)
+        assert set(rs["params"]) == set(ref["params"])
+        for name, value in ref["params"].items():
+            torch.testing.assert_close(rs["params"][name], value, rtol=RTOL, atol=ATOL, msg=name)
+        assert ref["losses"][0] != ref["losses"][-1]  # it did train
+        d = max_diffs(rs, ref)
+        print(f"{case.name} rank {rank}: max |d loss| {d['loss']:.3g}, |d grad norm| {d['grad_norm']:.3g}, "
+              f"|d param| {d['param']:.3g} (rel {d['param_rel']:.3g}); all_reduce {ref['wall_s']:.2f} s, "
+              f"reduce_scatter {rs['wall_s']:.2f} s")
+    # ranks hold the same (all-gathered) parameters
+    for k, v in ranks[0][(case, "reduce_scatter")]["params"].items():
+        torch.testing.assert_close(ranks[1][(case, "reduce_scatter")]["params"][k], v, rtol=0, atol=0)
+
+
+def reductions(microstep: list[tuple]) -> dict[str, list[int]]:
+    """op -> bytes of each collective of one micro-step, excluding the small scalar reductions."""
+    ops: dict[str, list[int]] = {}
+    for op, _api, nbytes, _phase in microstep:
+        if op in ("all_reduce", "reduce", "reduce_scatter") and nbytes > SMALL_OP_BYTES:
+            ops.setdefault(op, []).append(nbytes)
+    return ops
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_gradient_collective_is_a_reduce_scatter(ranks, case):
+    for results in ranks:
+        ref, rs = results[(case, "all_reduce")], results[(case, "reduce_scatter")]
+        numel = rs["grad_numel"]
+        reducing = range(GRAD_ACC) if case.stage == 2 else [GRAD_ACC - 1]
+        for step_ref, step_rs in zip(ref["microsteps"], rs["microsteps"]):
+            for i, (ms_ref, ms_rs) in enumerate(zip(step_ref, step_rs)):
+                got_ref, got_rs = reductions(ms_ref), reductions(ms_rs)
+                if i not in reducing:
+                    assert got_ref == {} and got_rs == {}, (i, got_ref, got_rs)
+                    continue
+                # DeepSpeed's own path: every gradient element all-reduced (or reduced) once, in
+                # the communication dtype
+                ref_bytes = sum(sum(b) for b in got_ref.values())
+                assert set(got_ref) <= {"all_reduce", "reduce"}
+                elem = ref_bytes // numel
+                assert elem in (2, 4) and ref_bytes == elem * numel
+                # this one: only reduce-scatters, several, covering every gradient element once
+                # (padded to equal chunks: at most 2x for 2 ranks)
+                assert set(got_rs) == {"reduce_scatter"}, got_rs
+                assert len(got_rs["reduce_scatter"]) > 3
+                assert ref_bytes <= sum(got_rs["reduce_scatter"]) <= 2 * ref_bytes
+                assert all(n % (WORLD_SIZE * elem) == 0 for n in got_rs["reduce_scatter"])
+        stats = rs["stats"]
+        reductions_run = STEPS * len(reducing)
+        assert stats["real_numel"] == numel * reductions_run
+        traced = sum(sum(reductions(ms).get("reduce_scatter", [])) for step in rs["microsteps"] for ms in step)
+        assert traced == stats["padded_numel"] * elem
+        assert stats["num_straddling"] >= reductions_run  # a bucket straddles the partition boundary
+    last = {c: reductions(ranks[0][(case, c)]["microsteps"][-1][-1]) for c in ("all_reduce", "reduce_scatter")}
+    print(f"{case.name}, {numel} gradient elements, last micro-step: "
+          + "; ".join(f"{op} x{len(b)} = {sum(b)} B" for ops in last.values() for op, b in ops.items())
+          + f"; padded/real elements {stats['padded_numel'] / stats['real_numel']:.3f}")
+
+
+# --- the real CLI ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_cli_records_reduce_scatter_in_the_reducing_microsteps(tmp_path, stage):
+    run = run_bench(tmp_path / "out", "suite=single", f"zero=stage{stage}",
+                    "zero.gradient_collective=reduce_scatter", "measure.warmup_steps=0",
+                    "measure.steps=1", "measure.profile_steps=1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (rec,) = run.records().values()
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["config"]["zero"]["gradient_collective"] == "reduce_scatter"
+    num_params = rec["flops"]["num_params"]
+    ga = rec["config"]["workload"]["grad_acc_steps"]
+    (step,) = rec["microsteps"]  # the one profiled optimizer step
+    assert len(step) == ga > 1
+    for ms in step:
+        reduce_scatter = [c for c in ms["collectives"] if c["op"] == "reduce_scatter"]
+        big_all_reduce = [c for c in ms["collectives"] if c["op"] == "all_reduce" and c["bytes"] > SMALL_OP_BYTES]
+        assert not big_all_reduce, big_all_reduce
+        if stage == 2 or ms["index"] == ga - 1:
+            assert reduce_scatter and all(c["phase"] == "backward" for c in reduce_scatter)
+            assert sum(c["bytes"] for c in reduce_scatter) >= 4 * num_params  # every fp32 gradient
+        else:  # ZeRO-1 reduces only at the accumulation boundary
+            assert ms["collectives"] == [], ms
+
+
+def test_cli_records_a_refusal_as_the_runs_error(tmp_path):
+    """bf16 ZeRO-1 with fp32 gradient accumulation makes DeepSpeed use its BF16_Optimizer, which
+    this reduction was not written for: the run ends in error with the refusal as its reason."""
+    user = tmp_path / "ds.json"
+    user.write_text('{"data_types": {"grad_accum_dtype": "fp32"}}')
+    run = run_bench(tmp_path / "out", "suite=single", "zero=stage1", "workload.precision=bf16",
+                    f"deepspeed_config={user}", "zero.gradient_collective=reduce_scatter",
+                    "measure.warmup_steps=0", "measure.steps=1", "measure.profile_steps=0")
+    assert run.returncode == 3, run.stderr[-3000:]
+    (rec,) = run.records().values()
+    assert rec["status"] == "error"
+    assert "GradientCollectiveError: zero.gradient_collective=reduce_scatter refused" in rec["reason"]
+    assert "BF16_Optimizer, not DeepSpeedZeroOptimizer" in rec["reason"]
