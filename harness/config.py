@@ -66,6 +66,17 @@ class OptimizerImpl(str, Enum):
     deepspeed = "deepspeed"
 
 
+class GradientCollective(str, Enum):
+    all_reduce = "all_reduce"
+    reduce_scatter = "reduce_scatter"
+
+
+class SearchStrategy(str, Enum):
+    auto = "auto"
+    grid = "grid"
+    bayes = "bayes"
+
+
 class RunKind(str, Enum):
     training = "training"
     collective = "collective"
@@ -235,6 +246,11 @@ class ZeroConfig:
     """None leaves DeepSpeed's default (false for 1/2, true for 3). Fields set to None are not emitted."""
     reduce_scatter: Optional[bool] = None
     """DeepSpeed's flag; note it does not issue a reduce-scatter collective for ZeRO-1/2."""
+    gradient_collective: GradientCollective = GradientCollective.all_reduce
+    """The suite's option for ZeRO-1/2 gradient reduction: all_reduce is DeepSpeed's own path (an
+    all-reduce of each bucket, whatever `reduce_scatter` says); reduce_scatter replaces it at run time
+    with one real reduce-scatter per bucket (benchmarks/reduce_scatter.py; verified DeepSpeed
+    versions only). ZeRO-3 always reduce-scatters."""
     contiguous_gradients: Optional[bool] = None
     reduce_bucket_size: Optional[int] = None
     """Elements per gradient bucket."""
@@ -327,6 +343,50 @@ class SuiteConfig:
     """The runs one `bench` makes, in order. Empty: one run of the composed config."""
 
 
+def _default_nccl_space() -> dict[str, list[str]]:
+    return {"NCCL_ALGO": ["Ring", "Tree"], "NCCL_PROTO": ["LL", "LL128", "Simple"]}
+
+
+@dataclass
+class TuneConfig:
+    """`python -m harness tune`: the three-step search (NCCL, then batch split x ZeRO stage, then
+    DeepSpeed's communication knobs), each step starting from the previous step's best."""
+    steps: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """Which steps run: 1 NCCL variables on a standalone all-reduce, 2 (micro-batch, grad-acc) at
+    fixed C x ZeRO stage, 3 overlap_comm, gradient collective, bucket sizes, contiguous_gradients."""
+    strategy: SearchStrategy = SearchStrategy.auto
+    """grid: every point of a step's space; bayes: Optuna's TPE, seeded, within the budget; auto:
+    grid when a step has at most grid_max points, bayes otherwise."""
+    budget: int = 0
+    """Most trials a step may run (runs reused from an interrupted tune count). 0: the whole space
+    for grid, a quarter of it (at least 3) for bayes."""
+    grid_max: int = 8
+    """auto uses grid up to this many points in a step's space."""
+    stages: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """ZeRO stages step 2 tries."""
+    micro_batch_sizes: list[int] = field(default_factory=list)
+    """Micro-batch sizes step 2 tries, each dividing C (workload.samples_per_step); empty: every divisor."""
+    nccl_space: dict[str, list[str]] = field(default_factory=_default_nccl_space)
+    """Step 1: the values tried per NCCL variable (the cartesian product; each checked like nccl_env)."""
+    bucket_sizes: list[int] = field(default_factory=list)
+    """Step 3: reduce/allgather bucket sizes in elements; empty: 1/64, 1/16 and 1/4 of the model's
+    parameters (clipped to 1e5..1e9)."""
+    prefetch_bucket_sizes: list[int] = field(default_factory=list)
+    """Step 3 under ZeRO-3: stage3_prefetch_bucket_size values; empty: the bucket sizes."""
+    skip_predicted_oom: bool = True
+    """Do not run configurations the performance model predicts to run out of memory."""
+    loss_tolerance: Optional[float] = None
+    """Loss parity: the largest relative difference allowed between a trial's and the default
+    configuration's loss at any of the first steps (same seed, same data). None: 1e-3 for fp32
+    workloads, 3e-2 for bf16/fp16."""
+    seed: int = 0
+    """Seed of the Bayesian sampler."""
+    install_preset: bool = True
+    """Also write the best configuration as conf/suite/tuned-<platform>-<workload>.yaml (for make bench)."""
+    collective_iters: int = 10
+    """Timed iterations per size of step 1's all-reduce sweeps."""
+
+
 @dataclass
 class BenchConfig:
     platform: PlatformConfig = MISSING
@@ -340,6 +400,8 @@ class BenchConfig:
     """NCCL variables for this run, over the platform's nccl_env; checked against harness/nccl_env.py."""
     data: DataConfig = field(default_factory=DataConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """Settings of the `tune` command (ignored by bench)."""
     deepspeed_config: Optional[str] = None
     """Path to a user DeepSpeed JSON merged over the generated one (conflicts are errors)."""
     out: Optional[str] = None
@@ -456,6 +518,11 @@ def validate(cfg: BenchConfig) -> None:
         validate_distill(w, p)
 
     _check(z.stage in (0, 1, 2, 3), "zero.stage", z.stage, "valid stages: 0, 1, 2, 3")
+    if z.gradient_collective == GradientCollective.reduce_scatter:
+        _check(z.stage in (1, 2), "zero.gradient_collective", z.gradient_collective.value,
+               f"reduce_scatter replaces the ZeRO-1/2 gradient all-reduce; zero.stage={z.stage} "
+               f"{'has no partitioned gradients' if z.stage == 0 else 'already reduce-scatters'}; "
+               "use all_reduce")
     for name in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                  "stage3_max_live_parameters"):
         v = getattr(z, name)
@@ -483,9 +550,33 @@ def validate(cfg: BenchConfig) -> None:
         _check(Path(cfg.deepspeed_config).is_file(), "deepspeed_config", cfg.deepspeed_config,
                "must be an existing DeepSpeed JSON file")
     validate_collective(cfg)
+    validate_tune(cfg)
     names = [r.name for r in cfg.suite.runs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
+
+
+def validate_tune(cfg: BenchConfig) -> None:
+    t, c = cfg.tune, cfg.workload.samples_per_step
+    _check(bool(t.steps) and set(t.steps) <= {1, 2, 3} and len(set(t.steps)) == len(t.steps),
+           "tune.steps", list(t.steps), "a non-empty list of distinct steps from 1, 2, 3")
+    _check(t.budget >= 0, "tune.budget", t.budget, "must be >= 0 (0: automatic)")
+    _check(t.grid_max >= 1, "tune.grid_max", t.grid_max, "must be >= 1")
+    _check(bool(t.stages) and set(t.stages) <= {0, 1, 2, 3}, "tune.stages", list(t.stages),
+           "a non-empty list of ZeRO stages from 0, 1, 2, 3")
+    bad = [b for b in t.micro_batch_sizes if b < 1 or c % b]
+    _check(not bad, "tune.micro_batch_sizes", list(t.micro_batch_sizes),
+           f"each must divide C = workload.samples_per_step = {c}; {bad} do not")
+    for name in ("bucket_sizes", "prefetch_bucket_sizes"):
+        values = getattr(t, name)
+        _check(all(v >= 1 for v in values), f"tune.{name}", list(values), "elements, each >= 1")
+    for var, values in t.nccl_space.items():
+        _check(bool(values), f"tune.nccl_space.{var}", values, "a non-empty list of values")
+        for v in values:
+            validate_nccl_env(normalise_nccl_env({var: v}, field="tune.nccl_space"), "tune.nccl_space")
+    _check(t.loss_tolerance is None or t.loss_tolerance > 0, "tune.loss_tolerance", t.loss_tolerance,
+           "must be > 0 (or null: by precision)")
+    _check(t.collective_iters >= 1, "tune.collective_iters", t.collective_iters, "must be >= 1")
 
 
 SCRIPT_SAFE = re.compile(r"^[A-Za-z0-9_.,:@+%=/-]+$")

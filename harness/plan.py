@@ -169,7 +169,7 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
                                    tokenizer_path=d.tokenizer_path, text_field=d.text_field),
         activation_checkpointing=w.activation_checkpointing, inject_delay_s=m.inject_delay_s,
         cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None,
-        distill=distill_spec(w))
+        distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value)
 
 
 def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, str]:
@@ -217,6 +217,7 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
     run_dir = out_dir / "runs" / run_id
     config = to_dict(cfg)
     config.pop("suite", None)
+    config.pop("tune", None)
     spec: TrainSpec | CollectiveSpec
     if cfg.kind == RunKind.collective:
         for group in ("workload", "zero", "data", "deepspeed_config"):

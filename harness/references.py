@@ -152,7 +152,9 @@ def record_config(record: dict[str, Any]) -> dict[str, Any]:
         key.update(zero_stage=cfg["zero"]["stage"], micro_batch_size=cfg["workload"]["micro_batch_size"],
                    grad_acc_steps=cfg["workload"]["grad_acc_steps"], seq_len=cfg["workload"]["seq_len"],
                    precision=cfg["workload"]["precision"])
-        knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v is not None}
+        # DeepSpeed's own gradient all-reduce is the default (and what records before the option had)
+        knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v is not None
+                 and (k, v) != ("gradient_collective", "all_reduce")}
         if knobs:
             key["zero"] = knobs
         distill = cfg["workload"].get("distill")
