@@ -1,0 +1,674 @@
+"""The performance model: for one validated configuration, memory per rank (and whether it runs
+out), communication per optimizer step, step time, throughput and hours for a token budget.
+Pure functions (no I/O); formulas are stated where they are used, with their sources:
+
+- Model states: ZeRO paper (Rajbhandari et al. 2020, sec. 3 and 5, Fig. 1): per parameter
+  2 + 2 + K bytes (fp16/bf16 parameters and gradients, K = 12: fp32 master, Adam m and v),
+  partitioned 1/N by stage: P_os (K/N), P_os+g (2+K)/N, P_os+g+p (2+2+K)/N. DeepSpeed 0.19.8's
+  estimators (estimate_zero2/zero3_model_states_mem_needs) are reproduced beside them.
+- Activations: the method of Korthikanti et al. 2022 (sec. 4: count every tensor autograd keeps
+  from forward to backward), derived here for transformers' LlamaForCausalLM: RMSNorm computed in
+  fp32, SwiGLU, grouped-query attention, no dropout, causal SDPA (no s x s scores kept).
+- FLOPs: PaLM appendix B (harness/flops.py). Collectives: nccl-tests PERFORMANCE.md bus-bandwidth
+  factors (harness/collectives.py): time = size x factor(op, N) / busbw(size).
+- What DeepSpeed allocates and issues per stage: deepspeed/runtime/zero/stage_1_and_2.py,
+  stage3.py, engine.py and utils.py of 0.19.8 (see ../shared/DEEPSPEED_NOTES.md).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Optional
+
+from .calibration import Calibration
+from .collectives import busbw_factor
+from .config import BenchConfig, Device, Precision, WorkloadConfig
+from .errors import ConfigError, HarnessError
+from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
+from .teacher import llama_param_shapes, teacher_workload
+
+GIB = 2**30
+ATTENTION = "sdpa"
+"""The attention kernel the activation formula assumes: transformers' default,
+scaled_dot_product_attention, whose flash / memory-efficient kernels keep q, k, v, the output
+and a log-sum-exp per head, never the a x s x s scores. "eager" adds the score terms."""
+FRAGMENTATION_FRACTION = 0.05
+"""Share of device memory assumed lost to the caching allocator (reserved but not allocatable):
+PyTorch's reserved-minus-allocated is typically a few percent in steady training."""
+DEVICE_RESERVE_GIB = 1.5
+"""GPU memory outside PyTorch's allocator: CUDA context, cuBLAS workspaces, NCCL buffers (about
+0.5 GiB each). The records' peak (torch.cuda.max_memory_allocated) excludes it, so it comes off
+the capacity, not onto the estimate."""
+CPU_RUNTIME_GIB = 0.5
+"""On the cpu platform the records' peak is ru_maxrss, which includes the interpreter with torch,
+transformers and DeepSpeed loaded: about 0.5 GiB per rank."""
+# DeepSpeed 0.19.8 defaults (runtime/zero/config.py, engine.py) for zero.* knobs left unset
+DS_REDUCE_BUCKET = 500_000_000
+DS_ALLREDUCE_BUCKET = 500_000_000   # engine.MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's gradient all-reduce
+DS_PREFETCH_BUCKET = 50_000_000
+DS_MAX_LIVE = 1_000_000_000
+DS_PERSISTENCE = 100_000
+DS_MAX_REUSE = 1_000_000_000
+DISTILL_CHUNK_ELEMENTS = 2**26      # benchmarks/distill.py CHUNK_ELEMENTS (not imported: it imports torch)
+DISTILL_CHUNK_COPIES = 7            # "a block's intermediates peak at about 7 float32 copies" (same file)
+
+
+def dtype_bytes(p: Precision) -> int:
+    return 4 if p == Precision.fp32 else 2
+
+
+# ---- model states ----------------------------------------------------------------------------
+
+def zero_model_states_bytes(psi: float, stage: int, n: int, k: float = 12, param_bytes: float = 2,
+                            grad_bytes: float = 2) -> float:
+    """Model-state bytes per rank, ZeRO paper sec. 3/5 and Fig. 1: baseline (2+2+K) Psi; P_os
+    (2+2) Psi + K Psi/N; P_os+g 2 Psi + (2+K) Psi/N; P_os+g+p (2+2+K) Psi/N."""
+    p, g = param_bytes * psi, grad_bytes * psi
+    return {0: p + g + k * psi, 1: p + g + k * psi / n, 2: p + (g + k * psi) / n, 3: (p + g + k * psi) / n}[stage]
+
+
+def deepspeed_zero2_estimate_bytes(psi: float, n: int) -> float:
+    """estimate_zero2_model_states_mem_needs(cpu_offload=False), stage_1_and_2.py: 2 Psi +
+    18 Psi/N (18 = 2 bf16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam m, v)."""
+    return 2 * psi + int(18 * psi / n)
+
+
+def deepspeed_zero3_estimate_bytes(psi: float, largest_layer_params: float, n: int) -> float:
+    """estimate_zero3_model_states_mem_needs(cpu_offload=False), stage3.py: 4 x largest layer's
+    parameters + 18 Psi/N."""
+    return 4 * largest_layer_params + int(18 * psi / n)
+
+
+# ---- activations -----------------------------------------------------------------------------
+
+def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION) -> float:
+    """Bytes one decoder layer keeps for backward per token (p = activation bytes, 2 for bf16):
+    2 RMSNorms, each its fp32 input copy and normalised cast (4h + p h); their outputs, the q/k/v
+    and gate/up inputs (2 p h); the o_proj input (p h); SwiGLU: gate, SiLU output, up, product
+    (4 p f); attention core, sdpa: q after RoPE, k, v at the kv width, output (2 p h + 2 p kv)
+    and the fp32 log-sum-exp (4 a); eager: q, k and v repeated to all heads (3 p h), the fp32
+    softmax and its cast (4 + p) a s. RoPE keeps only cos/sin; no dropout masks."""
+    p, h, f, a = dtype_bytes(w.precision), w.hidden_size, w.intermediate_size, w.num_heads
+    kv = w.num_kv_heads * (h // a)
+    common = 2 * (4 * h + p * h) + 2 * p * h + p * h + 4 * p * f
+    if attention == "sdpa":
+        return common + 2 * p * h + 2 * p * kv + 4 * a
+    if attention == "eager":
+        return common + 3 * p * h + (4 + p) * a * w.seq_len
+    raise ValueError(f"attention={attention!r}; valid: sdpa, eager")
+
+
+@dataclass(frozen=True)
+class ActivationEstimate:
+    layer_bytes_per_token: float
+    stored_bytes: float
+    """Kept from forward to backward: every layer's set (or, checkpointed, each layer's input)."""
+    head_bytes: float
+    """Logits and loss at their peak (start of backward)."""
+    transient_bytes: float
+    """Backward working set after the head: the recomputed layer (checkpointing) and gradients."""
+    total_bytes: float
+    formula: str
+
+
+def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> ActivationEstimate:
+    """Student activations of one micro-step (micro_batch_size x seq_len tokens) at their peak:
+    stored + max(head, transient). Head, causal-LM loss (transformers' ForCausalLMLoss: logits
+    upcast to fp32, log-softmax kept, its gradient and the input's): 12 V bytes per token.
+    Head, distillation (benchmarks/distill.py): the student logits kept by the chunked loss
+    (p V), their gradient accumulated from full-size slice gradients (2 p V), one chunk's fp32
+    intermediates (7 x 4 x min(tokens x V, 2^26) bytes). The teacher's logits are teacher memory."""
+    tokens, p, h, v = w.micro_batch_size * w.seq_len, dtype_bytes(w.precision), w.hidden_size, w.vocab_size
+    layer = layer_bytes_per_token(w, attention)
+    final = 4 * h + 2 * p * h                          # final RMSNorm (4h + p h) and lm_head input (p h)
+    work = p * (2 * h + 2 * w.intermediate_size)       # gradients flowing through a layer in backward
+    if w.activation_checkpointing:                     # each layer keeps its input; one recomputed at a time
+        stored, transient = (w.num_layers * p * h + final) * tokens, (layer + work) * tokens
+        kept = "L p h (checkpointed inputs)"
+    else:
+        stored, transient = (w.num_layers * layer + final) * tokens, work * tokens
+        kept = "L x layer"
+    if w.distill is None:
+        head, head_f = 12.0 * v * tokens, "12 V"
+    else:
+        head = 3.0 * p * v * tokens + DISTILL_CHUNK_COPIES * 4 * min(tokens * v, DISTILL_CHUNK_ELEMENTS)
+        head_f = "3 p V + chunk"
+    total = stored + max(head, transient)
+    formula = (f"tokens x ({kept} + 4h + 2ph) + max(head {head_f}, backward work); layer = "
+               f"{layer:.0f} B/token ({attention}), tokens = {w.micro_batch_size} x {w.seq_len}")
+    return ActivationEstimate(layer, stored, head, transient, total, formula)
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per rank at the peak, in GiB. total = runtime + params + grads + optimizer +
+    teacher parameters + max(backward phase: activations + buffers + teacher logits; optimizer
+    step: step_transient). fits = total <= capacity."""
+    params_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    buffers_gib: float
+    teacher_gib: float
+    """Teacher parameters held by the rank plus its logits (kept through the student's backward)."""
+    step_transient_gib: float
+    """Alive only during the optimizer step (fp32 gradient partition, ...), not with activations."""
+    runtime_gib: float
+    total_gib: float
+    capacity_gib: float
+    fits: bool
+    peak_phase: str
+    """backward or step: which phase holds the peak."""
+    formulas: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def param_tensors(w: WorkloadConfig) -> list[tuple[str, int, int]]:
+    """(name, elements, ndim) of every parameter in forward order (transformers' state dict)."""
+    return [(n, math.prod(s), len(s)) for n, s in llama_param_shapes(w).items()]
+
+
+def capacity_gib(cfg: BenchConfig) -> float:
+    """Usable memory: the declared size less FRAGMENTATION_FRACTION and, on GPUs, DEVICE_RESERVE_GIB."""
+    p = cfg.platform
+    reserve = DEVICE_RESERVE_GIB if p.device == Device.cuda else 0.0
+    return p.mem_per_device_gib * (1 - FRAGMENTATION_FRACTION) - reserve
+
+
+def zero_knob(cfg: BenchConfig, name: str, default: int) -> int:
+    v = getattr(cfg.zero, name)
+    return default if v is None else int(v)
+
+
+def overlap_comm(cfg: BenchConfig) -> bool:
+    """zero.overlap_comm, or DeepSpeed's default: true for stage 3 only (runtime/zero/config.py)."""
+    return cfg.zero.overlap_comm if cfg.zero.overlap_comm is not None else cfg.zero.stage == 3
+
+
+def gradient_collective(cfg: BenchConfig) -> str:
+    gc = getattr(cfg.zero, "gradient_collective", "all_reduce")
+    return str(getattr(gc, "value", gc))
+
+
+def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstimate:
+    """Memory per rank of cfg (formulas in the result's `formulas`; see MemoryEstimate)."""
+    w, s, n = cfg.workload, cfg.zero.stage, cfg.platform.world_size
+    tensors = param_tensors(w)
+    psi = sum(t[1] for t in tensors)
+    p = g = dtype_bytes(w.precision)                       # DeepSpeed keeps gradients in the model dtype
+    mixed = w.precision != Precision.fp32
+    cuda = cfg.platform.device == Device.cuda
+    bucket = zero_knob(cfg, "reduce_bucket_size", DS_REDUCE_BUCKET)
+    largest = max(t[1] for t in tensors)
+    f: dict[str, str] = {}
+    notes: list[str] = []
+    # parameters and gradients
+    if s < 3:
+        params, f["params"] = p * psi, f"{p} Psi (full {w.precision.value} copy)"
+    else:
+        persist_t = zero_knob(cfg, "stage3_param_persistence_threshold", DS_PERSISTENCE)
+        persistent = sum(t[1] for t in tensors if t[1] < persist_t)
+        params = p * psi / n + p * persistent
+        f["params"] = f"{p} Psi/N + {p} x persistent ({persistent} elements < {persist_t} kept whole)"
+    if s < 2:
+        grads, f["grads"] = g * psi, f"{g} Psi (full gradients accumulate in param.grad)"
+    else:
+        grads, f["grads"] = g * psi / n, f"{g} Psi/N (gradient partition)"
+    # optimizer: fp32 master (a clone even for fp32 under ZeRO-1/2, none needed under 0/3) + Adam m, v
+    master = 4 if (mixed or s in (1, 2)) else 0
+    k = master + 8
+    shard = 1 if s == 0 else n
+    optimizer = k * psi / shard
+    f["optimizer"] = (f"K Psi{'/N' if s else ''}, K = {k} ({master} fp32 master + 8 Adam m, v"
+                      + ("; DeepSpeed's ZeRO-1/2 clones the fp32 partition" if not mixed and s in (1, 2) else "") + ")")
+    # DeepSpeed's buffers, alive in backward. On the cpu, untouched pages of an empty bucket are not
+    # resident (ru_maxrss), so only what is written counts there.
+    nbuf = 2 if (s in (1, 2) and overlap_comm(cfg)) else 1
+    if s == 0:
+        buffers, f["buffers"] = 0.0, "none in backward (the flattened all-reduce bucket is a step-phase buffer)"
+    else:
+        ipg = g * nbuf * (bucket if cuda else min(bucket, psi))
+        touched = "" if cuda else " (min with Psi: pages written)"
+        f["buffers"] = f"{g} x {nbuf} x reduce_bucket_size ({bucket:.3g}){touched}"
+        buffers = ipg
+        if s >= 2:                                         # ZeRO-1's full gradients are counted in grads
+            buffers += g * largest
+            f["buffers"] += f" + {g} x largest parameter ({largest}: its gradient before the hook copies it)"
+        if s == 3:
+            live = min(psi, zero_knob(cfg, "stage3_max_live_parameters", DS_MAX_LIVE)
+                       + zero_knob(cfg, "stage3_prefetch_bucket_size", DS_PREFETCH_BUCKET))
+            buffers += p * live
+            f["buffers"] += f" + {p} x min(Psi, max_live_parameters + prefetch_bucket_size) gathered"
+    # optimizer step
+    if s == 0:
+        step = (4 * psi if mixed else 0) + g * min(psi, DS_ALLREDUCE_BUCKET)
+        f["step_transient"] = ("4 Psi fp32 gradients + " if mixed else "") + f"{g} x min(Psi, 5e8) all-reduce bucket"
+    else:
+        unfused = 1 if (not cuda and w.optimizer.value == "torch") else 0  # torch AdamW is fused only on CUDA
+        step = 4 * psi / n * (1 + unfused)
+        f["step_transient"] = "4 Psi/N fp32 gradient partition" + (" + 4 Psi/N unfused AdamW temporary" if unfused else "")
+    # activations, teacher
+    act = activation_estimate(w, attention)
+    f["activations"] = act.formula
+    teacher_params = teacher_logits = 0.0
+    if w.distill is not None:
+        t = teacher_workload(w)
+        tp, psi_t = dtype_bytes(t.precision), llama_param_count(t)
+        teacher_params = tp * psi_t / (n if s == 3 else 1)
+        teacher_logits = float(tp * t.vocab_size * w.micro_batch_size * w.seq_len)
+        f["teacher"] = (f"{tp} Psi_t{'/N (sharded by ZeRO-3)' if s == 3 else ' (replica)'} + logits {tp} V x tokens")
+        notes.append("the teacher's no_grad forward working set precedes the student's forward and is not "
+                     "counted; under ZeRO-3 its gathered parameters are assumed released after its forward")
+    runtime = 0.0 if cuda else CPU_RUNTIME_GIB * GIB
+    backward_phase = act.total_bytes + buffers + teacher_logits
+    base = runtime + params + grads + optimizer + teacher_params
+    total = base + max(backward_phase, step)
+    cap = capacity_gib(cfg)
+    f["total"] = "runtime + params + grads + optimizer + teacher params + max(activations + buffers + teacher logits, step)"
+    f["capacity"] = (f"{cfg.platform.mem_per_device_gib:g} GiB x (1 - {FRAGMENTATION_FRACTION})"
+                     + (f" - {DEVICE_RESERVE_GIB} GiB (CUDA context, workspaces, NCCL)" if cuda else ""))
+    if not cuda:
+        notes.append("cpu: the limit is RLIMIT_DATA (virtual); the estimate follows ru_maxrss (resident)")
+    return MemoryEstimate(
+        params_gib=params / GIB, grads_gib=grads / GIB, optimizer_gib=optimizer / GIB,
+        activations_gib=act.total_bytes / GIB, buffers_gib=buffers / GIB,
+        teacher_gib=(teacher_params + teacher_logits) / GIB, step_transient_gib=step / GIB,
+        runtime_gib=runtime / GIB, total_gib=total / GIB, capacity_gib=cap, fits=total / GIB <= cap,
+        peak_phase="backward" if backward_phase >= step else "step", formulas=f, notes=notes)
+
+
+# ---- communication ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommEstimate:
+    """Messages of one size of one collective in one phase, per optimizer step."""
+    op: str
+    phase: str
+    """teacher | forward | backward | step (the instrument's phases)."""
+    bytes: int
+    """Message size, nccl-tests' size: the full buffer (an all-gather's output, a reduce-scatter's input)."""
+    count: int
+    """Messages of this size per optimizer step."""
+    time_s: float
+    """Time of one message: bytes x factor(op, N) / busbw."""
+    busbw_gbps: float
+    source: str
+    what: str = ""
+    microsteps: int = 1
+    """Micro-steps of the optimizer step in which these messages are issued."""
+    overlappable: bool = False
+    """Issued on a side stream while the phase computes (see predict's overlap rule)."""
+
+    @property
+    def total_time_s(self) -> float:
+        return self.count * self.time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_time_s": self.total_time_s}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """An ordered sequence of messages (bytes) issued in each of `microsteps` micro-steps."""
+    op: str
+    phase: str
+    what: str
+    sizes: tuple[int, ...]
+    microsteps: int
+    overlappable: bool
+    unhidden: str = ""
+    """Which message can never overlap: 'first' (nothing to prefetch behind) or 'last' (the last
+    bucket is produced when backward ends)."""
+
+
+def pack(elements: list[int], limit: int, crossing: bool = False) -> list[int]:
+    """Greedy packing of tensors (elements, in issue order) into messages. crossing=False: DeepSpeed's
+    gradient bucket (a full bucket is reduced before the tensor that would overflow it; a tensor
+    larger than the bucket goes alone); crossing=True: the tensor that crosses the limit still joins
+    (ZeRO-3's prefetch, the engine's ZeRO-0 all-reduce)."""
+    out, cur = [], 0
+    for e in elements:
+        if not crossing and cur and cur + e > limit:
+            out.append(cur)
+            cur = 0
+        cur += e
+        if cur >= limit and (crossing or e > limit or cur == limit):
+            out.append(cur)
+            cur = 0
+    return out + ([cur] if cur else [])
+
+
+def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
+    """The collectives DeepSpeed 0.19.8 issues per optimizer step (DEEPSPEED_NOTES.md):
+    ZeRO-0: the engine all-reduces all gradients at the boundary (5e8-element buckets).
+    ZeRO-1: the gradient buckets (reduce_bucket_size) are all-reduced once, at the boundary;
+    ZeRO-2: on every micro-step; with zero.gradient_collective=reduce_scatter each bucket is
+    reduce-scattered instead. After the step, ZeRO-1/2 all-gather the updated parameters: one
+    all_gather_into_tensor per optimizer parameter group (utils.all_gather_into_tensor_dp_groups;
+    allgather_bucket_size is not used when torch has it). A gradient-norm all-reduce of 4 bytes
+    twice. ZeRO-3, every micro-step: parameter all-gathers in forward (prefetch_bucket_size
+    messages; parameters under the persistence threshold stay whole) and again in backward (not
+    the input embedding, whose backward needs no weight, nor the last module, still gathered, nor
+    modules reused within max_reuse_distance), gradient reduce-scatter per bucket, and under
+    distillation the teacher's forward gathers; one 8-byte norm all-reduce at the step."""
+    w, s, ga = cfg.workload, cfg.zero.stage, cfg.workload.grad_acc_steps
+    if cfg.platform.world_size == 1:
+        return []
+    tensors = param_tensors(w)
+    g = dtype_bytes(w.precision)
+    bucket = zero_knob(cfg, "reduce_bucket_size", DS_REDUCE_BUCKET)
+    forward_order = [t[1] for t in tensors]
+    backward_order = forward_order[::-1]
+    if s == 0:
+        return [Traffic("all_reduce", "backward", "gradient all-reduce (engine, at the boundary)",
+                        tuple(g * m for m in pack(forward_order, DS_ALLREDUCE_BUCKET, crossing=True)), 1, False)]
+    if s in (1, 2):
+        op = "reduce_scatter" if gradient_collective(cfg) == "reduce_scatter" else "all_reduce"
+        hooks = s == 2 or overlap_comm(cfg)       # reduced from backward hooks, else after backward
+        # the suite's torch AdamW has two parameter groups (weight decay on matrices only); DeepSpeed's one
+        decay, no_decay = [t[1] for t in tensors if t[2] >= 2], [t[1] for t in tensors if t[2] < 2]
+        groups = [decay, no_decay] if w.optimizer.value == "torch" else [forward_order]
+        order = backward_order if hooks else [e for grp in groups for e in grp]
+        return [Traffic(op, "backward", f"gradient {op.replace('_', '-')} per bucket"
+                        + (" (every micro-step)" if s == 2 else " (at the boundary)"),
+                        tuple(g * m for m in pack(order, bucket)), ga if s == 2 else 1, overlap_comm(cfg), "last"),
+                Traffic("all_gather", "step", "updated parameters, one per optimizer parameter group",
+                        tuple(g * sum(grp) for grp in groups if grp), 1, False),
+                Traffic("all_reduce", "step", "gradient norm and overflow check", (4, 4), 1, False)]
+    persist_t = zero_knob(cfg, "stage3_param_persistence_threshold", DS_PERSISTENCE)
+    prefetch = zero_knob(cfg, "stage3_prefetch_bucket_size", DS_PREFETCH_BUCKET)
+    reuse = zero_knob(cfg, "stage3_max_reuse_distance", DS_MAX_REUSE)
+    gathered = [(name, e) for name, e, _ in tensors if e >= persist_t]
+    fwd = [e for _, e in gathered]
+    kept, after = set(), 0
+    for i in range(len(gathered) - 1, -1, -1):         # reused soon after its forward use: not released
+        if i == len(gathered) - 1 or 2 * after < reuse:
+            kept.add(i)
+        after += gathered[i][1]
+    bwd = [e for i, (name, e) in enumerate(gathered) if i not in kept and "embed_tokens" not in name][::-1]
+    out = [Traffic("all_gather", "forward", "parameter gathers (prefetched)", tuple(g * m for m in pack(fwd, prefetch or 1, True)),
+                   ga, True, "first"),
+           Traffic("all_gather", "backward", "parameter gathers (prefetched)", tuple(g * m for m in pack(bwd, prefetch or 1, True)),
+                   ga, True, "first"),
+           Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket",
+                   tuple(g * m for m in pack(backward_order, bucket)), ga, overlap_comm(cfg), "last"),
+           Traffic("all_reduce", "step", "gradient norm", (8,), 1, False)]
+    if w.distill is not None:
+        t = teacher_workload(w)
+        tg = [e for _, e, _ in param_tensors(t) if e >= persist_t]
+        out.insert(0, Traffic("all_gather", "teacher", "teacher parameter gathers (ZeRO-3 teacher)",
+                              tuple(dtype_bytes(t.precision) * m for m in pack(tg, prefetch or 1, True)), ga, True, "first"))
+    return [tr for tr in out if tr.sizes]
+
+
+def collective_time(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibration) -> tuple[float, float, str]:
+    """(seconds, busbw GB/s, source) of one message: size x factor(op, N) / busbw, busbw from the
+    measured curve of the op, else the platform's declared bandwidth (intra-node per device on
+    one node; inter-node per node across nodes: a ring crosses each node's NICs once)."""
+    p, n = cfg.platform, cfg.platform.world_size
+    curve = calib.busbw.get(op)
+    if curve is not None:
+        busbw, source = curve.busbw_gbps(size_bytes), curve.source
+    else:
+        inter = p.nodes > 1
+        busbw = p.inter_node_bw_gbps if inter else p.intra_node_bw_gbps
+        name = "inter_node_bw_gbps" if inter else "intra_node_bw_gbps"
+        if busbw <= 0:
+            raise ConfigError(f"platform.{name}={busbw} is invalid for the performance model: declare the "
+                              f"bandwidth or give --records with a measured {op} sweep")
+        source = f"declared platform.{name} {busbw:g} GB/s (no measured {op} curve; no latency term)"
+    return size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
+
+
+# ---- prediction ------------------------------------------------------------------------------
+
+@dataclass
+class Prediction:
+    config: dict[str, Any]
+    memory: MemoryEstimate
+    flops_per_step: float
+    """FLOPs executed per rank per optimizer step (with the checkpointing recompute and the teacher)."""
+    compute_s: float
+    comm: list[CommEstimate]
+    comm_s: float
+    exposed_comm_s: float
+    step_time_s: float
+    samples_per_s: float
+    """Global samples per second: micro_batch_size x grad_acc_steps x world_size / step_time_s."""
+    tokens_per_s: float
+    efficiency: float
+    efficiency_source: str
+    tokens: Optional[float]
+    hours: Optional[float]
+    overlap_rule: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k not in ("memory", "comm")}
+        return {**d, "memory": self.memory.to_dict(), "comm": [c.to_dict() for c in self.comm]}
+
+
+def executed_flops_per_step(cfg: BenchConfig) -> float:
+    """Per rank per optimizer step: tokens x (6N + 12 L h s, PaLM appendix B; + a forward third
+    again when activations are checkpointed; + the teacher's forward 2N_t + 4 L_t h_t s)."""
+    return sum(phase_flops(cfg).values()) * cfg.workload.grad_acc_steps
+
+
+def phase_flops(cfg: BenchConfig) -> dict[str, float]:
+    """FLOPs per micro-step per phase: forward a third of the training count, backward two thirds
+    (PaLM appendix B: backward = 2 x forward), plus the recompute under checkpointing."""
+    w = cfg.workload
+    tokens = w.micro_batch_size * w.seq_len
+    train = training_flops_per_token(w, llama_param_count(w)).flops_per_token * tokens
+    out = {"forward": train / 3, "backward": 2 * train / 3 + (train / 3 if w.activation_checkpointing else 0)}
+    if w.distill is not None:
+        t = teacher_workload(w)
+        out["teacher"] = forward_flops_per_token(t, llama_param_count(t)).flops_per_token * tokens
+    return out
+
+
+OVERLAP_RULE = (
+    "GPU: a collective on DeepSpeed's side stream hides behind the computation of its own phase of the same "
+    "micro-step; exposed per micro-step = non-overlapped + max(the message that cannot overlap, overlapped - "
+    "phase compute). Overlapped: ZeRO-3 parameter gathers (prefetch, always; the first cannot be prefetched) and, "
+    "with overlap_comm, gradient reductions in backward (the last bucket is only ready when backward ends). "
+    "Never overlapped: reductions without overlap_comm (issued on the compute stream), ZeRO-0's all-reduce, "
+    "the post-step all-gather and norm reductions. cpu/gloo: collectives are synchronous, nothing overlaps.")
+
+
+def overlap_summary(config: dict[str, Any]) -> str:
+    """OVERLAP_RULE as it applies to one configuration (a Prediction's config)."""
+    stage, ov = config["zero_stage"], config["overlap_comm"]
+    if config["world_size"] == 1:
+        return "no collectives"
+    if config["device"] != "cuda":
+        return "none: gloo collectives are synchronous"
+    if stage == 0:
+        return "none: ZeRO-0 all-reduces after backward"
+    if stage in (1, 2):
+        grads = ("gradient reductions hide behind their micro-step's backward, except the last bucket" if ov else
+                 "none for gradients (overlap_comm false: reduced on the compute stream)")
+        return grads + "; the post-step all-gather is exposed"
+    return ("parameter gathers are prefetched behind each phase's compute (the first of each pass is exposed); "
+            + ("reduce-scatters hide behind backward except the last bucket" if ov
+               else "reduce-scatters on the compute stream (overlap_comm false)"))
+
+
+def _timed(cfg: BenchConfig, calib: Calibration) -> list[tuple[Traffic, list[float], list[CommEstimate]]]:
+    out = []
+    for tr in comm_traffic(cfg):
+        times, estimates, seen = [], [], {}
+        for size in tr.sizes:
+            t, busbw, src = collective_time(tr.op, size, cfg, calib)
+            times.append(t)
+            seen.setdefault(size, [0, t, busbw, src])[0] += 1
+        for size, (count, t, busbw, src) in seen.items():
+            estimates.append(CommEstimate(tr.op, tr.phase, size, count * tr.microsteps, t, busbw, src, tr.what,
+                                          tr.microsteps, tr.overlappable))
+        out.append((tr, times, estimates))
+    return out
+
+
+def _step_time(cfg: BenchConfig, eff: float, timed) -> tuple[float, float]:
+    """(compute_s, exposed_comm_s) per optimizer step at an efficiency."""
+    peak = cfg.platform.peak_tflops[cfg.workload.precision.value] * 1e12
+    phase_s = {ph: fl / (peak * eff) for ph, fl in phase_flops(cfg).items()}
+    compute = sum(phase_s.values()) * cfg.workload.grad_acc_steps
+    overlap_ok = cfg.platform.device == Device.cuda
+    groups: dict[tuple[str, int], list[float]] = {}
+    for tr, times, _ in timed:
+        per_ms = groups.setdefault((tr.phase, tr.microsteps), [0.0, 0.0, 0.0])  # hidden-able, never, unhidden
+        if tr.overlappable and overlap_ok:
+            per_ms[0] += sum(times)
+            per_ms[2] += times[0] if tr.unhidden == "first" else times[-1]
+        else:
+            per_ms[1] += sum(times)
+    exposed = sum(ms * (never + (max(unhidden, hideable - phase_s.get(phase, 0.0)) if hideable else 0.0))
+                  for (phase, ms), (hideable, never, unhidden) in groups.items())
+    return compute, exposed
+
+
+def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None) -> Prediction:
+    """Memory, communication, step time and throughput of cfg; hours for `tokens` when given.
+    step_time_s = compute (executed FLOPs / (declared peak x efficiency)) + exposed communication
+    (OVERLAP_RULE); the optimizer step's own time is not modelled apart: a measured efficiency
+    contains it (profile-mode compute includes it)."""
+    if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
+        raise HarnessError(f"tokens={tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
+    w, p = cfg.workload, cfg.platform
+    eff = calib.efficiency(w.micro_batch_size)
+    if not 0 < eff <= 1:
+        raise HarnessError(f"efficiency {eff} ({calib.efficiency_source}) is outside (0, 1]")
+    timed = _timed(cfg, calib)
+    compute, exposed = _step_time(cfg, eff, timed)
+    comm = [e for _, _, es in timed for e in es]
+    step = compute + exposed
+    samples_per_s = w.micro_batch_size * w.grad_acc_steps * p.world_size / step
+    tokens_per_s = samples_per_s * w.seq_len
+    config = {"platform": p.name, "workload": w.name, "nodes": p.nodes, "world_size": p.world_size,
+              "zero_stage": cfg.zero.stage, "micro_batch_size": w.micro_batch_size,
+              "grad_acc_steps": w.grad_acc_steps, "seq_len": w.seq_len, "precision": w.precision.value,
+              "activation_checkpointing": w.activation_checkpointing, "overlap_comm": overlap_comm(cfg),
+              "gradient_collective": gradient_collective(cfg), "device": p.device.value}
+    notes = [] if p.world_size > 1 else ["one rank: no collectives"]
+    if cfg.zero.allgather_bucket_size is not None and cfg.zero.stage in (1, 2):
+        notes.append("zero.allgather_bucket_size has no effect: DeepSpeed 0.19.8 all-gathers each parameter "
+                     "group whole with all_gather_into_tensor (runtime/utils.py)")
+    return Prediction(config=config, memory=memory_estimate(cfg), flops_per_step=executed_flops_per_step(cfg),
+                      compute_s=compute, comm=comm, comm_s=sum(c.total_time_s for c in comm), exposed_comm_s=exposed,
+                      step_time_s=step, samples_per_s=samples_per_s, tokens_per_s=tokens_per_s, efficiency=eff,
+                      efficiency_source=calib.efficiency_source, tokens=tokens,
+                      hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes)
+
+
+def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: float) -> Optional[float]:
+    """The efficiency at which the model's step time equals a measured one (bisection: the step
+    time falls as efficiency rises). None when even efficiency 1 is slower than the measurement."""
+    timed = _timed(cfg, calib)
+
+    def step(e: float) -> float:
+        return sum(_step_time(cfg, e, timed))
+
+    lo, hi = 1e-6, 1.0
+    if step(hi) > step_time_s:
+        return None
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if step(mid) > step_time_s else (lo, mid)
+    return hi
+
+
+def with_split(cfg: BenchConfig, stage: int, micro_batch_size: int) -> BenchConfig:
+    """cfg with another ZeRO stage and (micro-batch, grad-acc) split at the same C."""
+    w = cfg.workload
+    return replace(cfg, zero=replace(cfg.zero, stage=stage),
+                   workload=replace(w, micro_batch_size=micro_batch_size,
+                                    grad_acc_steps=w.samples_per_step // micro_batch_size))
+
+
+def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3)) -> list[BenchConfig]:
+    """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C."""
+    c = cfg.workload.samples_per_step
+    return [with_split(cfg, s, mb) for s in stages for mb in range(1, c + 1) if c % mb == 0]
+
+
+# ---- text ------------------------------------------------------------------------------------
+
+def _gib(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def describe(pred: Prediction) -> str:
+    c = pred.config
+    return (f"{c['workload']} on {c['platform']}: {c['world_size']} ranks ({c['nodes']} node(s)), ZeRO-{c['zero_stage']}, "
+            f"micro-batch {c['micro_batch_size']} x grad-acc {c['grad_acc_steps']}, seq {c['seq_len']}, {c['precision']}; "
+            f"overlap_comm {str(c['overlap_comm']).lower()}, gradient collective {c['gradient_collective']}, "
+            f"activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}")
+
+
+def format_prediction(pred: Prediction) -> str:
+    """The breakdown of one prediction: memory terms, each collective, compute, step time, hours."""
+    m = pred.memory
+    lines = [describe(pred), "", f"memory per rank {'GiB':>12}   formula"]
+    for name, value, key in (("params", m.params_gib, "params"), ("grads", m.grads_gib, "grads"),
+                             ("optimizer", m.optimizer_gib, "optimizer"), ("activations", m.activations_gib, "activations"),
+                             ("buffers", m.buffers_gib, "buffers"), ("teacher", m.teacher_gib, "teacher"),
+                             ("step transient", m.step_transient_gib, "step_transient"), ("runtime", m.runtime_gib, "")):
+        if value or key in ("params", "grads", "optimizer", "activations"):
+            lines.append(f"  {name:<16} {_gib(value):>11}   {m.formulas.get(key, '')}")
+    verdict = "fits" if m.fits else "OUT OF MEMORY"
+    lines += [f"  {'total':<16} {_gib(m.total_gib):>11}   peak in {m.peak_phase}; {m.formulas['total']}",
+              f"  {'capacity':<16} {_gib(m.capacity_gib):>11}   {m.formulas['capacity']} -> {verdict}"]
+    lines += [f"  note: {n}" for n in m.notes]
+    peak = pred.flops_per_step / (pred.compute_s * pred.efficiency) / 1e12 if pred.compute_s else 0.0
+    lines += ["", f"compute: {pred.flops_per_step:.3g} FLOP per rank per step / ({peak:g} TFLOP/s x efficiency "
+                  f"{pred.efficiency:.3f}) = {pred.compute_s:.4g} s", f"  efficiency: {pred.efficiency_source}"]
+    sources: list[str] = []
+    lines += ["", f"communication per optimizer step (N = {pred.config['world_size']}):",
+              f"  {'op':<15}{'phase':<10}{'message B':>13}{'count':>7}{'busbw GB/s':>12}{'time s':>10}{'total s':>10}  what [source]"]
+    for e in pred.comm:
+        if e.source not in sources:
+            sources.append(e.source)
+        lines.append(f"  {e.op:<15}{e.phase:<10}{e.bytes:>13}{e.count:>7}{e.busbw_gbps:>12.4g}{e.time_s:>10.3g}"
+                     f"{e.total_time_s:>10.3g}  {e.what} [{sources.index(e.source) + 1}]")
+    lines += [f"  [{i + 1}] {s}" for i, s in enumerate(sources)]
+    lines += [f"  total {pred.comm_s:.4g} s, exposed {pred.exposed_comm_s:.4g} s",
+              f"  overlap: {overlap_summary(pred.config)}"]
+    lines += [f"  note: {n}" for n in pred.notes]
+    lines += ["", f"step time {pred.step_time_s:.4g} s = compute {pred.compute_s:.4g} + exposed communication "
+                  f"{pred.exposed_comm_s:.4g}",
+              f"throughput {pred.samples_per_s:.4g} samples/s, {pred.tokens_per_s:.4g} tokens/s (global)"]
+    if pred.hours is not None:
+        lines.append(f"hours for {pred.tokens:.3g} tokens: {pred.hours:.4g}")
+    return "\n".join(lines)
+
+
+def format_sweep(preds: list[Prediction]) -> str:
+    """One row per configuration: memory, fits/OOM, step time, samples/s, hours."""
+    if not preds:
+        return "no configuration"
+    c = preds[0].config
+    lines = [f"{c['workload']} on {c['platform']}: {c['world_size']} ranks, C = {c['micro_batch_size'] * c['grad_acc_steps']}, "
+             f"seq {c['seq_len']}, {c['precision']}, activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}",
+             f"{'ZeRO':>4} {'mb':>5} {'ga':>5} {'mem GiB':>9} {'of GiB':>7} {'':<4} {'step s':>9} {'comm s':>8} "
+             f"{'exposed':>8} {'samples/s':>10} {'hours':>9}  efficiency"]
+    sources: list[str] = []
+    for p in preds:
+        m, k = p.memory, p.config
+        if p.efficiency_source not in sources:
+            sources.append(p.efficiency_source)
+        hours = f"{p.hours:.4g}" if p.hours is not None else "-"
+        lines.append(f"{k['zero_stage']:>4} {k['micro_batch_size']:>5} {k['grad_acc_steps']:>5} {m.total_gib:>9.4g} "
+                     f"{m.capacity_gib:>7.4g} {'ok' if m.fits else 'OOM':<4} {p.step_time_s:>9.4g} {p.comm_s:>8.3g} "
+                     f"{p.exposed_comm_s:>8.3g} {p.samples_per_s:>10.4g} {hours:>9}  {p.efficiency:.3f} [{sources.index(p.efficiency_source) + 1}]")
+    lines += [f"[{i + 1}] {s}" for i, s in enumerate(sources)]
+    busbw = sorted({e.source for p in preds for e in p.comm})
+    lines += ["busbw: " + "; ".join(busbw)] if busbw else []
+    if preds[0].hours is None:
+        lines.append("(give --tokens for the hours column)")
+    return "\n".join(lines)
