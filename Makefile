@@ -3,6 +3,7 @@
 #   make venv    create/refresh $(VENV) from requirements.lock
 #   make containers  regenerate the Apptainer .def files, build the images
 #   make bench   run the benchmark suite     (PLATFORM=cpu|h100|..., OUT=, ARGS=)
+#   make tune    find the fastest configuration (PLATFORM=, WORKLOAD=, OUT=, ARGS=)
 #   make test    run the test suite          (what .ci/run calls)
 #   make help    list targets and variables  (default goal)
 #
@@ -21,6 +22,8 @@ PLATFORM ?= cpu
 # Empty LAUNCHER: the platform's own (local for cpu/h100/h200, slurm for the multi-node ones).
 LAUNCHER ?=
 ARGS ?=
+# `make tune`: the workload to tune (empty: the config's default, llama-tiny).
+WORKLOAD ?=
 # Empty OUT: the harness picks results/<timestamp>-<platform>.
 OUT ?=
 # Result folders (or record files) for `make submit`.
@@ -48,15 +51,18 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench test perf submit nightly lock containers clean distclean
+.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean
 
 help:
 	@echo "Targets:"
 	@echo "  venv       create $(VENV) and install requirements.lock (torch $(TORCH_VERSION) first)"
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [platform.launcher=\$$LAUNCHER] [out=\$$OUT] \$$ARGS"
 	@echo "             (ARGS=--dry-run writes the Slurm batch scripts / rank commands and launches nothing)"
+	@echo "  tune       three-step tuning: $(PY) -m harness tune platform=\$$PLATFORM [workload=\$$WORKLOAD] [out=\$$OUT] \$$ARGS"
+	@echo "             (same OUT again: resumes; ARGS e.g. tune.strategy=grid tune.budget=6 tune.steps=[2,3])"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
-	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory"
+	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory;"
+	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash)"
@@ -71,6 +77,7 @@ help:
 	@echo "  VENV=$(VENV)"
 	@echo "  PLATFORM=$(PLATFORM)   conf/platform/<name>.yaml"
 	@echo "  LAUNCHER=$(LAUNCHER)   local|slurm; empty: the platform's (slurm for multi-node platforms)"
+	@echo "  WORKLOAD=$(WORKLOAD)   conf/workload/<name>.yaml for tune; empty: llama-tiny"
 	@echo "  OUT=$(OUT)   results directory; empty: results/<timestamp>-<platform>"
 	@echo "  ARGS=$(ARGS)   extra Hydra overrides for bench, e.g. ARGS='suite=single'; submit options, e.g. ARGS='--replace --reason ...'"
 	@echo "  RESULTS=$(RESULTS)   result folders (or record files) for submit"
@@ -105,6 +112,10 @@ venv: $(STAMP)
 bench: venv
 	env -u DS_ACCELERATOR $(PY) -m harness bench platform=$(PLATFORM) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
+# The three-step tuning method; the same OUT resumes an interrupted tune (python -m harness tune --help).
+tune: venv
+	env -u DS_ACCELERATOR $(PY) -m harness tune platform=$(PLATFORM) $(if $(WORKLOAD),workload=$(WORKLOAD)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
+
 # Non-zero pytest exit (including 5, "no tests collected") fails the target.
 test: venv
 	$(PY) -m pytest -q tests
@@ -113,6 +124,7 @@ perf: venv
 	$(PY) tests/perf/harness_cost.py
 	$(PY) tests/perf/collective_cost.py
 	$(PY) tests/perf/kd_loss_memory.py
+	$(PY) tests/perf/tune_efficiency.py
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv

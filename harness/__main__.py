@@ -131,6 +131,64 @@ def cmd_portability(args: list[str]) -> int:
     return cli(args)
 
 
+def cmd_tune(args: list[str]) -> int:
+    """The three-step tuning method (NCCL variables; micro-batch x grad-acc x ZeRO stage; DeepSpeed
+    communication knobs), grid or Bayesian, guided by the performance model; resumable with the same
+    out=; writes report.md and the best configuration as a suite preset and a DeepSpeed JSON."""
+    from .tune import cli
+
+    return cli(args)
+
+
+def cmd_model(args: list[str]) -> int:
+    """The performance model: memory per rank (out of memory or not), communication, step time,
+    throughput and hours for a token budget of one configuration, or --sweep over ZeRO 1/2/3 x every
+    (micro-batch, grad-acc) split of C; calibrated with --records (training and collective records)."""
+    import argparse
+    import math
+    import re
+
+    from .calibration import calibrate, load_records
+    from .config import RunKind, compose
+    from .perfmodel import format_prediction, format_sweep, predict, sweep_configs
+    from .references import load_references
+
+    parser = argparse.ArgumentParser(prog="python -m harness model", description=cmd_model.__doc__)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. platform=roce-h100 workload=llama-8b-kd zero=stage2")
+    parser.add_argument("--records", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
+                        help="result records or folders: training records (same platform, world size and workload) "
+                             "calibrate the computation efficiency, collective records the busbw curves")
+    parser.add_argument("--tokens", help="token budget for the hours estimate, e.g. 2e9")
+    parser.add_argument("--sweep", action="store_true", help="a table over ZeRO 1/2/3 x every (micro-batch, grad-acc) split of C")
+    parser.add_argument("--no-references", action="store_true",
+                        help="never calibrate from reference_results/ (used only when no training record qualifies)")
+    parser.add_argument("--json", action="store_true", help="print the prediction(s) as JSON")
+    ns = parser.parse_intermixed_args(args)
+    override = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")
+    moved = [r for r in ns.records if override.match(r) and not Path(r).exists()]  # `--records DIR key=value`
+    overrides, paths = ns.overrides + moved, [r for r in ns.records if r not in moved]
+    tokens = None
+    if ns.tokens is not None:
+        try:
+            tokens = float(ns.tokens)
+        except ValueError:
+            tokens = math.nan
+        if not (math.isfinite(tokens) and tokens > 0):
+            raise HarnessError(f"--tokens {ns.tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
+    cfg = compose(overrides)
+    if cfg.kind != RunKind.training:
+        raise HarnessError(f"kind={cfg.kind.value}: the performance model predicts training runs; use kind=training")
+    records = load_records(paths)
+    references = [] if ns.no_references else load_references()
+    configs = sweep_configs(cfg) if ns.sweep else [cfg]
+    preds = [predict(c, calibrate(records, c, references), tokens) for c in configs]
+    if ns.json:
+        print(json.dumps([p.to_dict() for p in preds] if ns.sweep else preds[0].to_dict(), indent=2))
+    else:
+        print(format_sweep(preds) if ns.sweep else format_prediction(preds[0]))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bench": cmd_bench,
     "plan": cmd_plan,
@@ -140,8 +198,10 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "nightly": cmd_nightly,
     "import-nccl-tests": cmd_import_nccl_tests,
     "portability": cmd_portability,
+    "model": cmd_model,
+    "tune": cmd_tune,
 }
-OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability")  # commands with their own argparse --help
+OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability", "model")  # commands with their own argparse --help
 
 
 def help_text() -> str:

@@ -1,0 +1,132 @@
+"""The three search spaces of the tuning method, as candidates: pure, no I/O.
+
+A candidate is one trial's settings: named parameters (what the search varies) and the Hydra
+overrides that apply them on top of the tune's base overrides. Step 1 varies NCCL variables of a
+standalone all-reduce sweep; step 2 the split of C = micro_batch_size x grad_acc_steps (C fixed,
+every micro-batch a divisor of C) and the ZeRO stage; step 3 DeepSpeed's communication knobs of
+the stage step 2 chose.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import BenchConfig
+from ..flops import llama_param_count
+
+DEEPSPEED_DEFAULT_BUCKET = 500_000_000
+"""reduce_bucket_size / allgather_bucket_size / stage3_prefetch_bucket_size when unset (DeepSpeed 0.19)."""
+BUCKET_FRACTIONS = (64, 16, 4)
+"""Default step-3 bucket sizes: this fraction of the model's parameters, clipped to BUCKET_RANGE."""
+BUCKET_RANGE = (100_000, 1_000_000_000)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    step: int
+    params: tuple[tuple[str, Any], ...]
+    """What the search varies, in a fixed order (name, value)."""
+    overrides: tuple[str, ...] = field(default=())
+    """Hydra overrides that apply the parameters (on top of the tune's base and earlier steps' best)."""
+
+    @property
+    def key(self) -> str:
+        """Identity of the trial within its step: the same key is the same run."""
+        return json.dumps([self.step, [list(p) for p in self.params]], sort_keys=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def label(self) -> str:
+        short = {"micro_batch_size": "mb", "grad_acc_steps": "ga", "stage": "z", "overlap_comm": "ov",
+                 "gradient_collective": "gc", "bucket_size": "bkt", "contiguous_gradients": "cg",
+                 "prefetch_bucket_size": "pf"}
+        parts = []
+        for k, v in self.params:
+            if isinstance(v, bool):
+                v = int(v)
+            elif k == "gradient_collective":
+                v = {"all_reduce": "ar", "reduce_scatter": "rs"}[v]
+            elif isinstance(v, int) and v >= 1_000_000 and v % 100_000 == 0:
+                v = f"{v / 1e6:g}M"
+            parts.append(f"{short.get(k, k.replace('NCCL_', '').lower())}{v}")
+        return "-".join(str(p) for p in parts) or "default"
+
+
+def grid(names: list[str], values: list[list[Any]]) -> list[tuple[tuple[str, Any], ...]]:
+    return [tuple(zip(names, combo)) for combo in itertools.product(*values)]
+
+
+def nccl_candidates(cfg: BenchConfig) -> list[Candidate]:
+    """Step 1: every combination of tune.nccl_space, each an all-reduce sweep with those variables."""
+    space = cfg.tune.nccl_space
+    names = sorted(space)
+    return [Candidate(1, params, tuple(f"+nccl_env.{k}={v}" for k, v in params))
+            for params in grid(names, [list(space[n]) for n in names])]
+
+
+def micro_batch_sizes(cfg: BenchConfig) -> list[int]:
+    c = cfg.workload.samples_per_step
+    return sorted(cfg.tune.micro_batch_sizes) or [b for b in range(1, c + 1) if c % b == 0]
+
+
+def batch_candidates(cfg: BenchConfig) -> list[Candidate]:
+    """Step 2: (micro_batch_size, grad_acc_steps) with the product C fixed, x ZeRO stage."""
+    c = cfg.workload.samples_per_step
+    out = []
+    for stage in sorted(cfg.tune.stages):
+        for mb in micro_batch_sizes(cfg):
+            params = (("stage", stage), ("micro_batch_size", mb), ("grad_acc_steps", c // mb))
+            out.append(Candidate(2, params, (f"zero=stage{stage}", f"workload.micro_batch_size={mb}",
+                                             f"workload.grad_acc_steps={c // mb}")))
+    return out
+
+
+def bucket_sizes(cfg: BenchConfig) -> list[int]:
+    if cfg.tune.bucket_sizes:
+        return sorted(set(cfg.tune.bucket_sizes))
+    psi = llama_param_count(cfg.workload)
+    lo, hi = BUCKET_RANGE
+    return sorted({min(hi, max(lo, round(psi / f / 100_000) * 100_000)) for f in BUCKET_FRACTIONS})
+
+
+def comm_candidates(cfg: BenchConfig, stage: int) -> list[Candidate]:
+    """Step 3 for the chosen stage. ZeRO-1/2: overlap_comm x gradient collective (DeepSpeed's
+    all-reduce or the suite's reduce-scatter) x bucket size (reduce and allgather buckets together)
+    x contiguous_gradients. ZeRO-3: overlap_comm x reduce bucket x prefetch bucket x
+    contiguous_gradients (its gradients are reduce-scattered anyway). Stage 0 has no ZeRO knobs."""
+    buckets = bucket_sizes(cfg)
+    if stage in (1, 2):
+        params = grid(["overlap_comm", "gradient_collective", "bucket_size", "contiguous_gradients"],
+                      [[False, True], ["all_reduce", "reduce_scatter"], buckets, [True, False]])
+        return [Candidate(3, p, (f"zero.overlap_comm={str(d['overlap_comm']).lower()}",
+                                 f"zero.gradient_collective={d['gradient_collective']}",
+                                 f"zero.reduce_bucket_size={d['bucket_size']}",
+                                 f"zero.allgather_bucket_size={d['bucket_size']}",
+                                 f"zero.contiguous_gradients={str(d['contiguous_gradients']).lower()}"))
+                for p in params for d in [dict(p)]]
+    if stage == 3:
+        prefetch = sorted(set(cfg.tune.prefetch_bucket_sizes)) or buckets
+        params = grid(["overlap_comm", "bucket_size", "prefetch_bucket_size", "contiguous_gradients"],
+                      [[False, True], buckets, prefetch, [True, False]])
+        return [Candidate(3, p, (f"zero.overlap_comm={str(d['overlap_comm']).lower()}",
+                                 f"zero.reduce_bucket_size={d['bucket_size']}",
+                                 f"zero.stage3_prefetch_bucket_size={d['prefetch_bucket_size']}",
+                                 f"zero.contiguous_gradients={str(d['contiguous_gradients']).lower()}"))
+                for p in params for d in [dict(p)]]
+    return []
+
+
+def allreduce_sizes(cfg: BenchConfig) -> tuple[int, int]:
+    """(smallest, largest) message of the workload's gradient all-reduce, in bytes: a bucket is
+    reduce_bucket_size elements (DeepSpeed's default when unset, or the smallest step-3 bucket)
+    of the gradient dtype, never more than all the gradients; step 1 sweeps between the two."""
+    from ..config import Precision
+
+    psi = llama_param_count(cfg.workload)
+    elem = 4 if cfg.workload.precision == Precision.fp32 else 2
+    largest = min(cfg.zero.reduce_bucket_size or DEEPSPEED_DEFAULT_BUCKET, psi) * elem
+    smallest = min([largest] + [b * elem for b in bucket_sizes(cfg)])
+    return max(1024, smallest), max(1024, largest)

@@ -1,0 +1,116 @@
+"""Trials as ordinary runs: each trial is planned, launched and recorded exactly like a `bench`
+run, in OUT/step<N>/ (records beside runs/). A tune that is started again with the same OUT reuses
+every trial whose record is there (matched on the trial's overrides) and starts afresh any run an
+interruption left without a record."""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from functools import lru_cache
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config import REPO_ROOT, BenchConfig, compose
+from ..errors import HarnessError
+
+
+@lru_cache(maxsize=512)
+def _compose(overrides: tuple[str, ...]) -> BenchConfig:
+    return compose(list(overrides))
+
+
+def trial_key(overrides: list[str]) -> tuple[str, ...]:
+    return tuple(sorted(overrides))
+
+
+@dataclass
+class Trial:
+    """One point of a step's search, run (or reused, or skipped) and judged."""
+    step: int
+    label: str
+    params: dict[str, Any]
+    overrides: list[str]
+    status: str
+    """ok | oom | error | timeout (the record's), or skipped (predicted out of memory, not run)."""
+    value: Optional[float] = None
+    """samples/s for steps 2 and 3, the all-reduce's average busbw (GB/s) for step 1; None if not ok."""
+    unit: str = "samples/s"
+    reason: Optional[str] = None
+    records: list[str] = field(default_factory=list)
+    """Record files, relative to the tune's OUT."""
+    reused: bool = False
+    """Taken from an earlier (interrupted) tune's record rather than run now."""
+    role: str = "search"
+    """search | default (the workload's default configuration) | default+nccl | start (the previous step's best)."""
+    prediction: Optional[dict[str, Any]] = None
+    """The performance model's prediction made before the trial ran (perfmodel.Prediction.to_dict())."""
+    parity: Optional[dict[str, Any]] = None
+    wall_s: float = 0.0
+
+    @property
+    def score(self) -> float:
+        """What the search maximises: the measured value, 0 for a failed or skipped trial."""
+        return self.value if self.status == "ok" and self.value is not None else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trial":
+        return cls(**d)
+
+
+class TrialRunner:
+    """Runs trials into OUT/step<N>/ and finds the records an earlier tune left there."""
+
+    def __init__(self, out: Path):
+        self.out = out
+
+    @staticmethod
+    def compose(overrides: list[str]) -> BenchConfig:
+        """A validated config (composed once per override list: Hydra takes ~0.4 s a time)."""
+        return copy.deepcopy(_compose(tuple(overrides)))
+
+    def step_dir(self, step: int) -> Path:
+        return self.out / f"step{step}"
+
+    def existing(self, step: int) -> dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]]:
+        """Records already in the step's folder, by trial key: [(path relative to OUT, record)]."""
+        found: dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]] = {}
+        folder = self.step_dir(step)
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue
+            if isinstance(rec, dict) and "run_id" in rec and "overrides" in rec:
+                found.setdefault(trial_key(rec["overrides"]), []).append((str(path.relative_to(self.out)), rec))
+        return found
+
+    def run(self, step: int, name: str, overrides: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """Launch one trial as an ordinary run; its records (path relative to OUT, record)."""
+        from ..bench import execute, plan_runs, prepare_container
+
+        folder = self.step_dir(step)
+        cfg = self.compose(overrides)
+        index = len(list((folder / "runs").iterdir())) if (folder / "runs").is_dir() else 0
+        planned = plan_runs(cfg, name, index, overrides, folder)
+        for p in planned:
+            if p.run.run_dir.exists():  # an interrupted attempt: no record, start afresh
+                shutil.rmtree(p.run.run_dir)
+        prepare_container(planned, dry_run=False)
+        folder.mkdir(parents=True, exist_ok=True)
+        records = execute(planned, folder)
+        if not records:
+            raise HarnessError(f"trial {name} produced no record")
+        return [(str((folder / f"{r.run_id}.json").relative_to(self.out)), r.to_dict()) for r in records]
+
+
+def repo_relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,318 @@
+"""The three-step tuning method: `make tune PLATFORM=<p> WORKLOAD=<w> [OUT=<dir>]`.
+
+    python -m harness tune platform=<p> workload=<w> [tune.strategy=grid|bayes|auto]
+                           [tune.budget=N] [tune.steps=[1,2,3]] [out=DIR] [other overrides]
+
+1. NCCL variables (tune.nccl_space) on a standalone all-reduce swept over the message sizes the
+   workload's gradient buckets produce; the best average busbw wins. The default environment's
+   sweep (all-reduce, all-gather, reduce-scatter) also gives the performance model its curves.
+2. (micro_batch_size, grad_acc_steps) with C fixed x ZeRO stage, with step 1's NCCL variables.
+3. overlap_comm, the gradient collective (DeepSpeed's all-reduce or the suite's reduce-scatter),
+   bucket sizes, contiguous_gradients, on step 2's best.
+Each step runs its space exhaustively (grid) or by Bayesian search (Optuna TPE) within a budget;
+the performance model (harness/perfmodel.py) orders the trials and skips those it predicts to run
+out of memory. Every trial is an ordinary run record under OUT/step<N>/; the default configuration
+is measured first, and its losses are the reference of the loss-parity check every trial gets.
+Running the same command with the same OUT resumes: finished trials are reused, not rerun.
+Outputs in OUT: tune.json (every trial), report.md, best/ (suite preset, DeepSpeed JSON).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config import REPO_ROOT, BenchConfig, Device, compose, to_dict
+from ..errors import HarnessError
+from ..plan import safe_name
+from ..record import write_json_atomic
+from . import parity, search, space
+from .space import Candidate
+from .trials import Trial, TrialRunner, trial_key
+
+STATE_FILE = "tune.json"
+
+
+@dataclass
+class StepResult:
+    step: int
+    title: str
+    strategy: str = "-"
+    budget: int = 0
+    space_size: int = 0
+    excluded: int = 0
+    trials: list[Trial] = field(default_factory=list)
+    best: Optional[Trial] = None
+    start: Optional[Trial] = None
+    """The configuration the step started from (its value is what the step improves on)."""
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "title": self.title, "strategy": self.strategy, "budget": self.budget,
+                "space_size": self.space_size, "excluded_predicted_oom": self.excluded, "note": self.note,
+                "trials": [t.to_dict() for t in self.trials],
+                "best": self.best.label if self.best else None,
+                "start": self.start.label if self.start else None}
+
+
+class Tuner:
+    def __init__(self, overrides: list[str], out: Path):
+        self.cfg = compose(overrides)
+        self.tune = self.cfg.tune
+        # tune.* only steer the search: they are not part of any trial (a resumed tune may change them)
+        self.base = [o for o in overrides if not o.lstrip("+~").startswith(("tune.", "out="))]
+        self.out = out
+        self.runner = TrialRunner(out)
+        self.steps: list[StepResult] = []
+        self.baseline: Optional[Trial] = None
+        self.tolerance = self.tune.loss_tolerance or parity.default_tolerance(self.cfg.workload.precision)
+        self.calibration_records: list[dict[str, Any]] = []
+
+    # ---- running and judging one trial -------------------------------------------------------
+    def trial(self, step: int, label: str, params: dict[str, Any], overrides: list[str], *,
+              role: str = "search", prediction: Optional[dict[str, Any]] = None, value_of=None) -> Trial:
+        value_of = value_of or samples_per_s
+        done = self.runner.existing(step).get(trial_key(overrides))
+        reused = bool(done)
+        if not done:
+            print(f"\n[tune step {step}] {label}" + (f" ({role})" if role != "search" else "")
+                  + (f": predicted {_pred_text(prediction)}" if prediction else ""), flush=True)
+            done = self.runner.run(step, label, overrides)
+        main = pick_record(done)
+        rec = main[1]
+        t = Trial(step=step, label=label, params=params, overrides=overrides, status=rec["status"],
+                  value=value_of(rec), unit="GB/s" if step == 1 else "samples/s", reason=rec.get("reason"),
+                  records=[p for p, _ in done], reused=reused, role=role, prediction=prediction,
+                  wall_s=float(rec.get("wall_s") or 0.0))
+        if rec["kind"] == "training":
+            self.calibration_records.append(rec)
+            if self.baseline is not None and self.baseline.status == "ok":
+                base_rec = self.record_of(self.baseline)
+                t.parity = parity.check(rec, base_rec, self.tolerance).to_dict()
+        else:
+            self.calibration_records.extend(r for _, r in done)
+        verb = "reused" if reused else "measured"
+        shown = f"{t.value:.3f} {t.unit}" if t.value is not None else f"{t.status}: {t.reason}"
+        print(f"  [tune step {step}] {label}: {verb} {shown}"
+              + (f"; loss parity {parity_text(t.parity)}" if t.parity else ""), flush=True)
+        return t
+
+    def record_of(self, t: Trial) -> dict[str, Any]:
+        return json.loads((self.out / t.records[0]).read_text(encoding="utf-8"))
+
+    def eligible(self, t: Trial) -> bool:
+        """A trial can be the best when it ran, and (for training) trains like the default."""
+        return t.status == "ok" and t.value is not None and (t.parity is None or t.parity.get("ok") is not False)
+
+    def best_of(self, trials: list[Trial]) -> Optional[Trial]:
+        ok = [t for t in trials if self.eligible(t)]
+        return max(ok, key=lambda t: t.value) if ok else None
+
+    def save(self) -> None:
+        state = {"platform": self.cfg.platform.name, "workload": self.cfg.workload.name,
+                 "overrides": self.base, "tune": to_dict(self.tune), "loss_tolerance": self.tolerance,
+                 "updated_utc": datetime.utcnow().isoformat(timespec="seconds") + "Z",
+                 "baseline": self.baseline.to_dict() if self.baseline else None,
+                 "steps": [s.to_dict() for s in self.steps]}
+        write_json_atomic(self.out / STATE_FILE, state)
+
+    # ---- predictions -------------------------------------------------------------------------
+    def predictions(self, overrides_of: list[list[str]]) -> list[Optional[dict[str, Any]]]:
+        from ..calibration import calibrate
+        from ..perfmodel import predict
+
+        calib = calibrate(self.calibration_records, self.cfg)
+        out = []
+        for ov in overrides_of:
+            try:
+                out.append(predict(self.runner.compose(ov), calib).to_dict())
+            except HarnessError as exc:  # an invalid combination: the run will say so too
+                out.append({"error": str(exc)})
+        return out
+
+    def search_step(self, result: StepResult, candidates: list[Candidate], base: list[str],
+                    known: dict[str, Trial]) -> None:
+        """Predict, exclude predicted OOM, order, then search within the budget. `known` maps a
+        candidate key to a trial already measured elsewhere (the start point)."""
+        preds = self.predictions([base + list(c.overrides) for c in candidates])
+        pred_of = {c.key: p for c, p in zip(candidates, preds)}
+        fits = [c for c in candidates if not (self.tune.skip_predicted_oom and predicted_oom(pred_of[c.key]))]
+        excluded = [c for c in candidates if c not in fits]
+        result.space_size, result.excluded = len(candidates), len(excluded)
+        for c in excluded:
+            p = pred_of[c.key]
+            result.trials.append(Trial(step=result.step, label=c.label(), params=c.as_dict(),
+                                       overrides=base + list(c.overrides), status="skipped", prediction=p,
+                                       reason=f"predicted out of memory: {p['memory']['total_gib']:.1f} GiB "
+                                              f"> {p['memory']['capacity_gib']:.1f} GiB"))
+        if not fits:
+            result.note = "every configuration is predicted to run out of memory"
+            return
+        ordered = sorted(fits, key=lambda c: -(pred_of[c.key] or {}).get("samples_per_s", 0.0) or 0.0)
+        strategy, budget = search.choose(self.tune, len(fits))
+        result.strategy, result.budget = strategy.value, budget
+        engine = search.make(strategy, fits, excluded, ordered, self.tune, budget)
+        used = 0
+        for c in fits:  # the start point is part of the space: it counts, it is not rerun
+            if c.key in known:
+                t = known[c.key]
+                engine.observe(c, t.score)
+                used += 1
+        existing = self.runner.existing(result.step)
+        for c in fits:  # trials an interrupted tune finished: reused first, and they count
+            if used < budget and c.key not in known and trial_key(base + list(c.overrides)) in existing:
+                t = self.trial(result.step, c.label(), c.as_dict(), base + list(c.overrides),
+                               prediction=pred_of[c.key])
+                result.trials.append(t)
+                engine.observe(c, t.score)
+                used += 1
+                self.save()
+        while used < budget:
+            c = engine.propose()
+            if c is None:
+                break
+            t = self.trial(result.step, c.label(), c.as_dict(), base + list(c.overrides), prediction=pred_of[c.key])
+            result.trials.append(t)
+            engine.observe(c, t.score)
+            used += 1
+            self.save()
+
+    # ---- the three steps ---------------------------------------------------------------------
+    def step1(self) -> list[str]:
+        """NCCL variables. Returns the overrides of the best environment (empty: the default)."""
+        result = StepResult(1, "NCCL variables on a standalone all-reduce")
+        self.steps.append(result)
+        lo, hi = space.allreduce_sizes(self.cfg)
+        sweep = [*self.base, "kind=collective", f"collective.min_bytes={lo}", f"collective.max_bytes={hi}",
+                 "collective.step_factor=2", f"collective.iters={self.tune.collective_iters}",
+                 f"collective.warmup_iters={max(1, self.tune.collective_iters // 4)}", "collective.check=false",
+                 f"collective.dtype={'float32' if self.cfg.workload.precision.value == 'fp32' else 'bfloat16'}"]
+        default = self.trial(1, "default-env", {}, sweep + ["collective.ops=[all_reduce,all_gather,reduce_scatter]"],
+                             role="default", value_of=allreduce_busbw)
+        result.trials.append(default)
+        result.start = default
+        self.save()
+        if self.cfg.platform.device == Device.cpu:
+            result.note = ("the cpu platform's ranks talk over gloo, which no NCCL variable affects: step 1 "
+                           "measured the collectives' curves for the performance model and tried nothing")
+            result.best = default
+            return []
+        candidates = space.nccl_candidates(self.cfg)
+        self.search_step(result, candidates, sweep + ["collective.ops=[all_reduce]"], {})
+        result.best = self.best_of(result.trials) or default
+        if result.best is default:
+            return []
+        return [o for o in result.best.overrides if o.startswith("+nccl_env.")]
+
+    def step2(self, nccl: list[str]) -> Trial:
+        result = StepResult(2, "micro-batch x gradient accumulation (C fixed) x ZeRO stage")
+        self.steps.append(result)
+        base = [*self.base, *nccl]
+        start = self.baseline
+        if nccl:
+            start = self.trial(2, "default+nccl", {}, base, role="default+nccl")
+            result.trials.append(start)
+        result.start = start
+        w = self.cfg.workload
+        here = ("stage", self.cfg.zero.stage), ("micro_batch_size", w.micro_batch_size), ("grad_acc_steps", w.grad_acc_steps)
+        candidates = space.batch_candidates(self.cfg)
+        known = {c.key: start for c in candidates if c.params == here}
+        self.search_step(result, candidates, base, known)
+        result.best = self.best_of(result.trials + [start]) or start
+        return result.best
+
+    def step3(self, start: Trial, start_overrides: list[str]) -> Trial:
+        result = StepResult(3, "DeepSpeed communication knobs")
+        self.steps.append(result)
+        result.start = start
+        stage = self.runner.compose(start_overrides).zero.stage
+        candidates = space.comm_candidates(self.cfg, stage)
+        if not candidates:
+            result.note = f"ZeRO stage {stage} has no communication knobs to tune"
+            result.best = start
+            return start
+        self.search_step(result, candidates, start_overrides, {})
+        result.best = self.best_of(result.trials + [start]) or start
+        return result.best
+
+    def run(self) -> Trial:
+        print(f"tune {self.cfg.platform.name} / {self.cfg.workload.name}: steps {self.tune.steps}, "
+              f"strategy {self.tune.strategy.value} -> {self.out}\n"
+              f"(interrupted? the same command with out={self.out} resumes it)", flush=True)
+        self.baseline = self.trial(2, "default", {}, list(self.base), role="default")
+        self.save()
+        if self.baseline.status != "ok":
+            raise HarnessError(f"the default configuration did not run ({self.baseline.status}: "
+                               f"{self.baseline.reason}); fix it before tuning (see {self.baseline.records[0]})")
+        nccl = self.step1() if 1 in self.tune.steps else []
+        self.save()
+        best, best_overrides = self.baseline, [*self.base, *nccl]
+        if 2 in self.tune.steps:
+            best = self.step2(nccl)
+            best_overrides = best.overrides
+            self.save()
+        if 3 in self.tune.steps:
+            best = self.step3(best, best_overrides)
+            self.save()
+        return best
+
+
+def pick_record(done: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
+    """The record a trial is judged on: the all-reduce of a collective sweep, else the only one."""
+    for path, rec in done:
+        if rec.get("benchmark") == "all_reduce":
+            return path, rec
+    return done[0]
+
+
+def samples_per_s(rec: dict[str, Any]) -> Optional[float]:
+    m = rec.get("metrics", {}).get("samples_per_s")
+    return m["value"] if rec.get("status") == "ok" and m else None
+
+
+def allreduce_busbw(rec: dict[str, Any]) -> Optional[float]:
+    m = rec.get("metrics", {}).get("avg_busbw_gbps")
+    return m["value"] if rec.get("status") == "ok" and m else None
+
+
+def predicted_oom(pred: Optional[dict[str, Any]]) -> bool:
+    return bool(pred) and "memory" in pred and not pred["memory"]["fits"]
+
+
+def _pred_text(p: Optional[dict[str, Any]]) -> str:
+    if not p or "memory" not in p:
+        return "n/a"
+    return f"{p['samples_per_s']:.3g} samples/s, {p['memory']['total_gib']:.2f} GiB"
+
+
+def parity_text(p: Optional[dict[str, Any]]) -> str:
+    if not p or p.get("ok") is None:
+        return "n/a"
+    return f"{'ok' if p['ok'] else 'FAIL'} (max rel. diff {p['max_rel_diff']:.1e} over {p['num_steps']} steps)"
+
+
+def default_out(cfg: BenchConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return REPO_ROOT / "results" / f"tune-{safe_name(cfg.platform.name)}-{safe_name(cfg.workload.name)}-{stamp}"
+
+
+def check_resume(out: Path, cfg: BenchConfig, base: list[str]) -> None:
+    """OUT may hold only a tune of the same platform, workload and (non-tune) overrides."""
+    path = out / STATE_FILE
+    if not path.exists():
+        if out.exists() and any(out.iterdir()):
+            raise HarnessError(f"out={out} is not empty and holds no {STATE_FILE}: choose a new out= (a tune "
+                               "writes its own folder)")
+        return
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path} is unreadable ({exc}); choose a new out=") from None
+    mine = {"platform": cfg.platform.name, "workload": cfg.workload.name, "overrides": base}
+    theirs = {k: state.get(k) for k in mine}
+    if theirs != mine:
+        raise HarnessError(f"out={out} holds a different tune ({theirs}); this one is {mine}. Resume it with "
+                           "the same arguments, or choose a new out=")
+    print(f"resuming the tune in {out}: finished trials are reused", flush=True)

@@ -1,0 +1,304 @@
+"""The tuner without launching anything: search spaces and their constraints, the strategies,
+loss parity, and a whole tune over a fake runner (resume, OOM skipping, outputs)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.config import SearchStrategy, TuneConfig
+from harness.errors import ConfigError, HarnessError
+from harness.tune import parity, search, space
+from harness.tune.space import Candidate
+
+
+# ---- spaces ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("c, mbs, expected", [
+    (8, [], [(1, 8), (2, 4), (4, 2), (8, 1)]),
+    (1024, [64, 128, 256], [(64, 16), (128, 8), (256, 4)]),
+    (12, [], [(1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1)]),
+])
+def test_batch_space_keeps_c_fixed_and_divisible(composed, c, mbs, expected):
+    cfg = composed([f"workload.samples_per_step={c}", "workload.micro_batch_size=1"])
+    cfg.tune.micro_batch_sizes = mbs
+    cands = space.batch_candidates(cfg)
+    assert len(cands) == 3 * len(expected)  # x stages 1, 2, 3
+    for cand in cands:
+        d = cand.as_dict()
+        assert d["micro_batch_size"] * d["grad_acc_steps"] == c
+        assert f"workload.micro_batch_size={d['micro_batch_size']}" in cand.overrides
+        assert f"zero=stage{d['stage']}" in cand.overrides
+    assert sorted({(c_.as_dict()["micro_batch_size"], c_.as_dict()["grad_acc_steps"]) for c_ in cands}) == expected
+
+
+def test_every_batch_candidate_composes_and_validates(composed):
+    from harness.config import compose
+
+    cfg = composed([])
+    for cand in space.batch_candidates(cfg):
+        got = compose(list(cand.overrides))
+        d = cand.as_dict()
+        assert (got.zero.stage, got.workload.micro_batch_size, got.workload.grad_acc_steps) == \
+            (d["stage"], d["micro_batch_size"], d["grad_acc_steps"])
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["tune.micro_batch_sizes=[3]"], "must divide C"),
+    (["tune.steps=[4]"], "tune.steps"),
+    (["tune.steps=[]"], "tune.steps"),
+    (["tune.stages=[5]"], "tune.stages"),
+    (["tune.budget=-1"], "tune.budget"),
+    (["tune.bucket_sizes=[0]"], "tune.bucket_sizes"),
+    (["tune.nccl_space={NCCL_ALGO:[Foo]}"], "NCCL_ALGO"),
+    (["tune.loss_tolerance=0"], "tune.loss_tolerance"),
+    (["zero=stage3", "zero.gradient_collective=reduce_scatter"], "already reduce-scatters"),
+    (["zero=stage0", "zero.gradient_collective=reduce_scatter"], "no partitioned gradients"),
+])
+def test_bad_tune_settings_are_refused_naming_the_field(bad, message):
+    from harness.config import compose
+
+    with pytest.raises(ConfigError, match=message):
+        compose(bad)
+
+
+def test_comm_space_per_stage(composed):
+    cfg = composed([])
+    cfg.tune.bucket_sizes = [100_000, 1_000_000]
+    s12 = space.comm_candidates(cfg, 2)
+    assert len(s12) == 2 * 2 * 2 * 2
+    assert {c.as_dict()["gradient_collective"] for c in s12} == {"all_reduce", "reduce_scatter"}
+    one = s12[0]
+    assert "zero.reduce_bucket_size=100000" in one.overrides and "zero.allgather_bucket_size=100000" in one.overrides
+    s3 = space.comm_candidates(cfg, 3)
+    assert len(s3) == 2 * 2 * 2 * 2 and all("gradient_collective" not in c.as_dict() for c in s3)
+    assert space.comm_candidates(cfg, 0) == []
+    from harness.config import compose
+    for c in s12[:3] + s3[:3]:
+        compose(["zero=stage2" if c in s12 else "zero=stage3", *c.overrides])  # every candidate is valid
+
+
+def test_default_bucket_sizes_follow_the_model(composed):
+    tiny = composed([])          # ~5.0M parameters
+    assert space.bucket_sizes(tiny) == [100_000, 300_000, 1_200_000]
+    big = composed(["workload=llama-8b"])
+    assert space.bucket_sizes(big) == [125_500_000, 501_900_000, 1_000_000_000]
+
+
+def test_allreduce_sizes_span_the_buckets(composed):
+    cfg = composed([])  # fp32, 4,999,424 parameters, DeepSpeed's 5e8 default bucket holds them all
+    lo, hi = space.allreduce_sizes(cfg)
+    assert hi == 4_999_424 * 4 and lo == 100_000 * 4
+
+
+def test_nccl_space_is_the_product(composed):
+    cfg = composed([])
+    cands = space.nccl_candidates(cfg)
+    assert len(cands) == 2 * 3
+    assert all(o.startswith("+nccl_env.NCCL_") for c in cands for o in c.overrides)
+
+
+# ---- strategies --------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy, budget, n, expected", [
+    ("auto", 0, 6, ("grid", 6)), ("auto", 0, 12, ("bayes", 3)), ("auto", 0, 40, ("bayes", 10)),
+    ("grid", 0, 40, ("grid", 40)), ("bayes", 5, 40, ("bayes", 5)), ("grid", 50, 10, ("grid", 10)),
+])
+def test_choose(strategy, budget, n, expected):
+    s, b = search.choose(TuneConfig(strategy=SearchStrategy(strategy), budget=budget), n)
+    assert (s.value, b) == expected
+
+
+def _cands(n):
+    return [Candidate(2, (("x", i), ("y", i % 2))) for i in range(n)]
+
+
+def test_grid_proposes_in_order_each_once():
+    cands = _cands(4)
+    g = search.GridSearch(list(reversed(cands)))
+    g.observe(cands[3], 1.0)  # already known (the start point): not proposed again
+    got = []
+    while (c := g.propose()) is not None:
+        got.append(c)
+        g.observe(c, 0.5)
+    assert got == [cands[2], cands[1], cands[0]]
+
+
+def test_bayes_starts_from_the_model_and_never_repeats_or_runs_excluded():
+    cands = [Candidate(3, (("a", a), ("b", b))) for a in range(4) for b in range(3)]
+    excluded, runnable = cands[:3], cands[3:]
+    ordered = list(reversed(runnable))
+    bs = search.BayesSearch(runnable, excluded, ordered, seed=0, num_enqueued=2)
+    bs.observe(runnable[0], 5.0)  # reused from an interrupted tune
+    proposed = []
+    for _ in range(len(runnable) - 1):
+        c = bs.propose()
+        if c is None:
+            break
+        proposed.append(c)
+        bs.observe(c, float(dict(c.params)["a"]))
+    assert proposed[:2] == ordered[:2]  # the model's top predictions first
+    assert len(set(proposed)) == len(proposed) and runnable[0] not in proposed
+    assert not set(proposed) & set(excluded)
+
+
+# ---- loss parity -------------------------------------------------------------------------------
+def _rec(losses, status="ok"):
+    return {"status": status, "steps": [{"mode": "throughput", "loss": v} for v in losses]
+            + [{"mode": "profile", "loss": 99.0}]}
+
+
+@pytest.mark.parametrize("mine, ref, tol, ok", [
+    ([8.0, 7.0, 6.0], [8.0, 7.0, 6.0], 1e-3, True),
+    ([8.0, 7.0, 6.001], [8.0, 7.0, 6.0], 1e-3, True),
+    ([8.0, 7.0, 6.1], [8.0, 7.0, 6.0], 1e-3, False),
+    ([8.0, float("nan")], [8.0, 7.0], 1e-3, False),
+    ([8.0, 7.0], [8.0, 7.0, 6.0], 1e-3, True),  # compared over the common first steps
+])
+def test_parity(mine, ref, tol, ok):
+    p = parity.check(_rec(mine), _rec(ref), tol)
+    assert p.ok is ok and p.num_steps == min(len(mine), len(ref))
+
+
+def test_parity_not_judged_without_losses():
+    assert parity.check(_rec([], "oom"), _rec([8.0]), 1e-3).ok is None
+
+
+# ---- a whole tune over a fake runner -----------------------------------------------------------
+class FakeWorld:
+    """Trials 'run' instantly: samples/s from a formula, OOM above a micro-batch, losses equal."""
+
+    def __init__(self, oom_mb=8):
+        self.launched: list[list[str]] = []
+        self.oom_mb = oom_mb
+
+    def value(self, cfg):
+        z = cfg.zero
+        v = 10.0 + cfg.workload.micro_batch_size - (3 if z.stage == 3 else 0)
+        v += 1.0 if z.overlap_comm else 0.0
+        v += 0.5 if z.gradient_collective.value == "reduce_scatter" else 0.0
+        return v
+
+    def run(self, runner, step, name, overrides):
+        self.launched.append(list(overrides))
+        cfg = runner.compose(list(overrides))
+        folder = runner.step_dir(step)
+        folder.mkdir(parents=True, exist_ok=True)
+        rid = f"{len(list(folder.glob('*.json'))):02d}-{name}"
+        if cfg.kind.value == "collective":
+            recs = [{"run_id": f"{rid}-{op}", "kind": "collective", "benchmark": op, "status": "ok",
+                     "overrides": overrides, "metrics": {"avg_busbw_gbps": {"value": 1.0, "unit": "GB/s"}},
+                     "rows": [], "platform": "cpu", "config": {}, "environment": {}}
+                    for op in cfg.collective.ops]
+        else:
+            oom = cfg.workload.micro_batch_size >= self.oom_mb
+            recs = [{"run_id": rid, "kind": "training", "benchmark": cfg.workload.name,
+                     "status": "oom" if oom else "ok", "reason": "out of memory" if oom else None,
+                     "overrides": overrides, "platform": "cpu", "config": {}, "environment": {},
+                     "metrics": {} if oom else {"samples_per_s": {"value": self.value(cfg), "unit": "samples/s"}},
+                     "steps": [] if oom else [{"mode": "throughput", "loss": 8.0 - i * 0.1} for i in range(4)]}]
+        out = []
+        for r in recs:
+            path = folder / f"{r['run_id']}.json"
+            path.write_text(json.dumps(r))
+            out.append((str(path.relative_to(runner.out)), r))
+        return out
+
+
+@pytest.fixture
+def fake_tune(monkeypatch, tmp_path):
+    from harness.tune import trials, tuner
+
+    world = FakeWorld()
+    monkeypatch.setattr(trials.TrialRunner, "run", lambda self, step, name, ov: world.run(self, step, name, ov))
+
+    def predictions(self, overrides_of):  # a model that knows memory grows with the micro-batch
+        out = []
+        for ov in overrides_of:
+            cfg = self.runner.compose(ov)
+            mem = 0.1 * cfg.workload.micro_batch_size
+            out.append({"samples_per_s": world.value(cfg), "step_time_s": 1.0,
+                        "memory": {"total_gib": mem, "capacity_gib": 0.5, "fits": mem <= 0.5}})
+        return out
+
+    monkeypatch.setattr(tuner.Tuner, "predictions", predictions)
+    return world, tmp_path / "tune"
+
+
+def _run_tune(out, *extra):
+    from harness.tune import cli
+
+    return cli(["tune.install_preset=false", f"out={out}", *extra])
+
+
+def test_tune_skips_predicted_oom_and_finds_the_best(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=grid") == 0
+    state = json.loads((out / "tune.json").read_text())
+    step2 = state["steps"][1]
+    skipped = [t for t in step2["trials"] if t["status"] == "skipped"]
+    assert {t["params"]["micro_batch_size"] for t in skipped} == {8}  # 0.8 GiB > 0.5: never launched
+    assert not any("workload.micro_batch_size=8" in ov for ov in world.launched)
+    assert step2["best"] == "z1-mb4-ga2" or step2["best"] == "z2-mb4-ga2"
+    assert state["steps"][2]["best"].startswith("ov1-gcrs")
+    report = (out / "report.md").read_text()
+    assert "What each step contributed" in report and "predicted" in report and "Loss parity" in report
+    preset = (out / "best" / "tuned-cpu-llama-tiny.yaml").read_text()
+    assert "zero.gradient_collective=reduce_scatter" in preset
+    ds = json.loads((out / "best" / "deepspeed.json").read_text())
+    assert ds["zero_optimization"]["overlap_comm"] is True
+
+
+def test_tune_resumes_without_rerunning_finished_trials(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]") == 0
+    first = len(world.launched)
+    assert first > 3
+    world.launched.clear()
+    assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]") == 0
+    assert world.launched == []  # every trial reused
+    state = json.loads((out / "tune.json").read_text())
+    assert all(t["reused"] for t in state["steps"][0]["trials"] if t["status"] != "skipped")
+
+
+def test_interrupted_tune_resumes_where_it_stopped(fake_tune, monkeypatch):
+    world, out = fake_tune
+    real = world.run
+    calls = {"n": 0}
+
+    def dies_on_third(runner, step, name, ov):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(runner, step, name, ov)
+
+    from harness.tune import trials
+    monkeypatch.setattr(trials.TrialRunner, "run", lambda self, s, n, ov: dies_on_third(self, s, n, ov))
+    with pytest.raises(KeyboardInterrupt):
+        _run_tune(out, "tune.strategy=grid", "tune.steps=[2]")
+    done_before = list(world.launched)
+    world.launched.clear()
+    assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]") == 0
+    assert not set(map(tuple, done_before)) & set(map(tuple, world.launched))  # nothing finished is rerun
+
+
+def test_resume_refuses_a_different_tune(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "tune.steps=[2]", "tune.budget=2") == 0
+    with pytest.raises(HarnessError, match="different tune"):
+        _run_tune(out, "tune.steps=[2]", "workload=llama-tiny-kd")
+
+
+def test_out_with_other_results_is_refused(tmp_path, fake_tune):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.json").write_text("{}")
+    with pytest.raises(HarnessError, match="not empty"):
+        _run_tune(tmp_path / "other")
+
+
+def test_bayes_respects_the_budget(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=bayes", "tune.budget=3", "tune.steps=[2]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    ran = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"]
+    assert len(ran) == 2  # + the default configuration (z1 mb2 ga4), a point of the space: 3
+    assert len(world.launched) == 3  # the default, then two searched
