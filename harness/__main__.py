@@ -150,7 +150,8 @@ def cmd_model(args: list[str]) -> int:
 
     from .calibration import calibrate, load_records
     from .config import RunKind, compose
-    from .perfmodel import format_prediction, format_sweep, predict, sweep_configs
+    from .perfmodel import predict, sweep_configs
+    from .perfmodel_text import format_prediction, format_sweep
     from .references import load_references
 
     parser = argparse.ArgumentParser(prog="python -m harness model", description=cmd_model.__doc__)

@@ -1,0 +1,80 @@
+"""The performance model's output as text: one prediction's breakdown, or a sweep's table
+(`python -m harness model`)."""
+from __future__ import annotations
+
+from .perfmodel import Prediction, overlap_summary
+
+
+def _gib(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def describe(pred: Prediction) -> str:
+    c = pred.config
+    return (f"{c['workload']} on {c['platform']}: {c['world_size']} ranks ({c['nodes']} node(s)), ZeRO-{c['zero_stage']}, "
+            f"micro-batch {c['micro_batch_size']} x grad-acc {c['grad_acc_steps']}, seq {c['seq_len']}, {c['precision']}; "
+            f"overlap_comm {str(c['overlap_comm']).lower()}, gradient collective {c['gradient_collective']}, "
+            f"activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}")
+
+
+def format_prediction(pred: Prediction) -> str:
+    """The breakdown of one prediction: memory terms, each collective, compute, step time, hours."""
+    m = pred.memory
+    lines = [describe(pred), "", f"memory per rank {'GiB':>12}   formula"]
+    for name, value, key in (("params", m.params_gib, "params"), ("grads", m.grads_gib, "grads"),
+                             ("optimizer", m.optimizer_gib, "optimizer"), ("activations", m.activations_gib, "activations"),
+                             ("buffers", m.buffers_gib, "buffers"), ("teacher", m.teacher_gib, "teacher"),
+                             ("step transient", m.step_transient_gib, "step_transient"), ("runtime", m.runtime_gib, "")):
+        if value or key in ("params", "grads", "optimizer", "activations"):
+            lines.append(f"  {name:<16} {_gib(value):>11}   {m.formulas.get(key, '')}")
+    verdict = "fits" if m.fits else "OUT OF MEMORY"
+    lines += [f"  {'total':<16} {_gib(m.total_gib):>11}   peak in {m.peak_phase}; {m.formulas['total']}",
+              f"  {'capacity':<16} {_gib(m.capacity_gib):>11}   {m.formulas['capacity']} -> {verdict}"]
+    lines += [f"  note: {n}" for n in m.notes]
+    peak = pred.flops_per_step / (pred.compute_s * pred.efficiency) / 1e12 if pred.compute_s else 0.0
+    lines += ["", f"compute: {pred.flops_per_step:.3g} FLOP per rank per step / ({peak:g} TFLOP/s x efficiency "
+                  f"{pred.efficiency:.3f}) = {pred.compute_s:.4g} s", f"  efficiency: {pred.efficiency_source}"]
+    sources: list[str] = []
+    lines += ["", f"communication per optimizer step (N = {pred.config['world_size']}):",
+              f"  {'op':<15}{'phase':<10}{'message B':>13}{'count':>7}{'busbw GB/s':>12}{'time s':>10}{'total s':>10}  what [source]"]
+    for e in pred.comm:
+        if e.source not in sources:
+            sources.append(e.source)
+        lines.append(f"  {e.op:<15}{e.phase:<10}{e.bytes:>13}{e.count:>7}{e.busbw_gbps:>12.4g}{e.time_s:>10.3g}"
+                     f"{e.total_time_s:>10.3g}  {e.what} [{sources.index(e.source) + 1}]")
+    lines += [f"  [{i + 1}] {s}" for i, s in enumerate(sources)]
+    lines += [f"  total {pred.comm_s:.4g} s, exposed {pred.exposed_comm_s:.4g} s",
+              f"  overlap: {overlap_summary(pred.config)}"]
+    lines += [f"  note: {n}" for n in pred.notes]
+    lines += ["", f"step time {pred.step_time_s:.4g} s = compute {pred.compute_s:.4g} + exposed communication "
+                  f"{pred.exposed_comm_s:.4g}",
+              f"throughput {pred.samples_per_s:.4g} samples/s, {pred.tokens_per_s:.4g} tokens/s (global)"]
+    if pred.hours is not None:
+        lines.append(f"hours for {pred.tokens:.3g} tokens: {pred.hours:.4g}")
+    return "\n".join(lines)
+
+
+def format_sweep(preds: list[Prediction]) -> str:
+    """One row per configuration: memory, fits/OOM, step time, samples/s, hours."""
+    if not preds:
+        return "no configuration"
+    c = preds[0].config
+    lines = [f"{c['workload']} on {c['platform']}: {c['world_size']} ranks, C = {c['micro_batch_size'] * c['grad_acc_steps']}, "
+             f"seq {c['seq_len']}, {c['precision']}, activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}",
+             f"{'ZeRO':>4} {'mb':>5} {'ga':>5} {'mem GiB':>9} {'of GiB':>7} {'':<4} {'step s':>9} {'comm s':>8} "
+             f"{'exposed':>8} {'samples/s':>10} {'hours':>9}  efficiency"]
+    sources: list[str] = []
+    for p in preds:
+        m, k = p.memory, p.config
+        if p.efficiency_source not in sources:
+            sources.append(p.efficiency_source)
+        hours = f"{p.hours:.4g}" if p.hours is not None else "-"
+        lines.append(f"{k['zero_stage']:>4} {k['micro_batch_size']:>5} {k['grad_acc_steps']:>5} {m.total_gib:>9.4g} "
+                     f"{m.capacity_gib:>7.4g} {'ok' if m.fits else 'OOM':<4} {p.step_time_s:>9.4g} {p.comm_s:>8.3g} "
+                     f"{p.exposed_comm_s:>8.3g} {p.samples_per_s:>10.4g} {hours:>9}  {p.efficiency:.3f} [{sources.index(p.efficiency_source) + 1}]")
+    lines += [f"[{i + 1}] {s}" for i, s in enumerate(sources)]
+    busbw = sorted({e.source for p in preds for e in p.comm})
+    lines += ["busbw: " + "; ".join(busbw)] if busbw else []
+    if preds[0].hours is None:
+        lines.append("(give --tokens for the hours column)")
+    return "\n".join(lines)
