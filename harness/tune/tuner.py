@@ -72,8 +72,7 @@ class Tuner:
 
     # ---- running and judging one trial -------------------------------------------------------
     def trial(self, step: int, label: str, params: dict[str, Any], overrides: list[str], *,
-              role: str = "search", prediction: Optional[dict[str, Any]] = None, value_of=None) -> Trial:
-        value_of = value_of or samples_per_s
+              role: str = "search", prediction: Optional[dict[str, Any]] = None) -> Trial:
         done = self.runner.existing(step).get(trial_key(overrides))
         reused = bool(done)
         if not done:
@@ -82,6 +81,7 @@ class Tuner:
             done = self.runner.run(step, label, overrides)
         main = pick_record(done)
         rec = main[1]
+        value_of = samples_per_s if rec["kind"] == "training" else allreduce_busbw
         t = Trial(step=step, label=label, params=params, overrides=overrides, status=rec["status"],
                   value=value_of(rec), unit="GB/s" if step == 1 else "samples/s", reason=rec.get("reason"),
                   records=[p for p, _ in done], reused=reused, role=role, prediction=prediction,
@@ -133,10 +133,13 @@ class Tuner:
         return out
 
     def search_step(self, result: StepResult, candidates: list[Candidate], base: list[str],
-                    known: dict[str, Trial]) -> None:
+                    known: dict[str, Trial], model: bool = True) -> None:
         """Predict, exclude predicted OOM, order, then search within the budget. `known` maps a
-        candidate key to a trial already measured elsewhere (the start point)."""
-        preds = self.predictions([base + list(c.overrides) for c in candidates])
+        candidate key to a trial already measured elsewhere (the start point). model=False (step 1:
+        collective sweeps, which the training model does not describe): no prediction, no skipping,
+        the space's own order."""
+        preds = (self.predictions([base + list(c.overrides) for c in candidates]) if model
+                 else [None] * len(candidates))
         pred_of = {c.key: p for c, p in zip(candidates, preds)}
         fits = [c for c in candidates if not (self.tune.skip_predicted_oom and predicted_oom(pred_of[c.key]))]
         excluded = [c for c in candidates if c not in fits]
@@ -184,13 +187,16 @@ class Tuner:
         """NCCL variables. Returns the overrides of the best environment (empty: the default)."""
         result = StepResult(1, "NCCL variables on a standalone all-reduce")
         self.steps.append(result)
+        if self.cfg.platform.world_size < 2:
+            result.note = "one rank: there is no collective to tune"
+            return []
         lo, hi = space.allreduce_sizes(self.cfg)
         sweep = [*self.base, "kind=collective", f"collective.min_bytes={lo}", f"collective.max_bytes={hi}",
                  "collective.step_factor=2", f"collective.iters={self.tune.collective_iters}",
                  f"collective.warmup_iters={max(1, self.tune.collective_iters // 4)}", "collective.check=false",
                  f"collective.dtype={'float32' if self.cfg.workload.precision.value == 'fp32' else 'bfloat16'}"]
         default = self.trial(1, "default-env", {}, sweep + ["collective.ops=[all_reduce,all_gather,reduce_scatter]"],
-                             role="default", value_of=allreduce_busbw)
+                             role="default")
         result.trials.append(default)
         result.start = default
         self.save()
@@ -200,7 +206,7 @@ class Tuner:
             result.best = default
             return []
         candidates = space.nccl_candidates(self.cfg)
-        self.search_step(result, candidates, sweep + ["collective.ops=[all_reduce]"], {})
+        self.search_step(result, candidates, sweep + ["collective.ops=[all_reduce]"], {}, model=False)
         result.best = self.best_of(result.trials) or default
         if result.best is default:
             return []

@@ -185,8 +185,10 @@ class FakeWorld:
         folder.mkdir(parents=True, exist_ok=True)
         rid = f"{len(list(folder.glob('*.json'))):02d}-{name}"
         if cfg.kind.value == "collective":
+            env = cfg.nccl_env
+            busbw = 1.0 + (0.5 if env.get("NCCL_PROTO") == "Simple" else 0) + (0.2 if env.get("NCCL_ALGO") == "Tree" else 0)
             recs = [{"run_id": f"{rid}-{op}", "kind": "collective", "benchmark": op, "status": "ok",
-                     "overrides": overrides, "metrics": {"avg_busbw_gbps": {"value": 1.0, "unit": "GB/s"}},
+                     "overrides": overrides, "metrics": {"avg_busbw_gbps": {"value": busbw, "unit": "GB/s"}},
                      "rows": [], "platform": "cpu", "config": {}, "environment": {}}
                     for op in cfg.collective.ops]
         else:
@@ -302,3 +304,28 @@ def test_bayes_respects_the_budget(fake_tune):
     ran = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"]
     assert len(ran) == 2  # + the default configuration (z1 mb2 ga4), a point of the space: 3
     assert len(world.launched) == 3  # the default, then two searched
+
+
+def test_step1_tries_every_nccl_setting_and_step2_runs_with_the_best(fake_tune):
+    world, out = fake_tune
+    world.oom_mb = 10**6
+    assert _run_tune(out, "platform=roce-h100", "platform.nodes=1", "platform.launcher=local", "tune.steps=[1,2]", "tune.stages=[1]", "tune.micro_batch_sizes=[2,4]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    s1, s2 = state["steps"]
+    runs = [t for t in s1["trials"] if t["role"] == "search"]
+    assert len(runs) == 6 and all(t["status"] == "ok" and t["prediction"] is None for t in runs)  # never skipped
+    best = next(t for t in s1["trials"] if t["label"] == s1["best"])
+    assert best["params"] == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}
+    assert s2["trials"][0]["role"] == "default+nccl"  # what step 1 gives the default configuration
+    for t in s2["trials"]:
+        assert "+nccl_env.NCCL_ALGO=Tree" in t["overrides"] and "+nccl_env.NCCL_PROTO=Simple" in t["overrides"]
+    report = (out / "report.md").read_text()
+    assert "step 1 (NCCL variables, on the default configuration)" in report
+
+
+def test_one_rank_has_no_step1(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "platform=h100", "tune.steps=[1]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    assert state["steps"][0]["note"] == "one rank: there is no collective to tune"
+    assert all("kind=collective" not in ov for ov in world.launched)
