@@ -69,6 +69,7 @@ class Tuner:
         self.baseline: Optional[Trial] = None
         self.tolerance = self.tune.loss_tolerance or parity.default_tolerance(self.cfg.workload.precision)
         self.calibration_records: list[dict[str, Any]] = []
+        self.references: Optional[list] = None
 
     # ---- running and judging one trial -------------------------------------------------------
     def trial(self, step: int, label: str, params: dict[str, Any], overrides: list[str], *,
@@ -120,10 +121,15 @@ class Tuner:
 
     # ---- predictions -------------------------------------------------------------------------
     def predictions(self, overrides_of: list[list[str]]) -> list[Optional[dict[str, Any]]]:
+        """The model's predictions, calibrated on every record this tune has so far (before the
+        first training record: on the reference table's figures of the workload, if any)."""
         from ..calibration import calibrate
         from ..perfmodel import predict
+        from ..references import load_references
 
-        calib = calibrate(self.calibration_records, self.cfg)
+        if self.references is None:
+            self.references = load_references()
+        calib = calibrate(self.calibration_records, self.cfg, self.references)
         out = []
         for ov in overrides_of:
             try:
@@ -247,7 +253,8 @@ class Tuner:
         print(f"tune {self.cfg.platform.name} / {self.cfg.workload.name}: steps {self.tune.steps}, "
               f"strategy {self.tune.strategy.value} -> {self.out}\n"
               f"(interrupted? the same command with out={self.out} resumes it)", flush=True)
-        self.baseline = self.trial(2, "default", {}, list(self.base), role="default")
+        self.baseline = self.trial(2, "default", {}, list(self.base), role="default",
+                                   prediction=self.predictions([list(self.base)])[0])
         self.save()
         if self.baseline.status != "ok":
             raise HarnessError(f"the default configuration did not run ({self.baseline.status}: "
