@@ -326,21 +326,62 @@ class Traffic:
     bucket is produced when backward ends)."""
 
 
-def pack(elements: list[int], limit: int, crossing: bool = False) -> list[int]:
-    """Greedy packing of tensors (elements, in issue order) into messages. crossing=False: DeepSpeed's
-    gradient bucket (a full bucket is reduced before the tensor that would overflow it; a tensor
-    larger than the bucket goes alone); crossing=True: the tensor that crosses the limit still joins
-    (ZeRO-3's prefetch, the engine's ZeRO-0 all-reduce)."""
-    out, cur = [], 0
-    for e in elements:
+def pack_members(elements: list[int], limit: int, crossing: bool = False) -> list[list[int]]:
+    """Greedy packing of tensors (elements, in issue order) into messages, as positions in
+    `elements`. crossing=False: DeepSpeed's gradient bucket (a full bucket is reduced before the
+    tensor that would overflow it; a tensor larger than the bucket goes alone); crossing=True: the
+    tensor that crosses the limit still joins (ZeRO-3's prefetch, the engine's ZeRO-0 all-reduce)."""
+    out, cur, members = [], 0, []
+    for i, e in enumerate(elements):
         if not crossing and cur and cur + e > limit:
-            out.append(cur)
-            cur = 0
+            out.append(members)
+            cur, members = 0, []
         cur += e
+        members.append(i)
         if cur >= limit and (crossing or e > limit or cur == limit):
-            out.append(cur)
-            cur = 0
-    return out + ([cur] if cur else [])
+            out.append(members)
+            cur, members = 0, []
+    return out + ([members] if cur else [])
+
+
+def pack(elements: list[int], limit: int, crossing: bool = False) -> list[int]:
+    """The message sizes (elements) of pack_members."""
+    return [sum(elements[i] for i in m) for m in pack_members(elements, limit, crossing)]
+
+
+def zero_partition_size(group_elements: int, n: int) -> int:
+    """Elements of each rank's ZeRO-1/2 partition of one optimizer parameter group, as DeepSpeed
+    0.19.8 cuts it (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__): the group's
+    parameters are flattened in order and padded at the end to a multiple of
+    nccl_start_alignment_factor (2) x N (flatten_dense_tensors_aligned; parameter_alignment,
+    false by default, would pad between parameters and is not modelled), then
+    get_data_parallel_partitions cuts that into N equal contiguous partitions:
+    ceil(elements / 2N) x 2N / N. Rank r owns [r x size, (r + 1) x size) of the flat group."""
+    align = 2 * n
+    return -(-group_elements // align) * align // n
+
+
+def rank_shares(spans: list[tuple[int, int, int]], n: int) -> list[int]:
+    """Elements of a bucket in each rank's partition; spans: (first element within its
+    parameter group's flat buffer, elements, that group's zero_partition_size) per gradient."""
+    shares = [0] * n
+    for start, numel, size in spans:
+        end, r = start + numel, start // size if numel else 0
+        while start < end:
+            stop = min(end, (r + 1) * size)
+            shares[r] += stop - start
+            start, r = stop, r + 1
+    return shares
+
+
+def padded_reduce_scatter_elements(spans: list[tuple[int, int, int]], n: int) -> int:
+    """Input elements of the reduce-scatter of one ZeRO-1/2 bucket under
+    zero.gradient_collective=reduce_scatter: N x max_r(elements of the bucket in rank r's
+    partition). benchmarks/reduce_scatter.py (plan_layout) packs each destination rank's pieces
+    into one chunk and pads every chunk to the longest before the single reduce-scatter, so a
+    bucket lying in one partition moves N x its size; one holding every gradient is padded only
+    to DeepSpeed's alignment (sum over groups of zero_partition_size x N)."""
+    return n * max(rank_shares(spans, n), default=0)
 
 
 def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
@@ -348,9 +389,11 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     ZeRO-0: the engine all-reduces all gradients at the boundary (5e8-element buckets).
     ZeRO-1: the gradient buckets (reduce_bucket_size) are all-reduced once, at the boundary;
     ZeRO-2: on every micro-step; with zero.gradient_collective=reduce_scatter each bucket is
-    reduce-scattered instead. After the step, ZeRO-1/2 all-gather the updated parameters: one
-    all_gather_into_tensor per optimizer parameter group (utils.all_gather_into_tensor_dp_groups;
-    allgather_bucket_size is not used when torch has it). A gradient-norm all-reduce of 4 bytes
+    reduce-scattered instead (benchmarks/reduce_scatter.py), its message padded to N x the
+    bucket's largest share of one rank's partition (padded_reduce_scatter_elements). After the
+    step, ZeRO-1/2 all-gather the updated parameters: one all_gather_into_tensor per optimizer
+    parameter group (utils.all_gather_into_tensor_dp_groups; allgather_bucket_size is not used
+    when torch has it). A gradient-norm all-reduce of 4 bytes
     twice. ZeRO-3, every micro-step: parameter all-gathers in forward (prefetch_bucket_size
     messages; parameters under the persistence threshold stay whole) and again in backward (not
     the input embedding, whose backward needs no weight, nor the last module, still gathered, nor
@@ -368,15 +411,35 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
         return [Traffic("all_reduce", "backward", "gradient all-reduce (engine, at the boundary)",
                         tuple(g * m for m in pack(forward_order, DS_ALLREDUCE_BUCKET, crossing=True)), 1, False)]
     if s in (1, 2):
-        op = "reduce_scatter" if gradient_collective(cfg) == "reduce_scatter" else "all_reduce"
+        n = cfg.platform.world_size
         hooks = s == 2 or overlap_comm(cfg)       # reduced from backward hooks, else after backward
         # the suite's torch AdamW has two parameter groups (weight decay on matrices only); DeepSpeed's one
-        decay, no_decay = [t[1] for t in tensors if t[2] >= 2], [t[1] for t in tensors if t[2] < 2]
-        groups = [decay, no_decay] if w.optimizer.value == "torch" else [forward_order]
-        order = backward_order if hooks else [e for grp in groups for e in grp]
-        return [Traffic(op, "backward", f"gradient {op.replace('_', '-')} per bucket"
-                        + (" (every micro-step)" if s == 2 else " (at the boundary)"),
-                        tuple(g * m for m in pack(order, bucket)), ga if s == 2 else 1, overlap_comm(cfg), "last"),
+        index_groups = ([[i for i, t in enumerate(tensors) if t[2] >= 2], [i for i, t in enumerate(tensors) if t[2] < 2]]
+                        if w.optimizer.value == "torch" else [list(range(len(tensors)))])
+        groups = [[tensors[i][1] for i in grp] for grp in index_groups]
+        order = list(range(len(tensors)))[::-1] if hooks else [i for grp in index_groups for i in grp]
+        buckets = [[order[k] for k in m] for m in pack_members([tensors[i][1] for i in order], bucket)]
+        real = tuple(g * sum(tensors[i][1] for i in b) for b in buckets)
+        when = " (every micro-step)" if s == 2 else " (at the boundary)"
+        if gradient_collective(cfg) == "reduce_scatter":
+            # benchmarks/reduce_scatter.py: per bucket ONE reduce-scatter of N equal chunks, chunk r
+            # holding the bucket's elements in rank r's partition (DeepSpeed's flat partitions of
+            # each parameter group, zero_partition_size), every chunk padded to the longest:
+            # message bytes = N x max_r(bucket elements in partition r) x element bytes.
+            span: dict[int, tuple[int, int, int]] = {}
+            for grp in index_groups:
+                size, offset = zero_partition_size(sum(tensors[i][1] for i in grp), n), 0
+                for i in grp:
+                    span[i] = (offset, tensors[i][1], size)
+                    offset += tensors[i][1]
+            sizes = tuple(g * padded_reduce_scatter_elements([span[i] for i in b], n) for b in buckets)
+            grads = Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket, padded to N x largest "
+                            f"rank share ({sum(sizes) / sum(real):.2f}x the real bytes)" + when,
+                            sizes, ga if s == 2 else 1, overlap_comm(cfg), "last")
+        else:
+            grads = Traffic("all_reduce", "backward", "gradient all-reduce per bucket" + when,
+                            real, ga if s == 2 else 1, overlap_comm(cfg), "last")
+        return [grads,
                 Traffic("all_gather", "step", "updated parameters, one per optimizer parameter group",
                         tuple(g * sum(grp) for grp in groups if grp), 1, False),
                 Traffic("all_reduce", "step", "gradient norm and overflow check", (4, 4), 1, False)]

@@ -12,12 +12,13 @@ import math
 import pytest
 
 from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
-from harness.config import Precision, WorkloadConfig
+from harness.config import OptimizerImpl, Precision, WorkloadConfig
 from harness.errors import HarnessError
+from harness.flops import llama_param_count
 from harness.perfmodel import (activation_estimate, comm_traffic, collective_time, deepspeed_zero2_estimate_bytes,
                                deepspeed_zero3_estimate_bytes, efficiency_for_step_time, executed_flops_per_step,
-                               layer_bytes_per_token, memory_estimate, pack, predict, sweep_configs, with_split,
-                               zero_model_states_bytes)
+                               layer_bytes_per_token, memory_estimate, pack, padded_reduce_scatter_elements, predict,
+                               rank_shares, sweep_configs, with_split, zero_model_states_bytes, zero_partition_size)
 
 from unit_helpers import REPO_ROOT
 
@@ -149,16 +150,145 @@ def test_zero3_gathers_parameters_in_forward_and_backward_and_the_teacher(compos
     assert backward == ga * 4 * (TINY_PSI - 2 * 4096 * 256)
 
 
-def test_llama_8b_zero1_moves_psi_gradient_bytes_and_reduce_scatter_halves_the_factor(composed):
-    cfg = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage1"])
-    assert _bytes(cfg, "all_reduce", "backward")[0] == 2 * PSI_8B
+def _with(cfg, **zero):
+    return dataclasses.replace(cfg, zero=dataclasses.replace(cfg.zero, **zero))
+
+
+def _grad_time(pred, op) -> float:
+    return sum(c.total_time_s for c in pred.comm if c.op == op and c.phase == "backward")
+
+
+def _aligned(elements: int, n: int) -> int:
+    """DeepSpeed's flat parameter group: padded to a multiple of 2N (nccl_start_alignment_factor x N)."""
+    return -(-elements // (2 * n)) * 2 * n
+
+
+def test_llama_8b_zero1_moves_psi_gradient_bytes_and_one_bucket_reduce_scatter_halves_the_factor(composed):
+    """With one bucket holding every gradient the reduce-scatter is balanced: Psi bytes (up to
+    DeepSpeed's alignment) at (N-1)/N instead of the all-reduce's 2(N-1)/N."""
+    cfg = _with(composed(["platform=ib-a100", "workload=llama-8b", "zero=stage1"]), reduce_bucket_size=10**10)
+    assert _bytes(cfg, "all_reduce", "backward") == (2 * PSI_8B, 1)
     assert _bytes(cfg, "all_gather", "step")[0] == 2 * PSI_8B
     cal = Calibration()
-    ar = sum(c.total_time_s for c in predict(cfg, cal).comm if c.op == "all_reduce" and c.phase == "backward")
-    rs_cfg = dataclasses.replace(cfg, zero=dataclasses.replace(cfg.zero, gradient_collective="reduce_scatter"))
-    assert _bytes(rs_cfg, "reduce_scatter", "backward")[0] == 2 * PSI_8B
-    rs = sum(c.total_time_s for c in predict(rs_cfg, cal).comm if c.op == "reduce_scatter")
-    assert rs == pytest.approx(ar / 2)                                       # (N-1)/N instead of 2(N-1)/N
+    rs_cfg = _with(cfg, gradient_collective="reduce_scatter")
+    rs_bytes, count = _bytes(rs_cfg, "reduce_scatter", "backward")
+    assert count == 1 and 0 <= rs_bytes - 2 * PSI_8B < 2 * 2 * 16 * 2      # < 2N elements per parameter group
+    ar, rs = _grad_time(predict(cfg, cal), "all_reduce"), _grad_time(predict(rs_cfg, cal), "reduce_scatter")
+    assert rs == pytest.approx(ar / 2, rel=1e-8)                            # (N-1)/N instead of 2(N-1)/N
+
+
+# (group elements, N, partition size): ceil(elements / 2N) x 2N / N (stage_1_and_2.py)
+@pytest.mark.parametrize("elements,n,size", [(10, 2, 6), (12, 2, 6), (156_480, 2, 78_240), (7, 4, 2), (16, 8, 2),
+                                             (17, 8, 4), (PSI_8B, 16, PSI_8B // 16)])
+def test_zero_partition_size(elements, n, size):
+    assert zero_partition_size(elements, n) == size
+
+
+# spans: (first element in its group's flat buffer, elements, the group's partition size)
+@pytest.mark.parametrize("spans,n,shares,padded", [
+    ([(0, 10, 6)], 2, [6, 4], 12),                     # the whole group: padded to its alignment only
+    ([(4, 4, 6)], 2, [2, 2], 4),                       # straddles the boundary evenly
+    ([(0, 3, 6)], 2, [3, 0], 6),                       # inside one partition: N x its size
+    ([(0, 3, 6), (3, 3, 6)], 2, [6, 0], 12),
+    ([(0, 10, 6), (0, 3, 2)], 2, [8, 5], 16),          # two parameter groups, each cut in N
+    ([(5, 1, 2)], 4, [0, 0, 1, 0], 4),
+    ([(0, 16, 2)], 8, [2] * 8, 16),                    # balanced on 8 ranks
+    ([(0, 2, 2)], 8, [2] + [0] * 7, 16),               # a bucket in one of 8 partitions: 8x
+    ([], 2, [0, 0], 0),
+])
+def test_rank_shares_and_padding(spans, n, shares, padded):
+    assert rank_shares(spans, n) == shares
+    assert padded_reduce_scatter_elements(spans, n) == padded == n * max(shares, default=0)
+
+
+@pytest.mark.parametrize("overrides,bucket", [
+    (["platform=ib-a100", "workload=llama-8b", "zero=stage2"], 10**10),       # bf16, 2 groups, N = 16
+    (["platform=roce-h100", "workload=llama-440m", "zero=stage2"], None),      # DeepSpeed's default 5e8 > Psi
+    (["platform=cpu", "workload=llama-tiny", "zero=stage1"], 10**8),           # fp32, N = 2
+    (["platform=cpu", "workload=llama-tiny", "zero=stage2", "zero.overlap_comm=true"], 5_000_000),
+])
+@pytest.mark.parametrize("optimizer", [OptimizerImpl.torch, OptimizerImpl.deepspeed])
+def test_a_bucket_holding_every_gradient_is_not_padded(composed, overrides, bucket, optimizer):
+    """One bucket, every gradient: each rank's chunk is its whole partition of each parameter
+    group, so the message is the real bytes rounded up to 2N elements per group (DeepSpeed's
+    alignment), never more."""
+    cfg = composed(overrides + ["zero.gradient_collective=reduce_scatter"])
+    cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, optimizer=optimizer))
+    if bucket is not None:
+        cfg = _with(cfg, reduce_bucket_size=bucket)
+    w, n = cfg.workload, cfg.platform.world_size
+    e = 4 if w.precision == Precision.fp32 else 2
+    tensors = [t for t in comm_traffic(cfg) if t.op == "reduce_scatter"]
+    assert len(tensors) == 1 and len(tensors[0].sizes) == 1
+    assert "padded to N x largest rank share (1.00x the real bytes)" in tensors[0].what
+    (ar,) = [tr for tr in comm_traffic(_with(cfg, gradient_collective="all_reduce")) if tr.phase == "backward"]
+    assert len(ar.sizes) == 1
+    real = ar.sizes[0]
+    group_bytes = [tr for tr in comm_traffic(cfg) if tr.op == "all_gather"][0].sizes   # one per parameter group
+    assert real == sum(group_bytes) and len(group_bytes) == (2 if optimizer == OptimizerImpl.torch else 1)
+    assert tensors[0].sizes[0] == sum(e * _aligned(b // e, n) for b in group_bytes)
+    assert 0 <= tensors[0].sizes[0] - real < e * 2 * n * len(group_bytes)
+
+
+# The 156,480-parameter LLaMA of tests/integration/test_reduce_scatter.py (vocab 512, h 64, f 172,
+# 2 layers, 4 heads, 2 kv heads, untied head), fp32, 2 ranks, reduce_bucket_size 20,000, one
+# parameter group (its torch AdamW takes model.parameters()). Counted by hand: the flat group
+# is 156,480 elements (a multiple of 2N = 4), partitions [0, 78,240) and [78,240, 156,480).
+# Offsets: embed 0 (32,768), layer 0 from 32,768 (q 4,096, k 2,048, v 2,048, o 4,096, gate, up,
+# down 11,008 each, 2 norms 64), layer 1 from 78,208 (its q_proj straddles: 32 elements in
+# partition 0, 4,064 in 1), final norm 123,648, lm_head 123,712 (32,768).
+INTEGRATION_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=172, num_layers=2, num_heads=4,
+                         num_kv_heads=2, tie_embeddings=False, precision=Precision.fp32,
+                         optimizer=OptimizerImpl.deepspeed)
+HAND_COUNTED = {
+    # ZeRO-1 without overlap_comm: reduce_gradients walks the group in parameter order (DeepSpeed's
+    # own order, exact). Buckets: embed alone (> bucket); L0 q k v o; gate; up; down + 2 norms +
+    # L1 q k v (the straddling bucket: 11,136 + 32 vs 4,064 + 4,096); L1 o gate; up; down + 2
+    # norms + final norm; lm_head alone.
+    (1, False): ([32_768, 12_288, 11_008, 11_008, 19_328, 15_104, 11_008, 11_200, 32_768],
+                 [65_536, 24_576, 22_016, 22_016, 22_336, 30_208, 22_016, 22_400, 65_536]),
+    # ZeRO-2, the model's backward order (parameters reversed): lm_head alone; final norm + L1
+    # norms + down; up; gate o v k; L1 q + L0 norms + down (straddling: 32 + 11,136 vs 4,064);
+    # up; gate o v k; q; embed alone.
+    (2, False): ([32_768, 11_200, 11_008, 19_200, 15_232, 11_008, 19_200, 4_096, 32_768],
+                 [65_536, 22_400, 22_016, 38_400, 22_336, 22_016, 38_400, 8_192, 65_536]),
+}
+
+
+@pytest.mark.parametrize("stage,overlap", list(HAND_COUNTED), ids=["zero1", "zero2"])
+def test_small_buckets_on_two_ranks_are_padded_as_counted_by_hand(tiny_cfg, stage, overlap):
+    cfg = dataclasses.replace(tiny_cfg, workload=dataclasses.replace(tiny_cfg.workload, **INTEGRATION_SHAPE))
+    cfg = _with(with_split(cfg, stage, cfg.workload.micro_batch_size), overlap_comm=overlap, reduce_bucket_size=20_000)
+    assert llama_param_count(cfg.workload) == 156_480 and cfg.platform.world_size == 2
+    real, padded = HAND_COUNTED[(stage, overlap)]
+    assert sum(real) == 156_480
+    ar = [t for t in comm_traffic(cfg) if t.phase == "backward"]
+    rs = [t for t in comm_traffic(_with(cfg, gradient_collective="reduce_scatter")) if t.phase == "backward"]
+    assert [t.op for t in ar] == ["all_reduce"] and [t.op for t in rs] == ["reduce_scatter"]
+    assert ar[0].sizes == tuple(4 * m for m in real)
+    assert rs[0].sizes == tuple(4 * m for m in padded)
+    assert f"({sum(padded) / sum(real):.2f}x the real bytes)" in rs[0].what
+
+
+def test_small_buckets_on_eight_ranks_make_the_reduce_scatter_lose(composed):
+    """N = 8, 5e7-element buckets of a 4.4e8-parameter model: most buckets lie in one or two of the
+    8 partitions, so their padded reduce-scatter (N-1)/N x N x share outweighs the all-reduce's
+    2(N-1)/N x bucket: the model, as the runs, tells the tuner the option loses there."""
+    ar_cfg = composed(["platform=roce-h100", "platform.nodes=1", "workload=llama-440m", "zero=stage2",
+                       "zero.reduce_bucket_size=50000000"])
+    rs_cfg = _with(ar_cfg, gradient_collective="reduce_scatter")
+    assert ar_cfg.platform.world_size == 8
+    ar_bytes, ar_count = _bytes(ar_cfg, "all_reduce", "backward")
+    rs_bytes, rs_count = _bytes(rs_cfg, "reduce_scatter", "backward")
+    assert rs_count == ar_count and rs_bytes > 2 * ar_bytes                 # padded past the break-even
+    cal = Calibration()
+    ar, rs = predict(ar_cfg, cal), predict(rs_cfg, cal)
+    assert _grad_time(rs, "reduce_scatter") > _grad_time(ar, "all_reduce")
+    assert rs.step_time_s > ar.step_time_s
+    # with one bucket of every gradient the same option wins
+    big = {"reduce_bucket_size": 10**9}
+    assert _grad_time(predict(_with(rs_cfg, **big), cal), "reduce_scatter") < \
+        _grad_time(predict(_with(ar_cfg, **big), cal), "all_reduce")
 
 
 @pytest.mark.parametrize("sizes,limit,crossing,expected", [
