@@ -100,9 +100,9 @@ def report(tuner, best: Trial, preset: Path, ds_json: Path) -> str:
     failed = [t for s in tuner.steps for t in s.trials if t.parity and t.parity.get("ok") is False]
     lines.append(f"Trials that failed parity (never chosen): {', '.join(t.label for t in failed) or 'none'}.")
     for s in tuner.steps:
-        lines += ["", f"## Step {s.step}: {s.title}", "",
-                  f"strategy {s.strategy}, budget {s.budget}, space {s.space_size} configurations"
-                  f" ({s.excluded} skipped: predicted out of memory)" + (f". {s.note}" if s.note else ""), ""]
+        head = (f"Strategy {s.strategy}, budget {s.budget} trials; space {s.space_size} configurations, "
+                f"{s.excluded} skipped as predicted out of memory." if s.space_size else "")
+        lines += ["", f"## Step {s.step}: {s.title}", "", " ".join(x for x in (head, s.note and s.note[0].upper() + s.note[1:] + ".") if x), ""]
         lines += step_table(s, s.best)
     model_note = ("Predictions come from `python -m harness model` (harness/perfmodel.py), calibrated on the "
                   "records measured so far in this tune (computation efficiency from the default configuration "

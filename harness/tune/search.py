@@ -121,4 +121,5 @@ def make(strategy: SearchStrategy, candidates: list[Candidate], excluded: list[C
          ordered: list[Candidate], tune: TuneConfig, budget: int):
     if strategy == SearchStrategy.grid:
         return GridSearch(ordered)
-    return BayesSearch(candidates, excluded, ordered, tune.seed, num_enqueued=max(1, budget // 3))
+    # the model's first picks (and step 2's anchor) are tried as given, then TPE takes over
+    return BayesSearch(candidates, excluded, ordered, tune.seed, num_enqueued=max(2, budget // 2))

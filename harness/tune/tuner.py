@@ -129,17 +129,17 @@ class Tuner:
 
         if self.references is None:
             self.references = load_references()
-        calib = calibrate(self.calibration_records, self.cfg, self.references)
         out = []
         for ov in overrides_of:
             try:
-                out.append(predict(self.runner.compose(ov), calib).to_dict())
+                cfg = self.runner.compose(ov)  # calibrated for its own stage: ZeRO-3 computes slower
+                out.append(predict(cfg, calibrate(self.calibration_records, cfg, self.references)).to_dict())
             except HarnessError as exc:  # an invalid combination: the run will say so too
                 out.append({"error": str(exc)})
         return out
 
     def search_step(self, result: StepResult, candidates: list[Candidate], base: list[str],
-                    known: dict[str, Trial], model: bool = True) -> None:
+                    known: dict[str, Trial], model: bool = True, anchor=None) -> None:
         """Predict, exclude predicted OOM, order, then search within the budget. `known` maps a
         candidate key to a trial already measured elsewhere (the start point). model=False (step 1:
         collective sweeps, which the training model does not describe): no prediction, no skipping,
@@ -160,6 +160,10 @@ class Tuner:
             result.note = "every configuration is predicted to run out of memory"
             return
         ordered = sorted(fits, key=lambda c: -(pred_of[c.key] or {}).get("samples_per_s", 0.0) or 0.0)
+        if anchor is not None:  # measured first: it calibrates the model where it knows least
+            first = anchor([c for c in fits if c.key not in known])
+            if first is not None:
+                ordered = [first] + [c for c in ordered if c is not first]
         strategy, budget = search.choose(self.tune, len(fits))
         result.strategy, result.budget = strategy.value, budget
         engine = search.make(strategy, fits, excluded, ordered, self.tune, budget)
@@ -231,9 +235,17 @@ class Tuner:
         here = ("stage", self.cfg.zero.stage), ("micro_batch_size", w.micro_batch_size), ("grad_acc_steps", w.grad_acc_steps)
         candidates = space.batch_candidates(self.cfg)
         known = {c.key: start for c in candidates if c.params == here}
-        self.search_step(result, candidates, base, known)
+        self.search_step(result, candidates, base, known, anchor=self.anchor_micro_batch)
         result.best = self.best_of(result.trials + [start]) or start
         return result.best
+
+    def anchor_micro_batch(self, fits: list[Candidate]) -> Optional[Candidate]:
+        """Step 2's first trial: the default stage at the largest micro-batch predicted to fit. The
+        computation efficiency is measured only at the default micro-batch so far, and the model
+        holds it flat beyond the measured sizes; one measurement at the other end of the range
+        lets it interpolate (log micro-batch) between the two for every other split."""
+        same = [c for c in fits if c.as_dict()["stage"] == self.cfg.zero.stage]
+        return max(same, key=lambda c: c.as_dict()["micro_batch_size"]) if same else None
 
     def step3(self, start: Trial, start_overrides: list[str]) -> Trial:
         result = StepResult(3, "DeepSpeed communication knobs")

@@ -329,3 +329,11 @@ def test_one_rank_has_no_step1(fake_tune):
     state = json.loads((out / "tune.json").read_text())
     assert state["steps"][0]["note"] == "one rank: there is no collective to tune"
     assert all("kind=collective" not in ov for ov in world.launched)
+
+
+def test_step2_measures_the_largest_fitting_micro_batch_first(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=bayes", "tune.budget=3", "tune.steps=[2]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    first = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"][0]  # mb 8 is predicted out of memory (fake model): mb 4 fits
+    assert first["params"] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}
