@@ -32,12 +32,63 @@ What DeepSpeed 0.19.8 does (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZe
   to the partition. The other ranks' pieces stay as they are (predivided, unreduced) in DeepSpeed's
   own reduce_scatter path as well.
 
-What this does, on the optimizer *instance* (nothing global changes):
+What this does, on the optimizer *instance* (nothing global changes). Two paths; `install` picks
+one and says which, and why, in a log line on rank 0 (DeepSpeed's logger, at WARNING so that it
+shows at DeepSpeed's default level) and in `ReduceScatterStats.path`:
+
+1. ZeRO-1: BALANCED WINDOWS at the accumulation boundary (`path == "balanced_windows"`).
+   ZeRO-1 reduces only at the boundary, when every gradient of the step exists, so it need not
+   follow the buckets. The seam: `reduce_ready_partitions_and_remove_grads` (the one call through
+   which both DeepSpeed drivers hand a ready gradient to the buckets: the backward hooks under
+   overlap_comm, `reduce_gradients`' parameter walk without it, and the engine's
+   coalesce_grad_reduction flush) only records the parameter as pending, with DeepSpeed's checks
+   (empty parameter, `ds_grad_is_ready`, a gradient reduced twice, a missing gradient); and
+   `independent_gradient_partition_epilogue` (run by `reduce_gradients` after the walk, before
+   DeepSpeed builds `averaged_gradients`) first reduces every pending gradient, then runs
+   DeepSpeed's own epilogue unchanged. The reduction, per optimizer parameter group with partition
+   size P (`partition_size`: DeepSpeed's, the flat group padded to a multiple of 2N and cut into N
+   equal contiguous slices) and window W = `window_numel(P, reduce_bucket_size, N)` (N x W <= one
+   DeepSpeed bucket): for each window offset o = 0, W, 2W, ... the input is
+   [chunk_0 | chunk_1 | ... | chunk_{N-1}], chunk_r = flat gradient elements [r P + o, r P + o + w)
+   (w = min(W, P - o)), copied from the pending parameters' `.grad` at their places in the flat
+   group (`round_robin_bit16_offsets`: the layout of `bit16_groups_flat`, round-robin order and
+   parameter_alignment padding included), zeros for alignment padding and for parameters that
+   are not pending; ONE reduce-scatter over the data-parallel group (deepspeed.comm, the
+   micro-step instrument sees op reduce_scatter) leaves rank `me` the reduced [me P + o, ... + w),
+   which is written back into `.grad` of the parameters there: exactly the elements DeepSpeed's
+   epilogue then reads (`get_all_grad_tensors` / `get_flat_partition` narrow each parameter in
+   the partition to the partition) to build `averaged_gradients`, which the norm, the overflow
+   check and the step use; the epilogue clears `param.grad` after it as always. The other ranks'
+   pieces of a `.grad` stay as this rank computed them (DeepSpeed leaves them in a bucket or
+   all-reduced; nothing reads them). Windows in which no pending gradient lies are skipped (all
+   ranks have the same pending set). Averaging as the path it replaces (`_scaling`): divided by
+   the data-parallel size in the parameter dtype before the cast to the communication dtype
+   (contiguous_gradients, `reduce_scatter: true`: `average_tensor`), or on the communication-dtype
+   copy (without contiguous_gradients: `allreduce_bucket(divide=True)`), or
+   gradient_predivide_factor / postscale_gradients (contiguous, `reduce_scatter: false`:
+   `gradient_reduction_w_predivide`). Everything runs on the current stream after backward: this
+   path cannot overlap the boundary micro-step's backward as DeepSpeed's overlap_comm buckets do.
+   Temporary memory: one N x W input (<= reduce_bucket_size elements: with contiguous_gradients
+   packed in DeepSpeed's own, here unused, bucket buffer) and one W output at a time.
+   Traffic per rank (NCCL ring): (N-1)/N x the group's gradient bytes padded to DeepSpeed's
+   alignment (< 2N elements per group), whatever the bucket size.
+   Used only where verified (`balanced_zero1_blockers`): ZeRO-1, the engine's managed gradient
+   accumulation, no pipeline parallelism, gradients in `param.grad` in the parameter dtype (not
+   `grad_accum` / the fp32 partition buffer: bf16/fp16 parameters with fp32 accumulation), one
+   communication dtype (no torch autocast); overlap_comm and contiguous_gradients on or off,
+   round_robin_gradients, DeepSpeed's reduce_scatter / use_multi_rank_bucket_allreduce either way;
+   plus everything `check_supported` requires (DeepSpeedZeroOptimizer, no offload, MoE, ZenFlow,
+   sequence parallelism, Muon). On 2 ranks the result is bit-identical to DeepSpeed's
+   (tests/integration/test_reduce_scatter.py).
+
+2. Elsewhere (ZeRO-2, which must reduce on every micro-step and cannot wait for all gradients, and
+   ZeRO-1 where a blocker applies or `install(..., zero1_balanced=False)`): ONE REDUCE-SCATTER PER
+   BUCKET (`path == "per_bucket"`), padded.
 - Replaces the three reduction seams of `reduce_ipg_grads`: `average_tensor` (contiguous_gradients),
   `buffered_reduce_fallback` and `_buffered_reduce_fallback_preserving_fp32` (without). Bucketing,
   hooks, the ZeRO-1/ZeRO-2 timing, the epilogue and the bookkeeping after the reduction
   (`params_already_reduced`, `copy_grads_in_partition`, clearing other partitions' gradients)
-  stay DeepSpeed's.
+  stay DeepSpeed's. (These seams stay patched under path 1 too, where the buckets stay empty.)
 - For each bucket it lists the same pieces (parameter, destination rank, offset, length) from the
   same tables, packs each destination's pieces into one chunk (bucket order kept inside a chunk),
   pads the chunks to the longest, issues ONE reduce-scatter over the data-parallel group through
@@ -54,35 +105,37 @@ What this does, on the optimizer *instance* (nothing global changes):
   for the bucket's producer streams, and the compute stream waits for earlier reductions; the
   gradient or bucket it reads is `record_stream`ed there (an oversized gradient outside this
   rank's partition is dropped by ZeRO-2 right after). Temporaries are allocated on that stream.
-- The collective: `reduce_scatter_fn` (reduce_scatter_tensor; ncclReduceScatter on NCCL), on gloo
-  the list form `reduce_scatter`. Gloo has no reduce-scatter algorithm (ProcessGroupGloo: the
-  tensor form clones the input and all-reduces it, the list form all-reduces chunk by chunk); the
-  list form is the cheaper (torch 2.13, 20 MB, 2 ranks: ~1.0-1.5x the all-reduce's time, the tensor
-  form ~1.8x). On gloo the traffic is the all-reduce's: the saving below is NCCL's only.
+- Traffic per rank and bucket (NCCL ring): (N-1) x the padded chunk, i.e. (N-1)/N x bucket bytes
+  only when the bucket's elements are spread evenly over the N partitions, against 2(N-1)/N for
+  the ring all-reduce. DeepSpeed cuts the flat parameters into N contiguous partitions and fills
+  buckets in backward (or, for ZeRO-1 without overlap_comm, parameter) order, so a bucket smaller
+  than the whole gradient lies mostly in one or two partitions and is padded up to N x its size:
+  then the reduce-scatter moves up to (N-1) x bucket bytes, MORE than the all-reduce from N = 3
+  on. Only a bucket holding the whole gradient (reduce_bucket_size >= parameters, e.g.
+  DeepSpeed's default 5e8 for models up to that size) is balanced. rank 0 warns once when a
+  bucket's reduce-scatter would move more than its all-reduce. Pieces of other ranks' partitions
+  are left unreduced in the bucket/gradients, as DeepSpeed's own reduce_scatter path leaves them;
+  nothing reads them.
 
-Traffic per rank and bucket (NCCL ring): (N-1) x the padded chunk, i.e. (N-1)/N x bucket bytes
-only when the bucket's elements are spread evenly over the N partitions, against 2(N-1)/N for the
-ring all-reduce. DeepSpeed cuts the flat parameters into N contiguous partitions and fills buckets
-in backward (or, for ZeRO-1 without overlap_comm, parameter) order, so a bucket smaller than the
-whole gradient lies mostly in one or two partitions and is padded up to N x its size: then the
-reduce-scatter moves up to (N-1) x bucket bytes, MORE than the all-reduce from N = 3 on. Only a
-bucket holding the whole gradient (reduce_bucket_size >= parameters, e.g. DeepSpeed's default 5e8
-for models up to that size) is balanced. `install` returns counters of real and padded elements;
-rank 0 warns once when a bucket's reduce-scatter would move more than its all-reduce. Pieces of
-other ranks' partitions are left unreduced in the bucket/gradients, as DeepSpeed's own
-reduce_scatter path leaves them; nothing reads them.
+Both paths count real and padded elements in the `ReduceScatterStats` that `install` returns.
+The collective: `reduce_scatter_fn` (reduce_scatter_tensor; ncclReduceScatter on NCCL), on gloo the
+list form `reduce_scatter`. Gloo has no reduce-scatter algorithm (ProcessGroupGloo: the tensor form
+clones the input and all-reduces it, the list form all-reduces chunk by chunk); the list form is
+the cheaper (torch 2.13, 20 MB, 2 ranks: ~1.0-1.5x the all-reduce's time, the tensor form ~1.8x).
+On gloo the traffic is the all-reduce's: the saving is NCCL's only.
 
 Verified only with DeepSpeed 0.19.8 (VERIFIED_DEEPSPEED); any other version is refused.
 """
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 VERIFIED_DEEPSPEED = ("0.19.8",)
 OPTION = "zero.gradient_collective=reduce_scatter"
 _INSTALLED_ATTR = "_bench_reduce_scatter"
+_WINDOWS_ATTR = "_bench_reduce_scatter_windows"
 
 
 class GradientCollectiveError(RuntimeError):
@@ -156,6 +209,79 @@ def split_param(index: int, bucket_offset: int, numel: int,
     return pieces
 
 
+# --- the balanced ZeRO-1 windows of one parameter group: pure, no torch ----------------------
+
+def window_numel(partition_numel: int, bucket_numel: int, world_size: int, align: int = 2) -> int:
+    """W, the elements of every rank's partition reduced by one window's reduce-scatter: as many
+    as let the N chunks fill one DeepSpeed bucket (reduce_bucket_size // N), rounded down to a
+    multiple of `align` (DeepSpeed's nccl_start_alignment_factor, 2, which its partitions keep),
+    at least `align`, at most the partition (0 for an empty one)."""
+    if partition_numel <= 0:
+        return 0
+    if world_size < 1 or bucket_numel < 1 or align < 1:
+        raise ValueError(f"world_size={world_size}, bucket_numel={bucket_numel}, align={align}: must be >= 1")
+    return min(partition_numel, max(align, bucket_numel // world_size // align * align))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of one parameter's gradient inside one chunk of a window."""
+    chunk: int            # r: the rank whose partition holds these elements (the chunk's position)
+    param: int            # the parameter, as the caller numbers it
+    param_offset: int     # first element, within the parameter
+    chunk_offset: int     # first element, within chunk r of the window (0 <= .. < the window's numel)
+    numel: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """One reduce-scatter: input [chunk_0 | ... | chunk_{N-1}], chunk r = flat elements
+    [r P + offset, r P + offset + numel); a segment goes to input position chunk x numel + chunk_offset."""
+    offset: int
+    numel: int
+    world_size: int
+    segments: tuple[Segment, ...]     # ordered by (chunk, chunk_offset)
+
+    @property
+    def real_numel(self) -> int:
+        return sum(s.numel for s in self.segments)
+
+    @property
+    def padded_numel(self) -> int:
+        return self.world_size * self.numel
+
+
+def plan_windows(spans: Sequence[tuple[int, int, int]], partition_numel: int, world_size: int,
+                 window: int) -> list[Window]:
+    """The windows of one parameter group that hold any of `spans` (parameter, first element in
+    the flat group, elements), in offset order. The flat group is N x partition_numel elements,
+    rank r's partition [r P, (r+1) P); window k covers [r P + k W, r P + min((k+1) W, P)) of every
+    partition r. Elements of no span (alignment padding, parameters left out) are the input's zeros."""
+    n, p = world_size, partition_numel
+    if n < 1 or p < 1 or not 1 <= window <= p:
+        raise ValueError(f"world_size={n}, partition_numel={p}, window={window}: need 1 <= window <= partition")
+    by_window: dict[int, list[Segment]] = {}
+    for param, start, numel in spans:
+        if numel < 0 or start < 0 or start + numel > n * p:
+            raise ValueError(f"parameter {param}: elements [{start}, {start + numel}) outside the flat group "
+                             f"of {n} x {p}")
+        pos, end = start, start + numel
+        while pos < end:
+            r, within = divmod(pos, p)
+            k, in_window = divmod(within, window)
+            stop = min(end, r * p + min((k + 1) * window, p))
+            by_window.setdefault(k, []).append(Segment(r, param, pos - start, in_window, stop - pos))
+            pos = stop
+    windows = []
+    for k in sorted(by_window):
+        segments = tuple(sorted(by_window[k], key=lambda s: (s.chunk, s.chunk_offset)))
+        for a, b in zip(segments, segments[1:]):
+            if a.chunk == b.chunk and a.chunk_offset + a.numel > b.chunk_offset:
+                raise ValueError(f"parameters {a.param} and {b.param} overlap in the flat group")
+        windows.append(Window(k * window, min(window, p - k * window), n, segments))
+    return windows
+
+
 @dataclass(frozen=True)
 class Scale:
     """An in-place division or multiplication, as DeepSpeed writes it (x/3 and x*(1/3) differ)."""
@@ -172,11 +298,17 @@ class Scale:
 @dataclass
 class ReduceScatterStats:
     """What the installed reduction did so far (all ranks count the same)."""
+    path: str = "per_bucket"
+    """balanced_windows (ZeRO-1 at the boundary) or per_bucket (see the module docstring)."""
+    window_numel: tuple[int, ...] = ()
+    """W per optimizer parameter group (balanced_windows only)."""
     num_collectives: int = 0
     num_straddling: int = 0
-    """Buckets with pieces of more than one rank's partition."""
+    """Buckets with pieces of more than one rank's partition (per_bucket only)."""
     real_numel: int = 0
+    """Gradient elements reduced."""
     padded_numel: int = 0
+    """Elements of the reduce-scatter inputs (real + padding)."""
     warned: bool = False
 
 
@@ -211,22 +343,111 @@ def check_supported(engine: Any) -> None:
         raise _refuse("already installed on this optimizer")
 
 
-def install(engine: Any) -> ReduceScatterStats:
-    """Replace the ZeRO-1/2 gradient reduction of `engine.optimizer` (this instance only) with one
-    reduce-scatter per bucket. Call after deepspeed.initialize, before the first backward."""
+def balanced_zero1_blockers(engine: Any) -> list[str]:
+    """Why the balanced ZeRO-1 windows cannot replace the per-bucket path on this engine (none:
+    they do). Call after check_supported."""
+    opt = engine.optimizer
+    blockers = []
+    if engine.zero_optimization_stage() != 1 or opt.partition_gradients:
+        blockers.append(f"ZeRO-{engine.zero_optimization_stage()} reduces on every micro-step, before all "
+                        "gradients of the step exist")
+        return blockers
+    if getattr(engine, "pipeline_parallelism", False):
+        blockers.append("pipeline parallelism (not verified)")
+    if not engine.managed_gradient_accumulation():
+        blockers.append("managed_gradient_accumulation=false (not verified)")
+    if opt.use_grad_accum_attribute or any(opt._use_compact_grad_partition_buffer(i)
+                                           for i in range(len(opt.bit16_groups))):
+        blockers.append("gradients accumulate outside param.grad (grad_accum / fp32 partition buffer)")
+    if len(opt.ipg_buckets) != 1:
+        blockers.append(f"{len(opt.ipg_buckets)} communication dtypes (torch autocast)")
+    if any(g is not opt.dp_process_group for g in opt.real_dp_process_group):
+        blockers.append("a parameter group reduced over another process group")
+    return blockers
+
+
+@dataclass
+class _Zero1Windows:
+    """The balanced ZeRO-1 path's state on one optimizer."""
+    spans: dict[int, tuple[int, int, int, int]]
+    """param id -> (group, index in the group's flat order, first element in the flat group, elements)."""
+    window: tuple[int, ...]
+    """W per group."""
+    comm_dtype: Any
+    epilogue: Any
+    """DeepSpeed's independent_gradient_partition_epilogue, bound."""
+    pending: dict = field(default_factory=dict)
+    """param id -> parameter whose gradient DeepSpeed would have reduced (this boundary)."""
+
+
+def _zero1_layout(opt: Any) -> dict[int, tuple[int, int, int, int]]:
+    """Each parameter's place in its group's flat buffer (round-robin order, parameter_alignment
+    padding), checked against the tables DeepSpeed partitions with (a mismatch: refused)."""
+    from deepspeed import comm as dist
+
+    world = dist.get_world_size(group=opt.dp_process_group)
+    spans = {}
+    for g, params in enumerate(opt.round_robin_bit16_groups):
+        size = int(opt.partition_size[g])
+        flat = opt.bit16_groups_flat[g].numel()
+        if flat != world * size:
+            raise _refuse(f"parameter group {g}: flat buffer of {flat} elements is not {world} partitions of {size}")
+        for k, (param, offset, meta) in enumerate(zip(params, opt.round_robin_bit16_offsets[g],
+                                                      opt.round_robin_bit16_meta[g])):
+            pid, numel = opt.get_param_id(param), meta.numel()
+            spans[pid] = (g, k, int(offset), numel)
+            if numel == 0:
+                continue
+            ranks = sorted(opt.param_to_partition_ids[g].get(pid, []))
+            expect = list(range(offset // size, (offset + numel - 1) // size + 1))
+            starts = [int(opt.grad_start_offset[g][r][pid]) for r in ranks]
+            if ranks != expect or starts != [max(0, r * size - offset) for r in ranks]:
+                raise _refuse(f"parameter group {g}, parameter {pid}: DeepSpeed's partition tables "
+                              f"({ranks}, offsets {starts}) disagree with its flat offset {offset}; the "
+                              "patched seam does not match this DeepSpeed")
+    return spans
+
+
+def install(engine: Any, zero1_balanced: bool = True) -> ReduceScatterStats:
+    """Replace the ZeRO-1/2 gradient reduction of `engine.optimizer` (this instance only) with
+    reduce-scatters: balanced windows at the accumulation boundary for ZeRO-1 where
+    balanced_zero1_blockers finds nothing (and zero1_balanced), else one per bucket. Call after
+    deepspeed.initialize, before the first backward."""
     check_supported(engine)
     opt = engine.optimizer
+    from deepspeed import comm as dist
+    from deepspeed.utils import logger
+
+    blockers = balanced_zero1_blockers(engine)
+    if not zero1_balanced and not blockers:
+        blockers = ["install(zero1_balanced=False)"]
     stats = ReduceScatterStats()
+    world = dist.get_world_size(group=opt.dp_process_group)
+    if not blockers:
+        windows = tuple(window_numel(int(size), opt.reduce_bucket_size, world, opt.nccl_start_alignment_factor)
+                        for size in opt.partition_size)
+        state = _Zero1Windows(_zero1_layout(opt), windows, next(iter(opt.ipg_buckets)),
+                              opt.independent_gradient_partition_epilogue)
+        stats.path, stats.window_numel = "balanced_windows", windows
+        setattr(opt, _WINDOWS_ATTR, state)
+        opt.reduce_ready_partitions_and_remove_grads = types.MethodType(_mark_ready, opt)
+        opt.independent_gradient_partition_epilogue = types.MethodType(_epilogue, opt)
     setattr(opt, _INSTALLED_ATTR, stats)
     opt.average_tensor = types.MethodType(_average_tensor, opt)
     opt.buffered_reduce_fallback = types.MethodType(_buffered_reduce_fallback, opt)
     opt._buffered_reduce_fallback_preserving_fp32 = types.MethodType(_buffered_reduce_fallback_fp32, opt)
-    from deepspeed import comm as dist
-    from deepspeed.utils import logger
 
-    if dist.get_rank() == 0:
-        logger.info(f"{OPTION}: ZeRO-{engine.zero_optimization_stage()} gradients reduced with one "
-                    "reduce-scatter per bucket (benchmarks/reduce_scatter.py)")
+    if dist.get_rank() == 0:  # at WARNING: DeepSpeed's logger drops INFO by default, this must show
+        stage = engine.zero_optimization_stage()
+        if not blockers:
+            groups = ", ".join(f"P={int(p)} W={w}" for p, w in zip(opt.partition_size, stats.window_numel))
+            logger.warning(f"{OPTION}: ZeRO-{stage} gradients reduced at the accumulation boundary in balanced "
+                        f"windows over the {world} partitions, one reduce-scatter of {world} x W elements per "
+                        f"window ({groups}; (N-1)/N of the gradient bytes per rank) (benchmarks/reduce_scatter.py)")
+        else:
+            logger.warning(f"{OPTION}: ZeRO-{stage} gradients reduced with one reduce-scatter per bucket, padded "
+                        f"to {world} x the bucket's largest rank share; balanced windows not used: "
+                        f"{'; '.join(blockers)} (benchmarks/reduce_scatter.py)")
     return stats
 
 
@@ -247,6 +468,18 @@ def _compact_output(opt: Any, bucket: Any, piece: Piece):
     """DeepSpeed's fp32 partition buffer slice for a piece of this rank (None when not in use)."""
     group, _, param_id = bucket.params[piece.index]
     return opt._get_compact_grad_partition_slice(group, piece.dst, param_id, piece.numel)
+
+
+def _issue_reduce_scatter(output, packed, group, world: int) -> None:
+    """ONE reduce-scatter (sum) of `packed` (world equal chunks) over `group` into `output`."""
+    import torch
+    from deepspeed import comm as dist
+
+    if torch.distributed.get_backend(group) == "gloo":
+        # gloo has no reduce-scatter of its own; its list form costs less than its tensor form
+        dist.reduce_scatter(output, list(packed.chunk(world)), group=group)
+    else:
+        dist.reduce_scatter_fn(output, packed, group=group)
 
 
 def _reduce_scatter(opt: Any, bucket: Any, pieces: list[Piece], views: list, comm_dtype,
@@ -292,11 +525,7 @@ def _reduce_scatter(opt: Any, bucket: Any, pieces: list[Piece], views: list, com
     if prescale is not None:
         prescale(packed)
     reduced = torch.empty(layout.chunk_numel, dtype=comm_dtype, device=packed.device)
-    if torch.distributed.get_backend(group) == "gloo":
-        # gloo has no reduce-scatter of its own; its list form costs less than its tensor form
-        dist.reduce_scatter(reduced, list(packed.chunk(world)), group=group)
-    else:
-        dist.reduce_scatter_fn(reduced, packed, group=group)
+    _issue_reduce_scatter(reduced, packed, group, world)
     if postscale is not None:
         postscale(reduced)
     for piece, view, offset in zip(pieces, views, layout.chunk_offsets):
@@ -402,3 +631,105 @@ def _buffered_reduce_fallback_fp32(self: Any, grads, grad_params, communication_
                                    elements_per_buffer) -> None:
     """Replaces DeepSpeedZeroOptimizer._buffered_reduce_fallback_preserving_fp32."""
     _reduce_listed_grads(self, grads, communication_data_type)
+
+
+# --- the balanced ZeRO-1 path ---------------------------------------------------------------------
+
+def _mark_ready(self: Any, param, i: int) -> None:
+    """Replaces DeepSpeedZeroOptimizer.reduce_ready_partitions_and_remove_grads (balanced ZeRO-1):
+    at the boundary, where DeepSpeed would put the gradient into a bucket, record it as pending,
+    with DeepSpeed's checks (reduce_independent_p_g_buckets_and_remove_grads)."""
+    if not self.is_gradient_accumulation_boundary():   # ZeRO-1 reduces only at the boundary
+        return
+    if param.numel() == 0 or not getattr(param, "ds_grad_is_ready", True):
+        return
+    state: _Zero1Windows = getattr(self, _WINDOWS_ATTR)
+    param_id = self.get_param_id(param)
+    if param_id in state.pending:
+        raise RuntimeError(f"{OPTION}: the gradient of parameter {param_id} was handed for reduction twice "
+                           "in one accumulation boundary (DeepSpeed: multiple gradient reductions are not "
+                           "supported)")
+    if self.get_gradient_for_reduction(param) is None:
+        raise RuntimeError(f"{OPTION}: parameter {param_id} handed for reduction without a gradient")
+    state.pending[param_id] = param
+
+
+def _epilogue(self: Any) -> None:
+    """Replaces DeepSpeedZeroOptimizer.independent_gradient_partition_epilogue (balanced ZeRO-1):
+    reduce the pending gradients in balanced windows, then DeepSpeed's epilogue (which builds
+    averaged_gradients from param.grad and clears param.grad)."""
+    state: _Zero1Windows = getattr(self, _WINDOWS_ATTR)
+    if state.pending:
+        pending, state.pending = state.pending, {}
+        _reduce_windows(self, state, pending)
+    state.epilogue()
+
+
+def _window_buffer(opt: Any, numel: int, device):
+    """Where a window's input is packed: with contiguous_gradients, DeepSpeed's own bucket buffer
+    (setup_buckets allocated it for this backward, reduce_bucket_size elements of the gradient
+    dtype; empty and unused on this path), else a new tensor."""
+    import torch
+
+    bucket = next(iter(opt.ipg_buckets.values()))
+    if opt.contiguous_gradients and bucket.buffer and bucket.elements == 0:
+        buffer = bucket.buffer[bucket.index]
+        if buffer.numel() >= numel and buffer.dtype == opt.dtype and buffer.device == device:
+            return buffer
+    return torch.empty(numel, dtype=opt.dtype, device=device)
+
+
+def _reduce_windows(opt: Any, state: _Zero1Windows, pending: dict) -> None:
+    """Reduce-scatter the pending gradients window by window (module docstring, path 1) and write
+    this rank's reduced elements back into their param.grad."""
+    import torch
+    from deepspeed import comm as dist
+
+    group = opt.dp_process_group
+    world, me = dist.get_world_size(group=group), dist.get_rank(group=group)
+    stats: ReduceScatterStats = getattr(opt, _INSTALLED_ATTR)
+    before, pre, post = _scaling(opt, contiguous=opt.contiguous_gradients)
+    grads: dict[tuple[int, int], Any] = {}
+    spans: dict[int, list[tuple[int, int, int]]] = {}
+    for param_id, param in pending.items():
+        g, k, start, numel = state.spans[param_id]
+        grad = opt.get_gradient_for_reduction(param)
+        if grad is None or grad.numel() != numel or grad.dtype != opt.dtype:
+            raise RuntimeError(f"{OPTION}: parameter {param_id}'s gradient is "
+                               + ("gone" if grad is None else f"{grad.numel()} x {grad.dtype}")
+                               + f", expected {numel} x {opt.dtype}")
+        if not grad.is_contiguous():
+            grad = param.grad = grad.contiguous()
+        grads[(g, k)] = grad.view(-1)
+        spans.setdefault(g, []).append((k, start, numel))
+    for g in sorted(spans):
+        windows = plan_windows(spans[g], int(opt.partition_size[g]), world, state.window[g])
+        if not windows:
+            continue
+        device = next(iter(grads.values())).device
+        buffer = _window_buffer(opt, max(w.padded_numel for w in windows), device)
+        for window in windows:
+            w = window.numel
+            packed = buffer.narrow(0, 0, window.padded_numel)
+            if window.real_numel < window.padded_numel:
+                packed.zero_()
+            for s in window.segments:
+                packed.narrow(0, s.chunk * w + s.chunk_offset, s.numel).copy_(
+                    grads[(g, s.param)].narrow(0, s.param_offset, s.numel))
+            if before is not None:        # average_tensor: the bucket, in the parameter dtype
+                before(packed)
+            if packed.dtype != state.comm_dtype:
+                packed = packed.to(state.comm_dtype)
+            if pre is not None:           # allreduce_bucket / gradient_reduction_w_predivide: the comm copy
+                pre(packed)
+            reduced = torch.empty(w, dtype=state.comm_dtype, device=device)
+            _issue_reduce_scatter(reduced, packed, group, world)
+            if post is not None:
+                post(reduced)
+            for s in window.segments:
+                if s.chunk == me:
+                    grads[(g, s.param)].narrow(0, s.param_offset, s.numel).copy_(
+                        reduced.narrow(0, s.chunk_offset, s.numel))
+            stats.num_collectives += 1
+            stats.real_numel += window.real_numel
+            stats.padded_numel += window.padded_numel

@@ -20,6 +20,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
+from benchmarks.reduce_scatter import window_numel
+
 from .calibration import Calibration
 from .collectives import busbw_factor
 from .config import BenchConfig, Device, Precision, WorkloadConfig
@@ -375,7 +377,7 @@ def rank_shares(spans: list[tuple[int, int, int]], n: int) -> list[int]:
 
 
 def padded_reduce_scatter_elements(spans: list[tuple[int, int, int]], n: int) -> int:
-    """Input elements of the reduce-scatter of one ZeRO-1/2 bucket under
+    """Input elements of the reduce-scatter of one ZeRO-2 bucket (or ZeRO-1's per-bucket path) under
     zero.gradient_collective=reduce_scatter: N x max_r(elements of the bucket in rank r's
     partition). benchmarks/reduce_scatter.py (plan_layout) packs each destination rank's pieces
     into one chunk and pads every chunk to the longest before the single reduce-scatter, so a
@@ -384,13 +386,28 @@ def padded_reduce_scatter_elements(spans: list[tuple[int, int, int]], n: int) ->
     return n * max(rank_shares(spans, n), default=0)
 
 
+def balanced_window_elements(group_elements: int, n: int, bucket: int) -> list[int]:
+    """Per-rank chunk elements w of each window of one optimizer parameter group under ZeRO-1 with
+    zero.gradient_collective=reduce_scatter (benchmarks/reduce_scatter.py, balanced windows): the
+    partition P = zero_partition_size is reduced W = window_numel(P, reduce_bucket_size, N) elements
+    at a time (min(P, reduce_bucket_size // N), rounded down to 2), each window ONE reduce-scatter
+    of N x w elements (w = W, the last min(W, P - o)): ceil(P / W) messages per group, N x P
+    elements in all (the group padded to 2N only), each rank sending (N-1)/N of it."""
+    size = zero_partition_size(group_elements, n)
+    w = window_numel(size, bucket, n)
+    return [min(w, size - o) for o in range(0, size, w)] if w else []
+
+
 def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     """The collectives DeepSpeed 0.19.8 issues per optimizer step (DEEPSPEED_NOTES.md):
     ZeRO-0: the engine all-reduces all gradients at the boundary (5e8-element buckets).
     ZeRO-1: the gradient buckets (reduce_bucket_size) are all-reduced once, at the boundary;
-    ZeRO-2: on every micro-step; with zero.gradient_collective=reduce_scatter each bucket is
-    reduce-scattered instead (benchmarks/reduce_scatter.py), its message padded to N x the
-    bucket's largest share of one rank's partition (padded_reduce_scatter_elements). After the
+    ZeRO-2: on every micro-step. With zero.gradient_collective=reduce_scatter
+    (benchmarks/reduce_scatter.py): ZeRO-1 reduce-scatters balanced windows of every rank's
+    partition at the boundary, after backward (balanced_window_elements: N x W elements per
+    message, ceil(P / W) per parameter group, not overlapped with backward); ZeRO-2 reduce-scatters
+    each bucket, its message padded to N x the bucket's largest share of one rank's partition
+    (padded_reduce_scatter_elements). After the
     step, ZeRO-1/2 all-gather the updated parameters: one all_gather_into_tensor per optimizer
     parameter group (utils.all_gather_into_tensor_dp_groups; allgather_bucket_size is not used
     when torch has it). A gradient-norm all-reduce of 4 bytes
@@ -421,7 +438,17 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
         buckets = [[order[k] for k in m] for m in pack_members([tensors[i][1] for i in order], bucket)]
         real = tuple(g * sum(tensors[i][1] for i in b) for b in buckets)
         when = " (every micro-step)" if s == 2 else " (at the boundary)"
-        if gradient_collective(cfg) == "reduce_scatter":
+        if gradient_collective(cfg) == "reduce_scatter" and s == 1:
+            # benchmarks/reduce_scatter.py, balanced windows: per parameter group, window by window,
+            # ONE reduce-scatter of [chunk_0 | ... | chunk_N-1], chunk r = W elements of rank r's
+            # partition: message N x W elements, (N-1)/N of it sent per rank; issued after backward
+            # on the compute stream (it needs every gradient), so never overlapped
+            sizes = tuple(g * n * m for grp in groups for m in balanced_window_elements(sum(grp), n, bucket))
+            grads = Traffic("reduce_scatter", "backward", "gradient reduce-scatter in balanced windows of every rank's "
+                            f"partition, N x W elements each, padded to DeepSpeed's alignment only "
+                            f"({sum(sizes) / sum(real):.2f}x the real bytes) (at the boundary, after backward)",
+                            sizes, 1, False, "last")
+        elif gradient_collective(cfg) == "reduce_scatter":
             # benchmarks/reduce_scatter.py: per bucket ONE reduce-scatter of N equal chunks, chunk r
             # holding the bucket's elements in rank r's partition (DeepSpeed's flat partitions of
             # each parameter group, zero_partition_size), every chunk padded to the longest:
@@ -540,7 +567,8 @@ OVERLAP_RULE = (
     "micro-step; exposed per micro-step = non-overlapped + max(the message that cannot overlap, overlapped - "
     "phase compute). Overlapped: ZeRO-3 parameter gathers (prefetch, always; the first cannot be prefetched) and, "
     "with overlap_comm, gradient reductions in backward (the last bucket is only ready when backward ends). "
-    "Never overlapped: reductions without overlap_comm (issued on the compute stream), ZeRO-0's all-reduce, "
+    "Never overlapped: reductions without overlap_comm (issued on the compute stream), ZeRO-1's balanced "
+    "reduce-scatter windows (zero.gradient_collective=reduce_scatter: issued after backward), ZeRO-0's all-reduce, "
     "the post-step all-gather and norm reductions. cpu/gloo: collectives are synchronous, nothing overlaps.")
 
 
@@ -554,7 +582,9 @@ def overlap_summary(config: dict[str, Any]) -> str:
     if stage == 0:
         return "none: ZeRO-0 all-reduces after backward"
     if stage in (1, 2):
-        grads = ("gradient reductions hide behind their micro-step's backward, except the last bucket" if ov else
+        grads = ("none for gradients (ZeRO-1's balanced reduce-scatter windows run after backward)"
+                 if stage == 1 and config.get("gradient_collective") == "reduce_scatter" else
+                 "gradient reductions hide behind their micro-step's backward, except the last bucket" if ov else
                  "none for gradients (overlap_comm false: reduced on the compute stream)")
         return grads + "; the post-step all-gather is exposed"
     return ("parameter gathers are prefetched behind each phase's compute (the first of each pass is exposed); "

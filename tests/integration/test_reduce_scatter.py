@@ -1,16 +1,21 @@
 """The reduce-scatter gradient reduction (benchmarks/reduce_scatter.py) against DeepSpeed's own, on
-two gloo ranks with a small LLaMA, ZeRO-1 and ZeRO-2, gradient accumulation 2, fp32 (and bf16 with
-fp32 gradient accumulation).
+two gloo ranks with a small LLaMA, ZeRO-1 and ZeRO-2, gradient accumulation 2, fp32 (and bf16: with
+bf16 gradients for ZeRO-1, with fp32 gradient accumulation for ZeRO-2).
 
 One pair of rank processes trains every configuration twice from the same seeded weights and
 batches, once with DeepSpeed's reduction and once with the reduce-scatter installed: per-step
 losses, global gradient norms and the updated parameters must agree (on 2 ranks they are in fact
-bit-identical). The buckets are small (several per backward, one parameter larger than a bucket,
-one bucket straddling the two partitions). The comm tracer of the micro-step instrument records
-what was issued. The CLI tests run the real harness with `zero.gradient_collective=reduce_scatter`.
+bit-identical). ZeRO-1 takes the balanced windows at the accumulation boundary (one case keeps the
+per-bucket path on purpose), ZeRO-2 the per-bucket path. The buckets are small (several per
+backward, one parameter larger than a bucket, one bucket straddling the two partitions), and so
+are the ZeRO-1 windows (reduce_bucket_size // 2 elements of each partition: several per group).
+The comm tracer of the micro-step instrument records what was issued. The CLI tests run the real
+harness with `zero.gradient_collective=reduce_scatter`.
 """
 from __future__ import annotations
 
+import logging
+import math
 import os
 import socket
 import sys
@@ -39,12 +44,21 @@ class Case:
     contiguous_gradients: bool
     extra: tuple[tuple[str, Any], ...] = ()
     """More DeepSpeed config: (dotted key, value)."""
+    two_groups: bool = False
+    """Two optimizer parameter groups (matrices with weight decay, vectors without), as the suite's."""
+    per_bucket: bool = False
+    """ZeRO-1 with install(zero1_balanced=False): the per-bucket path."""
 
     @property
     def name(self) -> str:
         extra = "".join(f"-{k.removeprefix('zero_optimization.')}={v}" for k, v in self.extra)
         return (f"z{self.stage}-overlap={int(self.overlap_comm)}-contig={int(self.contiguous_gradients)}"
-                f"{extra}")
+                f"{extra}{'-2groups' if self.two_groups else ''}{'-per_bucket' if self.per_bucket else ''}")
+
+    @property
+    def balanced(self) -> bool:
+        """The path install must choose: balanced windows for ZeRO-1 unless told otherwise."""
+        return self.stage == 1 and not self.per_bucket
 
 
 CASES = [Case(stage, overlap, contiguous) for stage in (1, 2) for overlap in (False, True)
@@ -57,6 +71,16 @@ CASES = [Case(stage, overlap, contiguous) for stage in (1, 2) for overlap in (Fa
     # bf16 parameters, fp32 gradient accumulation: DeepSpeed's fp32 partition buffer
     *[Case(2, False, contiguous, (("bf16.enabled", True), ("data_types.grad_accum_dtype", "fp32")))
       for contiguous in (True, False)],
+    # ZeRO-1's balanced windows: predivide / postscale averaging, bf16 gradients, DeepSpeed's
+    # round-robin flat layout, two parameter groups; and its per-bucket path kept on request
+    Case(1, False, True, (("zero_optimization.reduce_scatter", False), ("gradient_predivide_factor", 4.0))),
+    Case(1, False, False, (("bf16.enabled", True),)),
+    Case(1, True, True, (("bf16.enabled", True),)),
+    Case(1, False, True, (("bf16.enabled", True), ("communication_data_type", "fp32"))),
+    Case(1, True, True, (("zero_optimization.round_robin_gradients", True),)),
+    Case(1, True, False, two_groups=True),
+    Case(1, False, True, two_groups=True),
+    Case(1, False, True, per_bucket=True),
 ]
 
 
@@ -91,16 +115,33 @@ def train(case: Case, collective: str, rank: int) -> dict:
 
     from benchmarks.instrument import CommTracer, MicrostepClock
     from benchmarks.model import build_model, initialise
-    from benchmarks.reduce_scatter import install
+    from benchmarks.reduce_scatter import OPTION, install
 
     torch.manual_seed(0)
     model = build_model(model_spec())
     initialise(model, seed=1234, zero3=False)
     if dict(case.extra).get("bf16.enabled"):
         model = model.to(torch.bfloat16)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    model_params = list(model.parameters())
+    groups = ([{"params": [p for p in model_params if p.ndim >= 2]},
+               {"params": [p for p in model_params if p.ndim < 2], "weight_decay": 0.0}]
+              if case.two_groups else model_params)
+    optimizer = torch.optim.AdamW(groups, lr=1e-3, weight_decay=0.1)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(case))
-    stats = install(engine) if collective == "reduce_scatter" else None
+    messages = []
+    if collective == "reduce_scatter":
+        handler = logging.Handler()
+        handler.emit = lambda record: messages.append(record.getMessage())
+        deepspeed.utils.logger.addHandler(handler)
+        try:
+            stats = install(engine, zero1_balanced=not case.per_bucket)
+        finally:
+            deepspeed.utils.logger.removeHandler(handler)
+    else:
+        stats = None
+    opt = engine.optimizer
+    layout = {"flat_numel": [int(t.numel()) for t in opt.bit16_groups_flat],
+              "partition_size": [int(p) for p in opt.partition_size]}
     gen = torch.Generator().manual_seed(100 + rank)
     batches = [torch.randint(0, 512, (MICRO_BATCH, SEQ_LEN), generator=gen) for _ in range(GRAD_ACC)]
     tracer = CommTracer(ds_comm.cdb, lambda: None)
@@ -126,7 +167,8 @@ def train(case: Case, collective: str, rank: int) -> dict:
     params = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
     engine.destroy()
     return {"losses": losses, "grad_norms": norms, "params": params, "microsteps": steps,
-            "grad_numel": sum(p.numel() for p in params.values()),
+            "grad_numel": sum(p.numel() for p in params.values()), "layout": layout,
+            "install_log": [m for m in messages if m.startswith(OPTION)],
             "stats": asdict(stats) if stats else None}
 
 
@@ -232,6 +274,8 @@ def test_the_gradient_collective_is_a_reduce_scatter(ranks, case):
     for results in ranks:
         ref, rs = results[(case, "all_reduce")], results[(case, "reduce_scatter")]
         numel = rs["grad_numel"]
+        stats = rs["stats"]
+        assert stats["path"] == ("balanced_windows" if case.balanced else "per_bucket")
         reducing = range(GRAD_ACC) if case.stage == 2 else [GRAD_ACC - 1]
         for step_ref, step_rs in zip(ref["microsteps"], rs["microsteps"]):
             for i, (ms_ref, ms_rs) in enumerate(zip(step_ref, step_rs)):
@@ -246,21 +290,74 @@ def test_the_gradient_collective_is_a_reduce_scatter(ranks, case):
                 elem = ref_bytes // numel
                 assert elem in (2, 4) and ref_bytes == elem * numel
                 # this one: only reduce-scatters, several, covering every gradient element once
-                # (padded to equal chunks: at most 2x for 2 ranks)
                 assert set(got_rs) == {"reduce_scatter"}, got_rs
                 assert len(got_rs["reduce_scatter"]) > 3
-                assert ref_bytes <= sum(got_rs["reduce_scatter"]) <= 2 * ref_bytes
                 assert all(n % (WORLD_SIZE * elem) == 0 for n in got_rs["reduce_scatter"])
-        stats = rs["stats"]
+                if case.balanced:
+                    # one per window of every parameter group: N x W elements (the last of a group
+                    # N x the rest of the partition), never more than a bucket; in all exactly the
+                    # flat groups, i.e. the gradient padded to DeepSpeed's alignment only
+                    layout = rs["layout"]
+                    expected = [WORLD_SIZE * min(w, p - o) * elem
+                                for p, w in zip(layout["partition_size"], stats["window_numel"])
+                                for o in range(0, p, w)]
+                    assert list(stats["window_numel"]) == [min(p, BUCKET_NUMEL // WORLD_SIZE)
+                                                          for p in layout["partition_size"]]
+                    assert got_rs["reduce_scatter"] == expected
+                    assert max(got_rs["reduce_scatter"]) <= BUCKET_NUMEL * elem
+                    assert sum(got_rs["reduce_scatter"]) == sum(layout["flat_numel"]) * elem
+                    assert 0 <= sum(layout["flat_numel"]) - numel < 2 * WORLD_SIZE * len(layout["flat_numel"])
+                else:
+                    # padded to equal chunks: at most 2x for 2 ranks
+                    assert ref_bytes <= sum(got_rs["reduce_scatter"]) <= 2 * ref_bytes
         reductions_run = STEPS * len(reducing)
         assert stats["real_numel"] == numel * reductions_run
         traced = sum(sum(reductions(ms).get("reduce_scatter", [])) for step in rs["microsteps"] for ms in step)
         assert traced == stats["padded_numel"] * elem
-        assert stats["num_straddling"] >= reductions_run  # a bucket straddles the partition boundary
+        if case.balanced:
+            assert stats["padded_numel"] == sum(rs["layout"]["flat_numel"]) * reductions_run
+            assert stats["num_straddling"] == 0
+        else:
+            assert stats["num_straddling"] >= reductions_run  # a bucket straddles the partition boundary
     last = {c: reductions(ranks[0][(case, c)]["microsteps"][-1][-1]) for c in ("all_reduce", "reduce_scatter")}
     print(f"{case.name}, {numel} gradient elements, last micro-step: "
           + "; ".join(f"{op} x{len(b)} = {sum(b)} B" for ops in last.values() for op, b in ops.items())
           + f"; padded/real elements {stats['padded_numel'] / stats['real_numel']:.3f}")
+
+
+def test_rank_0_logs_the_path_it_chose(ranks):
+    for case in CASES:
+        (line,) = ranks[0][(case, "reduce_scatter")]["install_log"]
+        assert not ranks[1][(case, "reduce_scatter")]["install_log"]
+        if case.balanced:
+            assert f"ZeRO-1 gradients reduced at the accumulation boundary in balanced windows over the " \
+                   f"{WORLD_SIZE} partitions" in line, line
+        else:
+            assert "one reduce-scatter per bucket" in line and "balanced windows not used: " in line, line
+            assert ("reduces on every micro-step" if case.stage == 2 else "zero1_balanced=False") in line, line
+
+
+# ZeRO-1's per-bucket reduce-scatter inputs (elements) for this model and bucket size, 2 ranks,
+# counted by hand in tests/unit/test_perfmodel.py (HAND_COUNTED): N x each bucket's largest share
+PER_BUCKET_ZERO1 = [65_536, 24_576, 22_016, 22_016, 22_336, 30_208, 22_016, 22_400, 65_536]
+
+
+def test_zero1_balanced_windows_move_the_aligned_gradient_not_the_padded_buckets(ranks):
+    """The same ZeRO-1 configuration per bucket and in balanced windows: the per-bucket input is
+    padded to N x the largest share of each bucket (as counted by hand), the windows' input is the
+    gradient itself (156,480 elements: a multiple of 2N, no alignment padding), in windows of
+    N x reduce_bucket_size // N elements."""
+    balanced, per_bucket = Case(1, False, True), Case(1, False, True, per_bucket=True)
+    got = {case: reductions(ranks[0][(case, "reduce_scatter")]["microsteps"][-1][-1])["reduce_scatter"]
+           for case in (balanced, per_bucket)}
+    numel = ranks[0][(balanced, "reduce_scatter")]["grad_numel"]
+    assert numel == 156_480
+    assert got[per_bucket] == [4 * m for m in PER_BUCKET_ZERO1]
+    assert got[balanced] == [4 * BUCKET_NUMEL] * 7 + [4 * (156_480 - 7 * BUCKET_NUMEL)]
+    assert sum(got[balanced]) == 4 * numel < sum(got[per_bucket])
+    print(f"ZeRO-1, fp32, {numel} gradient elements, {WORLD_SIZE} ranks, reduce_bucket_size {BUCKET_NUMEL}: "
+          f"reduce-scatter input per optimizer step {sum(got[per_bucket])} B per bucket ({len(got[per_bucket])} "
+          f"collectives), {sum(got[balanced])} B in balanced windows ({len(got[balanced])} collectives)")
 
 
 # --- the real CLI ------------------------------------------------------------------------------
@@ -285,6 +382,9 @@ def test_cli_records_reduce_scatter_in_the_reducing_microsteps(tmp_path, stage):
         if stage == 2 or ms["index"] == ga - 1:
             assert reduce_scatter and all(c["phase"] == "backward" for c in reduce_scatter)
             assert sum(c["bytes"] for c in reduce_scatter) >= 4 * num_params  # every fp32 gradient
+            if stage == 1:  # balanced windows: padded only to DeepSpeed's alignment (2N per group)
+                ranks = rec["environment"]["num_ranks"]
+                assert sum(c["bytes"] for c in reduce_scatter) < 4 * (num_params + 2 * 2 * ranks)
         else:  # ZeRO-1 reduces only at the accumulation boundary
             assert ms["collectives"] == [], ms
 

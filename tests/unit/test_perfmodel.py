@@ -15,9 +15,10 @@ from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, cal
 from harness.config import OptimizerImpl, Precision, WorkloadConfig
 from harness.errors import HarnessError
 from harness.flops import llama_param_count
-from harness.perfmodel import (activation_estimate, comm_traffic, collective_time, deepspeed_zero2_estimate_bytes,
-                               deepspeed_zero3_estimate_bytes, efficiency_for_step_time, executed_flops_per_step,
-                               layer_bytes_per_token, memory_estimate, pack, padded_reduce_scatter_elements, predict,
+from harness.perfmodel import (activation_estimate, balanced_window_elements, comm_traffic, collective_time,
+                               deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
+                               efficiency_for_step_time, executed_flops_per_step, layer_bytes_per_token,
+                               memory_estimate, overlap_summary, pack, padded_reduce_scatter_elements, predict,
                                rank_shares, sweep_configs, with_split, zero_model_states_bytes, zero_partition_size)
 
 from unit_helpers import REPO_ROOT
@@ -163,16 +164,17 @@ def _aligned(elements: int, n: int) -> int:
     return -(-elements // (2 * n)) * 2 * n
 
 
-def test_llama_8b_zero1_moves_psi_gradient_bytes_and_one_bucket_reduce_scatter_halves_the_factor(composed):
-    """With one bucket holding every gradient the reduce-scatter is balanced: Psi bytes (up to
-    DeepSpeed's alignment) at (N-1)/N instead of the all-reduce's 2(N-1)/N."""
+def test_llama_8b_zero1_moves_psi_gradient_bytes_and_its_reduce_scatter_halves_the_factor(composed):
+    """ZeRO-1's reduce-scatter is balanced windows: Psi bytes (up to DeepSpeed's alignment) at
+    (N-1)/N instead of the all-reduce's 2(N-1)/N; with buckets larger than a partition x N, one
+    window per optimizer parameter group (the suite's torch AdamW: two)."""
     cfg = _with(composed(["platform=ib-a100", "workload=llama-8b", "zero=stage1"]), reduce_bucket_size=10**10)
     assert _bytes(cfg, "all_reduce", "backward") == (2 * PSI_8B, 1)
     assert _bytes(cfg, "all_gather", "step")[0] == 2 * PSI_8B
     cal = Calibration()
     rs_cfg = _with(cfg, gradient_collective="reduce_scatter")
     rs_bytes, count = _bytes(rs_cfg, "reduce_scatter", "backward")
-    assert count == 1 and 0 <= rs_bytes - 2 * PSI_8B < 2 * 2 * 16 * 2      # < 2N elements per parameter group
+    assert count == 2 and 0 <= rs_bytes - 2 * PSI_8B < 2 * 2 * 16 * 2      # < 2N elements per parameter group
     ar, rs = _grad_time(predict(cfg, cal), "all_reduce"), _grad_time(predict(rs_cfg, cal), "reduce_scatter")
     assert rs == pytest.approx(ar / 2, rel=1e-8)                            # (N-1)/N instead of 2(N-1)/N
 
@@ -204,14 +206,14 @@ def test_rank_shares_and_padding(spans, n, shares, padded):
 @pytest.mark.parametrize("overrides,bucket", [
     (["platform=ib-a100", "workload=llama-8b", "zero=stage2"], 10**10),       # bf16, 2 groups, N = 16
     (["platform=roce-h100", "workload=llama-440m", "zero=stage2"], None),      # DeepSpeed's default 5e8 > Psi
-    (["platform=cpu", "workload=llama-tiny", "zero=stage1"], 10**8),           # fp32, N = 2
+    (["platform=cpu", "workload=llama-tiny", "zero=stage2"], 10**8),           # fp32, N = 2
     (["platform=cpu", "workload=llama-tiny", "zero=stage2", "zero.overlap_comm=true"], 5_000_000),
 ])
 @pytest.mark.parametrize("optimizer", [OptimizerImpl.torch, OptimizerImpl.deepspeed])
-def test_a_bucket_holding_every_gradient_is_not_padded(composed, overrides, bucket, optimizer):
-    """One bucket, every gradient: each rank's chunk is its whole partition of each parameter
-    group, so the message is the real bytes rounded up to 2N elements per group (DeepSpeed's
-    alignment), never more."""
+def test_a_zero2_bucket_holding_every_gradient_is_not_padded(composed, overrides, bucket, optimizer):
+    """ZeRO-2, one bucket, every gradient: each rank's chunk is its whole partition of each
+    parameter group, so the message is the real bytes rounded up to 2N elements per group
+    (DeepSpeed's alignment), never more."""
     cfg = composed(overrides + ["zero.gradient_collective=reduce_scatter"])
     cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, optimizer=optimizer))
     if bucket is not None:
@@ -241,10 +243,12 @@ INTEGRATION_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=172, 
                          num_kv_heads=2, tie_embeddings=False, precision=Precision.fp32,
                          optimizer=OptimizerImpl.deepspeed)
 HAND_COUNTED = {
-    # ZeRO-1 without overlap_comm: reduce_gradients walks the group in parameter order (DeepSpeed's
-    # own order, exact). Buckets: embed alone (> bucket); L0 q k v o; gate; up; down + 2 norms +
-    # L1 q k v (the straddling bucket: 11,136 + 32 vs 4,064 + 4,096); L1 o gate; up; down + 2
-    # norms + final norm; lm_head alone.
+    # ZeRO-1 without overlap_comm, the per-bucket path (install(zero1_balanced=False)):
+    # reduce_gradients walks the group in parameter order (DeepSpeed's own order, exact). Buckets:
+    # embed alone (> bucket); L0 q k v o; gate; up; down + 2 norms + L1 q k v (the straddling
+    # bucket: 11,136 + 32 vs 4,064 + 4,096); L1 o gate; up; down + 2 norms + final norm; lm_head
+    # alone. Not what the model predicts for ZeRO-1 (balanced windows, below): kept as the
+    # tracer's "before" in the integration test.
     (1, False): ([32_768, 12_288, 11_008, 11_008, 19_328, 15_104, 11_008, 11_200, 32_768],
                  [65_536, 24_576, 22_016, 22_016, 22_336, 30_208, 22_016, 22_400, 65_536]),
     # ZeRO-2, the model's backward order (parameters reversed): lm_head alone; final norm + L1
@@ -255,19 +259,68 @@ HAND_COUNTED = {
 }
 
 
-@pytest.mark.parametrize("stage,overlap", list(HAND_COUNTED), ids=["zero1", "zero2"])
-def test_small_buckets_on_two_ranks_are_padded_as_counted_by_hand(tiny_cfg, stage, overlap):
+def _integration_cfg(tiny_cfg, stage, overlap=False):
     cfg = dataclasses.replace(tiny_cfg, workload=dataclasses.replace(tiny_cfg.workload, **INTEGRATION_SHAPE))
     cfg = _with(with_split(cfg, stage, cfg.workload.micro_batch_size), overlap_comm=overlap, reduce_bucket_size=20_000)
     assert llama_param_count(cfg.workload) == 156_480 and cfg.platform.world_size == 2
-    real, padded = HAND_COUNTED[(stage, overlap)]
-    assert sum(real) == 156_480
+    return cfg
+
+
+def test_hand_counted_per_bucket_padding_adds_up():
+    for real, padded in HAND_COUNTED.values():
+        assert sum(real) == 156_480 and sum(padded) > sum(real)
+    assert sum(HAND_COUNTED[(1, False)][1]) == 296_640      # ZeRO-1's per-bucket input: 1.90x
+
+
+def test_small_zero2_buckets_on_two_ranks_are_padded_as_counted_by_hand(tiny_cfg):
+    cfg = _integration_cfg(tiny_cfg, 2)
+    real, padded = HAND_COUNTED[(2, False)]
     ar = [t for t in comm_traffic(cfg) if t.phase == "backward"]
     rs = [t for t in comm_traffic(_with(cfg, gradient_collective="reduce_scatter")) if t.phase == "backward"]
     assert [t.op for t in ar] == ["all_reduce"] and [t.op for t in rs] == ["reduce_scatter"]
     assert ar[0].sizes == tuple(4 * m for m in real)
     assert rs[0].sizes == tuple(4 * m for m in padded)
     assert f"({sum(padded) / sum(real):.2f}x the real bytes)" in rs[0].what
+    assert rs[0].microsteps == cfg.workload.grad_acc_steps and rs[0].overlappable is False
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_zero1_reduce_scatters_balanced_windows_counted_by_hand(tiny_cfg, overlap):
+    """The same model under ZeRO-1: P = 78,240, W = 20,000 // 2 = 10,000, so 8 windows of 2 x W
+    elements, the last 2 x 8,240: 156,480 elements in all, as the integration test traces them;
+    the all-reduce keeps DeepSpeed's 9 buckets. Issued after backward: never overlapped."""
+    cfg = _integration_cfg(tiny_cfg, 1, overlap)
+    ar = [t for t in comm_traffic(cfg) if t.phase == "backward"]
+    rs = [t for t in comm_traffic(_with(cfg, gradient_collective="reduce_scatter")) if t.phase == "backward"]
+    assert [t.op for t in rs] == ["reduce_scatter"] and len(ar[0].sizes) == 9
+    assert rs[0].sizes == (4 * 20_000,) * 7 + (4 * 16_480,)
+    assert sum(rs[0].sizes) == sum(ar[0].sizes) == 4 * 156_480
+    assert "balanced windows" in rs[0].what and "(1.00x the real bytes)" in rs[0].what
+    assert rs[0].microsteps == 1 and rs[0].overlappable is False and ar[0].overlappable is overlap
+
+
+@pytest.mark.parametrize("elements,n,bucket,windows", [
+    (156_480, 2, 20_000, [10_000] * 7 + [8_240]),
+    (156_480, 2, 10**9, [78_240]),                    # one window: the whole partition
+    (7, 4, 8, [2]),                                   # padded to 8: P = 2
+    (10, 2, 5, [2, 2, 2]),                            # P = 6, W = 5 // 2 rounded down to 2
+    (0, 4, 100, []),                                  # an empty group
+    (PSI_8B, 16, 500_000_000, [31_250_000] * 16 + [PSI_8B // 16 - 16 * 31_250_000]),
+])
+def test_balanced_window_elements(elements, n, bucket, windows):
+    assert balanced_window_elements(elements, n, bucket) == windows
+    assert sum(windows) == zero_partition_size(elements, n)
+
+
+@pytest.mark.parametrize("elements,n,bucket", [(156_480, 2, 20_000), (1_000_003, 8, 100_000), (PSI_8B, 16, 5 * 10**8)])
+def test_the_model_counts_the_windows_the_reduction_plans(elements, n, bucket):
+    """balanced_window_elements against benchmarks/reduce_scatter.py's plan_windows for a group
+    whose gradients are all pending: the same windows, N x w elements each."""
+    from benchmarks.reduce_scatter import plan_windows, window_numel
+
+    size = zero_partition_size(elements, n)
+    planned = plan_windows([(0, 0, elements)], size, n, window_numel(size, bucket, n))
+    assert [w.padded_numel for w in planned] == [n * m for m in balanced_window_elements(elements, n, bucket)]
 
 
 def test_small_buckets_on_eight_ranks_make_the_reduce_scatter_lose(composed):
@@ -289,6 +342,47 @@ def test_small_buckets_on_eight_ranks_make_the_reduce_scatter_lose(composed):
     big = {"reduce_bucket_size": 10**9}
     assert _grad_time(predict(_with(rs_cfg, **big), cal), "reduce_scatter") < \
         _grad_time(predict(_with(ar_cfg, **big), cal), "all_reduce")
+
+
+@pytest.mark.parametrize("bucket", [None, 50_000_000], ids=["deepspeed-default", "small"])
+def test_zero1_reduce_scatter_on_16_ranks_beats_the_all_reduce(composed, bucket):
+    """llama-8b on 16 A100s (2 nodes), ZeRO-1, DeepSpeed's default 5e8-element buckets (16 per
+    backward) or smaller ones: the balanced windows move Psi bytes at (N-1)/N per rank, the
+    all-reduce Psi at 2(N-1)/N, so the option wins, in gradient time and step time; ZeRO-2 with the
+    same small buckets still loses (padded buckets)."""
+    cfg = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage1"])
+    if bucket is not None:
+        cfg = _with(cfg, reduce_bucket_size=bucket)
+    rs_cfg = _with(cfg, gradient_collective="reduce_scatter")
+    assert cfg.platform.world_size == 16
+    cal = Calibration()
+    ar_bytes, ar_count = _bytes(cfg, "all_reduce", "backward")
+    rs_bytes, rs_count = _bytes(rs_cfg, "reduce_scatter", "backward")
+    assert ar_count > 1 and rs_count > 1
+    assert 0 <= rs_bytes - ar_bytes < 2 * 2 * 16 * 2                      # the aligned gradient, not N x
+    (rs_traffic,) = [t for t in comm_traffic(rs_cfg) if t.op == "reduce_scatter"]
+    window = (bucket or 5 * 10**8) // 16 // 2 * 2                          # W = bucket / N < P
+    assert max(rs_traffic.sizes) == 2 * 16 * window                       # N x W elements (bf16)
+    assert rs_count == sum(-(-zero_partition_size(b // 2, 16) // window)   # ceil(P / W) per group
+                           for b in [t for t in comm_traffic(cfg) if t.op == "all_gather"][0].sizes)
+    ar, rs = predict(cfg, cal), predict(rs_cfg, cal)
+    assert _grad_time(rs, "reduce_scatter") == pytest.approx(_grad_time(ar, "all_reduce") / 2, rel=1e-6)
+    assert rs.step_time_s < ar.step_time_s
+    for c in rs.comm:
+        if c.op == "reduce_scatter":   # time = bytes x (N-1)/N / busbw
+            assert c.time_s == pytest.approx(c.bytes * 15 / 16 / (c.busbw_gbps * 1e9))
+    # ZeRO-2 with small buckets keeps the padded per-bucket reduce-scatter: it loses
+    z2 = _with(with_split(cfg, 2, cfg.workload.micro_batch_size), reduce_bucket_size=50_000_000)
+    z2_rs = _with(z2, gradient_collective="reduce_scatter")
+    assert _bytes(z2_rs, "reduce_scatter", "backward")[0] > 2 * _bytes(z2, "all_reduce", "backward")[0]
+    assert _grad_time(predict(z2_rs, cal), "reduce_scatter") > _grad_time(predict(z2, cal), "all_reduce")
+
+
+def test_overlap_summary_says_zero1_windows_are_not_overlapped(composed):
+    cfg = _with(composed(["platform=ib-a100", "workload=llama-8b", "zero=stage1"]), overlap_comm=True)
+    assert "hide behind" in overlap_summary(predict(cfg, Calibration()).config)
+    rs = predict(_with(cfg, gradient_collective="reduce_scatter"), Calibration())
+    assert overlap_summary(rs.config).startswith("none for gradients (ZeRO-1's balanced reduce-scatter windows")
 
 
 @pytest.mark.parametrize("sizes,limit,crossing,expected", [
