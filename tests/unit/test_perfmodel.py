@@ -15,11 +15,11 @@ from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, cal
 from harness.config import OptimizerImpl, Precision, WorkloadConfig
 from harness.errors import HarnessError
 from harness.flops import llama_param_count
-from harness.perfmodel import (activation_estimate, balanced_window_elements, comm_traffic, collective_time,
-                               deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
-                               efficiency_for_step_time, executed_flops_per_step, layer_bytes_per_token,
-                               memory_estimate, overlap_summary, pack, padded_reduce_scatter_elements, predict,
-                               rank_shares, sweep_configs, with_split, zero_model_states_bytes, zero_partition_size)
+from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
+                                  layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
+from harness.perfmodel import (balanced_window_elements, comm_traffic, collective_time, efficiency_for_step_time,
+                               executed_flops_per_step, overlap_summary, pack, padded_reduce_scatter_elements, predict,
+                               rank_shares, sweep_configs, with_split, zero_partition_size)
 
 from unit_helpers import REPO_ROOT
 

@@ -1,0 +1,269 @@
+"""Memory per rank, the first half of the performance model (harness/perfmodel.py): ZeRO model
+states (ZeRO paper, Rajbhandari et al. 2020, sec. 3 and 5, Fig. 1, with DeepSpeed 0.19.8's own
+estimators beside them), DeepSpeed's buffers, activations (Korthikanti et al. 2022's method,
+derived for transformers' LlamaForCausalLM), the distillation teacher, and the capacity a
+configuration must fit in. Pure functions, no I/O.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .config import BenchConfig, Device, Precision, WorkloadConfig
+from .flops import llama_param_count
+from .teacher import llama_param_shapes, teacher_workload
+
+GIB = 2**30
+ATTENTION = "sdpa"
+"""The attention kernel the activation formula assumes: transformers' default,
+scaled_dot_product_attention, whose flash / memory-efficient kernels keep q, k, v, the output
+and a log-sum-exp per head, never the a x s x s scores. "eager" adds the score terms."""
+FRAGMENTATION_FRACTION = 0.05
+"""Share of device memory assumed lost to the caching allocator (reserved but not allocatable):
+PyTorch's reserved-minus-allocated is typically a few percent in steady training."""
+DEVICE_RESERVE_GIB = 1.5
+"""GPU memory outside PyTorch's allocator: CUDA context, cuBLAS workspaces, NCCL buffers (about
+0.5 GiB each). The records' peak (torch.cuda.max_memory_allocated) excludes it, so it comes off
+the capacity, not onto the estimate."""
+CPU_RUNTIME_GIB = 0.5
+"""On the cpu platform the records' peak is ru_maxrss, which includes the interpreter with torch,
+transformers and DeepSpeed loaded: about 0.5 GiB per rank."""
+# DeepSpeed 0.19.8 defaults (runtime/zero/config.py, engine.py) for zero.* knobs left unset
+DS_REDUCE_BUCKET = 500_000_000
+DS_ALLREDUCE_BUCKET = 500_000_000   # engine.MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's gradient all-reduce
+DS_PREFETCH_BUCKET = 50_000_000
+DS_MAX_LIVE = 1_000_000_000
+DS_PERSISTENCE = 100_000
+DS_MAX_REUSE = 1_000_000_000
+DISTILL_CHUNK_ELEMENTS = 2**26      # benchmarks/distill.py CHUNK_ELEMENTS (not imported: it imports torch)
+DISTILL_CHUNK_COPIES = 7            # "a block's intermediates peak at about 7 float32 copies" (same file)
+
+
+def dtype_bytes(p: Precision) -> int:
+    return 4 if p == Precision.fp32 else 2
+
+
+# ---- model states ----------------------------------------------------------------------------
+
+def zero_model_states_bytes(psi: float, stage: int, n: int, k: float = 12, param_bytes: float = 2,
+                            grad_bytes: float = 2) -> float:
+    """Model-state bytes per rank, ZeRO paper sec. 3/5 and Fig. 1: baseline (2+2+K) Psi; P_os
+    (2+2) Psi + K Psi/N; P_os+g 2 Psi + (2+K) Psi/N; P_os+g+p (2+2+K) Psi/N."""
+    p, g = param_bytes * psi, grad_bytes * psi
+    return {0: p + g + k * psi, 1: p + g + k * psi / n, 2: p + (g + k * psi) / n, 3: (p + g + k * psi) / n}[stage]
+
+
+def deepspeed_zero2_estimate_bytes(psi: float, n: int) -> float:
+    """estimate_zero2_model_states_mem_needs(cpu_offload=False), stage_1_and_2.py: 2 Psi +
+    18 Psi/N (18 = 2 bf16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam m, v)."""
+    return 2 * psi + int(18 * psi / n)
+
+
+def deepspeed_zero3_estimate_bytes(psi: float, largest_layer_params: float, n: int) -> float:
+    """estimate_zero3_model_states_mem_needs(cpu_offload=False), stage3.py: 4 x largest layer's
+    parameters + 18 Psi/N."""
+    return 4 * largest_layer_params + int(18 * psi / n)
+
+
+# ---- activations -----------------------------------------------------------------------------
+
+def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION) -> float:
+    """Bytes one decoder layer keeps for backward per token (p = activation bytes, 2 for bf16):
+    2 RMSNorms, each its fp32 input copy and normalised cast (4h + p h); their outputs, the q/k/v
+    and gate/up inputs (2 p h); the o_proj input (p h); SwiGLU: gate, SiLU output, up, product
+    (4 p f); attention core, sdpa: q after RoPE, k, v at the kv width, output (2 p h + 2 p kv)
+    and the fp32 log-sum-exp (4 a); eager: q, k and v repeated to all heads (3 p h), the fp32
+    softmax and its cast (4 + p) a s. RoPE keeps only cos/sin; no dropout masks."""
+    p, h, f, a = dtype_bytes(w.precision), w.hidden_size, w.intermediate_size, w.num_heads
+    kv = w.num_kv_heads * (h // a)
+    common = 2 * (4 * h + p * h) + 2 * p * h + p * h + 4 * p * f
+    if attention == "sdpa":
+        return common + 2 * p * h + 2 * p * kv + 4 * a
+    if attention == "eager":
+        return common + 3 * p * h + (4 + p) * a * w.seq_len
+    raise ValueError(f"attention={attention!r}; valid: sdpa, eager")
+
+
+@dataclass(frozen=True)
+class ActivationEstimate:
+    layer_bytes_per_token: float
+    stored_bytes: float
+    """Kept from forward to backward: every layer's set (or, checkpointed, each layer's input)."""
+    head_bytes: float
+    """Logits and loss at their peak (start of backward)."""
+    transient_bytes: float
+    """Backward working set after the head: the recomputed layer (checkpointing) and gradients."""
+    total_bytes: float
+    formula: str
+
+
+def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> ActivationEstimate:
+    """Student activations of one micro-step (micro_batch_size x seq_len tokens) at their peak:
+    stored + max(head, transient). Head, causal-LM loss (transformers' ForCausalLMLoss: logits
+    upcast to fp32, log-softmax kept, its gradient and the input's): 12 V bytes per token.
+    Head, distillation (benchmarks/distill.py): the student logits kept by the chunked loss
+    (p V), their gradient accumulated from full-size slice gradients (2 p V), one chunk's fp32
+    intermediates (7 x 4 x min(tokens x V, 2^26) bytes). The teacher's logits are teacher memory."""
+    tokens, p, h, v = w.micro_batch_size * w.seq_len, dtype_bytes(w.precision), w.hidden_size, w.vocab_size
+    layer = layer_bytes_per_token(w, attention)
+    final = 4 * h + 2 * p * h                          # final RMSNorm (4h + p h) and lm_head input (p h)
+    work = p * (2 * h + 2 * w.intermediate_size)       # gradients flowing through a layer in backward
+    if w.activation_checkpointing:                     # each layer keeps its input; one recomputed at a time
+        stored, transient = (w.num_layers * p * h + final) * tokens, (layer + work) * tokens
+        kept = "L p h (checkpointed inputs)"
+    else:
+        stored, transient = (w.num_layers * layer + final) * tokens, work * tokens
+        kept = "L x layer"
+    if w.distill is None:
+        head, head_f = 12.0 * v * tokens, "12 V"
+    else:
+        head = 3.0 * p * v * tokens + DISTILL_CHUNK_COPIES * 4 * min(tokens * v, DISTILL_CHUNK_ELEMENTS)
+        head_f = "3 p V + chunk"
+    total = stored + max(head, transient)
+    formula = (f"tokens x ({kept} + 4h + 2ph) + max(head {head_f}, backward work); layer = "
+               f"{layer:.0f} B/token ({attention}), tokens = {w.micro_batch_size} x {w.seq_len}")
+    return ActivationEstimate(layer, stored, head, transient, total, formula)
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per rank at the peak, in GiB. total = runtime + params + grads + optimizer +
+    teacher parameters + max(backward phase: activations + buffers + teacher logits; optimizer
+    step: step_transient). fits = total <= capacity."""
+    params_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    buffers_gib: float
+    teacher_gib: float
+    """Teacher parameters held by the rank plus its logits (kept through the student's backward)."""
+    step_transient_gib: float
+    """Alive only during the optimizer step (fp32 gradient partition, ...), not with activations."""
+    runtime_gib: float
+    total_gib: float
+    capacity_gib: float
+    fits: bool
+    peak_phase: str
+    """backward or step: which phase holds the peak."""
+    formulas: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def param_tensors(w: WorkloadConfig) -> list[tuple[str, int, int]]:
+    """(name, elements, ndim) of every parameter in forward order (transformers' state dict)."""
+    return [(n, math.prod(s), len(s)) for n, s in llama_param_shapes(w).items()]
+
+
+def capacity_gib(cfg: BenchConfig) -> float:
+    """Usable memory: the declared size less FRAGMENTATION_FRACTION and, on GPUs, DEVICE_RESERVE_GIB."""
+    p = cfg.platform
+    reserve = DEVICE_RESERVE_GIB if p.device == Device.cuda else 0.0
+    return p.mem_per_device_gib * (1 - FRAGMENTATION_FRACTION) - reserve
+
+
+def zero_knob(cfg: BenchConfig, name: str, default: int) -> int:
+    v = getattr(cfg.zero, name)
+    return default if v is None else int(v)
+
+
+def overlap_comm(cfg: BenchConfig) -> bool:
+    """zero.overlap_comm, or DeepSpeed's default: true for stage 3 only (runtime/zero/config.py)."""
+    return cfg.zero.overlap_comm if cfg.zero.overlap_comm is not None else cfg.zero.stage == 3
+
+
+def gradient_collective(cfg: BenchConfig) -> str:
+    gc = getattr(cfg.zero, "gradient_collective", "all_reduce")
+    return str(getattr(gc, "value", gc))
+
+
+def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstimate:
+    """Memory per rank of cfg (formulas in the result's `formulas`; see MemoryEstimate)."""
+    w, s, n = cfg.workload, cfg.zero.stage, cfg.platform.world_size
+    tensors = param_tensors(w)
+    psi = sum(t[1] for t in tensors)
+    p = g = dtype_bytes(w.precision)                       # DeepSpeed keeps gradients in the model dtype
+    mixed = w.precision != Precision.fp32
+    cuda = cfg.platform.device == Device.cuda
+    bucket = zero_knob(cfg, "reduce_bucket_size", DS_REDUCE_BUCKET)
+    largest = max(t[1] for t in tensors)
+    f: dict[str, str] = {}
+    notes: list[str] = []
+    # parameters and gradients
+    if s < 3:
+        params, f["params"] = p * psi, f"{p} Psi (full {w.precision.value} copy)"
+    else:
+        persist_t = zero_knob(cfg, "stage3_param_persistence_threshold", DS_PERSISTENCE)
+        persistent = sum(t[1] for t in tensors if t[1] < persist_t)
+        params = p * psi / n + p * persistent
+        f["params"] = f"{p} Psi/N + {p} x persistent ({persistent} elements < {persist_t} kept whole)"
+    if s < 2:
+        grads, f["grads"] = g * psi, f"{g} Psi (full gradients accumulate in param.grad)"
+    else:
+        grads, f["grads"] = g * psi / n, f"{g} Psi/N (gradient partition)"
+    # optimizer: fp32 master (a clone even for fp32 under ZeRO-1/2, none needed under 0/3) + Adam m, v
+    master = 4 if (mixed or s in (1, 2)) else 0
+    k = master + 8
+    shard = 1 if s == 0 else n
+    optimizer = k * psi / shard
+    f["optimizer"] = (f"K Psi{'/N' if s else ''}, K = {k} ({master} fp32 master + 8 Adam m, v"
+                      + ("; DeepSpeed's ZeRO-1/2 clones the fp32 partition" if not mixed and s in (1, 2) else "") + ")")
+    # DeepSpeed's buffers, alive in backward. On the cpu, untouched pages of an empty bucket are not
+    # resident (ru_maxrss), so only what is written counts there.
+    nbuf = 2 if (s in (1, 2) and overlap_comm(cfg)) else 1
+    if s == 0:
+        buffers, f["buffers"] = 0.0, "none in backward (the flattened all-reduce bucket is a step-phase buffer)"
+    else:
+        ipg = g * nbuf * (bucket if cuda else min(bucket, psi))
+        touched = "" if cuda else " (min with Psi: pages written)"
+        f["buffers"] = f"{g} x {nbuf} x reduce_bucket_size ({bucket:.3g}){touched}"
+        buffers = ipg
+        if s >= 2:                                         # ZeRO-1's full gradients are counted in grads
+            buffers += g * largest
+            f["buffers"] += f" + {g} x largest parameter ({largest}: its gradient before the hook copies it)"
+        if s == 3:
+            live = min(psi, zero_knob(cfg, "stage3_max_live_parameters", DS_MAX_LIVE)
+                       + zero_knob(cfg, "stage3_prefetch_bucket_size", DS_PREFETCH_BUCKET))
+            buffers += p * live
+            f["buffers"] += f" + {p} x min(Psi, max_live_parameters + prefetch_bucket_size) gathered"
+    # optimizer step
+    if s == 0:
+        step = (4 * psi if mixed else 0) + g * min(psi, DS_ALLREDUCE_BUCKET)
+        f["step_transient"] = ("4 Psi fp32 gradients + " if mixed else "") + f"{g} x min(Psi, 5e8) all-reduce bucket"
+    else:
+        unfused = 1 if (not cuda and w.optimizer.value == "torch") else 0  # torch AdamW is fused only on CUDA
+        step = 4 * psi / n * (1 + unfused)
+        f["step_transient"] = "4 Psi/N fp32 gradient partition" + (" + 4 Psi/N unfused AdamW temporary" if unfused else "")
+    # activations, teacher
+    act = activation_estimate(w, attention)
+    f["activations"] = act.formula
+    teacher_params = teacher_logits = 0.0
+    if w.distill is not None:
+        t = teacher_workload(w)
+        tp, psi_t = dtype_bytes(t.precision), llama_param_count(t)
+        teacher_params = tp * psi_t / (n if s == 3 else 1)
+        teacher_logits = float(tp * t.vocab_size * w.micro_batch_size * w.seq_len)
+        f["teacher"] = (f"{tp} Psi_t{'/N (sharded by ZeRO-3)' if s == 3 else ' (replica)'} + logits {tp} V x tokens")
+        notes.append("the teacher's no_grad forward working set precedes the student's forward and is not "
+                     "counted; under ZeRO-3 its gathered parameters are assumed released after its forward")
+    runtime = 0.0 if cuda else CPU_RUNTIME_GIB * GIB
+    backward_phase = act.total_bytes + buffers + teacher_logits
+    base = runtime + params + grads + optimizer + teacher_params
+    total = base + max(backward_phase, step)
+    cap = capacity_gib(cfg)
+    f["total"] = "runtime + params + grads + optimizer + teacher params + max(activations + buffers + teacher logits, step)"
+    f["capacity"] = (f"{cfg.platform.mem_per_device_gib:g} GiB x (1 - {FRAGMENTATION_FRACTION})"
+                     + (f" - {DEVICE_RESERVE_GIB} GiB (CUDA context, workspaces, NCCL)" if cuda else ""))
+    if not cuda:
+        notes.append("cpu: the limit is RLIMIT_DATA (virtual); the estimate follows ru_maxrss (resident)")
+    return MemoryEstimate(
+        params_gib=params / GIB, grads_gib=grads / GIB, optimizer_gib=optimizer / GIB,
+        activations_gib=act.total_bytes / GIB, buffers_gib=buffers / GIB,
+        teacher_gib=(teacher_params + teacher_logits) / GIB, step_transient_gib=step / GIB,
+        runtime_gib=runtime / GIB, total_gib=total / GIB, capacity_gib=cap, fits=total / GIB <= cap,
+        peak_phase="backward" if backward_phase >= step else "step", formulas=f, notes=notes)
