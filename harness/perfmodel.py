@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from benchmarks.reduce_scatter import window_numel
+from benchmarks.reduce_scatter_layout import window_numel
 
 from .calibration import Calibration
 from .collectives import busbw_factor
