@@ -4,7 +4,8 @@
   performance model's predicted throughput, best first, so an interrupted grid has already run the
   likeliest winners).
 - BayesSearch is Optuna's TPE sampler (seeded) over the step's parameters as categorical
-  dimensions. It starts from the model's top predictions (enqueued trials), then samples. A
+  dimensions. The tuner first spends half the budget on the performance model's best predictions
+  (re-predicted after each trial) and tells TPE their results; TPE proposes the rest. A
   proposal that is not a candidate (excluded as predicted out of memory) is told to Optuna as
   infeasible (value 0) without running; one already measured is told its measured value again.
   Trials reused from an interrupted tune are added to the study first, so a resumed search knows
@@ -121,5 +122,6 @@ def make(strategy: SearchStrategy, candidates: list[Candidate], excluded: list[C
          ordered: list[Candidate], tune: TuneConfig, budget: int):
     if strategy == SearchStrategy.grid:
         return GridSearch(ordered)
-    # the model's first picks (and step 2's anchor) are tried as given, then TPE takes over
-    return BayesSearch(candidates, excluded, ordered, tune.seed, num_enqueued=max(2, budget // 2))
+    # the tuner itself spends the first half of the budget on the model's (fresh) best predictions
+    # and tells TPE their results; TPE proposes the rest
+    return BayesSearch(candidates, excluded, ordered, tune.seed, num_enqueued=0)

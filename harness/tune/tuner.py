@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import REPO_ROOT, BenchConfig, Device, compose, to_dict
+from ..config import REPO_ROOT, BenchConfig, Device, SearchStrategy, compose, to_dict
 from ..errors import HarnessError
 from ..plan import safe_name
 from ..record import write_json_atomic
@@ -159,19 +159,23 @@ class Tuner:
         if not fits:
             result.note = "every configuration is predicted to run out of memory"
             return
-        ordered = sorted(fits, key=lambda c: -(pred_of[c.key] or {}).get("samples_per_s", 0.0) or 0.0)
-        if anchor is not None:  # measured first: it calibrates the model where it knows least
-            first = anchor([c for c in fits if c.key not in known])
-            if first is not None:
-                ordered = [first] + [c for c in ordered if c is not first]
+        ordered = by_prediction(fits, pred_of)
+        first = anchor([c for c in fits if c.key not in known]) if anchor is not None else None
+        if first is not None:  # measured first: it calibrates the model where it knows least
+            ordered = [first] + [c for c in ordered if c is not first]
         strategy, budget = search.choose(self.tune, len(fits))
         result.strategy, result.budget = strategy.value, budget
         engine = search.make(strategy, fits, excluded, ordered, self.tune, budget)
+        # Bayes: the first half of the budget goes to the model's best prediction at that moment
+        # (re-predicted after every trial, the model recalibrated on it), the rest to TPE
+        model_first = max(2, budget // 2) if strategy == SearchStrategy.bayes and model else 0
+        seen: set[str] = set()
         used = 0
         for c in fits:  # the start point is part of the space: it counts, it is not rerun
             if c.key in known:
                 t = known[c.key]
                 engine.observe(c, t.score)
+                seen.add(c.key)
                 used += 1
         existing = self.runner.existing(result.step)
         for c in fits:  # trials an interrupted tune finished: reused first, and they count
@@ -180,15 +184,29 @@ class Tuner:
                                prediction=pred_of[c.key])
                 result.trials.append(t)
                 engine.observe(c, t.score)
+                seen.add(c.key)
                 used += 1
                 self.save()
         while used < budget:
-            c = engine.propose()
+            if model_first > 0:
+                model_first -= 1
+                left = [c for c in fits if c.key not in seen]
+                if first is not None and first.key not in seen:
+                    c = first
+                elif left:
+                    fresh = self.predictions([base + list(x.overrides) for x in left])
+                    pred_of.update({x.key: p for x, p in zip(left, fresh)})
+                    c = by_prediction(left, pred_of)[0]
+                else:
+                    break
+            else:
+                c = engine.propose()
             if c is None:
                 break
             t = self.trial(result.step, c.label(), c.as_dict(), base + list(c.overrides), prediction=pred_of[c.key])
             result.trials.append(t)
             engine.observe(c, t.score)
+            seen.add(c.key)
             used += 1
             self.save()
 
@@ -282,6 +300,11 @@ class Tuner:
             best = self.step3(best, best_overrides)
             self.save()
         return best
+
+
+def by_prediction(cands: list[Candidate], pred_of: dict[str, Optional[dict[str, Any]]]) -> list[Candidate]:
+    """Best predicted throughput first (candidates without a prediction keep their order, last)."""
+    return sorted(cands, key=lambda c: -((pred_of.get(c.key) or {}).get("samples_per_s") or 0.0))
 
 
 def pick_record(done: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:

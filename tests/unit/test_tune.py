@@ -337,3 +337,13 @@ def test_step2_measures_the_largest_fitting_micro_batch_first(fake_tune):
     state = json.loads((out / "tune.json").read_text())
     first = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"][0]  # mb 8 is predicted out of memory (fake model): mb 4 fits
     assert first["params"] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}
+
+
+def test_bayes_spends_half_its_budget_on_the_models_fresh_best(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=bayes", "tune.budget=4", "tune.steps=[2]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    ran = [t["params"] for t in state["steps"][0]["trials"] if t["status"] != "skipped"]
+    assert ran[0] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}  # the anchor
+    assert ran[1] == {"stage": 2, "micro_batch_size": 4, "grad_acc_steps": 2}  # best predicted not yet run
+    assert len(ran) == 3  # + the default configuration = the budget of 4
