@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
@@ -114,7 +114,7 @@ class Tuner:
     def save(self) -> None:
         state = {"platform": self.cfg.platform.name, "workload": self.cfg.workload.name,
                  "overrides": self.base, "tune": to_dict(self.tune), "loss_tolerance": self.tolerance,
-                 "updated_utc": datetime.utcnow().isoformat(timespec="seconds") + "Z",
+                 "updated_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  "baseline": self.baseline.to_dict() if self.baseline else None,
                  "steps": [s.to_dict() for s in self.steps]}
         write_json_atomic(self.out / STATE_FILE, state)
