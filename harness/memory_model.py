@@ -178,8 +178,7 @@ def overlap_comm(cfg: BenchConfig) -> bool:
 
 
 def gradient_collective(cfg: BenchConfig) -> str:
-    gc = getattr(cfg.zero, "gradient_collective", "all_reduce")
-    return str(getattr(gc, "value", gc))
+    return cfg.zero.gradient_collective.value
 
 
 def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstimate:

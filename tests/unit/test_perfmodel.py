@@ -12,7 +12,7 @@ import math
 import pytest
 
 from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
-from harness.config import OptimizerImpl, Precision, WorkloadConfig
+from harness.config import GradientCollective, OptimizerImpl, Precision, WorkloadConfig
 from harness.errors import HarnessError
 from harness.flops import llama_param_count
 from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
@@ -152,6 +152,8 @@ def test_zero3_gathers_parameters_in_forward_and_backward_and_the_teacher(compos
 
 
 def _with(cfg, **zero):
+    if "gradient_collective" in zero:  # typed as the composed config has it
+        zero["gradient_collective"] = GradientCollective(zero["gradient_collective"])
     return dataclasses.replace(cfg, zero=dataclasses.replace(cfg.zero, **zero))
 
 
