@@ -14,12 +14,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import REPO_ROOT
+from .config import REPO_ROOT, ZeroConfig, to_dict
 from .errors import HarnessError
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "reference.schema.json"
 SCHEMA_VERSION = "1.0"
+ZERO_DEFAULTS = {k: v for k, v in to_dict(ZeroConfig(stage=0)).items() if k != "stage"}
+"""zero.* knobs at their schema defaults (None: DeepSpeed's; gradient_collective: all_reduce)."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +154,8 @@ def record_config(record: dict[str, Any]) -> dict[str, Any]:
         key.update(zero_stage=cfg["zero"]["stage"], micro_batch_size=cfg["workload"]["micro_batch_size"],
                    grad_acc_steps=cfg["workload"]["grad_acc_steps"], seq_len=cfg["workload"]["seq_len"],
                    precision=cfg["workload"]["precision"])
-        # DeepSpeed's own gradient all-reduce is the default (and what records before the option had)
-        knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v is not None
-                 and (k, v) != ("gradient_collective", "all_reduce")}
+        # only knobs set away from their default: a record made before a knob existed still matches
+        knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v != ZERO_DEFAULTS.get(k)}
         if knobs:
             key["zero"] = knobs
         distill = cfg["workload"].get("distill")

@@ -160,3 +160,18 @@ def test_every_run_of_the_default_cpu_suite_has_cpu_references():
     kd = [r for r in refs if r.benchmark == "llama-tiny-kd"]
     assert {r.metric for r in kd} >= {"samples_per_s", "mfu_with_teacher_pct"}
     assert all(r.config["distill"] == {"alpha": 0.5, "temperature": 2.0, "teacher": {"precision": "bf16"}} for r in kd)
+
+
+def test_only_knobs_away_from_their_default_enter_the_key():
+    from harness.references import record_config
+
+    def key(**zero):
+        rec = {"kind": "training", "environment": {"num_ranks": 2},
+               "config": {"platform": {"nodes": 1}, "zero": {"stage": 1, **zero},
+                          "workload": {"micro_batch_size": 2, "grad_acc_steps": 4, "seq_len": 128,
+                                       "precision": "fp32"}}}
+        return record_config(rec).get("zero")
+
+    assert key(gradient_collective="all_reduce", overlap_comm=None) is None  # as records made before the field
+    assert key(gradient_collective="reduce_scatter") == {"gradient_collective": "reduce_scatter"}
+    assert key(overlap_comm=False) == {"overlap_comm": False}
