@@ -14,7 +14,7 @@ def cli(args: list[str]) -> int:
         raise HarnessError("tune runs its own search: -m/--multirun and --dry-run do not apply")
     first = compose(args)
     out = Path(first.out).resolve() if first.out else default_out(first)
-    tuner = Tuner(args, out)
+    tuner = Tuner(args, out, first)
     check_resume(out, tuner.cfg, tuner.base)
     out.mkdir(parents=True, exist_ok=True)
     best = tuner.run()

@@ -55,8 +55,7 @@ class GridSearch:
 
 
 class BayesSearch:
-    def __init__(self, candidates: list[Candidate], excluded: list[Candidate], ordered: list[Candidate],
-                 seed: int, num_enqueued: int):
+    def __init__(self, candidates: list[Candidate], excluded: list[Candidate], seed: int):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -67,10 +66,9 @@ class BayesSearch:
         self.by_params = {self._key(c.params): c for c in candidates}
         self.excluded = {self._key(c.params) for c in excluded}
         self.seen: dict[tuple, float] = {}
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, num_enqueued))
+        # one random start at most: the tuner's model-first trials (told through observe) come first
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=1)
         self.study = optuna.create_study(direction="maximize", sampler=sampler)
-        for cand in ordered[:num_enqueued]:
-            self.study.enqueue_trial(cand.as_dict(), skip_if_exists=True)
         self.pending: dict[tuple, object] = {}
 
     def _key(self, params: tuple) -> tuple:
@@ -119,9 +117,9 @@ def independent(names: list[str], candidates: list[Candidate]) -> list[str]:
 
 
 def make(strategy: SearchStrategy, candidates: list[Candidate], excluded: list[Candidate],
-         ordered: list[Candidate], tune: TuneConfig, budget: int):
+         ordered: list[Candidate], seed: int):
+    """GridSearch over `ordered`, or BayesSearch over the candidates (the tuner spends the first half
+    of a Bayesian budget on the model's fresh best predictions itself, and tells TPE the results)."""
     if strategy == SearchStrategy.grid:
         return GridSearch(ordered)
-    # the tuner itself spends the first half of the budget on the model's (fresh) best predictions
-    # and tells TPE their results; TPE proposes the rest
-    return BayesSearch(candidates, excluded, ordered, tune.seed, num_enqueued=0)
+    return BayesSearch(candidates, excluded, seed)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import BenchConfig
+from ..config import BenchConfig, Precision
 from ..flops import llama_param_count
 
 DEEPSPEED_DEFAULT_BUCKET = 500_000_000
@@ -123,8 +123,6 @@ def allreduce_sizes(cfg: BenchConfig) -> tuple[int, int]:
     """(smallest, largest) message of the workload's gradient all-reduce, in bytes: a bucket is
     reduce_bucket_size elements (DeepSpeed's default when unset, or the smallest step-3 bucket)
     of the gradient dtype, never more than all the gradients; step 1 sweeps between the two."""
-    from ..config import Precision
-
     psi = llama_param_count(cfg.workload)
     elem = 4 if cfg.workload.precision == Precision.fp32 else 2
     largest = min(cfg.zero.reduce_bucket_size or DEEPSPEED_DEFAULT_BUCKET, psi) * elem

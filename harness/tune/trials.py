@@ -8,7 +8,7 @@ import copy
 import json
 import shutil
 from functools import lru_cache
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -55,12 +55,7 @@ class Trial:
         return self.value if self.status == "ok" and self.value is not None else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trial":
-        return cls(**d)
 
 
 class TrialRunner:

@@ -58,8 +58,8 @@ class StepResult:
 
 
 class Tuner:
-    def __init__(self, overrides: list[str], out: Path):
-        self.cfg = compose(overrides)
+    def __init__(self, overrides: list[str], out: Path, cfg: Optional[BenchConfig] = None):
+        self.cfg = cfg or compose(overrides)
         self.tune = self.cfg.tune
         # tune.* only steer the search: they are not part of any trial (a resumed tune may change them)
         self.base = [o for o in overrides if not o.lstrip("+~").startswith(("tune.", "out="))]
@@ -67,6 +67,8 @@ class Tuner:
         self.runner = TrialRunner(out)
         self.steps: list[StepResult] = []
         self.baseline: Optional[Trial] = None
+        self.baseline_record: Optional[dict[str, Any]] = None
+        """The default configuration's record: every training trial's losses are checked against it."""
         self.tolerance = self.tune.loss_tolerance or parity.default_tolerance(self.cfg.workload.precision)
         self.calibration_records: list[dict[str, Any]] = []
         self.references: Optional[list] = None
@@ -89,9 +91,10 @@ class Tuner:
                   wall_s=float(rec.get("wall_s") or 0.0))
         if rec["kind"] == "training":
             self.calibration_records.append(rec)
-            if self.baseline is not None and self.baseline.status == "ok":
-                base_rec = self.record_of(self.baseline)
-                t.parity = parity.check(rec, base_rec, self.tolerance).to_dict()
+            if role == "default":  # the reference of every other training trial's losses
+                self.baseline_record = rec
+            elif self.baseline_record is not None and self.baseline_record["status"] == "ok":
+                t.parity = parity.check(rec, self.baseline_record, self.tolerance).to_dict()
         else:
             self.calibration_records.extend(r for _, r in done)
         verb = "reused" if reused else "measured"
@@ -99,9 +102,6 @@ class Tuner:
         print(f"  [tune step {step}] {label}: {verb} {shown}"
               + (f"; loss parity {parity_text(t.parity)}" if t.parity else ""), flush=True)
         return t
-
-    def record_of(self, t: Trial) -> dict[str, Any]:
-        return json.loads((self.out / t.records[0]).read_text(encoding="utf-8"))
 
     def eligible(self, t: Trial) -> bool:
         """A trial can be the best when it ran, and (for training) trains like the default."""
@@ -165,7 +165,7 @@ class Tuner:
             ordered = [first] + [c for c in ordered if c is not first]
         strategy, budget = search.choose(self.tune, len(fits))
         result.strategy, result.budget = strategy.value, budget
-        engine = search.make(strategy, fits, excluded, ordered, self.tune, budget)
+        engine = search.make(strategy, fits, excluded, ordered, self.tune.seed)
         # Bayes: the first half of the budget goes to the model's best prediction at that moment
         # (re-predicted after every trial, the model recalibrated on it), the rest to TPE
         model_first = max(2, budget // 2) if strategy == SearchStrategy.bayes and model else 0
