@@ -10,8 +10,17 @@ Sources, best first, each named in the Calibration's source strings:
   model reproduces the measured step time (its communication estimate subtracted).
 - collective records (kind 'collective') of the same platform and world size: busbw per message
   size per op, nccl-tests semantics (harness/collectives.py), the mean of the placements.
-- with no training record: the reference tables' samples_per_s of the same platform and workload
-  (reference_results/*.json), inverted like throughput records; the source says so.
+- with no training record: the reference tables' samples_per_s (or, for the paper's Model 1,
+  batch_time_s = step time / grad-acc) of the same platform, workload, world size, sequence length,
+  precision and activation checkpointing (reference_results/*.json), each inverted with its OWN
+  configuration (stage, split, ZeRO knobs: DeepSpeed's defaults where the entry sets none), not the
+  predicted one's; cells listed as outliers in harness/model_params.py are left out. The source
+  says so.
+- an implied efficiency above 1 (the measurement beats the declared peak) is kept and warned
+  about (Calibration.warnings), never dropped.
+- per micro-batch size, on GPU platforms every stage's entries are pooled (the model carries
+  ZeRO-3's overhead itself, harness/model_params.py); on the cpu platform a stage's own entries
+  are preferred (gloo's synchronous ZeRO-3 bookkeeping is part of its measured compute).
 - otherwise DEFAULT_EFFICIENCY, labelled uncalibrated.
 Pure, except load_records (reads files).
 """
@@ -26,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .config import BenchConfig
+from .config import BenchConfig, Device, GradientCollective, ZeroConfig
 from .errors import HarnessError
 
 DEFAULT_EFFICIENCY = 0.4
@@ -66,6 +75,8 @@ class Calibration:
     efficiency_source: str = f"uncalibrated default {DEFAULT_EFFICIENCY}"
     busbw: dict[str, BusbwCurve] = field(default_factory=dict)
     """Measured curves by op (all_reduce, all_gather, reduce_scatter, ...)."""
+    warnings: tuple[str, ...] = ()
+    """What a user should know about the calibration (an implied efficiency above 1, ...)."""
 
     def efficiency(self, micro_batch_size: int) -> float:
         """The efficiency at a micro-batch size: measured there, else interpolated in log(mb)
@@ -88,7 +99,7 @@ class Calibration:
         return {"efficiency_by_mb": {str(k): v for k, v in sorted(self.efficiency_by_mb.items())},
                 "efficiency_default": self.efficiency_default, "efficiency_source": self.efficiency_source,
                 "busbw": {op: {"points": [list(p) for p in c.points], "source": c.source}
-                          for op, c in sorted(self.busbw.items())}}
+                          for op, c in sorted(self.busbw.items())}, "warnings": list(self.warnings)}
 
 
 def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -163,12 +174,27 @@ def _workload_matches(config: dict[str, Any], cfg: BenchConfig) -> bool:
             and w.get("precision") in (None, cfg.workload.precision.value))
 
 
-def _variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool] = None) -> BenchConfig:
-    """cfg with another split and stage (a measured configuration to invert)."""
+ZERO_KNOBS = tuple(f.name for f in dataclasses.fields(ZeroConfig) if f.name != "stage")
+
+
+def zero_from_knobs(stage: int, knobs: Optional[dict[str, Any]]) -> ZeroConfig:
+    """A ZeroConfig of a measured configuration: its stage and its own knobs (a record's or a
+    reference's `zero`), DeepSpeed's defaults for every knob it does not set."""
+    z = ZeroConfig(stage=stage)
+    for k, v in (knobs or {}).items():
+        if k in ZERO_KNOBS and v is not None:
+            setattr(z, k, GradientCollective(v) if k == "gradient_collective" else v)
+    return z
+
+
+def _variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool] = None,
+             knobs: Optional[dict[str, Any]] = None) -> BenchConfig:
+    """cfg with another split, stage and ZeRO knobs (a measured configuration to invert: its own
+    knobs, never the predicted configuration's)."""
     w = dataclasses.replace(cfg.workload, micro_batch_size=mb, grad_acc_steps=ga)
     if ckpt is not None:
         w.activation_checkpointing = ckpt
-    return dataclasses.replace(cfg, workload=w, zero=dataclasses.replace(cfg.zero, stage=stage))
+    return dataclasses.replace(cfg, workload=w, zero=zero_from_knobs(stage, knobs))
 
 
 def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve]) -> Optional[tuple[float, str]]:
@@ -176,7 +202,7 @@ def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, 
 
     w = rec["config"]["workload"]
     mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(rec["config"]["zero"]["stage"])
-    variant = _variant(cfg, mb, ga, stage, bool(w.get("activation_checkpointing", False)))
+    variant = _variant(cfg, mb, ga, stage, bool(w.get("activation_checkpointing", False)), rec["config"]["zero"])
     profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.get("microsteps") or [] if step]
     if profiled and statistics.median(profiled) > 0:
         peak = variant.platform.peak_tflops[variant.workload.precision.value] * 1e12
@@ -188,10 +214,10 @@ def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, 
     return (eff, "throughput") if eff is not None else None
 
 
-def _by_mb(values: list[tuple[int, int, float]], stage: int) -> tuple[dict[int, float], str]:
-    """Median efficiency per micro-batch size, from the entries of `stage` when there are any
-    (ZeRO-3's compute time also holds its gather bookkeeping), else from all."""
-    same = [v for v in values if v[0] == stage]
+def _by_mb(values: list[tuple[int, int, float]], stage: int, prefer_stage: bool = True) -> tuple[dict[int, float], str]:
+    """Median efficiency per micro-batch size, from the entries of `stage` when there are any and
+    prefer_stage (cpu: ZeRO-3's compute time also holds its gather bookkeeping), else from all."""
+    same = [v for v in values if v[0] == stage] if prefer_stage else []
     chosen = same or values
     groups: dict[int, list[float]] = {}
     for _, mb, eff in chosen:
@@ -222,39 +248,76 @@ def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optio
         if got is not None:
             found.append((*key, got[0]))
             modes.add(got[1])
+    prefer_stage = cfg.platform.device != Device.cuda
     if found:
-        by_mb, where = _by_mb(found, cfg.zero.stage)
+        by_mb, where = _by_mb(found, cfg.zero.stage, prefer_stage)
         how = "profile-mode compute" if modes == {"profile"} else "+".join(sorted(modes))
         return Calibration(by_mb, statistics.median(by_mb.values()),
-                           f"measured: {where} training runs, {how}", curves)
+                           f"measured: {where} training runs, {how}", curves, _above_peak(by_mb, "training runs"))
     found = _reference_efficiencies(references or [], cfg, curves)
     if found:
-        by_mb, where = _by_mb([(s, mb, e) for s, mb, e, _ in found], cfg.zero.stage)
+        by_mb, where = _by_mb([(s, mb, e) for s, mb, e, _ in found], cfg.zero.stage, prefer_stage)
         origin = found[0][3]
+        metrics = "/".join(sorted({x[3].split("|")[0] for x in found}))
         return Calibration(by_mb, statistics.median(by_mb.values()),
-                           f"reference table: {where} samples_per_s entries, inverted through the model's "
-                           f"communication estimate; {origin}", curves)
+                           f"reference table: {where} {metrics} entries, each inverted with its own configuration "
+                           f"through the model's communication estimate; {origin.split('|', 1)[1]}", curves,
+                           _above_peak(by_mb, "reference entries"))
     return Calibration(busbw=curves)
 
 
+def _above_peak(by_mb: dict[int, float], what: str) -> tuple[str, ...]:
+    high = {mb: e for mb, e in by_mb.items() if e > 1}
+    if not high:
+        return ()
+    return (f"implied efficiency above 1 (faster than the declared peak) from {what} at micro-batch "
+            + ", ".join(f"{mb}: {e:.2f}" for mb, e in sorted(high.items()))
+            + ": kept, but the measured workload is probably not the one configured (sequence length, "
+              "checkpointing, node count?) or the declared peak is wrong",)
+
+
+REFERENCE_METRICS = ("samples_per_s", "batch_time_s")
+"""Reference metrics that give a step time: samples_per_s (global samples per second) and
+batch_time_s (the paper's Model 1: seconds per micro-batch, i.e. per loop iteration = step / grad-acc)."""
+
+
+def reference_step_time_s(r: Any, world: int) -> Optional[float]:
+    """The optimizer-step time a reference entry states (see REFERENCE_METRICS), None for others."""
+    c = r.config
+    if r.status != "ok" or not r.value or r.metric not in REFERENCE_METRICS:
+        return None
+    mb, ga = int(c["micro_batch_size"]), int(c["grad_acc_steps"])
+    return mb * ga * world / r.value if r.metric == "samples_per_s" else r.value * ga
+
+
+def is_outlier(r: Any, outliers: Iterable[tuple[str, str, int, int]]) -> bool:
+    c = r.config
+    return (r.platform, r.benchmark, int(c.get("zero_stage", -1)), int(c.get("micro_batch_size", -1))) in set(outliers)
+
+
 def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, BusbwCurve]) -> list[tuple[int, int, float, str]]:
+    from .model_params import PARAMS
     from .perfmodel import efficiency_for_step_time
 
     out = []
-    world = cfg.platform.world_size
+    p, world, w = cfg.platform, cfg.platform.world_size, cfg.workload
     for r in refs:
         c = r.config
-        if (r.platform != cfg.platform.name or r.benchmark != cfg.workload.name or r.metric != "samples_per_s"
+        if (r.platform != p.name or r.benchmark != w.name or r.metric not in REFERENCE_METRICS
                 or r.status != "ok" or not r.value or not {"micro_batch_size", "grad_acc_steps", "zero_stage"} <= set(c)
-                or c.get("num_ranks", world) != world or c.get("seq_len", cfg.workload.seq_len) != cfg.workload.seq_len
-                or c.get("precision", cfg.workload.precision.value) != cfg.workload.precision.value):
+                or is_outlier(r, PARAMS.outliers)
+                or c.get("num_ranks", c.get("nodes", p.nodes) * p.gpus_per_node) != world
+                or c.get("seq_len", w.seq_len) != w.seq_len
+                or c.get("activation_checkpointing", w.activation_checkpointing) != w.activation_checkpointing
+                or c.get("precision", w.precision.value) != w.precision.value):
             continue
         mb, ga, stage = int(c["micro_batch_size"]), int(c["grad_acc_steps"]), int(c["zero_stage"])
-        step_time = mb * ga * world / r.value
-        eff = efficiency_for_step_time(_variant(cfg, mb, ga, stage), Calibration(busbw=curves), step_time)
+        step_time = reference_step_time_s(r, world)
+        eff = efficiency_for_step_time(_variant(cfg, mb, ga, stage, knobs=c.get("zero")), Calibration(busbw=curves),
+                                       step_time)
         if eff is not None:
             src = r.provenance.source if r.provenance else "no provenance"
-            unstated = [k for k in ("num_ranks", "seq_len") if k not in c]
+            unstated = [k for k in ("seq_len", "activation_checkpointing") if k not in c]
             note = f" (the entry does not state {' or '.join(unstated)}: assumed as configured)" if unstated else ""
-            out.append((stage, mb, eff, f"from: {src[:70]}{'...' if len(src) > 70 else ''}{note}"))
+            out.append((stage, mb, eff, f"{r.metric}|from: {src[:70]}{'...' if len(src) > 70 else ''}{note}"))
     return out

@@ -148,9 +148,11 @@ class PlatformConfig:
     fabric: Fabric = Fabric.none
     """Inter-node fabric: ib, roce, tcp, or none (single node)."""
     intra_node_bw_gbps: float = 0.0
-    """Intra-node link bandwidth per device, GB/s (1e9 bytes/s, as nccl-tests)."""
+    """Intra-node link bandwidth per device and per direction, GB/s (1e9 bytes/s, as nccl-tests'
+    busbw; NVIDIA quotes NVLink as the bidirectional total: halve it)."""
     inter_node_bw_gbps: float = 0.0
-    """Inter-node bandwidth per node, GB/s (1e9 bytes/s)."""
+    """Inter-node bandwidth per node and per direction, GB/s (1e9 bytes/s): the NICs' line rate
+    summed (8 x 200 Gb/s = 200 GB/s)."""
     nccl_env: dict[str, str] = field(default_factory=dict)
     """Default NCCL_* environment for every rank."""
     launcher: LauncherKind = LauncherKind.local

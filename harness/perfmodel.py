@@ -28,6 +28,7 @@ from .collectives import busbw_factor
 from .config import BenchConfig, Device
 from .errors import ConfigError, HarnessError
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
+from .model_params import PARAMS, ModelParams
 from .memory_model import (DS_ALLREDUCE_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET,
                            MemoryEstimate, dtype_bytes, gradient_collective, memory_estimate, overlap_comm,
                            param_tensors, zero_knob)
@@ -245,23 +246,37 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     return [tr for tr in out if tr.sizes]
 
 
-def collective_time(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibration) -> tuple[float, float, str]:
-    """(seconds, busbw GB/s, source) of one message: size x factor(op, N) / busbw, busbw from the
-    measured curve of the op, else the platform's declared bandwidth (intra-node per device on
-    one node; inter-node per node across nodes: a ring crosses each node's NICs once)."""
+def collective_time(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibration,
+                    params: ModelParams = PARAMS) -> tuple[float, float, str]:
+    """(seconds, busbw GB/s, source) of one message. From the measured curve of the op when there is
+    one: size x factor(op, N) / busbw(size) (the curve holds the latency). Otherwise latency +
+    size x factor(op, N) / busbw, busbw from the platform's declared per-direction bandwidths: on one
+    node the intra-node link; across nodes the slower of the intra-node link and the node's NICs
+    (a ring crosses each node's NICs once per direction, nccl-tests' busbw is per rank) times the
+    fabric's fitted efficiency (harness/model_params.py); latency declared per collective."""
     p, n = cfg.platform, cfg.platform.world_size
     curve = calib.busbw.get(op)
     if curve is not None:
         busbw, source = curve.busbw_gbps(size_bytes), curve.source
+        return size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
+    inter = p.nodes > 1
+    busbw = p.inter_node_bw_gbps if inter else p.intra_node_bw_gbps
+    name = "inter_node_bw_gbps" if inter else "intra_node_bw_gbps"
+    if busbw <= 0:
+        raise ConfigError(f"platform.{name}={busbw} is invalid for the performance model: declare the "
+                          f"bandwidth or give --records with a measured {op} sweep")
+    cuda = p.device == Device.cuda
+    latency = (params.inter_node_latency_s if inter else params.intra_node_latency_s) if cuda else 0.0
+    if inter and cuda:
+        eta = params.fabric_efficiency.get(p.fabric.value, 1.0)
+        busbw = min(p.intra_node_bw_gbps or busbw, busbw * eta)
+        source = (f"declared platform.inter_node_bw_gbps {p.inter_node_bw_gbps:g} GB/s per direction x fitted "
+                  f"{p.fabric.value} efficiency {eta:g} (capped by intra_node_bw_gbps {p.intra_node_bw_gbps:g}), "
+                  f"+ {latency * 1e6:g} us latency per call (no measured {op} curve)")
     else:
-        inter = p.nodes > 1
-        busbw = p.inter_node_bw_gbps if inter else p.intra_node_bw_gbps
-        name = "inter_node_bw_gbps" if inter else "intra_node_bw_gbps"
-        if busbw <= 0:
-            raise ConfigError(f"platform.{name}={busbw} is invalid for the performance model: declare the "
-                              f"bandwidth or give --records with a measured {op} sweep")
-        source = f"declared platform.{name} {busbw:g} GB/s (no measured {op} curve; no latency term)"
-    return size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
+        source = (f"declared platform.{name} {busbw:g} GB/s per direction"
+                  + (f", + {latency * 1e6:g} us latency per call" if latency else "") + f" (no measured {op} curve)")
+    return latency + size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
 
 
 # ---- prediction ------------------------------------------------------------------------------
@@ -341,12 +356,13 @@ def overlap_summary(config: dict[str, Any]) -> str:
                else "reduce-scatters on the compute stream (overlap_comm false)"))
 
 
-def _timed(cfg: BenchConfig, calib: Calibration) -> list[tuple[Traffic, list[float], list[CommEstimate]]]:
+def _timed(cfg: BenchConfig, calib: Calibration,
+           params: ModelParams = PARAMS) -> list[tuple[Traffic, list[float], list[CommEstimate]]]:
     out = []
     for tr in comm_traffic(cfg):
         times, estimates, seen = [], [], {}
         for size in tr.sizes:
-            t, busbw, src = collective_time(tr.op, size, cfg, calib)
+            t, busbw, src = collective_time(tr.op, size, cfg, calib, params)
             times.append(t)
             seen.setdefault(size, [0, t, busbw, src])[0] += 1
         for size, (count, t, busbw, src) in seen.items():
@@ -356,7 +372,15 @@ def _timed(cfg: BenchConfig, calib: Calibration) -> list[tuple[Traffic, list[flo
     return out
 
 
-def _step_time(cfg: BenchConfig, eff: float, timed) -> tuple[float, float]:
+def zero3_calls(cfg: BenchConfig, timed) -> int:
+    """ZeRO-3 collective calls per optimizer step that carry a fixed overhead (model_params
+    zero3_fetch_overhead_s): every parameter gather and gradient reduce-scatter of the micro-steps."""
+    if cfg.zero.stage != 3 or cfg.platform.device != Device.cuda:
+        return 0
+    return sum(len(tr.sizes) * tr.microsteps for tr, _, _ in timed if tr.phase != "step")
+
+
+def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float]:
     """(compute_s, exposed_comm_s) per optimizer step at an efficiency."""
     peak = cfg.platform.peak_tflops[cfg.workload.precision.value] * 1e12
     phase_s = {ph: fl / (peak * eff) for ph, fl in phase_flops(cfg).items()}
@@ -372,10 +396,11 @@ def _step_time(cfg: BenchConfig, eff: float, timed) -> tuple[float, float]:
             per_ms[1] += sum(times)
     exposed = sum(ms * (never + (max(unhidden, hideable - phase_s.get(phase, 0.0)) if hideable else 0.0))
                   for (phase, ms), (hideable, never, unhidden) in groups.items())
-    return compute, exposed
+    return compute, exposed + zero3_calls(cfg, timed) * params.zero3_fetch_overhead_s
 
 
-def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None) -> Prediction:
+def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None,
+            params: ModelParams = PARAMS) -> Prediction:
     """Memory, communication, step time and throughput of cfg; hours for `tokens` when given.
     step_time_s = compute (executed FLOPs / (declared peak x efficiency)) + exposed communication
     (OVERLAP_RULE); the optimizer step's own time is not modelled apart: a measured efficiency
@@ -384,10 +409,10 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
         raise HarnessError(f"tokens={tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
     w, p = cfg.workload, cfg.platform
     eff = calib.efficiency(w.micro_batch_size)
-    if not 0 < eff <= 1:
-        raise HarnessError(f"efficiency {eff} ({calib.efficiency_source}) is outside (0, 1]")
-    timed = _timed(cfg, calib)
-    compute, exposed = _step_time(cfg, eff, timed)
+    if not (eff > 0 and math.isfinite(eff)):
+        raise HarnessError(f"efficiency {eff} ({calib.efficiency_source}) is not a positive number")
+    timed = _timed(cfg, calib, params)
+    compute, exposed = _step_time(cfg, eff, timed, params)
     comm = [e for _, _, es in timed for e in es]
     step = compute + exposed
     samples_per_s = w.micro_batch_size * w.grad_acc_steps * p.world_size / step
@@ -398,6 +423,13 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
               "activation_checkpointing": w.activation_checkpointing, "overlap_comm": overlap_comm(cfg),
               "gradient_collective": gradient_collective(cfg), "device": p.device.value}
     notes = [] if p.world_size > 1 else ["one rank: no collectives"]
+    if eff > 1:
+        notes.append(f"efficiency {eff:.3f} is above the declared peak: the calibration's measurement is faster than "
+                     "this model allows (a wrong peak, FLOP count or workload definition?)")
+    notes += list(calib.warnings)
+    if zero3_calls(cfg, timed):
+        notes.append(f"ZeRO-3: {zero3_calls(cfg, timed)} collective calls per step x {params.zero3_fetch_overhead_s:g} s "
+                     "fixed overhead each (model_params.zero3_fetch_overhead_s, fitted)")
     if cfg.zero.allgather_bucket_size is not None and cfg.zero.stage in (1, 2):
         notes.append("zero.allgather_bucket_size has no effect: DeepSpeed 0.19.8 all-gathers each parameter "
                      "group whole with all_gather_into_tensor (runtime/utils.py)")
@@ -408,15 +440,22 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
                       hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes)
 
 
-def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: float) -> Optional[float]:
+MAX_EFFICIENCY = 4.0
+"""The largest efficiency an inversion returns: above 1 the measurement beats the declared peak
+(reported with a warning, never dropped); above this, the model's communication alone is slower."""
+
+
+def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: float,
+                             params: ModelParams = PARAMS) -> Optional[float]:
     """The efficiency at which the model's step time equals a measured one (bisection: the step
-    time falls as efficiency rises). None when even efficiency 1 is slower than the measurement."""
-    timed = _timed(cfg, calib)
+    time falls as efficiency rises). None when even MAX_EFFICIENCY is slower than the measurement
+    (the modelled communication alone exceeds it)."""
+    timed = _timed(cfg, calib, params)
 
     def step(e: float) -> float:
-        return sum(_step_time(cfg, e, timed))
+        return sum(_step_time(cfg, e, timed, params))
 
-    lo, hi = 1e-6, 1.0
+    lo, hi = 1e-6, MAX_EFFICIENCY
     if step(hi) > step_time_s:
         return None
     for _ in range(60):

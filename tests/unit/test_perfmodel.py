@@ -15,6 +15,7 @@ from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, cal
 from harness.config import GradientCollective, OptimizerImpl, Precision, WorkloadConfig
 from harness.errors import HarnessError
 from harness.flops import llama_param_count
+from harness.model_params import IDEAL, PARAMS
 from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
 from harness.perfmodel import (balanced_window_elements, comm_traffic, collective_time, efficiency_for_step_time,
@@ -177,7 +178,7 @@ def test_llama_8b_zero1_moves_psi_gradient_bytes_and_its_reduce_scatter_halves_t
     rs_cfg = _with(cfg, gradient_collective="reduce_scatter")
     rs_bytes, count = _bytes(rs_cfg, "reduce_scatter", "backward")
     assert count == 2 and 0 <= rs_bytes - 2 * PSI_8B < 2 * 2 * 16 * 2      # < 2N elements per parameter group
-    ar, rs = _grad_time(predict(cfg, cal), "all_reduce"), _grad_time(predict(rs_cfg, cal), "reduce_scatter")
+    ar, rs = _grad_time(predict(cfg, cal, params=IDEAL), "all_reduce"), _grad_time(predict(rs_cfg, cal, params=IDEAL), "reduce_scatter")
     assert rs == pytest.approx(ar / 2, rel=1e-8)                            # (N-1)/N instead of 2(N-1)/N
 
 
@@ -367,7 +368,7 @@ def test_zero1_reduce_scatter_on_16_ranks_beats_the_all_reduce(composed, bucket)
     assert max(rs_traffic.sizes) == 2 * 16 * window                       # N x W elements (bf16)
     assert rs_count == sum(-(-zero_partition_size(b // 2, 16) // window)   # ceil(P / W) per group
                            for b in [t for t in comm_traffic(cfg) if t.op == "all_gather"][0].sizes)
-    ar, rs = predict(cfg, cal), predict(rs_cfg, cal)
+    ar, rs = predict(cfg, cal, params=IDEAL), predict(rs_cfg, cal, params=IDEAL)
     assert _grad_time(rs, "reduce_scatter") == pytest.approx(_grad_time(ar, "all_reduce") / 2, rel=1e-6)
     assert rs.step_time_s < ar.step_time_s
     for c in rs.comm:
@@ -399,7 +400,7 @@ def test_pack(sizes, limit, crossing, expected):
 
 def test_overlap_hides_zero3_gathers_on_gpu_but_not_on_cpu(composed):
     gpu = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage3"])
-    p = predict(gpu, Calibration())
+    p = predict(gpu, Calibration(), params=IDEAL)
     assert p.exposed_comm_s < 0.2 * p.comm_s
     cpu = predict(composed(["workload=llama-tiny", "zero=stage3"]), Calibration())
     assert cpu.exposed_comm_s == pytest.approx(cpu.comm_s)
@@ -422,7 +423,7 @@ def test_collective_time_uses_the_curve_then_the_declared_bandwidth(composed):
     cfg = composed(["platform=ib-a100", "workload=llama-8b"])
     t, busbw, src = collective_time("all_reduce", 10_000, cfg, Calibration(busbw={"all_reduce": CURVE}))
     assert (t, busbw, src) == (pytest.approx(10_000 * 2 * 15 / 16 / 10e9), pytest.approx(10.0), "test")
-    t, busbw, src = collective_time("all_gather", 10**9, cfg, Calibration())
+    t, busbw, src = collective_time("all_gather", 10**9, cfg, Calibration(), IDEAL)
     assert busbw == 200.0 and "inter_node_bw_gbps" in src                  # 2 nodes: the per-node figure
     assert t == pytest.approx(1e9 * 15 / 16 / 200e9)
 
@@ -587,3 +588,62 @@ def test_sweep_configs_cover_every_split(composed):
     cfg = composed(["platform=ib-a100", "workload=llama-8b-kd"])
     splits = [(c.zero.stage, c.workload.micro_batch_size, c.workload.grad_acc_steps) for c in sweep_configs(cfg)]
     assert len(splits) == 3 * 9 and all(mb * ga == 256 for _, mb, ga in splits)
+
+
+# ---- the physics terms with the shipped parameters (harness/model_params.py) --------------------
+
+def test_declared_bandwidth_is_per_direction_per_fabric_with_a_latency(composed):
+    """Across nodes the NICs' per-direction bandwidth times the fabric's fitted efficiency (IB and
+    RoCE differ), capped by NVLink's per-direction figure, plus a declared latency per call; the
+    paper platforms declare NVLink per direction (half NVIDIA's bidirectional total)."""
+    ib, roce = composed(["platform=ib-a100"]), composed(["platform=roce-a100"])
+    assert ib.platform.intra_node_bw_gbps == 300.0 and composed(["platform=roce-h100"]).platform.intra_node_bw_gbps == 450.0
+    t_ib, bw_ib, _ = collective_time("all_reduce", 10**9, ib, Calibration())
+    t_roce, bw_roce, src = collective_time("all_reduce", 10**9, roce, Calibration())
+    assert bw_ib == pytest.approx(200.0 * PARAMS.fabric_efficiency["ib"])
+    assert bw_roce == pytest.approx(200.0 * PARAMS.fabric_efficiency["roce"]) and bw_roce < bw_ib
+    assert "roce efficiency" in src and "latency" in src
+    assert t_roce == pytest.approx(PARAMS.inter_node_latency_s + 1e9 * 2 * 15 / 16 / (bw_roce * 1e9))
+    tiny, _, _ = collective_time("all_reduce", 8, ib, Calibration())
+    assert tiny == pytest.approx(PARAMS.inter_node_latency_s, rel=1e-3)      # small messages cost the latency
+
+
+def test_zero3_pays_a_fixed_overhead_per_collective_call_on_gpu_only(composed):
+    gpu = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage3"])
+    with_cost, ideal = predict(gpu, Calibration()), predict(gpu, Calibration(), params=IDEAL)
+    calls = sum(len(t.sizes) * t.microsteps for t in comm_traffic(gpu) if t.phase != "step")
+    assert with_cost.exposed_comm_s - ideal.exposed_comm_s == pytest.approx(
+        calls * PARAMS.zero3_fetch_overhead_s, rel=0.01)
+    assert any("ZeRO-3" in n for n in with_cost.notes)
+    cpu = composed(["workload=llama-tiny", "zero=stage3"])
+    assert predict(cpu, Calibration()).step_time_s == pytest.approx(predict(cpu, Calibration(), params=IDEAL).step_time_s)
+
+
+def test_an_implied_efficiency_above_one_is_kept_and_warned_about(composed):
+    """A reference faster than the declared peak allows is not dropped: its efficiency (> 1) is used
+    and the calibration and prediction say so."""
+    from harness.references import Reference
+    cfg = composed(["platform=ib-a100", "workload=llama-440m", "zero=stage1", "workload.seq_len=1024"])
+    fast = Reference.from_dict({"platform": "ib-a100", "benchmark": "llama-440m", "metric": "batch_time_s",
+                                "config": {"nodes": 2, "zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 16},
+                                "value": 0.197, "unit": "s", "direction": "lower", "tolerance_pct": 5.0, "status": "ok",
+                                "num_samples": 1, "samples": [0.197], "provenance": None})
+    cal = calibrate([], cfg, [fast])
+    assert cal.efficiency(64) > 1 and cal.warnings and "above 1" in cal.warnings[0]
+    p = predict(cfg, cal)
+    assert any("above the declared peak" in n for n in p.notes)
+    assert p.step_time_s / cfg.workload.grad_acc_steps == pytest.approx(0.197, rel=1e-3)   # batch_time_s read
+
+
+def test_a_reference_is_inverted_with_its_own_knobs_not_the_predicted_ones(composed):
+    """Calibrating a tuned configuration (overlap_comm, reduce-scatter) on an untuned reference must
+    give the same efficiency as calibrating the untuned one: the reference keeps DeepSpeed's defaults."""
+    from harness.references import Reference
+    base = composed(["platform=roce-a100", "workload=llama-8b", "zero=stage2"])
+    ref = Reference.from_dict({"platform": "roce-a100", "benchmark": "llama-8b", "metric": "samples_per_s",
+                               "config": {"zero_stage": 2, "micro_batch_size": 64, "grad_acc_steps": 4},
+                               "value": 60.0, "unit": "samples/s", "direction": "higher", "tolerance_pct": 5.0,
+                               "status": "ok", "num_samples": 1, "samples": [60.0], "provenance": None})
+    tuned = _with(base, overlap_comm=True, gradient_collective="reduce_scatter", reduce_bucket_size=10**7)
+    assert calibrate([], tuned, [ref]).efficiency(64) == pytest.approx(calibrate([], base, [ref]).efficiency(64))
+    assert predict(base, calibrate([], base, [ref])).samples_per_s == pytest.approx(60.0, rel=1e-3)
