@@ -51,7 +51,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean
+.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean validate-model
 
 help:
 	@echo "Targets:"
@@ -61,6 +61,7 @@ help:
 	@echo "  tune       three-step tuning: $(PY) -m harness tune platform=\$$PLATFORM [workload=\$$WORKLOAD] [out=\$$OUT] \$$ARGS"
 	@echo "             (same OUT again: resumes; ARGS e.g. tune.strategy=grid tune.budget=6 tune.steps=[2,3])"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
+	@echo "  validate-model  the performance model against every published SC'25 PMBS cell (leave-one-out; exit 1 if a target is missed)"
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory;"
 	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
@@ -115,6 +116,10 @@ bench: venv
 # The three-step tuning method; the same OUT resumes an interrupted tune (python -m harness tune --help).
 tune: venv
 	env -u DS_ACCELERATOR $(PY) -m harness tune platform=$(PLATFORM) $(if $(WORKLOAD),workload=$(WORKLOAD)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
+
+# The performance model against every published SC'25 PMBS cell (harness/validation.py).
+validate-model: venv
+	$(PY) -m harness model --validate $(ARGS)
 
 # Non-zero pytest exit (including 5, "no tests collected") fails the target.
 test: venv

@@ -164,7 +164,19 @@ def cmd_model(args: list[str]) -> int:
     parser.add_argument("--no-references", action="store_true",
                         help="never calibrate from reference_results/ (used only when no training record qualifies)")
     parser.add_argument("--json", action="store_true", help="print the prediction(s) as JSON")
+    parser.add_argument("--validate", action="store_true",
+                        help="the model against every published SC'25 PMBS cell (reference_results/sc25-pmbs.json): OOM "
+                             "calls, leave-one-out and one-cell-per-platform errors, the published findings; exit 1 if a "
+                             "target is missed")
     ns = parser.parse_intermixed_args(args)
+    if ns.validate:
+        from .validation import format_validation, validate_model
+        if ns.overrides or ns.records or ns.sweep or ns.tokens:
+            raise HarnessError("--validate takes no overrides, --records, --sweep or --tokens: it validates the shipped "
+                               "workloads against the published table")
+        v = validate_model(compose)
+        print(json.dumps(v.to_dict(), indent=2) if ns.json else format_validation(v))
+        return 0 if v.ok else 1
     override = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")
     moved = [r for r in ns.records if override.match(r) and not Path(r).exists()]  # `--records DIR key=value`
     overrides, paths = ns.overrides + moved, [r for r in ns.records if r not in moved]
