@@ -3,7 +3,8 @@
 A reference file is a JSON object {"schema_version", "references": [entry, ...]}; an entry is
 keyed by platform, benchmark, configuration and metric, and carries its value with unit,
 direction (higher or lower is better), tolerance, samples and provenance (source, submitter,
-date, system, environment fingerprint, suite commit). A published OOM cell is an entry with
+date, system, environment fingerprint, suite commit, and the config fields the source does not
+state but that were inferred, each with its evidence). A published OOM cell is an entry with
 status "oom" and value null. The JSON Schema is schemas/reference.schema.json.
 """
 from __future__ import annotations
@@ -38,6 +39,9 @@ class Provenance:
     suite_commit: Optional[str] = None
     note: Optional[str] = None
     """Anything the source leaves open (e.g. units it does not state)."""
+    inferred: Optional[dict[str, str]] = None
+    """Config fields the source does not state but that were inferred (e.g. from its own figures),
+    each with its evidence: {field: evidence}. None when every config field is as published."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Reference:
         d = asdict(self)
         d["samples"] = list(self.samples)
         d["num_samples"] = self.num_samples
+        if d["provenance"] is not None and d["provenance"]["inferred"] is None:
+            del d["provenance"]["inferred"]  # optional: files written before the field stay as they were
         return d
 
     @classmethod
@@ -92,6 +98,9 @@ def validate_reference_file(data: Any) -> list[str]:
     for i, entry in enumerate(data["references"]):
         if entry["num_samples"] != len(entry["samples"]):
             problems.append(f"references/{i}: num_samples={entry['num_samples']} but {len(entry['samples'])} samples")
+        unknown = sorted(set(entry["provenance"].get("inferred") or {}) - set(entry["config"]))
+        if unknown:
+            problems.append(f"references/{i}: provenance.inferred names {unknown}, which the config does not have")
     seen: dict[tuple, int] = {}
     for i, entry in enumerate(data["references"]):
         key = Reference.from_dict(entry).key()
@@ -153,7 +162,9 @@ def record_config(record: dict[str, Any]) -> dict[str, Any]:
     if record["kind"] == "training":
         key.update(zero_stage=cfg["zero"]["stage"], micro_batch_size=cfg["workload"]["micro_batch_size"],
                    grad_acc_steps=cfg["workload"]["grad_acc_steps"], seq_len=cfg["workload"]["seq_len"],
-                   precision=cfg["workload"]["precision"])
+                   precision=cfg["workload"]["precision"],
+                   # records made before the field existed ran without checkpointing
+                   activation_checkpointing=cfg["workload"].get("activation_checkpointing", False))
         # only knobs set away from their default: a record made before a knob existed still matches
         knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v != ZERO_DEFAULTS.get(k)}
         if knobs:

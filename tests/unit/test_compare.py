@@ -145,6 +145,19 @@ def test_a_published_reference_matches_on_the_keys_it_has():
     assert environment_diff(ENV, ENV) == {}
 
 
+def test_a_published_reference_of_a_checkpointed_run_judges_only_checkpointed_runs():
+    """The paper's Model 2 figures measured checkpointed runs (inferred): a run without checkpointing
+    (a record made before the field existed included) is new, not a regression against them."""
+    published = reference([92.35], config={"zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 4,
+                                           "seq_len": 512, "activation_checkpointing": True}, env=None)
+    plain = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([60.0, 61.0, 59.0])]
+    verdicts = [v for v in compare(plain, [published]) if v.metric == "samples_per_s"]
+    assert sorted((v.verdict, bool(v.run_ids)) for v in verdicts) == [("missing", False), ("new", True)]
+    checkpointed = [{**r, "config": {**r["config"], "workload": {**r["config"]["workload"], "activation_checkpointing": True}}}
+                    for r in plain]
+    assert verdict_of(compare(checkpointed, [published])).verdict == "regression"
+
+
 def test_the_command_exits_1_on_regression_and_honours_fail_on(tmp_path):
     for i, v in enumerate(noisy(70, 4, 1, 5)):
         (tmp_path / f"r{i}.json").write_text(json.dumps(record(i, samples_per_s=(v, "samples/s"))))

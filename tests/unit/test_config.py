@@ -155,6 +155,66 @@ def test_default_suite_records_each_runs_overrides(default_suite):
         assert f"workload.micro_batch_size={p.cfg.workload.micro_batch_size}" in p.run.overrides
 
 
+# --- the paper suites: every published cell, with the workload the figures measured ---------
+
+PAPER = CONF_DIR.parent / "reference_results" / "sources" / "sc25-pmbs"
+PAPER_PLATFORMS = ("ib-a100", "roce-a100", "roce-h100")
+
+
+def published_grid(csv_name: str, platform: str) -> set[tuple[int, int, int]]:
+    """(ZeRO stage, micro-batch, grad-acc) of every published cell of a platform, OOM cells included."""
+    import csv
+
+    with open(PAPER / csv_name, newline="", encoding="utf-8") as f:
+        return {(int(r["zero_stage"]), int(r["batch_size"]), int(r["grad_acc"]))
+                for r in csv.DictReader(f) if r["platform"] == platform}
+
+
+def training_grid(planned) -> set[tuple[int, int, int]]:
+    return {(p.cfg.zero.stage, p.cfg.workload.micro_batch_size, p.cfg.workload.grad_acc_steps)
+            for p in planned if p.cfg.kind.value == "training"}
+
+
+@pytest.mark.parametrize("suite,workload,csv_name,platforms", [
+    ("paper-model1", "llama-440m", "model1_ib-a100_batch_time.csv", ("ib-a100",)),
+    ("paper-model2", "llama-8b-kd", "model2_step2_parallelism.csv", PAPER_PLATFORMS),
+])
+def test_a_paper_suite_runs_every_published_cell_oom_cells_included_after_the_collectives(
+        suite, workload, csv_name, platforms):
+    from harness.bench import plan_suite
+
+    _, planned = plan_suite([f"platform={platforms[0]}", f"suite={suite}"])
+    assert planned[0].cfg.kind.value == "collective" and planned[0].cfg.collective.name == "main"
+    grid = training_grid(planned)
+    assert len(grid) == len(planned) - 1, "one run per cell"
+    for platform in platforms:  # the published grid is the same on every platform
+        assert grid == published_grid(csv_name, platform)
+    for p in planned[1:]:
+        w = p.cfg.workload
+        assert w.name == workload and w.micro_batch_size * w.grad_acc_steps == w.samples_per_step
+        assert p.cfg.platform.nodes == 2 and p.run.num_ranks == 16  # the paper's 2 nodes x 8 GPUs
+        # the workload the published figures measured (inferred from them: reference_results/README.md)
+        assert (w.seq_len, w.activation_checkpointing) == ((128, False) if suite == "paper-model1" else (128, True))
+    if suite == "paper-model1":
+        assert 3 not in {s for s, _, _ in grid}, "the paper has no ZeRO-3 Model 1 figure"
+        assert {mb for _, mb, _ in grid} == {32, 64, 128, 256, 512}
+
+
+@pytest.mark.parametrize("platform", PAPER_PLATFORMS)
+def test_the_paper_platforms_default_and_nightly_suites_are_the_model1_cells(platform):
+    runs = {name: [(r.name, r.kind.value, list(r.overrides)) for r in compose([f"platform={platform}", f"suite={name}"]).suite.runs]
+            for name in ("paper-model1", f"default-{platform}", f"nightly-{platform}")}
+    assert runs[f"default-{platform}"] == runs[f"nightly-{platform}"] == runs["paper-model1"]
+    assert compose([f"platform={platform}"]).suite.name == f"default-{platform}"
+
+
+def test_only_the_distillation_8b_carries_the_papers_inferred_model2_workload(composed):
+    """llama-8b-kd is compared with the published Model 2 figures; llama-8b is compared with none."""
+    kd, plain = composed(["workload=llama-8b-kd"]).workload, composed(["workload=llama-8b"]).workload
+    assert (kd.seq_len, kd.activation_checkpointing) == (128, True)
+    assert (plain.seq_len, plain.activation_checkpointing) == (512, False)
+
+
 # --- validation errors --------------------------------------------------------------------
 
 # (overrides, field named, bad value as shown, what is valid: fragments that must all appear)

@@ -201,7 +201,8 @@ def test_teacher_forward_flops_are_2n_plus_4lhs(composed):
     fm = forward_flops_per_token(t, llama_param_count(t))
     n = llama_param_count(t) - t.vocab_size * t.hidden_size  # the input embedding is a lookup
     assert fm.formula == TEACHER_FLOPS_FORMULA == "2*N_t + 4*L_t*h_t*s"
-    assert fm.flops_per_token == 2 * n + 4 * 32 * 4096 * 512
+    assert t.seq_len == w.seq_len == 128  # the teacher sees the student's sequences
+    assert fm.flops_per_token == 2 * n + 4 * 32 * 4096 * 128
 
 
 def test_both_8b_models_of_llama_8b_kd_have_8_030_261_248_parameters_on_the_meta_device(composed):

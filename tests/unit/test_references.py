@@ -175,3 +175,102 @@ def test_only_knobs_away_from_their_default_enter_the_key():
     assert key(gradient_collective="all_reduce", overlap_comm=None) is None  # as records made before the field
     assert key(gradient_collective="reduce_scatter") == {"gradient_collective": "reduce_scatter"}
     assert key(overlap_comm=False) == {"overlap_comm": False}
+
+
+# --- what the slides leave out: inferred, marked as such, and what a run must match ---------------
+
+def test_what_the_slides_leave_out_is_inferred_marked_as_such_and_is_what_the_workloads_carry(composed):
+    """seq_len and activation checkpointing (and Model 2's node count) are not in the slides: each
+    entry carries the inferred value in its config and names it, with evidence, under provenance.inferred."""
+    refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
+    inferred = {"llama-440m": {"seq_len", "activation_checkpointing"},
+                "llama-8b-kd": {"seq_len", "activation_checkpointing", "nodes"}}
+    for benchmark in inferred:
+        w = composed([f"workload={benchmark}"]).workload
+        mine = [r for r in refs if r.benchmark == benchmark]
+        assert mine
+        for ref in mine:
+            assert ref.config["seq_len"] == w.seq_len == 128
+            assert ref.config["activation_checkpointing"] is w.activation_checkpointing is (benchmark == "llama-8b-kd")
+            assert ref.config["nodes"] == 2
+            assert set(ref.provenance.inferred) == inferred[benchmark]
+            assert all(v.startswith("INFERRED, not stated in the slides") and "infer_workloads.py" in v
+                       for v in ref.provenance.inferred.values())
+
+
+def planned_groups(overrides):
+    """(run id, comparison group) of every training run a suite plans: the configuration key a
+    record of the run would carry."""
+    from harness.bench import plan_suite
+    from harness.compare import Group
+    from harness.references import record_config
+
+    _, planned = plan_suite(overrides)
+    out = []
+    for p in planned:
+        if p.cfg.kind.value != "training":
+            continue
+        rec = {"config": p.run.config, "environment": {"num_ranks": p.run.num_ranks}, "kind": "training"}
+        out.append((p.run.run_id, Group(p.cfg.platform.name, p.cfg.workload.name, "training", record_config(rec), [])))
+    return out
+
+
+@pytest.mark.parametrize("platform,suite,metric", [
+    ("ib-a100", "paper-model1", "batch_time_s"),
+    ("ib-a100", "paper-model2", "samples_per_s"),
+    ("roce-h100", "paper-model2", "samples_per_s"),
+])
+def test_every_run_of_a_paper_suite_is_compared_with_exactly_its_published_cell(platform, suite, metric):
+    from harness.compare import matches
+
+    refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
+    cells = [r for r in refs if r.platform == platform and r.metric == metric and "tuning" not in r.config]
+    seen = []
+    for run_id, group in planned_groups([f"platform={platform}", f"suite={suite}"]):
+        (ref,) = [r for r in cells if matches(r, group)]  # one published cell per run, OOM cells too
+        assert (ref.config["zero_stage"], ref.config["micro_batch_size"]) == (
+            group.config["zero_stage"], group.config["micro_batch_size"]), run_id
+        seen.append(ref.key())
+    assert sorted(seen) == sorted(r.key() for r in cells), "every published cell has its run"
+
+
+@pytest.mark.parametrize("change", ["workload.seq_len=512", "workload.activation_checkpointing=false",
+                                    "platform.nodes=1"])
+def test_a_run_of_another_workload_than_the_one_measured_is_not_compared_with_the_published_figure(change):
+    from harness.compare import matches
+
+    refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
+    base = ["platform=ib-a100", "suite=single", "workload=llama-8b-kd", "zero=stage3", "workload.micro_batch_size=256"]
+    extra = ["platform.launcher=local"] if change == "platform.nodes=1" else []
+    ((_, same),) = planned_groups(base)
+    ((_, other),) = planned_groups(base + [change] + extra)
+    assert [r.value for r in refs if r.metric == "samples_per_s" and matches(r, same)] == [49.131]
+    assert [r for r in refs if matches(r, other)] == []
+
+
+def test_a_records_checkpointing_enters_its_key_and_is_off_when_the_record_predates_the_field():
+    from harness.references import record_config
+
+    def key(**workload):
+        rec = {"kind": "training", "environment": {"num_ranks": 2},
+               "config": {"platform": {"nodes": 1}, "zero": {"stage": 1},
+                          "workload": {"micro_batch_size": 2, "grad_acc_steps": 4, "seq_len": 128,
+                                       "precision": "fp32", **workload}}}
+        return record_config(rec)["activation_checkpointing"]
+
+    assert key() is False and key(activation_checkpointing=False) is False
+    assert key(activation_checkpointing=True) is True
+
+
+def test_inferred_fields_must_be_config_fields_and_are_optional():
+    inferred = good_entry(provenance={**good_entry()["provenance"], "inferred": {"seq_len": "a fit"}})
+    problems = validate_reference_file({"schema_version": "1.0", "references": [inferred]})
+    assert problems == ["references/0: provenance.inferred names ['seq_len'], which the config does not have"]
+    inferred["config"] = {**inferred["config"], "seq_len": 128}
+    assert validate_reference_file({"schema_version": "1.0", "references": [inferred]}) == []
+    from harness.references import Reference
+
+    assert Reference.from_dict(inferred).to_dict() == inferred
+    plain = good_entry()  # written before the field existed: valid, and written back without it
+    assert validate_reference_file({"schema_version": "1.0", "references": [plain]}) == []
+    assert Reference.from_dict(plain).to_dict() == plain

@@ -55,17 +55,19 @@ def roce_h100_dry_run(tmp_path_factory):
 def test_dry_run_writes_one_batch_script_per_run_and_submits_nothing(roce_h100_dry_run):
     out, proc = roce_h100_dry_run
     scripts = sorted(out.glob("runs/*/job.sbatch"))
-    assert [p.parent.name for p in scripts] == ["00-collectives", "01-z1-mb64-ga16", "02-z1-mb128-ga8",
-                                                 "03-z2-mb64-ga16", "04-z2-mb128-ga8", "05-z3-mb64-ga16",
-                                                 "06-z3-mb128-ga8"]
-    assert "nothing launched" in proc.stdout and "7 script(s) written" in proc.stdout
+    # the default suite of roce-h100: the collectives, then the paper's Model 1 cells (ZeRO 1/2 x mb 32..512)
+    assert [p.parent.name for p in scripts] == ["00-collectives", "01-z1-mb32-ga32", "02-z1-mb64-ga16",
+                                                 "03-z1-mb128-ga8", "04-z1-mb256-ga4", "05-z1-mb512-ga2",
+                                                 "06-z2-mb32-ga32", "07-z2-mb64-ga16", "08-z2-mb128-ga8",
+                                                 "09-z2-mb256-ga4", "10-z2-mb512-ga2"]
+    assert "nothing launched" in proc.stdout and "11 script(s) written" in proc.stdout
     assert not list(out.glob("*.json")), "a dry run writes no records"
     for script in scripts:  # the rank programs' inputs are there, so the script can be sbatch'ed by hand
         assert (script.parent / "spec.json").is_file() and (script.parent / "config.yaml").is_file()
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, f"{script} is not valid bash"
 
 
-@pytest.mark.parametrize("run_id", ["00-collectives", "01-z1-mb64-ga16", "06-z3-mb128-ga8"])
+@pytest.mark.parametrize("run_id", ["00-collectives", "02-z1-mb64-ga16", "10-z2-mb512-ga2"])
 def test_roce_h100_2x8_batch_scripts_match_golden(roce_h100_dry_run, run_id):
     out, _ = roce_h100_dry_run
     text = normalised((out / "runs" / run_id / "job.sbatch").read_text(), out)
@@ -74,7 +76,7 @@ def test_roce_h100_2x8_batch_scripts_match_golden(roce_h100_dry_run, run_id):
 
 def test_the_golden_script_asks_for_two_nodes_of_eight_gpus_in_the_image(roce_h100_dry_run):
     out, _ = roce_h100_dry_run
-    text = (out / "runs" / "01-z1-mb64-ga16" / "job.sbatch").read_text()
+    text = (out / "runs" / "02-z1-mb64-ga16" / "job.sbatch").read_text()
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
                  "#SBATCH --exclusive", "#SBATCH --no-requeue", "export NCCL_IB_DISABLE=0"):
         assert line in text.splitlines(), line
