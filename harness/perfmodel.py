@@ -231,10 +231,17 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
             kept.add(i)
         after += gathered[i][1]
     bwd = [e for i, (name, e) in enumerate(gathered) if i not in kept and "embed_tokens" not in name][::-1]
-    out = [Traffic("all_gather", "forward", "parameter gathers (prefetched)", tuple(g * m for m in pack(fwd, prefetch or 1, True)),
-                   ga, True, "first"),
-           Traffic("all_gather", "backward", "parameter gathers (prefetched)", tuple(g * m for m in pack(bwd, prefetch or 1, True)),
-                   ga, True, "first"),
+    prefetched, how = True, "parameter gathers (prefetched)"
+    if w.activation_checkpointing:
+        # backward recomputes every layer's forward, which gathers every layer again; the recompute's
+        # module order differs from the recorded trace, so DeepSpeed invalidates the trace ("Invalidate
+        # trace cache") and fetches on demand: nothing prefetched behind computation
+        bwd = [e for name, e in gathered if "embed_tokens" not in name][::-1]
+        prefetched, how = False, "parameter gathers (on demand: checkpointing's recompute invalidates the prefetch trace)"
+    out = [Traffic("all_gather", "forward", how, tuple(g * m for m in pack(fwd, prefetch or 1, True)),
+                   ga, prefetched, "first"),
+           Traffic("all_gather", "backward", how, tuple(g * m for m in pack(bwd, prefetch or 1, True)),
+                   ga, prefetched, "first"),
            Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket",
                    tuple(g * m for m in pack(backward_order, bucket)), ga, overlap_comm(cfg), "last"),
            Traffic("all_reduce", "step", "gradient norm", (8,), 1, False)]

@@ -111,7 +111,8 @@ class Validation:
         return {**asdict(self), "ok": self.ok}
 
 
-def load_published(path: Path = PUBLISHED) -> list[Reference]:
+def load_published(path: Optional[Path] = None) -> list[Reference]:
+    path = PUBLISHED if path is None else path
     if not path.is_file():
         raise HarnessError(f"--validate needs the paper's published table {path} (reference_results/sc25-pmbs.json, "
                            "built by reference_results/sources/sc25-pmbs/to_references.py); it is not in this checkout")

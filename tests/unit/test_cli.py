@@ -45,6 +45,7 @@ def cli(tmp_path_factory):
         "bad-group": ["plan", "zero=stage7"],
         "plan": ["plan"],
         "validate": ["validate", str(good), str(bad)],
+        "model-validate": ["model", "--validate", "--json"],
     }
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(REPO_ROOT / ".cache" / "torch_extensions")}
     procs = {name: subprocess.Popen([VENV_PYTHON, "-m", "harness", *argv], cwd=REPO_ROOT, env=env,
@@ -114,3 +115,13 @@ def test_validate_reports_each_file_and_exits_1_on_a_bad_record(cli):
     assert f"{good}: valid" in r.stdout
     assert f"{bad}: INVALID" in r.stdout
     assert "status: 'exploded' is not one of" in r.stdout
+
+
+def test_model_validate_reports_every_published_cell_and_meets_the_targets(cli):
+    """`python -m harness model --validate --json`: 34 cells, the per-table medians, the findings and
+    the targets, exit 0 when every target holds (make validate-model)."""
+    r = cli["model-validate"]
+    assert r.rc == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    data = json.loads(r.stdout)
+    assert data["ok"] and len(data["cells"]) == 34 and len(data["tables"]) == 2
+    assert all(t["ok"] for t in data["targets"]) and data["findings"]

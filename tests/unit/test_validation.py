@@ -1,0 +1,98 @@
+"""The performance model against the published tables (`python -m harness model --validate`):
+issue 13's targets hold, no published cell calibrates its own prediction, and a checkout without
+the paper's table gets a clear error."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from harness import validation
+from harness.config import compose
+from harness.errors import HarnessError
+from harness.references import Reference
+from harness.validation import TARGETS, format_validation, load_published, validate_model
+
+_CACHE: dict = {}
+
+
+def _compose(overrides):
+    key = tuple(overrides)
+    if key not in _CACHE:
+        _CACHE[key] = compose(list(overrides))
+    return copy.deepcopy(_CACHE[key])
+
+
+@pytest.fixture(scope="module")
+def result():
+    return validate_model(_compose)
+
+
+def test_every_target_of_the_issue_holds(result):
+    text = format_validation(result)
+    failed = [t for t in result.targets if not t.ok]
+    assert not failed, f"missed: {failed}\n{text}"
+    m1, m2 = result.tables
+    assert m1.oom_right + m2.oom_right == TARGETS["oom_right"] == len(result.cells)
+    assert m2.loo_median_pct <= 10 and m2.loo_over25 <= 2 and m1.loo_median_pct <= 10
+    assert m2.one_cell_median_pct <= 20
+
+
+def test_every_published_cell_is_there_and_predicted(result):
+    """34 cells (10 Model 1, 24 Model 2); every ok cell has a leave-one-out prediction and, but for the
+    calibrating ZeRO-1 baseline of its platform, a one-cell prediction."""
+    assert sum(c.table == "model1" for c in result.cells) == 10
+    assert sum(c.table == "model2" for c in result.cells) == 24
+    for c in result.cells:
+        if c.status == "ok":
+            assert c.loo is not None and c.loo > 0
+            baseline = (c.zero_stage, c.micro_batch_size) == validation.BASELINE[c.table]
+            assert (c.one_cell is None) == baseline
+        else:
+            assert c.loo is None and not c.predicted_mem_gib <= c.capacity_gib
+
+
+def test_every_finding_is_reproduced_or_explained(result):
+    names = " ".join(f.name for f in result.findings)
+    for key in ("takeaway 1", "takeaway 2", "takeaway 3", "grad_acc 2", "ZeRO-3", "H100", "step 3"):
+        assert key in names
+    for f in result.findings:
+        assert f.published and f.model
+        assert f.reproduced or len(f.explanation) > 40, f
+
+
+def test_a_cell_never_calibrates_its_own_prediction():
+    """Doubling one published value changes no leave-one-out prediction of that cell (it is held
+    out), but changes the predictions of the cells it calibrates."""
+    refs = load_published()
+    target = next(r for r in refs if r.platform == "roce-h100" and r.benchmark == "llama-8b-kd"
+                  and r.metric == "samples_per_s" and r.config.get("zero_stage") == 3 and r.config.get("micro_batch_size") == 128)
+    doubled = [Reference.from_dict({**r.to_dict(), "value": r.value * 2, "samples": [r.value * 2]}) if r is target else r
+               for r in refs]
+    before, after = validate_model(_compose, refs), validate_model(_compose, doubled)
+
+    def loo(v, stage, mb):
+        return next(c.loo for c in v.cells if (c.platform, c.zero_stage, c.micro_batch_size) == ("roce-h100", stage, mb)
+                    and c.table == "model2")
+    assert loo(after, 3, 128) == pytest.approx(loo(before, 3, 128))
+    assert loo(after, 2, 128) != pytest.approx(loo(before, 2, 128))     # mb 128's efficiency came from it
+
+
+def test_the_outlier_is_predicted_but_calibrates_nothing(result):
+    out = [c for c in result.cells if c.outlier]
+    assert [(c.platform, c.zero_stage, c.micro_batch_size) for c in out] == [("roce-a100", 2, 64)]
+    assert out[0].loo is not None and "outlier" in result.outlier_treatment
+
+
+def test_without_the_paper_table_it_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(validation, "PUBLISHED", tmp_path / "sc25-pmbs.json")
+    with pytest.raises(HarnessError, match="sc25-pmbs.json"):
+        validate_model(_compose)
+
+
+def test_the_parameters_are_printed_with_their_origin(result):
+    text = format_validation(result)
+    for p in result.params:
+        assert p["name"] in text and p["kind"] in ("fitted", "declared", "assumed")
+    assert dataclasses.is_dataclass(result.tables[0])
