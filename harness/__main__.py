@@ -26,6 +26,7 @@ def cmd_plan(args: list[str]) -> int:
     from benchmarks.spec import CollectiveSpec
 
     from .bench import plan_suite
+    from .memory_model import memory_estimate
     from .multirun import split_flag
 
     multirun, overrides = split_flag(args)
@@ -39,6 +40,9 @@ def cmd_plan(args: list[str]) -> int:
             print(f"  collectives: {', '.join(spec.ops)}; {len(spec.sizes)} sizes "
                   f"{spec.sizes[0]}..{spec.sizes[-1]} B; {spec.dtype} {spec.redop}")
         else:
+            mem = memory_estimate(p.cfg)
+            print(f"  memory (performance model): {mem.total_gib:.1f} of {mem.capacity_gib:.1f} GiB per rank -> "
+                  + ("fits" if mem.fits else "predicted OUT OF MEMORY"))
             print("  deepspeed: " + json.dumps(spec.deepspeed, sort_keys=True))
             if spec.distill:
                 d = spec.distill

@@ -96,3 +96,53 @@ def test_the_parameters_are_printed_with_their_origin(result):
     for p in result.params:
         assert p["name"] in text and p["kind"] in ("fitted", "declared", "assumed")
     assert dataclasses.is_dataclass(result.tables[0])
+
+
+# ---- consequences for planning and tuning (issue 13, item 5) ------------------------------------
+
+def _published_status(benchmark: str, platform: str) -> dict[tuple[int, int], str]:
+    return {(int(r.config["zero_stage"]), int(r.config["micro_batch_size"])): r.status for r in load_published()
+            if r.benchmark == benchmark and r.platform == platform and r.metric in ("batch_time_s", "samples_per_s")
+            and "micro_batch_size" in r.config}
+
+
+@pytest.mark.parametrize("suite,bench_name,platform", [("default-roce-h100", "llama-440m", "ib-a100"),
+                                                       ("paper-model2", "llama-8b-kd", "roce-h100")])
+def test_the_paper_suites_plan_no_predicted_oom_but_the_papers_own(suite, bench_name, platform):
+    """`python -m harness plan platform=roce-h100` (its default suite: Model 1) and suite=paper-model2:
+    the runs the model predicts out of memory are exactly the paper's OOM cells."""
+    from harness.bench import plan_suite
+    from harness.memory_model import memory_estimate
+
+    _, planned = plan_suite(["platform=roce-h100", f"suite={suite}"])
+    training = [p for p in planned if p.cfg.kind.value == "training"]
+    got = {(p.cfg.zero.stage, p.cfg.workload.micro_batch_size): memory_estimate(p.cfg).fits for p in training}
+    published = _published_status(bench_name, platform)
+    assert set(got) == set(published)
+    assert {k for k, fits in got.items() if not fits} == {k for k, s in published.items() if s == "oom"}
+
+
+def test_tune_step2_on_model2_keeps_every_measured_cell_and_predicts_the_papers_winner_first():
+    """`make tune PLATFORM=roce-h100 WORKLOAD=llama-8b-kd`, step 2, as the tuner plans it before any
+    measurement (the model calibrated on the reference table): no cell the paper measured is pruned
+    as predicted OOM, the paper's OOM cells are, and the best prediction is the paper's winner,
+    ZeRO-2 micro-batch 128 x grad-acc 2."""
+    from harness.calibration import calibrate
+    from harness.perfmodel import predict
+    from harness.references import load_references
+    from harness.tune import space
+    from harness.tune.tuner import by_prediction, predicted_oom
+
+    refs = load_references()
+    base = ["suite=single", "platform=roce-h100", "workload=llama-8b-kd"]
+    cands = space.batch_candidates(_compose(base))
+    pred = {}
+    for c in cands:
+        cfg = _compose(base + list(c.overrides))
+        pred[c.key] = predict(cfg, calibrate([], cfg, refs)).to_dict()
+    pruned = {(dict(c.params)["stage"], dict(c.params)["micro_batch_size"]) for c in cands if predicted_oom(pred[c.key])}
+    published = _published_status("llama-8b-kd", "roce-h100")
+    assert not {k for k, s in published.items() if s == "ok"} & pruned
+    assert {k for k, s in published.items() if s == "oom"} <= pruned
+    first = by_prediction([c for c in cands if not predicted_oom(pred[c.key])], pred)[0]
+    assert (dict(first.params)["stage"], dict(first.params)["micro_batch_size"], dict(first.params)["grad_acc_steps"]) == (2, 128, 2)
