@@ -197,7 +197,9 @@ def _variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool
     return dataclasses.replace(cfg, workload=w, zero=zero_from_knobs(stage, knobs))
 
 
-def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve]) -> Optional[tuple[float, str]]:
+def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve],
+                       params: Any = None) -> Optional[tuple[float, str]]:
+    from .model_params import PARAMS
     from .perfmodel import efficiency_for_step_time, executed_flops_per_step
 
     w = rec["config"]["workload"]
@@ -210,7 +212,7 @@ def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, 
     step = (rec.get("metrics") or {}).get("step_time_s", {}).get("value")
     if not step:
         return None
-    eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step))
+    eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step), params or PARAMS)
     return (eff, "throughput") if eff is not None else None
 
 
@@ -223,12 +225,14 @@ def _by_mb(values: list[tuple[int, int, float]], stage: int, prefer_stage: bool 
     for _, mb, eff in chosen:
         groups.setdefault(mb, []).append(eff)
     stages = sorted({s for s, _, _ in chosen})
-    where = f"ZeRO-{stage}" if same else "ZeRO-" + "/".join(map(str, stages)) + f", none of ZeRO-{stage}"
+    where = (f"ZeRO-{stage}" if same else "ZeRO-" + "/".join(map(str, stages))
+             + (f", none of ZeRO-{stage}" if prefer_stage else " pooled: the model carries each stage's communication"))
     return ({mb: statistics.median(v) for mb, v in sorted(groups.items())},
             f"{len(chosen)} of {len(values)} ({where}; mb {', '.join(map(str, sorted(groups)))})")
 
 
-def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optional[list] = None) -> Calibration:
+def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optional[list] = None,
+              params: Any = None) -> Calibration:
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
     ignored) and, when no training record qualifies, from `references` (harness.references.Reference
     list, e.g. load_references()); see the module docstring."""
@@ -240,7 +244,7 @@ def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optio
                 or rec.get("benchmark") != cfg.workload.name or not _workload_matches(rec.get("config") or {}, cfg)):
             continue
         try:
-            got = _record_efficiency(rec, cfg, curves)
+            got = _record_efficiency(rec, cfg, curves, params)
             w = rec["config"]["workload"]
             key = (int(rec["config"]["zero"]["stage"]), int(w["micro_batch_size"]))
         except (KeyError, TypeError, ValueError):  # a record without the fields a training record has
@@ -254,7 +258,7 @@ def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optio
         how = "profile-mode compute" if modes == {"profile"} else "+".join(sorted(modes))
         return Calibration(by_mb, statistics.median(by_mb.values()),
                            f"measured: {where} training runs, {how}", curves, _above_peak(by_mb, "training runs"))
-    found = _reference_efficiencies(references or [], cfg, curves)
+    found = _reference_efficiencies(references or [], cfg, curves, params)
     if found:
         by_mb, where = _by_mb([(s, mb, e) for s, mb, e, _ in found], cfg.zero.stage, prefer_stage)
         origin = found[0][3]
@@ -295,8 +299,11 @@ def is_outlier(r: Any, outliers: Iterable[tuple[str, str, int, int]]) -> bool:
     return (r.platform, r.benchmark, int(c.get("zero_stage", -1)), int(c.get("micro_batch_size", -1))) in set(outliers)
 
 
-def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, BusbwCurve]) -> list[tuple[int, int, float, str]]:
+def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, BusbwCurve],
+                            params: Any = None) -> list[tuple[int, int, float, str]]:
     from .model_params import PARAMS
+
+    params = params or PARAMS
     from .perfmodel import efficiency_for_step_time
 
     out = []
@@ -305,7 +312,7 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
         c = r.config
         if (r.platform != p.name or r.benchmark != w.name or r.metric not in REFERENCE_METRICS
                 or r.status != "ok" or not r.value or not {"micro_batch_size", "grad_acc_steps", "zero_stage"} <= set(c)
-                or is_outlier(r, PARAMS.outliers)
+                or is_outlier(r, params.outliers)
                 or c.get("num_ranks", c.get("nodes", p.nodes) * p.gpus_per_node) != world
                 or c.get("seq_len", w.seq_len) != w.seq_len
                 or c.get("activation_checkpointing", w.activation_checkpointing) != w.activation_checkpointing
@@ -314,7 +321,7 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
         mb, ga, stage = int(c["micro_batch_size"]), int(c["grad_acc_steps"]), int(c["zero_stage"])
         step_time = reference_step_time_s(r, world)
         eff = efficiency_for_step_time(_variant(cfg, mb, ga, stage, knobs=c.get("zero")), Calibration(busbw=curves),
-                                       step_time)
+                                       step_time, params)
         if eff is not None:
             src = r.provenance.source if r.provenance else "no provenance"
             unstated = [k for k in ("seq_len", "activation_checkpointing") if k not in c]

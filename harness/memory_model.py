@@ -243,6 +243,10 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
         unfused = 1 if (not cuda and w.optimizer.value == "torch") else 0  # torch AdamW is fused only on CUDA
         step = 4 * psi / n * (1 + unfused)
         f["step_transient"] = "4 Psi/N fp32 gradient partition" + (" + 4 Psi/N unfused AdamW temporary" if unfused else "")
+        if s == 2 and gradient_collective(cfg) == "reduce_scatter":   # benchmarks/reduce_scatter.py, balanced buckets
+            step += g * psi / n
+            f["step_transient"] += (f" + {g} Psi/N all-to-all receive buffer (gradient_collective=reduce_scatter: the "
+                                    "bucket-sharded accumulator replaces DeepSpeed's gradient partition)")
     # activations, teacher
     act = activation_estimate(w, attention)
     f["activations"] = act.formula

@@ -26,13 +26,14 @@ class Param:
 
 @dataclass(frozen=True)
 class ModelParams:
-    fabric_efficiency: dict[str, float] = field(default_factory=lambda: {"ib": 1.0, "roce": 0.06, "tcp": 0.06})
+    fabric_efficiency: dict[str, float] = field(default_factory=lambda: {"ib": 1.0, "roce": 0.15, "tcp": 0.15})
     """Achieved fraction of the declared per-direction inter-node bandwidth (platform.inter_node_bw_gbps)
     for the large collectives of training, per fabric. FITTED on the published Model 1 and Model 2
-    tables: InfiniBand reaches its line rate (the fit sits at the bound 1.0: the published ib-a100
-    cells need no more than 200 GB/s per node), RoCE 0.06 of it, 12 GB/s per node (the roce-a100
-    cells run 3-25 % slower than ib-a100 on the same GPUs and NVLink, most where ZeRO-3 gathers
-    every layer on demand). tcp: not fitted (no published cell), RoCE's."""
+    tables (every point of a grid, each scored by leave-one-out): InfiniBand its line rate (1.0,
+    the grid's bound: the ib-a100 cells need no more than 200 GB/s per node), RoCE 0.15 (30 GB/s
+    per node): the roce-a100 cells run 3-25 % slower than
+    ib-a100's on the same GPUs and NVLink, most where ZeRO-3 gathers every layer on demand.
+    tcp: not fitted (no published cell), RoCE's."""
     zero3_fetch_overhead_s: float = 0.09
     """Seconds per ZeRO-3 collective call (each prefetched parameter gather and each gradient
     reduce-scatter bucket) that no computation hides: DeepSpeed's per-module fetch, release and

@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from benchmarks.reduce_scatter_layout import window_numel
+from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements, window_numel
 
 from .calibration import Calibration
 from .collectives import busbw_factor
@@ -113,29 +113,6 @@ def zero_partition_size(group_elements: int, n: int) -> int:
     return -(-group_elements // align) * align // n
 
 
-def rank_shares(spans: list[tuple[int, int, int]], n: int) -> list[int]:
-    """Elements of a bucket in each rank's partition; spans: (first element within its
-    parameter group's flat buffer, elements, that group's zero_partition_size) per gradient."""
-    shares = [0] * n
-    for start, numel, size in spans:
-        end, r = start + numel, start // size if numel else 0
-        while start < end:
-            stop = min(end, (r + 1) * size)
-            shares[r] += stop - start
-            start, r = stop, r + 1
-    return shares
-
-
-def padded_reduce_scatter_elements(spans: list[tuple[int, int, int]], n: int) -> int:
-    """Input elements of the reduce-scatter of one ZeRO-2 bucket (or ZeRO-1's per-bucket path) under
-    zero.gradient_collective=reduce_scatter: N x max_r(elements of the bucket in rank r's
-    partition). benchmarks/reduce_scatter.py (plan_layout) packs each destination rank's pieces
-    into one chunk and pads every chunk to the longest before the single reduce-scatter, so a
-    bucket lying in one partition moves N x its size; one holding every gradient is padded only
-    to DeepSpeed's alignment (sum over groups of zero_partition_size x N)."""
-    return n * max(rank_shares(spans, n), default=0)
-
-
 def balanced_window_elements(group_elements: int, n: int, bucket: int) -> list[int]:
     """Per-rank chunk elements w of each window of one optimizer parameter group under ZeRO-1 with
     zero.gradient_collective=reduce_scatter (benchmarks/reduce_scatter.py, balanced windows): the
@@ -156,8 +133,8 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     (benchmarks/reduce_scatter.py): ZeRO-1 reduce-scatters balanced windows of every rank's
     partition at the boundary, after backward (balanced_window_elements: N x W elements per
     message, ceil(P / W) per parameter group, not overlapped with backward); ZeRO-2 reduce-scatters
-    each bucket, its message padded to N x the bucket's largest share of one rank's partition
-    (padded_reduce_scatter_elements). After the
+    each bucket in N equal shards every micro-step (balanced_bucket_elements) and moves the shards
+    to DeepSpeed's partitions with one all-to-all at the boundary (accumulator_elements). After the
     step, ZeRO-1/2 all-gather the updated parameters: one all_gather_into_tensor per optimizer
     parameter group (utils.all_gather_into_tensor_dp_groups; allgather_bucket_size is not used
     when torch has it). A gradient-norm all-reduce of 4 bytes
@@ -199,20 +176,21 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
                             f"({sum(sizes) / sum(real):.2f}x the real bytes) (at the boundary, after backward)",
                             sizes, 1, False, "last")
         elif gradient_collective(cfg) == "reduce_scatter":
-            # benchmarks/reduce_scatter.py: per bucket ONE reduce-scatter of N equal chunks, chunk r
-            # holding the bucket's elements in rank r's partition (DeepSpeed's flat partitions of
-            # each parameter group, zero_partition_size), every chunk padded to the longest:
-            # message bytes = N x max_r(bucket elements in partition r) x element bytes.
-            span: dict[int, tuple[int, int, int]] = {}
-            for grp in index_groups:
-                size, offset = zero_partition_size(sum(tensors[i][1] for i in grp), n), 0
-                for i in grp:
-                    span[i] = (offset, tensors[i][1], size)
-                    offset += tensors[i][1]
-            sizes = tuple(g * padded_reduce_scatter_elements([span[i] for i in b], n) for b in buckets)
-            grads = Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket, padded to N x largest "
-                            f"rank share ({sum(sizes) / sum(real):.2f}x the real bytes)" + when,
-                            sizes, ga if s == 2 else 1, overlap_comm(cfg), "last")
+            # benchmarks/reduce_scatter.py, balanced buckets: each bucket, as backward fills it, ONE
+            # reduce-scatter of the bucket itself in N equal shards (padded to N x 2 elements), every
+            # micro-step; each rank accumulates its shards; at the boundary ONE all-to-all sends every
+            # element to the rank whose DeepSpeed partition holds it (input: the rank's accumulator,
+            # about Psi/N elements; (N-1)/N of it leaves the rank when buckets spread over partitions)
+            numels = [sum(tensors[i][1] for i in b) for b in buckets]
+            sizes = tuple(g * balanced_bucket_elements(m, n) for m in numels)
+            return [Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket in N equal shards "
+                            f"(balanced: {sum(sizes) / sum(real):.2f}x the real bytes)" + when,
+                            sizes, ga, overlap_comm(cfg), "last"),
+                    Traffic("all_to_all", "backward", "bucket shards to DeepSpeed's partitions (at the boundary)",
+                            (g * accumulator_elements(numels, n),), 1, False),
+                    Traffic("all_gather", "step", "updated parameters, one per optimizer parameter group",
+                            tuple(g * sum(grp) for grp in groups if grp), 1, False),
+                    Traffic("all_reduce", "step", "gradient norm and overflow check", (4, 4), 1, False)]
         else:
             grads = Traffic("all_reduce", "backward", "gradient all-reduce per bucket" + when,
                             real, ga if s == 2 else 1, overlap_comm(cfg), "last")

@@ -165,14 +165,14 @@ def validate_model(compose: Callable[[list[str]], BenchConfig], refs: Optional[l
             if r.status != "ok":
                 continue
             others = [o for o in refs if _cell_of(o) != _cell_of(r)]
-            pred = predict(cfg, calibrate([], cfg, others), params=params)
+            pred = predict(cfg, calibrate([], cfg, others, params), params=params)
             preds[_cell_of(r)] = pred
             row.loo = _metric_of(pred, metric)
             row.loo_error_pct = _err(row.loo, r.value)
             stage, mb = BASELINE[table]
             if (row.zero_stage, row.micro_batch_size) != (stage, mb):
                 base = [o for o in refs if _cell_of(o) == (r.platform, benchmark, stage, mb) and o.metric == metric]
-                row.one_cell = _metric_of(predict(cfg, calibrate([], cfg, base), params=params), metric)
+                row.one_cell = _metric_of(predict(cfg, calibrate([], cfg, base, params), params=params), metric)
                 row.one_cell_error_pct = _err(row.one_cell, r.value)
     tables = [_summary(t, m, [c for c in results if c.table == t]) for t, (_, m) in TABLES.items()]
     findings = _findings(results, preds, bases, refs, params)
@@ -319,7 +319,7 @@ def _step3_finding(m2: list[CellResult], bases: dict, refs: list[Reference], par
         if tuned is None or z2 is None:
             continue
         cfg = with_split(bases[(plat, "llama-8b-kd")], 2, 128)
-        calib = calibrate([], cfg, refs)
+        calib = calibrate([], cfg, refs, params)
         knobs = dataclasses.replace(cfg.zero, overlap_comm=bool(tuned.config.get("overlap_comm")),
                                     gradient_collective=GradientCollective(tuned.config.get("gradient_collective", "all_reduce")))
         base_sps = predict(cfg, calib, params=params).samples_per_s

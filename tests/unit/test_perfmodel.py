@@ -19,8 +19,8 @@ from harness.model_params import IDEAL, PARAMS
 from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
 from harness.perfmodel import (balanced_window_elements, comm_traffic, collective_time, efficiency_for_step_time,
-                               executed_flops_per_step, overlap_summary, pack, padded_reduce_scatter_elements, predict,
-                               rank_shares, sweep_configs, with_split, zero_partition_size)
+                               executed_flops_per_step, overlap_summary, pack, predict,
+                               sweep_configs, with_split, zero_partition_size)
 
 from unit_helpers import REPO_ROOT
 
@@ -190,22 +190,6 @@ def test_zero_partition_size(elements, n, size):
 
 
 # spans: (first element in its group's flat buffer, elements, the group's partition size)
-@pytest.mark.parametrize("spans,n,shares,padded", [
-    ([(0, 10, 6)], 2, [6, 4], 12),                     # the whole group: padded to its alignment only
-    ([(4, 4, 6)], 2, [2, 2], 4),                       # straddles the boundary evenly
-    ([(0, 3, 6)], 2, [3, 0], 6),                       # inside one partition: N x its size
-    ([(0, 3, 6), (3, 3, 6)], 2, [6, 0], 12),
-    ([(0, 10, 6), (0, 3, 2)], 2, [8, 5], 16),          # two parameter groups, each cut in N
-    ([(5, 1, 2)], 4, [0, 0, 1, 0], 4),
-    ([(0, 16, 2)], 8, [2] * 8, 16),                    # balanced on 8 ranks
-    ([(0, 2, 2)], 8, [2] + [0] * 7, 16),               # a bucket in one of 8 partitions: 8x
-    ([], 2, [0, 0], 0),
-])
-def test_rank_shares_and_padding(spans, n, shares, padded):
-    assert rank_shares(spans, n) == shares
-    assert padded_reduce_scatter_elements(spans, n) == padded == n * max(shares, default=0)
-
-
 @pytest.mark.parametrize("overrides,bucket", [
     (["platform=ib-a100", "workload=llama-8b", "zero=stage2"], 10**10),       # bf16, 2 groups, N = 16
     (["platform=roce-h100", "workload=llama-440m", "zero=stage2"], None),      # DeepSpeed's default 5e8 > Psi
@@ -214,9 +198,8 @@ def test_rank_shares_and_padding(spans, n, shares, padded):
 ])
 @pytest.mark.parametrize("optimizer", [OptimizerImpl.torch, OptimizerImpl.deepspeed])
 def test_a_zero2_bucket_holding_every_gradient_is_not_padded(composed, overrides, bucket, optimizer):
-    """ZeRO-2, one bucket, every gradient: each rank's chunk is its whole partition of each
-    parameter group, so the message is the real bytes rounded up to 2N elements per group
-    (DeepSpeed's alignment), never more."""
+    """ZeRO-2, one bucket, every gradient: the balanced reduce-scatter's message is the bucket's real
+    bytes rounded up to 2N elements, never more; the boundary all-to-all carries one rank's shard."""
     cfg = composed(overrides + ["zero.gradient_collective=reduce_scatter"])
     cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, optimizer=optimizer))
     if bucket is not None:
@@ -225,14 +208,16 @@ def test_a_zero2_bucket_holding_every_gradient_is_not_padded(composed, overrides
     e = 4 if w.precision == Precision.fp32 else 2
     tensors = [t for t in comm_traffic(cfg) if t.op == "reduce_scatter"]
     assert len(tensors) == 1 and len(tensors[0].sizes) == 1
-    assert "padded to N x largest rank share (1.00x the real bytes)" in tensors[0].what
+    assert "(balanced: 1.00x the real bytes)" in tensors[0].what
     (ar,) = [tr for tr in comm_traffic(_with(cfg, gradient_collective="all_reduce")) if tr.phase == "backward"]
     assert len(ar.sizes) == 1
     real = ar.sizes[0]
     group_bytes = [tr for tr in comm_traffic(cfg) if tr.op == "all_gather"][0].sizes   # one per parameter group
     assert real == sum(group_bytes) and len(group_bytes) == (2 if optimizer == OptimizerImpl.torch else 1)
-    assert tensors[0].sizes[0] == sum(e * _aligned(b // e, n) for b in group_bytes)
-    assert 0 <= tensors[0].sizes[0] - real < e * 2 * n * len(group_bytes)
+    assert tensors[0].sizes[0] == e * _aligned(real // e, n)
+    assert 0 <= tensors[0].sizes[0] - real < e * 2 * n
+    (a2a,) = [t for t in comm_traffic(cfg) if t.op == "all_to_all"]
+    assert a2a.sizes == (tensors[0].sizes[0] // n,) and a2a.microsteps == 1 and not a2a.overlappable
 
 
 # The 156,480-parameter LLaMA of tests/integration/test_reduce_scatter.py (vocab 512, h 64, f 172,
@@ -246,7 +231,7 @@ INTEGRATION_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=172, 
                          num_kv_heads=2, tie_embeddings=False, precision=Precision.fp32,
                          optimizer=OptimizerImpl.deepspeed)
 HAND_COUNTED = {
-    # ZeRO-1 without overlap_comm, the per-bucket path (install(zero1_balanced=False)):
+    # ZeRO-1 without overlap_comm, the per-bucket path (install(balanced=False)):
     # reduce_gradients walks the group in parameter order (DeepSpeed's own order, exact). Buckets:
     # embed alone (> bucket); L0 q k v o; gate; up; down + 2 norms + L1 q k v (the straddling
     # bucket: 11,136 + 32 vs 4,064 + 4,096); L1 o gate; up; down + 2 norms + final norm; lm_head
@@ -275,16 +260,23 @@ def test_hand_counted_per_bucket_padding_adds_up():
     assert sum(HAND_COUNTED[(1, False)][1]) == 296_640      # ZeRO-1's per-bucket input: 1.90x
 
 
-def test_small_zero2_buckets_on_two_ranks_are_padded_as_counted_by_hand(tiny_cfg):
+def test_small_zero2_buckets_on_two_ranks_are_balanced_as_counted_by_hand(tiny_cfg):
+    """The integration test's model under ZeRO-2 with 20,000-element buckets: the balanced
+    reduce-scatter moves each bucket's own elements (rounded up to 2N), every micro-step, where the
+    old per-bucket path padded them to N x the largest rank share (HAND_COUNTED: 1.90x); one
+    all-to-all of one rank's shards (half the gradient on 2 ranks) at the boundary. The integration
+    test measures the same totals (156,480 elements per micro-step)."""
     cfg = _integration_cfg(tiny_cfg, 2)
     real, padded = HAND_COUNTED[(2, False)]
     ar = [t for t in comm_traffic(cfg) if t.phase == "backward"]
     rs = [t for t in comm_traffic(_with(cfg, gradient_collective="reduce_scatter")) if t.phase == "backward"]
-    assert [t.op for t in ar] == ["all_reduce"] and [t.op for t in rs] == ["reduce_scatter"]
+    assert [t.op for t in ar] == ["all_reduce"] and [t.op for t in rs] == ["reduce_scatter", "all_to_all"]
     assert ar[0].sizes == tuple(4 * m for m in real)
-    assert rs[0].sizes == tuple(4 * m for m in padded)
-    assert f"({sum(padded) / sum(real):.2f}x the real bytes)" in rs[0].what
+    assert rs[0].sizes == tuple(4 * -(-m // 4) * 4 for m in real) and sum(rs[0].sizes) == 4 * 156_480
+    assert sum(rs[0].sizes) < sum(4 * m for m in padded)
+    assert "(balanced: 1.00x the real bytes)" in rs[0].what
     assert rs[0].microsteps == cfg.workload.grad_acc_steps and rs[0].overlappable is False
+    assert rs[1].sizes == (4 * 156_480 // 2,) and rs[1].microsteps == 1
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -326,25 +318,23 @@ def test_the_model_counts_the_windows_the_reduction_plans(elements, n, bucket):
     assert [w.padded_numel for w in planned] == [n * m for m in balanced_window_elements(elements, n, bucket)]
 
 
-def test_small_buckets_on_eight_ranks_make_the_reduce_scatter_lose(composed):
+def test_small_buckets_on_eight_ranks_no_longer_make_the_reduce_scatter_lose(composed):
     """N = 8, 5e7-element buckets of a 4.4e8-parameter model: most buckets lie in one or two of the
-    8 partitions, so their padded reduce-scatter (N-1)/N x N x share outweighs the all-reduce's
-    2(N-1)/N x bucket: the model, as the runs, tells the tuner the option loses there."""
+    8 partitions, which made the old padded reduce-scatter move N x a share; balanced, each bucket
+    moves its own bytes at (N-1)/N plus one all-to-all of Psi/N at the boundary, so the option wins
+    at every bucket size (the ZeRO-2 step-3 gain the paper measured)."""
     ar_cfg = composed(["platform=roce-h100", "platform.nodes=1", "workload=llama-440m", "zero=stage2",
                        "zero.reduce_bucket_size=50000000"])
     rs_cfg = _with(ar_cfg, gradient_collective="reduce_scatter")
     assert ar_cfg.platform.world_size == 8
     ar_bytes, ar_count = _bytes(ar_cfg, "all_reduce", "backward")
     rs_bytes, rs_count = _bytes(rs_cfg, "reduce_scatter", "backward")
-    assert rs_count == ar_count and rs_bytes > 2 * ar_bytes                 # padded past the break-even
+    assert rs_count == ar_count and 0 <= rs_bytes - ar_bytes < ar_count * 2 * 2 * 8
     cal = Calibration()
-    ar, rs = predict(ar_cfg, cal), predict(rs_cfg, cal)
-    assert _grad_time(rs, "reduce_scatter") > _grad_time(ar, "all_reduce")
-    assert rs.step_time_s > ar.step_time_s
-    # with one bucket of every gradient the same option wins
-    big = {"reduce_bucket_size": 10**9}
-    assert _grad_time(predict(_with(rs_cfg, **big), cal), "reduce_scatter") < \
-        _grad_time(predict(_with(ar_cfg, **big), cal), "all_reduce")
+    ar, rs = predict(ar_cfg, cal, params=IDEAL), predict(rs_cfg, cal, params=IDEAL)
+    assert _grad_time(rs, "reduce_scatter") == pytest.approx(_grad_time(ar, "all_reduce") / 2, rel=1e-3)
+    assert rs.step_time_s < ar.step_time_s
+    assert rs.memory.step_transient_gib > ar.memory.step_transient_gib   # the all-to-all receive buffer
 
 
 @pytest.mark.parametrize("bucket", [None, 50_000_000], ids=["deepspeed-default", "small"])
@@ -352,7 +342,7 @@ def test_zero1_reduce_scatter_on_16_ranks_beats_the_all_reduce(composed, bucket)
     """llama-8b on 16 A100s (2 nodes), ZeRO-1, DeepSpeed's default 5e8-element buckets (16 per
     backward) or smaller ones: the balanced windows move Psi bytes at (N-1)/N per rank, the
     all-reduce Psi at 2(N-1)/N, so the option wins, in gradient time and step time; ZeRO-2 with the
-    same small buckets still loses (padded buckets)."""
+    same small buckets wins too (balanced buckets)."""
     cfg = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage1"])
     if bucket is not None:
         cfg = _with(cfg, reduce_bucket_size=bucket)
@@ -374,11 +364,11 @@ def test_zero1_reduce_scatter_on_16_ranks_beats_the_all_reduce(composed, bucket)
     for c in rs.comm:
         if c.op == "reduce_scatter":   # time = bytes x (N-1)/N / busbw
             assert c.time_s == pytest.approx(c.bytes * 15 / 16 / (c.busbw_gbps * 1e9))
-    # ZeRO-2 with small buckets keeps the padded per-bucket reduce-scatter: it loses
+    # ZeRO-2 with the same small buckets: balanced buckets, it wins too
     z2 = _with(with_split(cfg, 2, cfg.workload.micro_batch_size), reduce_bucket_size=50_000_000)
     z2_rs = _with(z2, gradient_collective="reduce_scatter")
-    assert _bytes(z2_rs, "reduce_scatter", "backward")[0] > 2 * _bytes(z2, "all_reduce", "backward")[0]
-    assert _grad_time(predict(z2_rs, cal), "reduce_scatter") > _grad_time(predict(z2, cal), "all_reduce")
+    assert _bytes(z2_rs, "reduce_scatter", "backward")[0] < 1.01 * _bytes(z2, "all_reduce", "backward")[0]
+    assert predict(z2_rs, cal).step_time_s < predict(z2, cal).step_time_s
 
 
 def test_overlap_summary_says_zero1_windows_are_not_overlapped(composed):

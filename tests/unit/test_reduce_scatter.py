@@ -1,10 +1,13 @@
 """benchmarks/reduce_scatter.py without ranks: what it refuses (and how the run records it), where
-it takes the balanced ZeRO-1 windows, the bucket layout it packs for the per-bucket reduce-scatter
-and the window layout of the balanced one (with a reduction simulated over N ranks)."""
+it takes the balanced ZeRO-1 windows and the balanced ZeRO-2 bucket shards, the bucket layout it
+packs for the per-bucket reduce-scatter, the window layout of ZeRO-1's balanced path and the shard
+plan of ZeRO-2's (each with a reduction simulated over N ranks)."""
 from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -12,8 +15,12 @@ import pytest
 import unit_helpers  # noqa: F401  (repository root on sys.path)
 from benchmarks.failure import classify_failure
 from benchmarks.reduce_scatter import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError, Piece, Segment,
-                                       Window, balanced_zero1_blockers, check_supported, install, plan_layout,
-                                       plan_windows, split_param, window_numel)
+                                       ShardSegment, Window, balanced_zero1_blockers, balanced_zero2_blockers,
+                                       check_supported, install, plan_bucket_shards, plan_layout, plan_windows,
+                                       split_param, window_numel)
+from benchmarks.reduce_scatter_layout import (accumulator_elements, balanced_bucket_elements,
+                                              boundary_all_to_all_elements, bucket_shard_numel,
+                                              padded_bucket_elements)
 from benchmarks.spec import TrainSpec
 
 
@@ -116,13 +123,17 @@ def test_layout_refuses_a_rank_outside_the_group():
 
 # --- where the balanced ZeRO-1 windows apply --------------------------------------------------------
 
-def fake_zero_optimizer(stage=1, grad_accum_attribute=False, compact=False, comm_dtypes=1, other_group=False):
-    """The attributes of DeepSpeedZeroOptimizer that balanced_zero1_blockers reads."""
+def fake_zero_optimizer(stage=1, grad_accum_attribute=False, compact=False, comm_dtypes=1, other_group=False,
+                        accum_dtype="fp32", dtype="fp32"):
+    """The attributes of DeepSpeedZeroOptimizer that balanced_zero1/2_blockers read (`compact`: True,
+    False, or per group)."""
     dp = object()
+    per_group = compact if isinstance(compact, (list, tuple)) else [compact, compact]
     return SimpleNamespace(partition_gradients=stage == 2, use_grad_accum_attribute=grad_accum_attribute,
-                           bit16_groups=[[], []], _use_compact_grad_partition_buffer=lambda i: compact,
+                           bit16_groups=[[], []], _use_compact_grad_partition_buffer=lambda i: per_group[i],
                            ipg_buckets={f"dtype{k}": None for k in range(comm_dtypes)}, dp_process_group=dp,
-                           real_dp_process_group=[dp, object() if other_group else dp])
+                           real_dp_process_group=[dp, object() if other_group else dp],
+                           gradient_accumulation_dtype=accum_dtype, dtype=dtype)
 
 
 def test_zero1_takes_the_balanced_windows_where_verified():
@@ -140,6 +151,26 @@ def test_zero1_takes_the_balanced_windows_where_verified():
 ], ids=["zero2", "pipeline", "unmanaged", "grad_accum", "fp32-buffer", "autocast", "process-group"])
 def test_elsewhere_the_per_bucket_path_stays_with_the_reason(engine, why):
     (blocker,) = balanced_zero1_blockers(engine)
+    assert why in blocker
+
+
+def test_zero2_takes_the_balanced_bucket_shards_where_verified():
+    assert balanced_zero2_blockers(FakeEngine(2, fake_zero_optimizer(stage=2))) == []
+    # bf16 parameters with DeepSpeed's fp32 partition buffer
+    assert balanced_zero2_blockers(FakeEngine(2, fake_zero_optimizer(stage=2, compact=True, dtype="bf16"))) == []
+
+
+@pytest.mark.parametrize("engine, why", [
+    (FakeEngine(1, fake_zero_optimizer(stage=1)), "ZeRO-1 does not partition gradients"),
+    (FakeEngine(2, fake_zero_optimizer(stage=2), managed=False), "managed_gradient_accumulation=false"),
+    (FakeEngine(2, fake_zero_optimizer(stage=2, grad_accum_attribute=True)), "gradients accumulate in grad_accum"),
+    (FakeEngine(2, fake_zero_optimizer(stage=2, compact=[True, False])), "fp32 partition buffer in some"),
+    (FakeEngine(2, fake_zero_optimizer(stage=2, accum_dtype="bf16")), "accumulation dtype bf16 differs"),
+    (FakeEngine(2, fake_zero_optimizer(stage=2, comm_dtypes=2)), "2 communication dtypes"),
+    (FakeEngine(2, fake_zero_optimizer(stage=2, other_group=True)), "reduced over another process group"),
+], ids=["zero1", "unmanaged", "grad_accum", "mixed-buffer", "accum-dtype", "autocast", "process-group"])
+def test_zero2_elsewhere_the_per_bucket_path_stays_with_the_reason(engine, why):
+    (blocker,) = balanced_zero2_blockers(engine)
     assert why in blocker
 
 
@@ -244,3 +275,149 @@ def test_simulated_reduction_leaves_each_rank_its_partition_summed_over_ranks(se
             for e in range(size):
                 expected = sum(grads[r][i][e] for r in range(n)) if lo <= start + e < hi else grads[me][i][e]
                 assert reduced[me][i][e] == expected, (me, i, e)
+
+
+# --- ZeRO-2's balanced bucket shards ---------------------------------------------------------------
+
+def test_the_layout_module_imports_no_torch():
+    """The controller-side performance model imports it."""
+    code = ("import sys; import benchmarks.reduce_scatter_layout as m; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(m.balanced_bucket_elements(5, 2))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=unit_helpers.REPO_ROOT, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "8"
+
+
+@pytest.mark.parametrize("bucket, n, align, expected", [
+    (20_000, 2, 2, 20_000),           # already a multiple of 2N
+    (11_071, 2, 2, 11_072),
+    (1, 16, 2, 32),                   # at most N x align - 1 padding
+    (0, 4, 2, 0),
+    (500_000_000, 16, 2, 500_000_000),
+    (32_768, 3, 2, 32_772),
+    (10, 4, 1, 12),
+])
+def test_balanced_bucket_elements(bucket, n, align, expected):
+    assert balanced_bucket_elements(bucket, n, align) == expected
+    assert bucket_shard_numel(bucket, n, align) * n == expected
+    assert 0 <= expected - bucket < n * align
+
+
+def test_padded_bucket_elements_is_the_per_bucket_layouts_input():
+    """The old per-bucket figure from spans equals plan_layout's for the same bucket."""
+    rng = random.Random(3)
+    for _ in range(50):
+        n = rng.randint(1, 5)
+        sizes, starts, p = _random_group(rng, n)
+        order = list(range(len(sizes)))[::-1]            # backward order
+        spans = [(0, starts[i], sizes[i]) for i in order]
+        pieces, offset = [], 0
+        for index, i in enumerate(order):
+            touched = [(d, max(0, d * p - starts[i])) for d in range(n)
+                       if d * p < starts[i] + sizes[i] and starts[i] < (d + 1) * p]
+            pieces += split_param(index, offset, sizes[i], touched)
+            offset += sizes[i]
+        assert padded_bucket_elements(spans, [p], n) == plan_layout(pieces, n).padded_numel
+
+
+def test_shard_plan_of_a_worked_example():
+    """2 ranks, one group of P = 10 (flat 20 elements). Bucket 0 holds [10, 16) then [0, 10) of the
+    flat group (backward order), 16 elements: shards of 8. Rank 0's shard: flat [10, 16) (rank 1's
+    partition) and [0, 2) (its own); rank 1's: flat [2, 10) (rank 0's). Bucket 1 holds [16, 20):
+    padded to 4, shards of 2, both in rank 1's partition."""
+    plan = plan_bucket_shards([[(0, 10, 6), (0, 0, 10)], [(0, 16, 4)]], [10], 2)
+    assert plan.shard_numel == (8, 2) and plan.bucket_numel == (16, 4)
+    assert plan.segments == (
+        ShardSegment(0, 0, 6, 2, 0, 0, 0), ShardSegment(0, 0, 0, 6, 0, 1, 0), ShardSegment(0, 1, 0, 2, 0, 1, 6),
+        ShardSegment(1, 0, 0, 8, 0, 0, 2), ShardSegment(1, 1, 0, 2, 0, 1, 8))
+    assert plan.send_numel == ((2, 8), (8, 2))
+    assert [plan.accumulator_numel(r) for r in range(2)] == [10, 10]
+    assert plan.accumulator_runs(0) == [[(6, 0, 2), (0, 2, 6)], [(0, 8, 2)]]
+    # runs contiguous in the output and in the partition are merged: here each rank's whole partition
+    assert plan.receive_runs(1) == [(0, 0, 0, 10)]
+    assert plan.receive_runs(0) == [(0, 0, 0, 10)]
+    # three buckets in backward order (flat [16, 20) [12, 16) | [8, 12) [4, 8) | [0, 4)): rank 0's
+    # accumulator holds flat [8, 10) [0, 2) for itself, then [16, 20) [10, 12) for rank 1; its shard
+    # of bucket 1 (flat [8, 12)) goes to both; rank 1 receives flat [16, 20), then [10, 16) in one run
+    plan = plan_bucket_shards([[(0, 16, 4), (0, 12, 4)], [(0, 8, 4), (0, 4, 4)], [(0, 0, 4)]], [10], 2)
+    assert plan.shard_numel == (4, 4, 2)
+    assert plan.accumulator_runs(0) == [[(0, 4, 4)], [(0, 0, 2), (2, 8, 2)], [(0, 2, 2)]]
+    assert plan.accumulator_runs(1) == [[(0, 6, 4)], [(0, 0, 4)], [(0, 4, 2)]]
+    assert plan.receive_runs(0) == [(0, 0, 8, 2), (2, 0, 0, 2), (4, 0, 4, 4), (8, 0, 2, 2)]
+    assert plan.receive_runs(1) == [(0, 0, 6, 4), (4, 0, 0, 6)]
+    assert boundary_all_to_all_elements([[(0, 10, 6), (0, 0, 10)], [(0, 16, 4)]], [10], 2) == [8, 8]
+    assert accumulator_elements([16, 4], 2) == 10
+
+
+def test_a_span_outside_its_flat_group_is_refused():
+    with pytest.raises(ValueError, match=r"elements \[18, 22\) outside the flat group of 2 x 10"):
+        plan_bucket_shards([[(0, 18, 4)]], [10], 2)
+
+
+def _random_buckets(rng, n, groups):
+    """Parameters of `groups` random groups (each padded to 2N, P its N-th) filled into buckets in
+    backward order: (buckets as spans, partition sizes, parameter sizes)."""
+    partition, params = [], []
+    for g in range(groups):
+        sizes, starts, p = _random_group(rng, n)
+        partition.append(p)
+        params += [(g, start, size) for start, size in zip(starts, sizes)]
+    limit = rng.randint(1, 60)
+    buckets, bucket, filled = [], [], 0
+    for span in params[::-1]:
+        if bucket and filled + span[2] > limit:
+            buckets.append(bucket)
+            bucket, filled = [], 0
+        bucket.append(span)
+        filled += span[2]
+    buckets.append(bucket)
+    return buckets, partition
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_simulated_bucket_shards_leave_each_rank_its_partition_summed_over_ranks_and_micro_steps(seed):
+    """N ranks, several micro-steps with different gradients: each bucket padded to
+    balanced_bucket_elements and summed over the ranks (the reduce-scatter), rank r keeping shard r;
+    each rank adds its shards into its accumulator by accumulator_runs; then the all-to-all
+    (chunk d of every accumulator to rank d, in source order) and receive_runs: every rank holds
+    exactly its partitions' elements summed over ranks and micro-steps, zeros elsewhere."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 5)
+    buckets, partition = _random_buckets(rng, n, rng.randint(1, 2))
+    plan = plan_bucket_shards(buckets, partition, n)
+    numel = sum(size for b in buckets for _, _, size in b)
+    assert sum(plan.accumulator_numel(r) for r in range(n)) == numel
+    assert sum(plan.accumulator_numel(r) for r in range(n)) <= n * accumulator_elements(plan.bucket_numel, n)
+    flat = {g: [0] * (n * p) for g, p in enumerate(partition)}    # expected sums
+    accumulators = [[0] * plan.accumulator_numel(r) for r in range(n)]
+    for step in range(rng.randint(1, 3)):
+        grads = [{(g, start): [rng.randint(-99, 99) for _ in range(size)] for b in buckets for g, start, size in b}
+                 for _ in range(n)]
+        for k, bucket in enumerate(buckets):
+            inputs = [sum((grads[r][(g, start)] for g, start, _ in bucket), []) for r in range(n)]
+            padded = balanced_bucket_elements(len(inputs[0]), n)
+            total = [sum(col) for col in zip(*[x + [0] * (padded - len(x)) for x in inputs])]
+            s = plan.shard_numel[k]
+            for r in range(n):
+                shard = total[r * s:(r + 1) * s]
+                for shard_offset, acc_offset, run in plan.accumulator_runs(r)[k]:
+                    for e in range(run):
+                        accumulators[r][acc_offset + e] += shard[shard_offset + e]
+        for r in range(n):
+            for (g, start), values in grads[r].items():
+                for e, v in enumerate(values):
+                    flat[g][start + e] += v
+    send = plan.send_numel
+    for me in range(n):
+        received = []
+        for src in range(n):
+            chunk_start = sum(send[src][:me])
+            received += accumulators[src][chunk_start:chunk_start + send[src][me]]
+        assert len(received) == sum(row[me] for row in send)
+        mine = {g: [0] * p for g, p in enumerate(partition)}
+        for offset, g, dst_offset, run in plan.receive_runs(me):
+            mine[g][dst_offset:dst_offset + run] = received[offset:offset + run]
+        for g, p in enumerate(partition):
+            assert mine[g] == flat[g][me * p:(me + 1) * p], (me, g)
+    sent = boundary_all_to_all_elements(buckets, partition, n)
+    assert sent == [plan.accumulator_numel(r) - send[r][r] for r in range(n)]
