@@ -53,11 +53,15 @@ class ModelParams:
 
     def table(self) -> list[Param]:
         """Every parameter, for printing."""
-        fit = "fitted: reference_results/sources/sc25-pmbs/fit_model.py on the published Model 1 and Model 2 tables"
+        from .memory_model import FRAGMENTATION_FRACTION
+
+        fit = "reference_results/sources/sc25-pmbs/fit_model.py on the published Model 1 and Model 2 tables"
         out = [Param(f"fabric_efficiency.{k}", v, "x inter_node_bw_gbps", "fitted" if k != "tcp" else "assumed",
                      fit if k != "tcp" else "no published tcp cell: RoCE's value") for k, v in self.fabric_efficiency.items()]
         out += [Param("zero3_fetch_overhead_s", self.zero3_fetch_overhead_s, "s per ZeRO-3 collective call", "fitted",
                       fit + " (ZeRO-3 cells)"),
+                Param("memory_model.FRAGMENTATION_FRACTION", FRAGMENTATION_FRACTION, "of device memory", "fitted",
+                      fit + " (the OOM boundary: any value in about 0.065-0.187 calls all 34 cells)"),
                 Param("intra_node_latency_s", self.intra_node_latency_s, "s per collective", "declared",
                       "order of nccl-tests small-message time within a node"),
                 Param("inter_node_latency_s", self.inter_node_latency_s, "s per collective", "declared",
