@@ -21,9 +21,10 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements, window_numel
+from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
 
 from .calibration import Calibration
+from .comm_layout import balanced_window_elements, pack, pack_members, zero_partition_size  # noqa: F401 (re-exported)
 from .collectives import busbw_factor
 from .config import BenchConfig, Device
 from .errors import ConfigError, HarnessError
@@ -76,53 +77,6 @@ class Traffic:
     unhidden: str = ""
     """Which message can never overlap: 'first' (nothing to prefetch behind) or 'last' (the last
     bucket is produced when backward ends)."""
-
-
-def pack_members(elements: list[int], limit: int, crossing: bool = False) -> list[list[int]]:
-    """Greedy packing of tensors (elements, in issue order) into messages, as positions in
-    `elements`. crossing=False: DeepSpeed's gradient bucket (a full bucket is reduced before the
-    tensor that would overflow it; a tensor larger than the bucket goes alone); crossing=True: the
-    tensor that crosses the limit still joins (ZeRO-3's prefetch, the engine's ZeRO-0 all-reduce)."""
-    out, cur, members = [], 0, []
-    for i, e in enumerate(elements):
-        if not crossing and cur and cur + e > limit:
-            out.append(members)
-            cur, members = 0, []
-        cur += e
-        members.append(i)
-        if cur >= limit and (crossing or e > limit or cur == limit):
-            out.append(members)
-            cur, members = 0, []
-    return out + ([members] if cur else [])
-
-
-def pack(elements: list[int], limit: int, crossing: bool = False) -> list[int]:
-    """The message sizes (elements) of pack_members."""
-    return [sum(elements[i] for i in m) for m in pack_members(elements, limit, crossing)]
-
-
-def zero_partition_size(group_elements: int, n: int) -> int:
-    """Elements of each rank's ZeRO-1/2 partition of one optimizer parameter group, as DeepSpeed
-    0.19.8 cuts it (runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__): the group's
-    parameters are flattened in order and padded at the end to a multiple of
-    nccl_start_alignment_factor (2) x N (flatten_dense_tensors_aligned; parameter_alignment,
-    false by default, would pad between parameters and is not modelled), then
-    get_data_parallel_partitions cuts that into N equal contiguous partitions:
-    ceil(elements / 2N) x 2N / N. Rank r owns [r x size, (r + 1) x size) of the flat group."""
-    align = 2 * n
-    return -(-group_elements // align) * align // n
-
-
-def balanced_window_elements(group_elements: int, n: int, bucket: int) -> list[int]:
-    """Per-rank chunk elements w of each window of one optimizer parameter group under ZeRO-1 with
-    zero.gradient_collective=reduce_scatter (benchmarks/reduce_scatter.py, balanced windows): the
-    partition P = zero_partition_size is reduced W = window_numel(P, reduce_bucket_size, N) elements
-    at a time (min(P, reduce_bucket_size // N), rounded down to 2), each window ONE reduce-scatter
-    of N x w elements (w = W, the last min(W, P - o)): ceil(P / W) messages per group, N x P
-    elements in all (the group padded to 2N only), each rank sending (N-1)/N of it."""
-    size = zero_partition_size(group_elements, n)
-    w = window_numel(size, bucket, n)
-    return [min(w, size - o) for o in range(0, size, w)] if w else []
 
 
 def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
