@@ -38,13 +38,23 @@ def peak_mem_gib(device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "ru_maxrss"
 
 
+def decay_groups(params) -> tuple[list, list]:
+    """(matrices, the rest): weight decay applies to parameters of 2 or more dimensions. Judged on
+    the parameter's real shape: under ZeRO-3, deepspeed.zero.Init has replaced every parameter by
+    an empty 1-D partition and keeps the shape in `ds_shape` (judging `p.ndim` there put every
+    parameter in the no-decay group, so ZeRO-3 trained another optimiser than ZeRO 0-2)."""
+    decay, no_decay = [], []
+    for p in params:
+        (decay if len(getattr(p, "ds_shape", p.shape)) >= 2 else no_decay).append(p)
+    return decay, no_decay
+
+
 def make_optimizer(spec: TrainSpec, model):
     import torch
 
     if spec.optimizer.impl == "deepspeed":
         return None  # DeepSpeed builds it from the "optimizer" section of its config
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    decay, no_decay = decay_groups(model.parameters())
     groups = [{"params": decay, "weight_decay": spec.optimizer.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=spec.optimizer.lr, betas=spec.optimizer.betas,

@@ -177,7 +177,11 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, st
     # The interpreter's own bin first: DeepSpeed JIT-builds with the first `ninja` on PATH, and a
     # build log written by another ninja version makes it rebuild from scratch (1-2 min a run).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
-    env = {"PYTHONPATH": str(repo_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+    # the repository first, then the caller's own PYTHONPATH (module load, pip --target), which a
+    # rank would otherwise lose; inside an image the host's paths mean nothing: the repository only
+    own = os.environ.get("PYTHONPATH", "") if cfg.platform.container.runtime == ContainerRuntime.none else ""
+    env = {"PYTHONPATH": os.pathsep.join([str(repo_root)] + [x for x in own.split(os.pathsep) if x]),
+           "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
            "TRITON_CACHE_DIR": str(cache_dir / "triton")}

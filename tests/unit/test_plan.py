@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 import warnings
 
@@ -190,7 +191,7 @@ def test_plan_run_describes_the_launch_without_touching_the_disk(tiny_cfg, tmp_p
     assert run.env["DS_ACCELERATOR"] == "cpu"
     assert run.env["CUDA_VISIBLE_DEVICES"] == ""
     assert run.env["NCCL_DEBUG"] == "INFO"
-    assert run.env["PYTHONPATH"] == str(REPO_ROOT)
+    assert run.env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
     assert "suite" not in run.config
     assert run.config["workload"]["grad_acc_steps"] == 4
     assert run.config["workload"]["precision"] == "fp32"  # enums as their values
@@ -239,3 +240,15 @@ def test_a_command_line_field_inside_a_group_the_run_selects_is_kept_and_warned(
         assert merge_overrides(base, run) == base + run
     assert len(caught) == 1
     assert base[0] in str(caught[0].message) and "on top" in str(caught[0].message)
+
+
+def test_ranks_keep_the_callers_pythonpath_after_the_repository(composed, tmp_path, monkeypatch):
+    """Packages on the caller's PYTHONPATH (module load, pip --target) reach the ranks: the
+    repository first, then the caller's entries; inside a container image, the repository only."""
+    from harness.plan import rank_env
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/site-a", "", "/opt/site-b"]))
+    cfg = composed(["platform=cpu"])
+    assert rank_env(cfg, REPO_ROOT, tmp_path)["PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/opt/site-a", "/opt/site-b"])
+    monkeypatch.delenv("PYTHONPATH")
+    assert rank_env(cfg, REPO_ROOT, tmp_path)["PYTHONPATH"] == str(REPO_ROOT)
