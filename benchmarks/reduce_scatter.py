@@ -104,13 +104,10 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from .reduce_scatter_common import (OPTION, VERIFIED_DEEPSPEED, _INSTALLED_ATTR, _SHARDS_ATTR,  # noqa: F401
-                                    _WINDOWS_ATTR, GradientCollectiveError, ReduceScatterStats, Scale,
-                                    balanced_zero1_blockers, balanced_zero2_blockers, check_supported,
-                                    check_version, _flat_layout, _issue_reduce_scatter, _scaling)
-from .reduce_scatter_layout import (Layout, Piece, Segment, ShardPlan, ShardSegment, Window,  # noqa: F401
-                                    balanced_bucket_elements, plan_bucket_shards, plan_layout, plan_windows,
-                                    split_param, window_numel)
+from .reduce_scatter_common import (OPTION, _INSTALLED_ATTR, _SHARDS_ATTR, _WINDOWS_ATTR, ReduceScatterStats,
+                                    _flat_layout, _issue_reduce_scatter, _scaling, balanced_zero1_blockers,
+                                    balanced_zero2_blockers, check_supported)
+from .reduce_scatter_layout import Piece, plan_layout, split_param, window_numel
 from .reduce_scatter_zero1 import _epilogue, _mark_ready, _Zero1Windows
 from .reduce_scatter_zero2 import _epilogue_zero2, _keep_grads_in_bucket, _reduce_bucket_shards, _Zero2Shards
 

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Optional
 
 from .config import BenchConfig, Device, GradientCollective, ZeroConfig
 from .errors import HarnessError
+from .model_params import PARAMS, ModelParams
 
 DEFAULT_EFFICIENCY = 0.4
 """Efficiency assumed when nothing was measured: a typical MFU of dense LLaMA training with
@@ -198,8 +199,7 @@ def _variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool
 
 
 def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve],
-                       params: Any = None) -> Optional[tuple[float, str]]:
-    from .model_params import PARAMS
+                       params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
     from .perfmodel import efficiency_for_step_time, executed_flops_per_step
 
     w = rec["config"]["workload"]
@@ -212,7 +212,7 @@ def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, 
     step = (rec.get("metrics") or {}).get("step_time_s", {}).get("value")
     if not step:
         return None
-    eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step), params or PARAMS)
+    eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step), params)
     return (eff, "throughput") if eff is not None else None
 
 
@@ -232,7 +232,7 @@ def _by_mb(values: list[tuple[int, int, float]], stage: int, prefer_stage: bool 
 
 
 def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optional[list] = None,
-              params: Any = None) -> Calibration:
+              params: ModelParams = PARAMS) -> Calibration:
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
     ignored) and, when no training record qualifies, from `references` (harness.references.Reference
     list, e.g. load_references()); see the module docstring."""
@@ -260,12 +260,11 @@ def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optio
                            f"measured: {where} training runs, {how}", curves, _above_peak(by_mb, "training runs"))
     found = _reference_efficiencies(references or [], cfg, curves, params)
     if found:
-        by_mb, where = _by_mb([(s, mb, e) for s, mb, e, _ in found], cfg.zero.stage, prefer_stage)
-        origin = found[0][3]
-        metrics = "/".join(sorted({x[3].split("|")[0] for x in found}))
+        by_mb, where = _by_mb([(s, mb, e) for s, mb, e, _, _ in found], cfg.zero.stage, prefer_stage)
+        metrics = "/".join(sorted({metric for *_, metric, _ in found}))
         return Calibration(by_mb, statistics.median(by_mb.values()),
                            f"reference table: {where} {metrics} entries, each inverted with its own configuration "
-                           f"through the model's communication estimate; {origin.split('|', 1)[1]}", curves,
+                           f"through the model's communication estimate; {found[0][4]}", curves,
                            _above_peak(by_mb, "reference entries"))
     return Calibration(busbw=curves)
 
@@ -300,10 +299,8 @@ def is_outlier(r: Any, outliers: Iterable[tuple[str, str, int, int]]) -> bool:
 
 
 def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, BusbwCurve],
-                            params: Any = None) -> list[tuple[int, int, float, str]]:
-    from .model_params import PARAMS
-
-    params = params or PARAMS
+                            params: ModelParams = PARAMS) -> list[tuple[int, int, float, str, str]]:
+    """(stage, micro-batch, efficiency, metric, origin) of every reference entry that qualifies."""
     from .perfmodel import efficiency_for_step_time
 
     out = []
@@ -326,5 +323,5 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
             src = r.provenance.source if r.provenance else "no provenance"
             unstated = [k for k in ("seq_len", "activation_checkpointing") if k not in c]
             note = f" (the entry does not state {' or '.join(unstated)}: assumed as configured)" if unstated else ""
-            out.append((stage, mb, eff, f"{r.metric}|from: {src[:70]}{'...' if len(src) > 70 else ''}{note}"))
+            out.append((stage, mb, eff, r.metric, f"from: {src[:70]}{'...' if len(src) > 70 else ''}{note}"))
     return out

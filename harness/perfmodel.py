@@ -24,7 +24,7 @@ from typing import Any, Optional
 from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
 
 from .calibration import Calibration
-from .comm_layout import balanced_window_elements, pack, pack_members, zero_partition_size  # noqa: F401 (re-exported)
+from .comm_layout import balanced_window_elements, pack, pack_members
 from .collectives import busbw_factor
 from .config import BenchConfig, Device
 from .errors import ConfigError, HarnessError

@@ -18,9 +18,9 @@ from harness.flops import llama_param_count
 from harness.model_params import IDEAL, PARAMS
 from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
-from harness.perfmodel import (balanced_window_elements, comm_traffic, collective_time, efficiency_for_step_time,
-                               executed_flops_per_step, overlap_summary, pack, predict,
-                               sweep_configs, with_split, zero_partition_size)
+from harness.comm_layout import balanced_window_elements, pack, zero_partition_size
+from harness.perfmodel import (comm_traffic, collective_time, efficiency_for_step_time, executed_flops_per_step,
+                               overlap_summary, predict, sweep_configs, with_split)
 
 from unit_helpers import REPO_ROOT
 
@@ -311,7 +311,7 @@ def test_balanced_window_elements(elements, n, bucket, windows):
 def test_the_model_counts_the_windows_the_reduction_plans(elements, n, bucket):
     """balanced_window_elements against benchmarks/reduce_scatter.py's plan_windows for a group
     whose gradients are all pending: the same windows, N x w elements each."""
-    from benchmarks.reduce_scatter import plan_windows, window_numel
+    from benchmarks.reduce_scatter_layout import plan_windows, window_numel
 
     size = zero_partition_size(elements, n)
     planned = plan_windows([(0, 0, elements)], size, n, window_numel(size, bucket, n))

@@ -14,13 +14,13 @@ import pytest
 
 import unit_helpers  # noqa: F401  (repository root on sys.path)
 from benchmarks.failure import classify_failure
-from benchmarks.reduce_scatter import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError, Piece, Segment,
-                                       ShardSegment, Window, balanced_zero1_blockers, balanced_zero2_blockers,
-                                       check_supported, install, plan_bucket_shards, plan_layout, plan_windows,
-                                       split_param, window_numel)
-from benchmarks.reduce_scatter_layout import (accumulator_elements, balanced_bucket_elements,
-                                              boundary_all_to_all_elements, bucket_shard_numel,
-                                              padded_bucket_elements)
+from benchmarks.reduce_scatter import install
+from benchmarks.reduce_scatter_common import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError, balanced_zero1_blockers,
+                                              balanced_zero2_blockers, check_supported)
+from benchmarks.reduce_scatter_layout import (Piece, Segment, ShardSegment, Window, accumulator_elements,
+                                              balanced_bucket_elements, boundary_all_to_all_elements,
+                                              bucket_shard_numel, padded_bucket_elements, plan_bucket_shards,
+                                              plan_layout, plan_windows, split_param, window_numel)
 from benchmarks.spec import TrainSpec
 
 

@@ -4,7 +4,6 @@ the paper's table gets a clear error."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import pytest
 
@@ -95,7 +94,8 @@ def test_the_parameters_are_printed_with_their_origin(result):
     text = format_validation(result)
     for p in result.params:
         assert p["name"] in text and p["kind"] in ("fitted", "declared", "assumed")
-    assert dataclasses.is_dataclass(result.tables[0])
+    assert {p["name"] for p in result.params} >= {"fabric_efficiency.ib", "fabric_efficiency.roce",
+                                                   "zero3_fetch_overhead_s", "memory_model.FRAGMENTATION_FRACTION"}
 
 
 # ---- consequences for planning and tuning (issue 13, item 5) ------------------------------------

@@ -62,17 +62,13 @@ def main() -> int:
     scores = {key: objective(validate_model(compose, refs, with_values(*key)))
               for key in itertools.product(GRID["roce"], GRID["ib"], GRID["zero3_fetch_overhead_s"])}
     best = min(scores, key=lambda k: (scores[k], k))
-    x = dict(zip(("roce", "ib", "zero3_fetch_overhead_s"), best))
-    cache = scores
-    v = validate_model(compose, refs, with_values(x["roce"], x["ib"], x["zero3_fetch_overhead_s"]))
-    m1, m2 = v.tables
-    print(f"fitted ({len(cache)} evaluations): fabric_efficiency.roce {x['roce']}, fabric_efficiency.ib {x['ib']}, "
-          f"zero3_fetch_overhead_s {x['zero3_fetch_overhead_s']}")
+    m1, m2 = validate_model(compose, refs, with_values(*best)).tables
+    print(f"fitted ({len(scores)} evaluations): fabric_efficiency.roce {best[0]}, fabric_efficiency.ib {best[1]}, "
+          f"zero3_fetch_overhead_s {best[2]}")
     print(f"  leave-one-out: Model 2 median {m2.loo_median_pct:.1f} % ({m2.loo_over25} above 25 %), "
           f"Model 1 median {m1.loo_median_pct:.1f} %")
     shipped = (PARAMS.fabric_efficiency["roce"], PARAMS.fabric_efficiency["ib"], PARAMS.zero3_fetch_overhead_s)
-    same = shipped == (x["roce"], x["ib"], x["zero3_fetch_overhead_s"])
-    print(f"shipped (harness/model_params.py): {shipped} -> {'the fit' if same else 'DIFFERS from the fit'}")
+    print(f"shipped (harness/model_params.py): {shipped} -> {'the fit' if shipped == best else 'DIFFERS from the fit'}")
     return 0
 
 
