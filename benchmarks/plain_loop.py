@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .spec import TrainSpec
-from .train import limit_cpu_memory, make_batches, peak_mem_gib, setup, synchronizer
+from .train import limit_cpu_memory, make_batches, peak_mem_gib, reset_peak_mem, setup, synchronizer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     limit_cpu_memory(spec.cpu_mem_limit_gib)
     engine, device, _ = setup(spec)
     batches = make_batches(spec, rank, world_size, device)
+    since_reset = reset_peak_mem(spec.device)  # as benchmarks.train counts it
     sync = synchronizer(spec.device)
     step_times = []
     for _ in range(spec.warmup_steps + spec.steps):
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         step_times.append(time.perf_counter() - start)
 
-    peak, source = peak_mem_gib(spec.device)
+    peak, source = peak_mem_gib(spec.device, since_reset)
     everyone = [None] * world_size
     torch.distributed.all_gather_object(everyone, {"rank": rank, "peak_mem_gib": peak,
                                                    "mem_source": source})

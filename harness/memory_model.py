@@ -32,8 +32,9 @@ DEVICE_RESERVE_GIB = 1.5
 0.5 GiB each). The records' peak (torch.cuda.max_memory_allocated) excludes it, so it comes off
 the capacity, not onto the estimate."""
 CPU_RUNTIME_GIB = 0.5
-"""On the cpu platform the records' peak is ru_maxrss, which includes the interpreter with torch,
-transformers and DeepSpeed loaded: about 0.5 GiB per rank."""
+"""On the cpu platform the records' peak is the peak RSS since setup (VmHWM, reset once the model is
+built), which includes the interpreter with torch, transformers and DeepSpeed loaded: about 0.5 GiB
+per rank."""
 # DeepSpeed 0.19.8 defaults (runtime/zero/config.py, engine.py) for zero.* knobs left unset
 DS_REDUCE_BUCKET = 500_000_000
 DS_ALLREDUCE_BUCKET = 500_000_000   # engine.MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's gradient all-reduce
@@ -218,7 +219,7 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
     f["optimizer"] = (f"K Psi{'/N' if s else ''}, K = {k} ({master} fp32 master + 8 Adam m, v"
                       + ("; DeepSpeed's ZeRO-1/2 clones the fp32 partition" if not mixed and s in (1, 2) else "") + ")")
     # DeepSpeed's buffers, alive in backward. On the cpu, untouched pages of an empty bucket are not
-    # resident (ru_maxrss), so only what is written counts there.
+    # resident (peak RSS), so only what is written counts there.
     nbuf = 2 if (s in (1, 2) and overlap_comm(cfg)) else 1
     if s == 0:
         buffers, f["buffers"] = 0.0, "none in backward (the flattened all-reduce bucket is a step-phase buffer)"
@@ -268,7 +269,7 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
     f["capacity"] = (f"{cfg.platform.mem_per_device_gib:g} GiB x (1 - {FRAGMENTATION_FRACTION})"
                      + (f" - {DEVICE_RESERVE_GIB} GiB (CUDA context, workspaces, NCCL)" if cuda else ""))
     if not cuda:
-        notes.append("cpu: the limit is RLIMIT_DATA (virtual); the estimate follows ru_maxrss (resident)")
+        notes.append("cpu: the limit is RLIMIT_DATA (virtual); the estimate follows the peak RSS (resident)")
     return MemoryEstimate(
         params_gib=params / GIB, grads_gib=grads / GIB, optimizer_gib=optimizer / GIB,
         activations_gib=act.total_bytes / GIB, buffers_gib=buffers / GIB,
