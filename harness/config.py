@@ -236,6 +236,11 @@ class WorkloadConfig:
     optimizer: OptimizerImpl = OptimizerImpl.torch
     """AdamW from torch (client optimizer, fused on CUDA) or DeepSpeed's own (JIT-compiled)."""
     activation_checkpointing: bool = False
+    grad_accum_dtype: Optional[Precision] = None
+    """The dtype gradients accumulate in over the micro-steps (DeepSpeed's data_types.grad_accum_dtype,
+    always written into the generated JSON). None: see `grad_accum_precision` (fp32 under ZeRO-2/3
+    in bf16/fp16; the model's dtype under ZeRO-0/1, where DeepSpeed has no fp32 path of the same
+    optimiser)."""
     distill: Optional[DistillConfig] = None
     """Set for the `-kd` workloads: a frozen teacher and the distillation loss."""
 
@@ -470,6 +475,34 @@ def _check(ok: bool, field_name: str, value: Any, valid: str) -> None:
         raise ConfigError(f"{field_name}={value!r} is invalid: {valid}")
 
 
+def grad_accum_precision(precision: Precision, stage: int, explicit: Optional[Precision] = None) -> Precision:
+    """The dtype gradients accumulate in. An explicit choice wins. Unset: fp32 under ZeRO-2/3 with a
+    bf16/fp16 model (DeepSpeed keeps fp32 gradient partitions, same optimiser, same bf16
+    communication); the model's dtype under ZeRO-0 (DeepSpeed 0.19.8 cannot accumulate in fp32
+    without ZeRO: NotImplementedError) and ZeRO-1 (an fp32 accumulation there replaces DeepSpeed's
+    ZeRO-1 optimiser by its BF16_Optimizer: full fp32 gradients on every rank and an fp32
+    all-reduce, another workload; ask for it with workload.grad_accum_dtype=fp32)."""
+    if explicit is not None:
+        return Precision(explicit)
+    if precision != Precision.fp32 and stage in (2, 3):
+        return Precision.fp32
+    return precision
+
+
+def validate_grad_accum(w: WorkloadConfig, z: ZeroConfig) -> None:
+    if w.grad_accum_dtype is None:
+        return
+    a, field_name = Precision(w.grad_accum_dtype), "workload.grad_accum_dtype"
+    _check(a in (Precision.fp32, w.precision), field_name, a.value,
+           f"DeepSpeed accumulates a {w.precision.value} model's gradients in fp32 or {w.precision.value}")
+    _check(a == w.precision or z.stage != 0, field_name, a.value,
+           f"DeepSpeed 0.19.8 has no fp32 accumulation of a {w.precision.value} model without ZeRO "
+           "(NotImplementedError); use zero.stage >= 1 or leave it unset")
+    _check(not (a != w.precision and z.stage == 1 and z.gradient_collective == GradientCollective.reduce_scatter),
+           field_name, a.value, "fp32 accumulation under ZeRO-1 runs DeepSpeed's BF16_Optimizer, which "
+           "zero.gradient_collective=reduce_scatter cannot replace; use all_reduce or leave it unset")
+
+
 def validate(cfg: BenchConfig) -> None:
     """Check every cross-field rule; fill derived fields (grad_acc_steps). Raises ConfigError."""
     p, w, z, m, d = cfg.platform, cfg.workload, cfg.zero, cfg.measure, cfg.data
@@ -527,6 +560,7 @@ def validate(cfg: BenchConfig) -> None:
                f"reduce_scatter replaces the ZeRO-1/2 gradient all-reduce; zero.stage={z.stage} "
                f"{'has no partitioned gradients' if z.stage == 0 else 'already reduce-scatters'}; "
                "use all_reduce")
+    validate_grad_accum(w, z)
     for name in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                  "stage3_max_live_parameters"):
         v = getattr(z, name)

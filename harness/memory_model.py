@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import BenchConfig, Device, Precision, WorkloadConfig
+from .config import BenchConfig, Device, Precision, WorkloadConfig, grad_accum_precision
 from .flops import llama_param_count
 from .teacher import llama_param_shapes, teacher_workload
 
@@ -183,6 +183,17 @@ def overlap_comm(cfg: BenchConfig) -> bool:
     return cfg.zero.overlap_comm if cfg.zero.overlap_comm is not None else cfg.zero.stage == 3
 
 
+def accum_bytes(cfg: BenchConfig) -> int:
+    """Bytes per element of the gradients as they accumulate over the micro-steps."""
+    w = cfg.workload
+    return dtype_bytes(grad_accum_precision(w.precision, cfg.zero.stage, w.grad_accum_dtype))
+
+
+def bf16_optimizer(cfg: BenchConfig) -> bool:
+    """DeepSpeed runs ZeRO-1 of a bf16/fp16 model with fp32 accumulation as its BF16_Optimizer."""
+    return cfg.zero.stage == 1 and cfg.workload.precision != Precision.fp32 and accum_bytes(cfg) == 4
+
+
 def gradient_collective(cfg: BenchConfig) -> str:
     return cfg.zero.gradient_collective.value
 
@@ -207,10 +218,15 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
         persistent = sum(t[1] for t in tensors if t[1] < persist_t)
         params = p * psi / n + p * persistent
         f["params"] = f"{p} Psi/N + {p} x persistent ({persistent} elements < {persist_t} kept whole)"
-    if s < 2:
+    a = accum_bytes(cfg)
+    if bf16_optimizer(cfg):
+        grads = (g + a) * psi
+        f["grads"] = (f"{g} Psi param.grad + {a} Psi fp32 accumulation buffer (DeepSpeed's BF16_Optimizer: "
+                      "ZeRO-1 with fp32 accumulation)")
+    elif s < 2:
         grads, f["grads"] = g * psi, f"{g} Psi (full gradients accumulate in param.grad)"
     else:
-        grads, f["grads"] = g * psi / n, f"{g} Psi/N (gradient partition)"
+        grads, f["grads"] = a * psi / n, f"{a} Psi/N (gradient partition, accumulated in {'fp32' if a == 4 else 'the model dtype'})"
     # optimizer: fp32 master (a clone even for fp32 under ZeRO-1/2, none needed under 0/3) + Adam m, v
     master = 4 if (mixed or s in (1, 2)) else 0
     k = master + 8
@@ -242,8 +258,10 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
         f["step_transient"] = ("4 Psi fp32 gradients + " if mixed else "") + f"{g} x min(Psi, 5e8) all-reduce bucket"
     else:
         unfused = 1 if (not cuda and w.optimizer.value == "torch") else 0  # torch AdamW is fused only on CUDA
-        step = 4 * psi / n * (1 + unfused)
-        f["step_transient"] = "4 Psi/N fp32 gradient partition" + (" + 4 Psi/N unfused AdamW temporary" if unfused else "")
+        copy = 0 if bf16_optimizer(cfg) else 1   # BF16_Optimizer's fp32 partition gradients are views of its buffer
+        step = 4 * psi / n * (copy + unfused)
+        f["step_transient"] = " + ".join(["4 Psi/N fp32 gradient partition"] * copy
+                                         + ["4 Psi/N unfused AdamW temporary"] * unfused) or "none"
         if s == 2 and gradient_collective(cfg) == "reduce_scatter":   # benchmarks/reduce_scatter.py, balanced buckets
             step += g * psi / n
             f["step_transient"] += (f" + {g} Psi/N all-to-all receive buffer (gradient_collective=reduce_scatter: the "

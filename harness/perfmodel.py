@@ -31,7 +31,7 @@ from .errors import ConfigError, HarnessError
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
 from .model_params import PARAMS, ModelParams
 from .memory_model import (DS_ALLREDUCE_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET,
-                           MemoryEstimate, dtype_bytes, gradient_collective, memory_estimate, overlap_comm,
+                           MemoryEstimate, bf16_optimizer, dtype_bytes, gradient_collective, memory_estimate, overlap_comm,
                            param_tensors, zero_knob)
 from .teacher import teacher_workload
 
@@ -108,13 +108,21 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     if s == 0:
         return [Traffic("all_reduce", "backward", "gradient all-reduce (engine, at the boundary)",
                         tuple(g * m for m in pack(forward_order, DS_ALLREDUCE_BUCKET, crossing=True)), 1, False)]
+    # the suite's torch AdamW has two parameter groups (weight decay on matrices only); DeepSpeed's one
+    index_groups = ([[i for i, t in enumerate(tensors) if t[2] >= 2], [i for i, t in enumerate(tensors) if t[2] < 2]]
+                    if w.optimizer.value == "torch" else [list(range(len(tensors)))])
+    groups = [[tensors[i][1] for i in grp] for grp in index_groups]
+    if bf16_optimizer(cfg):
+        # DeepSpeed's BF16_Optimizer (ZeRO-1 with fp32 accumulation): the engine's bucketed all-reduce
+        # of the full fp32 gradient buffer at the boundary, then the updated parameters gathered
+        return [Traffic("all_reduce", "backward", "fp32 gradient all-reduce (BF16_Optimizer, at the boundary)",
+                        tuple(4 * m for m in pack(forward_order, DS_ALLREDUCE_BUCKET, crossing=True)), 1, False),
+                Traffic("all_gather", "step", "updated parameters, one per optimizer parameter group",
+                        tuple(g * sum(grp) for grp in groups if grp), 1, False),
+                Traffic("all_reduce", "step", "gradient norm", (8,), 1, False)]
     if s in (1, 2):
         n = cfg.platform.world_size
         hooks = s == 2 or overlap_comm(cfg)       # reduced from backward hooks, else after backward
-        # the suite's torch AdamW has two parameter groups (weight decay on matrices only); DeepSpeed's one
-        index_groups = ([[i for i, t in enumerate(tensors) if t[2] >= 2], [i for i, t in enumerate(tensors) if t[2] < 2]]
-                        if w.optimizer.value == "torch" else [list(range(len(tensors)))])
-        groups = [[tensors[i][1] for i in grp] for grp in index_groups]
         order = list(range(len(tensors)))[::-1] if hooks else [i for grp in index_groups for i in grp]
         buckets = [[order[k] for k in m] for m in pack_members([tensors[i][1] for i in order], bucket)]
         real = tuple(g * sum(tensors[i][1] for i in b) for b in buckets)

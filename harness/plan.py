@@ -16,7 +16,8 @@ from typing import Any
 from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
 from .collectives import DTYPE_BYTES, sizes
-from .config import BenchConfig, ContainerRuntime, Device, OptimizerImpl, Precision, RunKind, WorkloadConfig, to_dict
+from .config import (BenchConfig, ContainerRuntime, Device, OptimizerImpl, Precision, RunKind, WorkloadConfig,
+                     grad_accum_precision, to_dict)
 from .container import container_env, resolve_image
 from .errors import ConfigError
 
@@ -68,6 +69,8 @@ def deepspeed_config(cfg: BenchConfig) -> dict[str, Any]:
         ds["bf16"] = {"enabled": True}
     elif w.precision == Precision.fp16:
         ds["fp16"] = {"enabled": True}
+    # always explicit: DeepSpeed's default accumulates in the model's dtype (bf16 over 16-32 micro-steps)
+    ds["data_types"] = {"grad_accum_dtype": grad_accum_precision(w.precision, z.stage, w.grad_accum_dtype).value}
     if w.optimizer == OptimizerImpl.deepspeed:
         ds["optimizer"] = {"type": "AdamW", "params": {
             "lr": w.lr, "betas": list(w.betas), "eps": w.eps, "weight_decay": w.weight_decay}}
@@ -92,6 +95,7 @@ SUITE_OWNED = {"train_micro_batch_size_per_gpu": "workload.micro_batch_size",
                "train_batch_size": "workload.micro_batch_size (x grad_acc_steps x ranks)",
                "gradient_clipping": "workload.grad_clip",
                "bf16.enabled": "workload.precision", "fp16.enabled": "workload.precision",
+               "data_types.grad_accum_dtype": "workload.grad_accum_dtype",
                **{f"zero_optimization.{k}": f"zero.{k}" for k in ("stage",) + ZERO_KNOBS}}
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import REPO_ROOT, ZeroConfig, to_dict
+from .config import REPO_ROOT, Precision, ZeroConfig, grad_accum_precision, to_dict
 from .errors import HarnessError
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
@@ -155,6 +155,16 @@ REFERENCE_METRICS = {"training": {"samples_per_s": "higher", "tokens_per_s": "hi
                      "collective": {"avg_busbw_gbps": "higher"}}
 
 
+def record_grad_accum(cfg: dict[str, Any]) -> str:
+    """The dtype a record's gradients accumulated in. Records made before the field existed ran
+    without data_types, so in the model's dtype (DeepSpeed's default)."""
+    w = cfg["workload"]
+    if "grad_accum_dtype" not in w:
+        return w["precision"]
+    return grad_accum_precision(Precision(w["precision"]), cfg["zero"]["stage"],
+                                None if w["grad_accum_dtype"] is None else Precision(w["grad_accum_dtype"])).value
+
+
 def record_config(record: dict[str, Any]) -> dict[str, Any]:
     """The configuration key of a record: what a reference of it is matched on."""
     cfg = record["config"]
@@ -165,6 +175,9 @@ def record_config(record: dict[str, Any]) -> dict[str, Any]:
                    precision=cfg["workload"]["precision"],
                    # records made before the field existed ran without checkpointing
                    activation_checkpointing=cfg["workload"].get("activation_checkpointing", False))
+        accum = record_grad_accum(cfg)
+        if accum != cfg["workload"]["precision"]:   # only when it differs: older keys stay the same
+            key["grad_accum_dtype"] = accum
         # only knobs set away from their default: a record made before a knob existed still matches
         knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v != ZERO_DEFAULTS.get(k)}
         if knobs:

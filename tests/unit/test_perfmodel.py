@@ -54,11 +54,15 @@ def test_deepspeed_estimators_are_reproduced(psi, largest, n, zero2, zero3):
 
 def test_zero2_step_peak_is_deepspeeds_estimate(composed):
     """With the optimizer step's fp32 gradient partition, ZeRO-2's model states are DeepSpeed's
-    2 Psi + 18 Psi/N; ZeRO-1's the paper's 4 Psi + 12 Psi/N."""
-    cfg = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage2"])
+    2 Psi + 18 Psi/N (its estimator assumes DeepSpeed's default, accumulation in the model dtype);
+    with fp32 accumulation (the suite's default under ZeRO-2) the partition is 4 Psi/N, not 2;
+    ZeRO-1's the paper's 4 Psi + 12 Psi/N."""
+    cfg = composed(["platform=ib-a100", "workload=llama-8b", "zero=stage2", "workload.grad_accum_dtype=bf16"])
     m = memory_estimate(cfg)
     states = (m.params_gib + m.grads_gib + m.optimizer_gib + m.step_transient_gib) * 2**30
     assert states == pytest.approx(deepspeed_zero2_estimate_bytes(PSI_8B, 16), abs=16)
+    fp32 = memory_estimate(composed(["platform=ib-a100", "workload=llama-8b", "zero=stage2"]))
+    assert (fp32.grads_gib - m.grads_gib) * 2**30 == pytest.approx(2 * PSI_8B / 16, abs=16)
     m1 = memory_estimate(with_split(cfg, 1, cfg.workload.micro_batch_size))
     assert (m1.params_gib + m1.grads_gib + m1.optimizer_gib) * 2**30 == pytest.approx(
         zero_model_states_bytes(PSI_8B, 1, 16), abs=16)
