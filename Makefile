@@ -158,6 +158,7 @@ lock:
 # unusable and exits 0 (the .def files are still regenerated).  A forced
 # CONTAINER_ENGINE that does not work fails.  See containers/README.md.
 containers: venv
+	$(PY) -m containers.image_check
 	$(PY) -m containers.recipes $(addprefix --image ,$(CONTAINER_IMAGES)) $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE))
 
 clean:

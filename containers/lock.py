@@ -3,7 +3,7 @@ has for that version, so that `pip install --require-hashes` verifies every down
 
 Every file of a version (all wheels, for every platform and Python, and the sdist), not only
 the one this host would pick: the same lock then verifies on CPython 3.11 (the venv, the CPU
-image) and 3.12 (the NGC GPU image).
+image) and 3.12 (the GPU image).
 
 torch is the exception: it comes from a host-specific source (a local CPU wheel, the PyTorch
 CPU index, the GPU base image), so its line carries no hash. It is installed first, on its own;
@@ -47,7 +47,7 @@ UNHASHED = frozenset({"torch"})
 LEFT_OUT = frozenset({"pip", "wheel", "distribute"})
 """The venv's own tooling, not part of the lock (setuptools stays: torch needs >=77)."""
 PYTHON_VERSIONS = ("3.11", "3.12")
-"""The closure is checked for both: the venv and CPU image (3.11), the NGC GPU image (3.12)."""
+"""The closure is checked for both: the venv and CPU image (3.11), the GPU image (3.12)."""
 FETCH_TIMEOUT_S = 60.0
 NUM_FETCH_THREADS = 8
 
@@ -61,7 +61,7 @@ HEADER = """\
 # local version tags such as +cpu stripped, pip/wheel left out, then the sha256
 # of EVERY file PyPI has for each pinned version (all wheels for all platforms
 # and Pythons, and the sdist), so the same lock verifies on CPython 3.11 (venv,
-# CPU image) and 3.12 (NGC GPU image).  Do not edit by hand: install or upgrade
+# CPU image) and 3.12 (GPU image).  Do not edit by hand: install or upgrade
 # in the venv, update pyproject.toml, then 'make lock'.
 #
 # Install torch FIRST and pinned (torch==<version below>), on its own, then
@@ -69,11 +69,11 @@ HEADER = """\
 # (see the Makefile).  --no-deps: this file is the complete closure.
 #
 # torch carries NO hash: it comes from a host-specific source (a local CPU
-# wheel via find-links, the PyTorch CPU index, or the GPU base image), whose
+# wheel via find-links, the PyTorch CPU index, or its CUDA index), whose
 # files differ from PyPI's.  pip accepts its hash-less line only because the
 # torch installed first already satisfies it; without that torch pip refuses
-# to download it unverified.  The GPU image drops the torch line (its base
-# image's torch is another version).  Every other line has hashes.
+# to download it unverified.  The GPU image installs the same torch version
+# as its CUDA build (+cu130).  Every other line has hashes.
 """
 
 

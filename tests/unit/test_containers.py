@@ -313,13 +313,20 @@ def test_lock_agrees_with_pyproject_pins():
     assert {k: locked.get(k) for k in pinned} == pinned
 
 
-def test_gpu_image_filter_leaves_only_hashed_requirements():
-    """containers/Dockerfile.gpu drops the torch line with grep; the rest must all carry hashes."""
-    assert "grep -Ev '^torch==' /tmp/requirements.lock" in recipes.dockerfile_path("gpu").read_text()
-    done = subprocess.run(["grep", "-Ev", "^torch=="], input=LOCK_TEXT, capture_output=True, text=True, check=True)
-    entries = lock.parse_lock(done.stdout)
-    assert "torch" not in {e.name for e in entries} and all(e.hashes for e in entries)
-    assert len(entries) == len(lock.parse_lock(LOCK_TEXT)) - 1
+@pytest.mark.parametrize("image", recipes.IMAGES)
+def test_image_installs_the_locks_torch_then_the_lock_with_hashes(image):
+    """Both Dockerfiles read torch's version from the lock (no base image's torch, no dropped
+    torch line: containers/image_check.py checks the resulting stack), install it first, then
+    the whole lock with --require-hashes --no-deps under a constraint holding torch."""
+    text = recipes.dockerfile_path(image).read_text()
+    assert "sed -n 's/^torch==\\([^ ;]*\\).*/\\1/p' /tmp/requirements.lock" in text
+    assert "grep -Ev '^torch=='" not in text
+    torch_step = text.index('"torch==${TORCH_VERSION}"')
+    lock_step = text.index("PIP_CONSTRAINT=/tmp/constraints.txt DS_BUILD_OPS=0 python -m pip install "
+                           "--require-hashes --no-deps -r /tmp/requirements.lock")
+    assert torch_step < lock_step
+    unhashed = [e.name for e in lock.parse_lock(LOCK_TEXT) if not e.hashes]
+    assert unhashed == ["torch"], "only torch (installed first) may lack a hash"
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")

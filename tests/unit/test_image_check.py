@@ -1,0 +1,285 @@
+"""The container images' software stack, checked without an engine (containers/image_check.py),
+and the build-time smoke test (benchmarks/smoke_image.py).
+
+The defect these guard against (issue 14): the GPU image kept the NGC base image's torch
+2.6.0a0+nv25.01 and installed the rest of the lock with --no-deps; transformers 5.23 requires
+torch>=2.6 (which 2.6.0a0 is not) and treats such a torch as absent, so no model could be built,
+while the image's build check (imports only) passed.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from unit_helpers import REPO_ROOT, VENV_PYTHON  # (importing it puts the repository root on sys.path)
+
+from containers import image_check, lock, recipes
+from containers.image_check import Dist, ImageCheckError
+
+LOCK_TEXT = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+LOCK_TORCH = next(e.version for e in lock.parse_lock(LOCK_TEXT) if e.name == "torch")
+
+OLD_NGC_GPU = """\
+FROM nvcr.io/nvidia/pytorch:25.01-py3
+COPY requirements.lock /tmp/requirements.lock
+RUN grep -Ev '^torch==' /tmp/requirements.lock > /tmp/requirements.notorch.txt \\
+ && PIP_CONSTRAINT= DS_BUILD_OPS=0 python -m pip install --no-cache-dir --require-hashes --no-deps \\
+        -r /tmp/requirements.notorch.txt \\
+ && python -c "import torch, deepspeed, transformers; print('torch', torch.__version__)" \\
+ && rm /tmp/requirements.notorch.txt
+ENV PYTHONUNBUFFERED=1
+WORKDIR /workspace/suite
+COPY harness /workspace/suite/harness
+"""
+"""containers/Dockerfile.gpu before the fix (its instructions; comments left out)."""
+
+
+def write(tmp_path: Path, text: str, name: str = "Dockerfile") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m containers.image_check ARGS` as a user runs it, from the repository root."""
+    return subprocess.run([VENV_PYTHON, "-m", "containers.image_check", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def venv_is_the_locks() -> None:
+    from importlib import metadata
+
+    try:
+        for e in lock.parse_lock(LOCK_TEXT):
+            metadata.version(e.name)
+    except metadata.PackageNotFoundError as e:
+        pytest.skip(f"{e} is not installed here: not the suite's venv")
+
+
+# --- the shipped images -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("image,python,torch", [
+    ("gpu", "3.12", f"{LOCK_TORCH}+cu130"),
+    ("cpu", "3.11", f"{LOCK_TORCH}+cpu"),
+])
+def test_shipped_dockerfile_resolves_with_no_problem(image, python, torch):
+    venv_is_the_locks()
+    stack = image_check.check(recipes.dockerfile_path(image))
+    assert stack.problems == []
+    assert stack.python.startswith(python)
+    assert stack.get("torch").version == torch
+    assert not stack.get("torch").source.startswith("base image")
+    for e in lock.parse_lock(LOCK_TEXT):  # the whole lock, at the lock's versions
+        have = stack.get(e.name)
+        assert have is not None and have.version.split("+")[0] == e.version, e.name
+    assert any("accelerate" in n and "not installed on purpose" in n for n in stack.notes)
+
+
+def test_cli_prints_each_stack_and_exits_0():
+    venv_is_the_locks()
+    done = run_cli()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "containers/Dockerfile.gpu: nvidia/cuda:" in done.stdout
+    assert f"torch {LOCK_TORCH}+cu130" in done.stdout and f"torch {LOCK_TORCH}+cpu" in done.stdout
+    assert done.stdout.count("ok: every requirement and Requires-Python holds") == 2
+
+
+def test_gpu_dockerfile_runs_pip_check_and_the_smoke_test_after_copying_the_suite():
+    text = recipes.dockerfile_path("gpu").read_text()
+    assert "nvcr.io" not in text.split("FROM", 1)[1].splitlines()[0]
+    assert "python -m pip check" in text
+    smoke = text.index("python -m benchmarks.smoke_image")
+    assert smoke > text.index("COPY benchmarks /workspace/suite/benchmarks")
+    assert smoke > text.index("COPY conf /workspace/suite/conf")
+    post = recipes.sections(recipes.generate("gpu"))["post"]
+    assert any("python -m benchmarks.smoke_image" in ln for ln in post)
+
+
+def test_generated_definition_puts_the_venv_first_on_path():
+    """ENV PATH=/opt/venv/bin:$PATH: exported in %post before the first pip, and in %environment
+    prepended to the caller's PATH (not a default the caller's PATH would replace)."""
+    parts = recipes.sections(recipes.generate("gpu"))
+    post = parts["post"]
+    exported = post.index("export PATH=/opt/venv/bin:$PATH")
+    assert exported < next(i for i, ln in enumerate(post) if "pip install" in ln)
+    assert exported > next(i for i, ln in enumerate(post) if "python3 -m venv /opt/venv" in ln)
+    script = "\n".join(parts["environment"]) + '\nprintf %s "$PATH"\n'
+    done = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == "/opt/venv/bin:/usr/bin:/bin"
+
+
+# --- the old GPU image and other broken stacks ------------------------------------------------
+
+def test_old_ngc_torch_image_is_reported(tmp_path):
+    venv_is_the_locks()
+    old = write(tmp_path, OLD_NGC_GPU, "Dockerfile.gpu")
+    stack = image_check.check(old)
+    assert stack.python == "3.12.3"
+    assert stack.get("torch").version == "2.6.0a0+ecf3bae40a.nv25.01"
+    assert ("transformers 5.23.0 requires torch>=2.6 (extra torch); the image has torch 2.6.0a0+ecf3bae40a.nv25.01"
+            in stack.problems)
+    assert any("torch 2.6.0a0" in n and "not checked" in n for n in stack.notes)
+    done = run_cli("--dockerfile", str(old))
+    assert done.returncode == 1
+    assert "PROBLEM: transformers 5.23.0 requires torch>=2.6 (extra torch); the image has torch 2.6.0a0" in done.stdout
+
+
+@pytest.mark.parametrize("base", ["nvidia/cuda:latest", "nvidia/cuda:13.0.1-devel-ubuntu26.04",
+                                  "nvcr.io/nvidia/pytorch:25.02-py3", "python:3-slim"])
+def test_unknown_base_is_an_error_not_a_guess(tmp_path, base):
+    text = recipes.dockerfile_path("gpu").read_text().replace(
+        "FROM nvidia/cuda:13.0.1-devel-ubuntu24.04", f"FROM {base}")
+    dockerfile = write(tmp_path, text)
+    with pytest.raises(ImageCheckError, match="unknown base image"):
+        image_check.derive(dockerfile)
+    done = run_cli("--dockerfile", str(dockerfile))
+    assert done.returncode == 1 and f"unknown base image {base!r}" in done.stderr
+
+
+def test_lock_missing_a_dependency_is_reported(tmp_path):
+    venv_is_the_locks()
+    entries = [e for e in lock.parse_lock(LOCK_TEXT) if e.name != "hjson"]  # deepspeed requires hjson
+    pins = [lock.Pin(e.name, e.version) for e in entries]
+    short = tmp_path / "requirements.lock"
+    short.write_text(lock.render(pins, {p.key: list(e.hashes) for p, e in zip(pins, entries) if e.hashes}))
+    stack = image_check.check(recipes.dockerfile_path("gpu"), short)
+    assert stack.problems == ["deepspeed 0.19.8 requires hjson; the image does not have hjson"]
+    done = run_cli("--lock", str(short))
+    assert done.returncode == 1 and done.stdout.count("PROBLEM: deepspeed 0.19.8 requires hjson") == 2
+
+
+def test_venv_that_is_not_the_locks_is_said_so(tmp_path):
+    venv_is_the_locks()
+
+    def dist(name):
+        d = image_check.installed_dist(name)
+        return Dist("0.0.1", d.requires, d.requires_python) if name == "tokenizers" else d
+
+    stack = image_check.check(recipes.dockerfile_path("cpu"), dist=dist)
+    assert len(stack.problems) == 1
+    assert stack.problems[0].startswith("this venv has tokenizers 0.0.1 but the image gets tokenizers 0.23.3")
+    assert "run `make venv`" in stack.problems[0]
+
+
+# --- synthetic stacks: markers, extras, Requires-Python, the Dockerfile's steps ---------------
+
+SMALL_LOCK = "".join(f"{n}==1 \\\n    --hash=sha256:{c * 64}\n" for n, c in (("a", "a"), ("b", "b")))
+INSTALL = ("COPY requirements.lock /tmp/requirements.lock\n"
+           "RUN python -m pip install --require-hashes --no-deps -r /tmp/requirements.lock\n")
+
+
+def small(tmp_path: Path, base: str, requires: dict[str, tuple[str, ...]], requires_python=None,
+          body: str = INSTALL):
+    (tmp_path / "requirements.lock").write_text(SMALL_LOCK)
+    dockerfile = write(tmp_path, f"FROM {base}\n{body}")
+    dists = {n: Dist("1", requires.get(n, ()), (requires_python or {}).get(n)) for n in ("a", "b")}
+    return image_check.check(dockerfile, tmp_path / "requirements.lock", dist=dists.get)
+
+
+@pytest.mark.parametrize("base,problems", [
+    ("python:3.11-slim-bookworm", ["a 1 requires c>=2; the image does not have c",
+                                   "b 1 requires Python >=3.12; the image has Python 3.11"]),
+    ("python:3.12-slim-bookworm", ["a 1 requires c>=2; the image does not have c"]),
+])
+def test_requires_python_and_markers_are_evaluated_for_the_images_python(tmp_path, base, problems):
+    stack = small(tmp_path, base, {"a": ('c>=2; python_version >= "3.11"', 'd; python_version < "3.11"',
+                                         'e; sys_platform == "win32"', 'f; extra == "docs"')},
+                  {"b": ">=3.12"})
+    assert stack.problems == problems
+
+
+def test_extras_asked_for_by_a_requirement_are_followed(tmp_path):
+    stack = small(tmp_path, "python:3.11-slim-bookworm",
+                  {"a": ("b[fast]>=1",), "b": ('c; extra == "fast"', 'd; extra == "slow"')})
+    assert stack.problems == ["b 1 requires c (extra fast); the image does not have c"]
+
+
+def test_suite_extras_and_deliberate_omissions_are_tables(monkeypatch, tmp_path):
+    monkeypatch.setattr(image_check, "SUITE_EXTRAS", {"a": ("x",)})
+    stack = small(tmp_path, "python:3.11-slim-bookworm", {"a": ('b>=2; extra == "x"', 'z; extra == "x"')})
+    assert stack.problems == ["a 1 requires b>=2 (extra x); the image has b 1",
+                              "a 1 requires z (extra x); the image does not have z"]
+    monkeypatch.setattr(image_check, "NOT_INSTALLED", {("a", "z"): "not used here"})
+    stack = small(tmp_path, "python:3.11-slim-bookworm", {"a": ('z; extra == "x"',)})
+    assert stack.problems == [] and stack.notes == ["a 1 requires z (extra x): not installed on purpose: not used here"]
+
+
+def test_distribution_python_needs_apt_python3_and_a_venv(tmp_path):
+    base = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+    stack = small(tmp_path, base, {})
+    assert any("has no Python" in p for p in stack.problems)
+    assert any("PEP 668" in p for p in stack.problems)
+    apt = "RUN apt-get update && apt-get install -y python3 python3-venv && python3 -m venv /opt/venv\n"
+    assert small(tmp_path, base, {}, body=apt + "ENV PATH=/opt/venv/bin:$PATH\n" + INSTALL).problems == []
+    breaking = INSTALL.replace("--no-deps", "--no-deps --break-system-packages")
+    assert small(tmp_path, base, {}, body=apt + breaking).problems == []
+
+
+def test_torch_steps_are_followed(tmp_path):
+    """torch from the lock with sed, the index's local tag, --no-deps on a CUDA build, a lock line
+    without a hash that nothing satisfies, an unpinned install."""
+    (tmp_path / "requirements.lock").write_text(SMALL_LOCK + "torch==2.13.0\n")
+    dists = {n: Dist("2.13.0" if n == "torch" else "1", (), None) for n in ("a", "b", "torch")}
+
+    def stack_of(body: str):
+        dockerfile = write(tmp_path, "FROM python:3.12-slim-bookworm\nCOPY requirements.lock /tmp/requirements.lock\n"
+                           + body)
+        return image_check.check(dockerfile, tmp_path / "requirements.lock", dist=dists.get)
+
+    read = "RUN V=\"$(sed -n 's/^torch==\\([^ ;]*\\).*/\\1/p' /tmp/requirements.lock)\" \\\n && "
+    lock_step = " && python -m pip install --require-hashes --no-deps -r /tmp/requirements.lock\n"
+    good = stack_of(read + 'pip install --index-url https://download.pytorch.org/whl/cu130 "torch==${V}"' + lock_step)
+    assert good.problems == [] and good.get("torch").version == "2.13.0+cu130"
+    no_deps = stack_of(read + 'pip install --no-deps -i https://download.pytorch.org/whl/cu130 "torch==$V"' + lock_step)
+    assert any("CUDA build installed with --no-deps" in p for p in no_deps.problems)
+    unverified = stack_of("RUN python -m pip install --require-hashes --no-deps -r /tmp/requirements.lock\n")
+    assert any("torch==2.13.0 has no hash" in p and "unverified" in p for p in unverified.problems)
+    unpinned = stack_of("RUN pip install torch" + lock_step)
+    assert any("torch is not pinned" in p for p in unpinned.problems)
+
+
+# --- the smoke test ----------------------------------------------------------------------------
+
+def test_smoke_module_passes_in_the_venv():
+    venv_is_the_locks()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([VENV_PYTHON, "-m", "benchmarks.smoke_image"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "image smoke test passed: llama-440m on the meta device: 439,927,808 parameters" in done.stdout
+    assert "transformers 5.23.0" in done.stdout
+
+
+def test_smoke_fails_clearly_on_a_wrong_parameter_count(monkeypatch, capsys):
+    venv_is_the_locks()
+    from benchmarks import smoke_image
+
+    monkeypatch.setitem(smoke_image.EXPECTED_PARAMS, "llama-440m", 439_927_809)
+    assert smoke_image.main([]) == 1
+    err = capsys.readouterr().err
+    assert "image smoke test FAILED: llama-440m built with 439,927,808 parameters, expected 439,927,809" in err
+    assert "torch 2.13.0" in err and "deepspeed 0.19.8" in err and "transformers 5.23.0" in err
+
+
+def test_smoke_fails_clearly_when_transformers_rejects_torch(monkeypatch, capsys):
+    venv_is_the_locks()
+    import transformers.utils
+
+    from benchmarks import smoke_image
+
+    monkeypatch.setattr(transformers.utils, "is_torch_available", lambda: False)
+    assert smoke_image.main([]) == 1
+    err = capsys.readouterr().err
+    assert "transformers does not accept this torch" in err and "torch 2.13.0" in err
+
+
+def test_the_smoke_reads_the_workload_as_the_harness_plans_it(composed):
+    """benchmarks/ never imports harness/: the smoke reads the YAML itself; same ModelSpec."""
+    from benchmarks.smoke_image import workload_spec
+    from harness.plan import model_spec
+
+    assert workload_spec("llama-440m") == model_spec(composed(["workload=llama-440m"]).workload)
