@@ -6,6 +6,9 @@ For each op and size (RUN_DIR/spec.json): warm-up iterations, then timed iterati
 to back with the device synchronised once at the end; the time of a size is the slowest rank's
 average per iteration (max over ranks, outside the timed region). Then, if asked, one more call
 on known inputs and a count of wrong elements (summed over ranks), as nccl-tests' #wrong.
+The check is memory-bounded: inputs are written and results compared CHECK_WINDOW elements at a
+time, each window's expected values computed from the positions it covers (expected_values).
+On one rank (a smoke run, no bus bandwidth) the same loop runs every op once through the backend.
 
 Sizes are nccl-tests' "size": the full buffer (an all-gather's output, a reduce-scatter's
 input); "count" is nccl-tests' per-call element count (the per-rank chunk for all_gather,
@@ -37,6 +40,9 @@ REDOPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.R
           "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}
 CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 NO_IN_PLACE = ("all_to_all", "sendrecv")
+CHECK_WINDOW = 1 << 22
+"""Elements filled and compared at a time by the correctness check (float64 expected values: a
+few windows in memory, whatever the message size and the number of ranks)."""
 
 
 def nccl_count(op: str, size_bytes: int, elem_bytes: int, num_ranks: int) -> int:
@@ -60,6 +66,56 @@ def reduce_values(values: list[torch.Tensor], redop: str) -> torch.Tensor:
         return out / len(values) if redop == "avg" else out
     return {"prod": stacked.prod, "max": lambda d: stacked.max(d).values,
             "min": lambda d: stacked.min(d).values}[redop](0)
+
+
+def _fold(acc: torch.Tensor, values: torch.Tensor, redop: str) -> torch.Tensor:
+    if redop in ("sum", "avg"):
+        return acc.add_(values)
+    if redop == "prod":
+        return acc.mul_(values)
+    return torch.maximum(acc, values, out=acc) if redop == "max" else torch.minimum(acc, values, out=acc)
+
+
+def reduced_values(n: int, num: int, redop: str, offset: int = 0) -> torch.Tensor:
+    """reduce_values over the n ranks' inputs at positions [offset, offset + num), one rank's
+    inputs at a time (two windows in memory, not n); the inputs are small exact integers, so the
+    order of the reduction changes nothing."""
+    acc = input_values(0, num, redop, offset)
+    for q in range(1, n):
+        acc = _fold(acc, input_values(q, num, redop, offset), redop)
+    return acc / n if redop == "avg" else acc
+
+
+def _pieces(start: int, num: int, chunk: int):
+    """Positions [start, start + num) of a buffer of equal chunks as (chunk q, from its element j,
+    k elements)."""
+    pos, end = start, start + num
+    while pos < end:
+        q, j = divmod(pos, chunk)
+        k = min(chunk - j, end - pos)
+        yield q, j, k
+        pos += k
+
+
+def expected_values(op: str, redop: str, rank: int, n: int, chunk: int, root: int, start: int,
+                    num: int) -> torch.Tensor:
+    """What positions [start, start + num) of `rank`'s result buffer must hold after `op` over n
+    ranks whose inputs are input_values (chunk: the per-rank chunk of the full buffer), as float64;
+    only what those positions need is computed (reduce_scatter: this rank's chunk, all_to_all:
+    chunk `rank` of each peer, all_gather: each peer's own positions). Pure: no process group."""
+    if op in ("all_reduce", "reduce"):
+        return reduced_values(n, num, redop, start)
+    if op == "reduce_scatter":
+        return reduced_values(n, num, redop, rank * chunk + start)
+    if op in ("all_gather", "all_to_all"):
+        parts = [input_values(q, k, redop, (q if op == "all_gather" else rank) * chunk + j)
+                 for q, j, k in _pieces(start, num, chunk)]
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64)
+    if op == "broadcast":
+        return input_values(root, num, redop, start)
+    if op == "sendrecv":
+        return input_values((rank - 1) % n, num, redop, start)
+    raise ValueError(f"unknown collective {op!r}")
 
 
 def count_wrong(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> int:
@@ -95,8 +151,13 @@ class Case:
         self.fill()
 
     def fill(self) -> None:
+        """This rank's input_values into the send buffer, a window at a time."""
         offset = self.rank * self.chunk if self.op == "all_gather" else 0
-        self.send.copy_(input_values(self.rank, self.send.numel(), self.spec.redop, offset).to(self.dtype))
+        window = CHECK_WINDOW
+        for start in range(0, self.send.numel(), window):
+            num = min(window, self.send.numel() - start)
+            values = input_values(self.rank, num, self.spec.redop, offset + start)
+            self.send.narrow(0, start, num).copy_(values.to(self.dtype))
         if self.op in ("all_reduce", "broadcast", "reduce") and not self.in_place:
             self.recv.copy_(self.send)
 
@@ -134,27 +195,31 @@ class Case:
             return self.send
         return self.recv
 
-    def expected(self) -> torch.Tensor:
-        n, r, redop = self.n, self.rank, self.spec.redop
-        full = [input_values(q, self.total, redop) for q in range(n)]
-        if self.op in ("all_reduce", "reduce"):
-            return reduce_values(full, redop)
-        if self.op == "reduce_scatter":
-            return reduce_values(full, redop)[r * self.chunk:(r + 1) * self.chunk]
-        if self.op == "all_gather":
-            return torch.cat([input_values(q, self.chunk, redop, q * self.chunk) for q in range(n)])
-        if self.op == "all_to_all":
-            return torch.cat([full[q][r * self.chunk:(r + 1) * self.chunk] for q in range(n)])
-        if self.op == "broadcast":
-            return full[self.spec.root]
-        return full[(r - 1) % n]  # sendrecv
+    def expected(self, start: int = 0, num: Optional[int] = None) -> torch.Tensor:
+        """The float64 values positions [start, start + num) of result() must hold (default: all)."""
+        if num is None:
+            num = (self.chunk if self.op == "reduce_scatter" else self.total) - start
+        return expected_values(self.op, self.spec.redop, self.rank, self.n, self.chunk, self.spec.root,
+                               start, num)
+
+    def count_wrong(self) -> int:
+        """Wrong elements of result() (0 where nccl-tests checks nothing), compared a window at a
+        time: never more than CHECK_WINDOW expected values (and as many of the result's, on the
+        host) at once."""
+        out = self.result()
+        if out is None:
+            return 0
+        wrong, window = 0, CHECK_WINDOW
+        for start in range(0, out.numel(), window):
+            num = min(window, out.numel() - start)
+            wrong += count_wrong(out.narrow(0, start, num), self.expected(start, num), self.dtype)
+        return wrong
 
     def check(self) -> int:
         self.fill()
         self.call()
         synchronize(self.device)
-        out = self.result()
-        return 0 if out is None else count_wrong(out, self.expected(), self.dtype)
+        return self.count_wrong()
 
 
 def synchronize(device: torch.device) -> None:

@@ -71,7 +71,10 @@ def container_of() -> tuple[Optional[str], Optional[str], Optional[str]]:
 def fingerprint(world_size: int) -> dict[str, Any]:
     import torch
 
+    from .machine import machine
+
     cuda = torch.cuda.is_available()
+    box = machine()
     image, digest, runtime = container_of()
     nccl = None
     if cuda:
@@ -87,8 +90,9 @@ def fingerprint(world_size: int) -> dict[str, Any]:
         "nccl": nccl,
         "driver": _driver_version() if cuda else None,
         "gpu_model": torch.cuda.get_device_name(0) if cuda else None,
-        "gpu_count": world_size if cuda else 0,
-        "cpu_model": platform.processor() or platform.machine(),
+        "gpu_count": torch.cuda.device_count() if cuda else 0,   # on this node, as detected
+        "cpu_model": box["cpu"]["model"] or platform.processor() or platform.machine(),
+        "machine": box,
         "os": platform.platform(),
         "container_image": image,
         "container_digest": digest,

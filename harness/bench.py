@@ -225,11 +225,14 @@ def record_run(p: PlannedRun, launch: LaunchResult, out: Path) -> list[ResultRec
         new = [build_record(run, p.cfg, launch)]
     for record in new:
         path = write_record(record, out)
-        if record.rows:
-            print(format_table(record.benchmark, [Row.from_dict(r) for r in record.rows],
-                               run.num_ranks), flush=True)
+        rows = record.rows or (record.smoke or {}).get("rows")
+        if rows:
+            print(format_table(record.benchmark, [Row.from_dict(r) for r in rows], run.num_ranks), flush=True)
         value = record.metrics.get("samples_per_s") or record.metrics.get("avg_busbw_gbps")
-        done = f"{value['value']:.2f} {value['unit']}" if value else record.reason
+        done = (f"{value['value']:.2f} {value['unit']}" if value
+                else record.reason or (record.smoke or {}).get("reason"))
+        for problem in record.environment.get("hardware_mismatch") or []:
+            print(f"  warning: {run.run_id}: {problem}", flush=True)
         print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
     return new
 

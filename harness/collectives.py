@@ -7,6 +7,10 @@ Definitions follow nccl-tests (doc/PERFORMANCE.md):
   all_to_all; 1 for broadcast, reduce and sendrecv (n ranks).
 - time is the slowest rank's average time per iteration, in microseconds.
 - "Avg bus bandwidth" is the mean busbw over every row and placement reported.
+
+On one rank there is no bus: a built-in sweep there is a smoke run (SMOKE_REASON), every op once
+through the real backend with the correctness check; its placements carry time and #wrong and
+no bandwidth (algbw and busbw None, never 0).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
+SMOKE_REASON = "one rank: no bus bandwidth can be measured"
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
                "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4, "double": 8,
                "float64": 8}
@@ -39,8 +44,10 @@ def algbw_gbps(size_bytes: int, time_us: float) -> float:
 class Placement:
     """One placement (out-of-place or in-place) of one size: nccl-tests' time/algbw/busbw/#wrong."""
     time_us: float
-    algbw_gbps: float
-    busbw_gbps: float
+    algbw_gbps: Optional[float]
+    """None in a smoke run (one rank): no bandwidth is claimed."""
+    busbw_gbps: Optional[float]
+    """None in a smoke run (one rank): no bandwidth is claimed."""
     num_wrong: Optional[int]
     """Elements that failed the correctness check; None when the check was off (nccl-tests 'N/A')."""
 
@@ -49,6 +56,11 @@ class Placement:
                  num_wrong: Optional[int]) -> "Placement":
         alg = algbw_gbps(size_bytes, time_us)
         return cls(time_us, alg, alg * busbw_factor(op, num_ranks), num_wrong)
+
+    @classmethod
+    def smoke(cls, time_us: float, num_wrong: Optional[int]) -> "Placement":
+        """A one-rank placement: its time and #wrong, no bandwidth (SMOKE_REASON)."""
+        return cls(time_us, None, None, num_wrong)
 
 
 @dataclass
@@ -72,8 +84,10 @@ class Row:
 
 
 def avg_busbw_gbps(rows: list[Row]) -> float:
-    """nccl-tests' "Avg bus bandwidth": mean busbw over every row and placement."""
-    values = [p.busbw_gbps for r in rows for p in (r.out_of_place, r.in_place) if p is not None]
+    """nccl-tests' "Avg bus bandwidth": mean busbw over every row and placement (placements without
+    a bandwidth, a smoke run's, are not averaged)."""
+    values = [p.busbw_gbps for r in rows for p in (r.out_of_place, r.in_place)
+              if p is not None and p.busbw_gbps is not None]
     return sum(values) / len(values) if values else 0.0
 
 
@@ -81,7 +95,8 @@ def _placement_cols(p: Optional[Placement]) -> str:
     if p is None:
         return f"{'':>10} {'':>8} {'':>8} {'':>6}"
     wrong = "N/A" if p.num_wrong is None else str(p.num_wrong)
-    return f"{p.time_us:>10.2f} {p.algbw_gbps:>8.2f} {p.busbw_gbps:>8.2f} {wrong:>6}"
+    alg, bus = (f"{x:>8.2f}" if x is not None else f"{'-':>8}" for x in (p.algbw_gbps, p.busbw_gbps))
+    return f"{p.time_us:>10.2f} {alg} {bus} {wrong:>6}"
 
 
 def format_table(op: str, rows: list[Row], num_ranks: int) -> str:
@@ -99,7 +114,11 @@ def format_table(op: str, rows: list[Row], num_ranks: int) -> str:
                      f"{_placement_cols(r.out_of_place)} {_placement_cols(r.in_place)}")
     wrong = sum((p.num_wrong or 0) for r in rows for p in (r.out_of_place, r.in_place) if p)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    lines.append(f"# Avg bus bandwidth    : {avg_busbw_gbps(rows):.4g} ")
+    placements = [p for r in rows for p in (r.out_of_place, r.in_place) if p is not None]
+    if placements and all(p.busbw_gbps is None for p in placements):  # a smoke run: no bandwidth
+        lines.append("# Avg bus bandwidth    : N/A (no bandwidth measured)")
+    else:
+        lines.append(f"# Avg bus bandwidth    : {avg_busbw_gbps(rows):.4g} ")
     return "\n".join(lines)
 
 

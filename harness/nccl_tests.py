@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from .collectives import OPS
+from .collectives import OPS, SMOKE_REASON, Placement, Row
 from .errors import HarnessError
 from .nccl_tests_output import (BINARIES, NCCL_REDOPS, NCCL_TYPES,  # noqa: F401 (API)
                                 op_of_binary, ErrorValue, ParsedOutput, RunConfig, parse_file,
@@ -110,11 +110,17 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
               "printed_avg_busbw_gbps": parsed.avg_busbw_gbps, "out_of_bounds": parsed.out_of_bounds,
               "num_dropped_rows": parsed.num_dropped_rows, "failures": parsed.failures,
               "error_values": [asdict(e) for e in parsed.errors]}
+    smoke = parsed.num_ranks == 1   # one GPU: nccl-tests prints busbw 0 (all_reduce) or algbw; no bus exists
+    rows = [r if not smoke else Row(r.size_bytes, r.count, r.dtype, r.redop, r.root,
+                                    *(None if pl is None else Placement.smoke(pl.time_us, pl.num_wrong)
+                                      for pl in (r.out_of_place, r.in_place)))
+            for r in parsed.rows]
     return collective_record(
         run_id=run_id, name=f"{parsed.op} ({Path(source_file).name})", benchmark=parsed.op,
-        platform=platform, status=status, reason=reason, rows=[r.to_dict() for r in parsed.rows],
+        platform=platform, status=status, reason=reason, rows=[r.to_dict() for r in rows],
         config=config, overrides=[], environment=env, complete=parsed.complete,
-        source="nccl-tests-json" if parsed.layout == "json" else "nccl-tests", wall_s=parsed.wall_s or 0.0)
+        source="nccl-tests-json" if parsed.layout == "json" else "nccl-tests", wall_s=parsed.wall_s or 0.0,
+        smoke_reason=SMOKE_REASON if smoke else None)
 
 
 def _run_id(path: str) -> str:

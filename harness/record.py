@@ -26,6 +26,7 @@ from .atomic import write_bytes_atomic
 from .config import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
+from .hardware import hardware_mismatches
 from .launch import LaunchResult
 from .plan import RunSpec
 from .teacher import teacher_workload
@@ -62,6 +63,10 @@ class ResultRecord:
     """kind 'collective': 'builtin' (torch.distributed sweep), 'nccl-tests' or 'nccl-tests-json'."""
     plot: Optional[str] = None
     """kind 'collective': the busbw PNG beside the records, if one was drawn."""
+    smoke: Optional[dict[str, Any]] = None
+    """kind 'collective', a one-rank built-in sweep: {"reason": ..., "rows": [...]}: every op run
+    through the backend and checked, rows without bandwidth (algbw/busbw null); such a record has
+    no `rows` and no avg_busbw_gbps, so nothing reads it as a bandwidth figure."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +136,7 @@ def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[
     env["num_ranks"] = run.num_ranks
     env["suite_commit"] = suite_commit()
     env["controller_host"] = socket.gethostname()
+    env["hardware_mismatch"] = hardware_mismatches(cfg.platform, env)
     return env
 
 
@@ -299,36 +305,45 @@ def write_record(record: ResultRecord, out_dir: Path) -> Path:
 def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, status: str,
                       reason: Optional[str], rows: list[dict[str, Any]], config: dict[str, Any],
                       overrides: list[str], environment: dict[str, Any], complete: bool = True,
-                      source: str = "builtin", wall_s: float = 0.0) -> ResultRecord:
+                      source: str = "builtin", wall_s: float = 0.0,
+                      smoke_reason: Optional[str] = None) -> ResultRecord:
     """A record of kind 'collective': nccl-tests rows (harness.collectives.Row.to_dict()) and the
     avg_busbw_gbps metric. `complete` is False when the output was cut short (rows kept are only
-    the complete ones; none is invented or repaired)."""
+    the complete ones; none is invented or repaired). With `smoke_reason` (a one-rank sweep) the
+    rows, which carry no bandwidth, go under `smoke` and the record has no rows and no metric."""
     from .collectives import Row, avg_busbw_gbps
 
-    parsed = [Row.from_dict(r) for r in rows]
-    metrics = {"avg_busbw_gbps": metric(avg_busbw_gbps(parsed), "GB/s", "throughput",
-                                        n=len(parsed))} if parsed else {}
+    smoke = None
+    if smoke_reason is not None:
+        smoke, rows, metrics = {"reason": smoke_reason, "rows": rows}, None, {}
+    else:
+        parsed = [Row.from_dict(r) for r in rows]
+        metrics = {"avg_busbw_gbps": metric(avg_busbw_gbps(parsed), "GB/s", "throughput",
+                                            n=len(parsed))} if parsed else {}
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run_id, kind="collective", benchmark=benchmark,
         platform=platform, status=status, reason=reason, config=config, overrides=overrides,
         environment=environment, metrics=metrics, microsteps=[], name=name,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=wall_s,
-        rows=rows, complete=complete, source=source)
+        rows=rows, complete=complete, source=source, smoke=smoke)
 
 
 def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> list[ResultRecord]:
-    """One record per op of a built-in sweep (nccl-tests prints one table per op)."""
-    from .collectives import Placement, Row
+    """One record per op of a built-in sweep (nccl-tests prints one table per op). On one rank the
+    sweep is a smoke run: its records say so (`smoke`) and carry no bandwidth."""
+    from .collectives import SMOKE_REASON, Placement, Row
 
     events = ev.read_events(run.run_dir / ev.EVENTS_FILE)
     status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
     env = environment(run, cfg, events, [], launch)
     by_op: dict[str, list[dict[str, Any]]] = {op: [] for op in run.spec.ops}
+    smoke = run.num_ranks == 1
     for e in events:
         if e["key"] != ev.COLLECTIVE_ROW:
             continue
         v, n = e["value"], e["value"]["num_ranks"]
-        measured = {k: Placement.measured(v["op"], v["size_bytes"], v[k]["time_us"], n, v[k]["num_wrong"])
+        measured = {k: Placement.smoke(v[k]["time_us"], v[k]["num_wrong"]) if smoke else
+                    Placement.measured(v["op"], v["size_bytes"], v[k]["time_us"], n, v[k]["num_wrong"])
                     for k in ("out_of_place", "in_place") if v[k] is not None}
         by_op[v["op"]].append(Row(v["size_bytes"], v["count"], v["dtype"], v["redop"], v["root"],
                                   measured["out_of_place"], measured.get("in_place")).to_dict())
@@ -345,7 +360,8 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
         records.append(collective_record(
             run_id=record_id, name=f"{run.name} {op}", benchmark=op, platform=cfg.platform.name,
             status=op_status, reason=op_reason, rows=rows, config=run.config, overrides=run.overrides,
-            environment=env, complete=complete, source="builtin", wall_s=launch.wall_s))
+            environment=env, complete=complete, source="builtin", wall_s=launch.wall_s,
+            smoke_reason=SMOKE_REASON if smoke else None))
     return records
 
 

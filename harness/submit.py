@@ -117,6 +117,9 @@ def check_record(name: str, rec: Any) -> list[str]:
         problems.append(f"{name}: status {rec.get('status')!r}: only status 'ok' records become references")
     if rec.get("kind") not in ("training", "collective"):
         problems.append(f"{name}: kind {rec.get('kind')!r}: only 'training' and 'collective' records are submitted")
+    if rec.get("smoke"):
+        problems.append(f"{name}: a smoke run ({_get(rec, 'smoke', 'reason')}): it measures no bandwidth, "
+                        "so it cannot become a reference")
     platform = rec.get("platform")
     if not (isinstance(platform, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", platform)
             and (CONF_DIR / "platform" / f"{platform}.yaml").is_file()):
@@ -127,6 +130,13 @@ def check_record(name: str, rec: Any) -> list[str]:
         value = _get(env, key)
         if not (isinstance(value, str) and value.strip()):
             problems.append(f"{name}: environment.{key} is {value!r}: the fingerprint needs it non-empty")
+    if _get(rec, "config", "platform", "device") == "cuda":
+        mismatch = _get(env, "hardware_mismatch")
+        if mismatch is None:
+            problems.append(f"{name}: environment.hardware_mismatch is missing: the platform's declared GPU was "
+                            "never checked against the detected one")
+        problems += [f"{name}: hardware: {m}; a record of other hardware than its platform declares cannot "
+                     "become that platform's reference" for m in mismatch or []]
     hosts = _get(env, "hosts")
     if not (isinstance(hosts, list) and hosts and all(isinstance(h, str) and h for h in hosts)):
         problems.append(f"{name}: environment.hosts is {hosts!r}: the fingerprint needs the host names")

@@ -1,9 +1,10 @@
-"""Two gloo ranks sweep every collective with nccl-tests semantics and its correctness check."""
+"""Two gloo ranks sweep every collective with nccl-tests semantics and its correctness check; one
+rank is a smoke run (every op through gloo, checked, no bandwidth claimed)."""
 from __future__ import annotations
 
 import pytest
 
-from harness.collectives import OPS, busbw_factor
+from harness.collectives import OPS, SMOKE_REASON, busbw_factor
 from harness.record import validate_record
 
 from .conftest import run_bench
@@ -21,6 +22,7 @@ def test_every_collective_on_two_gloo_ranks(tmp_path):
     for run_id, rec in records.items():
         assert validate_record(rec) == [], run_id
         assert rec["kind"] == "collective" and rec["status"] == "ok", (run_id, rec["reason"])
+        assert rec["smoke"] is None and rec["metrics"]["avg_busbw_gbps"]["value"] > 0  # not a smoke
         assert [row["size_bytes"] for row in rec["rows"]] == [8, 64, 512, 4096, 32768]
         for row in rec["rows"]:
             oop, ip = row["out_of_place"], row["in_place"]
@@ -31,3 +33,27 @@ def test_every_collective_on_two_gloo_ranks(tmp_path):
                 assert ip["num_wrong"] == 0
     assert "#       size        count     type  redop   root" in run.stdout
     assert run.stdout.count("# Avg bus bandwidth") == len(OPS)
+
+
+def test_a_one_rank_sweep_is_a_smoke_run_with_no_bandwidth(tmp_path):
+    ops = [op for op in OPS if op != "sendrecv"]  # gloo cannot send to its own rank (validation says so)
+    run = run_bench(tmp_path / "out", "suite=single", "kind=collective", "collective=smoke",
+                    "platform.gpus_per_node=1", f"collective.ops=[{','.join(ops)}]")
+    assert run.returncode == 0, run.stderr[-3000:]
+    records = run.records()
+    assert sorted(r["benchmark"] for r in records.values()) == sorted(ops)
+    for run_id, rec in records.items():
+        assert validate_record(rec) == [], run_id
+        assert rec["status"] == "ok", (run_id, rec["reason"])
+        assert rec["environment"]["num_ranks"] == 1 and rec["config"]["platform"]["gpus_per_node"] == 1
+        assert rec["smoke"]["reason"] == SMOKE_REASON
+        assert rec["rows"] is None and rec["metrics"] == {}  # no bandwidth figure anywhere
+        rows = rec["smoke"]["rows"]
+        assert [row["size_bytes"] for row in rows] == [1024, 32768, 1048576]
+        for row in rows:
+            for p in (row["out_of_place"], row["in_place"]):
+                if p is not None:
+                    assert p["num_wrong"] == 0 and p["time_us"] > 0
+                    assert p["algbw_gbps"] is None and p["busbw_gbps"] is None
+            assert (row["in_place"] is None) == (rec["benchmark"] == "all_to_all")
+    assert not list(run.out.glob("*.png"))  # nothing to plot

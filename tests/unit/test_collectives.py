@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.collectives import Case, count_wrong, input_values, nccl_count, reduce_values
+import benchmarks.collectives as bc
+from benchmarks.collectives import (Case, count_wrong, expected_values, input_values, nccl_count,
+                                    reduce_values)
 from benchmarks.spec import CollectiveSpec
 from harness.collectives import (OPS, Placement, Row, avg_busbw_gbps, busbw_factor, format_table,
                                  sizes)
@@ -93,6 +95,86 @@ def test_expected_results_match_the_collectives_semantics(op, redop):
         assert torch.equal(case.expected(), truth)
 
 
+def whole_buffer_expected(op: str, redop: str, rank: int, n: int, total: int, root: int) -> torch.Tensor:
+    """The check's expected values as they were before windowing (issue 14): every rank's whole
+    input, in float64, on every rank. The reference the windowed check must equal."""
+    chunk = total // n
+    full = [input_values(q, total, redop) for q in range(n)]
+    if op in ("all_reduce", "reduce"):
+        return reduce_values(full, redop)
+    if op == "reduce_scatter":
+        return reduce_values(full, redop)[rank * chunk:(rank + 1) * chunk]
+    if op == "all_gather":
+        return torch.cat([input_values(q, chunk, redop, q * chunk) for q in range(n)])
+    if op == "all_to_all":
+        return torch.cat([full[q][rank * chunk:(rank + 1) * chunk] for q in range(n)])
+    if op == "broadcast":
+        return full[root]
+    return full[(rank - 1) % n]  # sendrecv
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
+@pytest.mark.parametrize("redop", ["sum", "prod", "max", "min", "avg"])
+@pytest.mark.parametrize("op", OPS)
+def test_windowed_expected_values_equal_the_whole_buffer_ones(op, redop, n):
+    chunk = 10
+    total, root = n * chunk, n - 1
+    for rank in range(n):
+        truth = whole_buffer_expected(op, redop, rank, n, total, root)
+        for window in (1, 7, chunk, 3 * chunk + 1, total):  # windows across chunk boundaries too
+            got = torch.cat([expected_values(op, redop, rank, n, chunk, root, start, min(window, truth.numel() - start))
+                             for start in range(0, truth.numel(), window)])
+            assert torch.equal(got, truth), (rank, window)
+
+
+@pytest.mark.parametrize("dtype,redop", [("int32", "avg"), ("float16", "sum"), ("bfloat16", "prod"),
+                                         ("int8", "max"), ("uint8", "min"), ("float32", "avg")])
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_to_all", "all_gather"])
+def test_the_windowed_check_counts_the_same_wrong_elements(monkeypatch, op, dtype, redop):
+    """Same tolerances, same integer avg truncation, same count as one whole-buffer comparison."""
+    n, rank = 3, 1
+    case = Case(op, 3 * 40 * torch.empty((), dtype=getattr(torch, dtype)).element_size(),
+                spec(redop, dtype), False, rank, n, torch.device("cpu"))
+    truth = whole_buffer_expected(op, redop, rank, n, case.total, 1)
+    out = case.result()
+    out.copy_(truth.to(case.dtype))      # what a correct collective leaves (integer avg truncated)
+    assert case.count_wrong() == 0
+    out[[0, 5, 17, out.numel() - 1]] += 3  # four wrong elements, in different windows
+    whole = count_wrong(out, truth, case.dtype)
+    assert whole == 4
+    monkeypatch.setattr(bc, "CHECK_WINDOW", 4)
+    assert case.count_wrong() == whole
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("op", OPS)
+def test_the_check_of_a_large_case_never_materialises_more_than_a_window(monkeypatch, op, in_place):
+    """8 ranks, a buffer of 40 windows: filling the input and checking the result ask input_values
+    (the single source of expected values) for at most one window at a time, never the buffer."""
+    n, rank, window = 8, 3, 1000
+    real_input_values = bc.input_values
+    asked: list[int] = []
+
+    def recording(q: int, num: int, redop: str, offset: int = 0) -> torch.Tensor:
+        asked.append(num)
+        return real_input_values(q, num, redop, offset)
+
+    monkeypatch.setattr(bc, "CHECK_WINDOW", window, raising=False)  # without one: fails on the bound
+    monkeypatch.setattr(bc, "input_values", recording)
+    s = spec("sum")
+    s.root = rank  # reduce: this rank holds the result
+    case = Case(op, 4 * n * 5 * window, s, in_place, rank, n, torch.device("cpu"))  # float32, 40 windows
+
+    def collective():  # what the collective leaves on this rank, from the pre-windowing reference
+        out = case.result()
+        out.copy_(whole_buffer_expected(op, "sum", rank, n, case.total, s.root).to(case.dtype))
+
+    monkeypatch.setattr(case, "call", collective)
+    assert case.check() == 0
+    assert asked and max(asked) <= window, f"asked for {max(asked)} elements at once (window {window})"
+    assert case.total == 40 * window
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
 def test_inputs_are_exact_in_small_dtypes(dtype):
     values = input_values(7, 1000, "sum")
@@ -119,11 +201,29 @@ def test_count_wrong_counts_mismatches():
     (["collective.root=5"], "collective.root"),
     (["kind=collective", "collective.redop=avg"], "gloo has no avg"),
     (["kind=collective", "collective.source=nccl-tests"], "nccl-tests needs GPUs"),
+    # one rank: a smoke run, allowed, but not without its check, nor sendrecv on gloo, nor root 1
+    (["kind=collective", "platform=h100", "collective=smoke", "collective.check=false"],
+     "a one-rank collective sweep is a smoke run"),
+    (["kind=collective", "platform.gpus_per_node=1", "collective=smoke"], "gloo cannot send to its own rank"),
+    (["kind=collective", "platform.gpus_per_node=1", "collective.root=1"], "must be a rank in 0..0"),
+    (["kind=collective", "platform.gpus_per_node=1", "collective.redop=avg"], "gloo has no avg"),
 ])
 def test_bad_collective_values_are_named(overrides, fragment):
     with pytest.raises(ConfigError) as err:
         compose(overrides)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["platform=h100", "collective=smoke"],                  # nccl, one GPU: every op, sendrecv too
+    ["platform=h200", "collective=all"],
+    ["platform.gpus_per_node=1", "collective=smoke", "collective.ops=[all_reduce,all_to_all,reduce]"],
+    ["platform.gpus_per_node=1"],                          # cpu, default ops
+    ["collective.check=false"],                             # two ranks: no check is still a sweep
+])
+def test_a_one_rank_sweep_is_allowed_as_a_smoke_run(overrides):
+    cfg = compose(["kind=collective", *overrides])
+    assert cfg.kind.value == "collective"
 
 
 def test_multirun_expands_sweeps_in_hydra_order_and_names_each_combination():

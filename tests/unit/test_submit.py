@@ -119,7 +119,8 @@ def test_missing_file_is_created_and_gpu_platforms_get_the_default_tolerances(tm
     ref = tmp_path / "refs"
     recs = three(platform="h200", device="cuda")
     for r in recs:
-        r["environment"].update(cuda="12.8", nccl="2.27.3", driver="570.1", gpu_model="NVIDIA H200")
+        r["environment"].update(cuda="12.8", nccl="2.27.3", driver="570.1", gpu_model="NVIDIA H200",
+                                hardware_mismatch=[])
     run(write_records(tmp_path / "res", recs), ref, system="8x H200 SXM, one node")
     data = json.loads((ref / "h200.json").read_text())
     assert data["schema_version"] == "1.0" and data["description"]
@@ -350,3 +351,18 @@ def test_fuzzed_records_are_accepted_or_rejected_with_reasons_never_crash(mutati
         else:
             assert changes
             assert validate_reference_file(json.loads((ref / "cpu.json").read_text())) == []
+
+
+@pytest.mark.parametrize("mismatch,words", [
+    (["platform h200 declares H200-SXM-141GB (bf16 peak 989.4 TFLOP/s, used for MFU), the ranks ran on 'NVIDIA H100 PCIe'"],
+     "hardware: platform h200 declares H200-SXM-141GB"),
+    (None, "environment.hardware_mismatch is missing")])
+def test_a_gpu_record_of_other_hardware_than_declared_is_refused(tmp_path, mismatch, words):
+    recs = three(platform="h200", device="cuda")
+    for r in recs:
+        r["environment"].update(cuda="12.8", nccl="2.27.3", driver="570.1", gpu_model="NVIDIA H100 PCIe",
+                                hardware_mismatch=mismatch)
+    with pytest.raises(SubmissionRejected) as exc:
+        run(write_records(tmp_path / "res", recs), tmp_path / "refs", system="x")
+    assert words in str(exc.value)
+    assert not (tmp_path / "refs" / "h200.json").exists()

@@ -1,0 +1,155 @@
+"""The machine a rank runs on, read from the system (never from the platform file): CPU, memory and
+load; each GPU (nvidia-smi: name, UUID, memory, SM clocks, power limit, ECC); the node's GPU/NIC
+topology; each NIC and its link rate (sysfs). One builder for the fingerprint of every record
+(benchmarks/environment.py); no torch, so the harness may call it too. Anything unreadable is None,
+never a guess.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+SMI_TIMEOUT_S = 20.0
+GPU_QUERY = ("name", "uuid", "memory.total", "clocks.max.sm", "clocks.sm", "power.limit", "ecc.mode.current",
+             "pci.bus_id")
+"""nvidia-smi --query-gpu fields, in the order of GPU_KEYS."""
+GPU_KEYS = ("name", "uuid", "memory_mib", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w", "ecc", "pci_bus_id")
+NUMERIC = {"memory_mib", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w"}
+SYS_NET, SYS_IB = Path("/sys/class/net"), Path("/sys/class/infiniband")
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _run(cmd: list[str]) -> Optional[str]:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def cpu_model(cpuinfo: Optional[str] = None) -> Optional[str]:
+    """The CPU's model name from /proc/cpuinfo ('AMD EPYC 7763 64-Core Processor'), not the
+    architecture that platform.processor() often returns ('x86_64')."""
+    text = _read(Path("/proc/cpuinfo")) if cpuinfo is None else cpuinfo
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+            return value.strip()
+    return None
+
+
+def mem_total_gib(meminfo: Optional[str] = None) -> Optional[float]:
+    text = _read(Path("/proc/meminfo")) if meminfo is None else meminfo
+    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text or "", re.M)
+    return round(int(m.group(1)) / 2**20, 2) if m else None
+
+
+def cpu() -> dict[str, Any]:
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"model": cpu_model(), "logical_cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "mem_total_gib": mem_total_gib(), "load_avg_1_5_15": load}
+
+
+def parse_gpu_query(csv: str) -> list[dict[str, Any]]:
+    """Rows of `nvidia-smi --query-gpu=<GPU_QUERY> --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in csv.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(GPU_KEYS):
+            continue
+        gpu: dict[str, Any] = {}
+        for key, cell in zip(GPU_KEYS, cells):
+            if cell in ("", "[N/A]", "N/A", "[Not Supported]"):
+                gpu[key] = None
+            elif key in NUMERIC:
+                try:
+                    gpu[key] = float(cell)
+                except ValueError:
+                    gpu[key] = None
+            else:
+                gpu[key] = cell
+        gpus.append(gpu)
+    return gpus
+
+
+def gpus() -> Optional[list[dict[str, Any]]]:
+    """Every GPU nvidia-smi sees on this node (None: no nvidia-smi, or it failed)."""
+    out = _run(["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits"])
+    return None if out is None else parse_gpu_query(out)
+
+
+def parse_topology(text: str) -> Optional[dict[str, Any]]:
+    """A summary of `nvidia-smi topo -m`: how GPU pairs and GPU-NIC pairs connect (counts of each
+    link kind: NV<n>, PIX, PXB, PHB, NODE, SYS), and the matrix itself."""
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    header = lines[0].split()
+    gpu_cols = [i for i, h in enumerate(header) if re.fullmatch(r"GPU\d+", h)]
+    nic_cols = [i for i, h in enumerate(header) if re.fullmatch(r"NIC\d+|mlx5_\d+", h)]
+    gpu_gpu: Counter[str] = Counter()
+    gpu_nic: Counter[str] = Counter()
+    for row_index, line in enumerate(lines[1:]):
+        cells = line.split()
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        values = cells[1:]
+        for i in gpu_cols:
+            if i < len(values) and i != row_index and values[i] != "X":
+                gpu_gpu[values[i]] += 1
+        for i in nic_cols:
+            if i < len(values):
+                gpu_nic[values[i]] += 1
+    return {"gpu_gpu": dict(gpu_gpu), "gpu_nic": dict(gpu_nic), "matrix": lines[:64]}
+
+
+def topology() -> Optional[dict[str, Any]]:
+    out = _run(["nvidia-smi", "topo", "-m"])
+    return None if out is None else parse_topology(out)
+
+
+def _rate_gbps(text: Optional[str]) -> Optional[float]:
+    """'200 Gb/sec (4X HDR)' -> 200.0."""
+    m = re.match(r"\s*([\d.]+)\s*Gb/sec", text or "")
+    return float(m.group(1)) if m else None
+
+
+def nics(sys_net: Path = SYS_NET, sys_ib: Path = SYS_IB) -> list[dict[str, Any]]:
+    """Each physical network interface (one with a device behind it: no lo, bridges, veth) with its
+    link rate and state, and each InfiniBand/RoCE port (its rate as the HCA reports it)."""
+    out = []
+    for dev in sorted(sys_net.iterdir()) if sys_net.is_dir() else []:
+        if not (dev / "device").exists():
+            continue
+        speed = _read(dev / "speed")
+        try:
+            mbps = int(speed) if speed is not None else None
+        except ValueError:
+            mbps = None
+        out.append({"name": dev.name, "kind": "net", "rate_gbps": mbps / 1000 if mbps and mbps > 0 else None,
+                    "state": _read(dev / "operstate"), "mtu": _read(dev / "mtu")})
+    for hca in sorted(sys_ib.iterdir()) if sys_ib.is_dir() else []:
+        for port in sorted((hca / "ports").iterdir()) if (hca / "ports").is_dir() else []:
+            out.append({"name": f"{hca.name}/{port.name}", "kind": "ib",
+                        "link_layer": _read(port / "link_layer"), "rate_gbps": _rate_gbps(_read(port / "rate")),
+                        "state": _read(port / "state")})
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The whole machine as this process sees it."""
+    return {"cpu": cpu(), "gpus": gpus(), "gpu_topology": topology(), "nics": nics()}
