@@ -16,8 +16,9 @@ import pytest
 
 from unit_helpers import REPO_ROOT, VENV_PYTHON  # (importing it puts the repository root on sys.path)
 
-from containers import image_check, lock, recipes
-from containers.image_check import Dist, ImageCheckError
+from containers import image_check, image_requirements, image_stack, lock, recipes
+from containers.image_requirements import Dist
+from containers.image_stack import ImageCheckError
 
 LOCK_TEXT = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
 LOCK_TORCH = next(e.version for e in lock.parse_lock(LOCK_TEXT) if e.name == "torch")
@@ -135,7 +136,7 @@ def test_unknown_base_is_an_error_not_a_guess(tmp_path, base):
         "FROM nvidia/cuda:13.0.1-devel-ubuntu24.04", f"FROM {base}")
     dockerfile = write(tmp_path, text)
     with pytest.raises(ImageCheckError, match="unknown base image"):
-        image_check.derive(dockerfile)
+        image_stack.derive(dockerfile)
     done = run_cli("--dockerfile", str(dockerfile))
     assert done.returncode == 1 and f"unknown base image {base!r}" in done.stderr
 
@@ -156,7 +157,7 @@ def test_venv_that_is_not_the_locks_is_said_so(tmp_path):
     venv_is_the_locks()
 
     def dist(name):
-        d = image_check.installed_dist(name)
+        d = image_requirements.installed_dist(name)
         return Dist("0.0.1", d.requires, d.requires_python) if name == "tokenizers" else d
 
     stack = image_check.check(recipes.dockerfile_path("cpu"), dist=dist)
@@ -199,11 +200,11 @@ def test_extras_asked_for_by_a_requirement_are_followed(tmp_path):
 
 
 def test_suite_extras_and_deliberate_omissions_are_tables(monkeypatch, tmp_path):
-    monkeypatch.setattr(image_check, "SUITE_EXTRAS", {"a": ("x",)})
+    monkeypatch.setattr(image_requirements, "SUITE_EXTRAS", {"a": ("x",)})
     stack = small(tmp_path, "python:3.11-slim-bookworm", {"a": ('b>=2; extra == "x"', 'z; extra == "x"')})
     assert stack.problems == ["a 1 requires b>=2 (extra x); the image has b 1",
                               "a 1 requires z (extra x); the image does not have z"]
-    monkeypatch.setattr(image_check, "NOT_INSTALLED", {("a", "z"): "not used here"})
+    monkeypatch.setattr(image_requirements, "NOT_INSTALLED", {("a", "z"): "not used here"})
     stack = small(tmp_path, "python:3.11-slim-bookworm", {"a": ('z; extra == "x"',)})
     assert stack.problems == [] and stack.notes == ["a 1 requires z (extra x): not installed on purpose: not used here"]
 
