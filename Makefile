@@ -51,7 +51,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean validate-model
+.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean validate-model gpu-check
 
 help:
 	@echo "Targets:"
@@ -62,6 +62,7 @@ help:
 	@echo "             (same OUT again: resumes; ARGS e.g. tune.strategy=grid tune.budget=6 tune.steps=[2,3])"
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
 	@echo "  validate-model  the performance model against every published SC'25 PMBS cell (leave-one-out; exit 1 if a target is missed)"
+	@echo "  gpu-check  on a node with NVIDIA GPUs: llama-440m under ZeRO 0-3 + nccl collectives, MFU, peak memory vs the model (~5 min)"
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory;"
 	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
@@ -124,6 +125,11 @@ validate-model: venv
 # Non-zero pytest exit (including 5, "no tests collected") fails the target.
 test: venv
 	$(PY) -m pytest -q tests
+
+# On a node with NVIDIA GPUs: the paper's Model 1 under ZeRO 0-3 on this node's GPUs, every collective
+# through nccl, MFU, measured vs predicted peak memory, the instrument's cost (harness/gpu_check.py).
+gpu-check: venv
+	$(PY) -m harness gpu-check $(if $(OUT),out=$(OUT)) $(ARGS)
 
 perf: venv
 	$(PY) tests/perf/harness_cost.py

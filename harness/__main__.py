@@ -21,6 +21,13 @@ def cmd_bench(args: list[str]) -> int:
     return bench(args)
 
 
+def cmd_gpu_check(args: list[str]) -> int:
+    """On a node with NVIDIA GPUs: every collective through nccl and the paper's Model 1 under ZeRO 0-3 on this node's GPUs, MFU, measured vs predicted peak memory, the instrument's cost; records, gpu-check.md."""
+    from .gpu_check import gpu_check
+
+    return gpu_check(args)
+
+
 def cmd_plan(args: list[str]) -> int:
     """Compose and validate the suite; print each run's overrides and DeepSpeed config. Launches nothing."""
     from benchmarks.spec import CollectiveSpec
@@ -217,6 +224,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "portability": cmd_portability,
     "model": cmd_model,
     "tune": cmd_tune,
+    "gpu-check": cmd_gpu_check,
 }
 OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability", "model")  # commands with their own argparse --help
 

@@ -1,0 +1,204 @@
+"""`make gpu-check` / `python -m harness gpu-check [overrides]`: the GPU path, true on the node it
+runs on, in one command (at most about 8 minutes on one H100).
+
+1. the node's GPUs are detected (torch: CUDA, count, name); without CUDA a clear message, exit 2;
+2. the platform is the one whose declared GPU the detected one is (harness/hardware.py), on this
+   node alone (nodes=1, local launcher, no container: the check runs in this environment), with
+   the node's GPU count; `platform=...` on the command line chooses it instead;
+3. the `gpu-check` suite runs (harness.bench; `suite=...` replaces it, e.g. gpu-check-cpu, the same
+   flow at cpu size, which CI runs): every collective through nccl (a one-rank smoke,
+   claiming no bandwidth, on one GPU), then the paper's Model 1 (llama-440m, as conf/workload
+   defines it) under ZeRO 0, 1, 2, 3;
+4. the instrument's cost: the ZeRO-2 run again as a bare DeepSpeed loop (benchmarks/plain_loop.py,
+   the same TrainSpec), harness samples/s against plain samples/s;
+5. gpu-check.md and gpu-check.json in OUT: per run MFU, measured peak memory beside the memory
+   model's prediction, profile-mode overhead; the collectives' correctness; the plain-loop ratio.
+Exit 0 when every run is ok (an OOM is a result, reported), 3 when a run failed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks.spec import SPEC_FILE
+
+from .atomic import write_bytes_atomic
+from .bench import EXIT_RUN_FAILED, PlannedRun, bench, plan_suite
+from .config import REPO_ROOT, RunKind, compose, group_options
+from .errors import HarnessError
+from .hardware import GPU_NAMES
+from .launch import LocalLauncher
+from .memory_model import memory_estimate
+from .record import write_json_atomic
+
+SUITE = "gpu-check"
+OVERHEAD_RUN = "z2"
+"""The suite run whose configuration the plain DeepSpeed loop repeats."""
+EXIT_NO_GPU = 2
+
+
+@dataclass
+class Detected:
+    cuda: bool
+    count: int = 0
+    name: Optional[str] = None
+    why: str = ""
+
+
+def detect() -> Detected:
+    """The node's CUDA devices as torch sees them (the ranks see the same)."""
+    try:
+        import torch
+    except ImportError as exc:
+        return Detected(False, why=f"torch cannot be imported ({exc})")
+    if not torch.cuda.is_available():
+        build = torch.version.cuda
+        return Detected(False, why=(f"torch {torch.__version__} sees no CUDA device ("
+                                    + (f"a CUDA {build} build: no GPU or driver visible" if build
+                                       else "a CPU-only build of torch") + ")"))
+    return Detected(True, torch.cuda.device_count(), torch.cuda.get_device_name(0))
+
+
+def platform_overrides(detected: Detected, user: list[str]) -> list[str]:
+    """The platform of the detected GPU, on this node alone; the user's `platform=` wins."""
+    chosen = next((a.split("=", 1)[1] for a in user if a.startswith("platform=")), None)
+    if chosen is None:
+        models = [m for m, pattern in GPU_NAMES.items() if re.search(pattern, detected.name or "", re.I)]
+        candidates = []
+        for name in group_options("platform"):
+            p = compose([f"platform={name}"]).platform
+            if p.gpu_model in models:
+                candidates.append((p.nodes, p.gpus_per_node != detected.count, name))
+        if not candidates:
+            raise HarnessError(f"no platform in conf/platform/ declares the detected GPU {detected.name!r}; "
+                               "add one (and its model to harness/hardware.py GPU_NAMES) or pass platform=<name>")
+        chosen = min(candidates)[2]
+    return [f"platform={chosen}", f"platform.gpus_per_node={detected.count}", "platform.nodes=1",
+            "platform.launcher=local", "platform.container.runtime=none", "platform.container.image=null"]
+
+
+def plain_loop(p: PlannedRun, out: Path) -> dict[str, Any]:
+    """The same TrainSpec as a bare DeepSpeed loop (no events, no timers, no instrument)."""
+    run_dir = out / f"{p.run.run_id}-plain"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = run_dir / SPEC_FILE
+    spec_path.write_text(p.run.spec.to_json(), encoding="utf-8")
+    result = run_dir / "result.json"
+    argv = [sys.executable, "-m", "benchmarks.plain_loop", "--spec", str(spec_path), "--out", str(result)]
+    launch = LocalLauncher().run(dataclasses.replace(p.run, argv=argv, run_dir=run_dir), cwd=REPO_ROOT)
+    if launch.timed_out or any(launch.exit_codes.values()) or not result.exists():
+        return {"ok": False, "reason": (f"timed out after {p.run.timeout_s:g} s" if launch.timed_out
+                                        else f"rank exit codes {launch.exit_codes}; see {run_dir}/rank0.log")}
+    return {"ok": True, **json.loads(result.read_text(encoding="utf-8"))}
+
+
+@dataclass
+class Summary:
+    platform: str
+    device: str
+    training: list[dict[str, Any]] = field(default_factory=list)
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    plain: Optional[dict[str, Any]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _value(rec: dict[str, Any], metric: str) -> Optional[float]:
+    m = rec.get("metrics", {}).get(metric)
+    return m.get("value") if isinstance(m, dict) else None
+
+
+def summarise(records: dict[str, dict[str, Any]], planned: list[PlannedRun], platform: str, device: str,
+              plain: Optional[dict[str, Any]]) -> Summary:
+    """Per training run: status, ZeRO stage, samples/s, MFU, measured peak beside the memory
+    model's, profile-mode overhead; per collective: smoke or busbw, wrong elements; the plain
+    loop's samples/s against the harness's for the same configuration."""
+    s = Summary(platform, device)
+    for p, rec in ((p, records.get(rid)) for p in planned for rid in p.run.record_ids()):
+        if rec is None:
+            continue
+        if p.cfg.kind == RunKind.training:
+            est = memory_estimate(p.cfg)
+            measured = _value(rec, "peak_mem_gib")
+            s.training.append({
+                "run": p.run.name, "zero": p.cfg.zero.stage, "status": rec["status"], "reason": rec.get("reason"),
+                "micro_batch_size": p.cfg.workload.micro_batch_size, "grad_acc_steps": p.cfg.workload.grad_acc_steps,
+                "samples_per_s": _value(rec, "samples_per_s"), "mfu_pct": _value(rec, "mfu_pct"),
+                "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": est.total_gib > est.capacity_gib,
+                "peak_error_pct": (100 * (est.total_gib - measured) / measured) if measured else None,
+                "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct")})
+            continue
+        smoke = rec.get("smoke")
+        rows = rec.get("rows") or (smoke or {}).get("rows") or []
+        wrong = sum((r[k] or {}).get("num_wrong") or 0 for r in rows for k in ("out_of_place", "in_place"))
+        s.collectives.append({"op": rec["benchmark"], "status": rec["status"], "smoke": bool(smoke),
+                              "sizes": len(rows), "num_wrong": wrong, "avg_busbw_gbps": _value(rec, "avg_busbw_gbps")})
+    if plain is not None:
+        harness = next((t for t in s.training if t["run"] == OVERHEAD_RUN), None)
+        ratio = (harness["samples_per_s"] / plain["samples_per_s"]
+                 if plain.get("ok") and harness and harness["samples_per_s"] else None)
+        s.plain = {**{k: plain.get(k) for k in ("ok", "reason", "samples_per_s")}, "run": OVERHEAD_RUN,
+                   "harness_over_plain": ratio}
+    return s
+
+
+def _f(x: Optional[float], fmt: str = ".1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def markdown(s: Summary) -> str:
+    lines = [f"# gpu-check on {s.device} (platform {s.platform})", "",
+             "| run | ZeRO | mb x ga | status | samples/s | MFU % | peak GiB | predicted GiB | error % | profile overhead % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for t in s.training:
+        status = t["status"] + (f" ({t['reason']})" if t["reason"] else "")
+        lines.append(f"| {t['run']} | {t['zero']} | {t['micro_batch_size']} x {t['grad_acc_steps']} | {status} | "
+                     f"{_f(t['samples_per_s'])} | {_f(t['mfu_pct'])} | {_f(t['peak_mem_gib'], '.2f')} | "
+                     f"{_f(t['predicted_peak_gib'], '.2f')}{' (OOM)' if t['predicted_oom'] else ''} | "
+                     f"{_f(t['peak_error_pct'], '+.1f')} | {_f(t['profile_overhead_pct'])} |")
+    lines += ["", "| collective | status | sizes | #wrong | avg busbw GB/s |", "|---|---|---|---|---|"]
+    for c in s.collectives:
+        busbw = "smoke: one rank, no bandwidth" if c["smoke"] else _f(c["avg_busbw_gbps"], ".2f")
+        lines.append(f"| {c['op']} | {c['status']} | {c['sizes']} | {c['num_wrong']} | {busbw} |")
+    if s.plain:
+        p = s.plain
+        lines += ["", (f"Instrument's cost: harness {OVERHEAD_RUN} throughput = {_f(p['harness_over_plain'], '.3f')} x "
+                       f"a bare DeepSpeed loop of the same TrainSpec ({_f(p['samples_per_s'])} samples/s)")
+                  if p["ok"] else f"Instrument's cost: the plain loop failed: {p['reason']}"]
+    return "\n".join(lines) + "\n"
+
+
+def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
+    """Run the check; `detected` replaces detection (tests on cpu pass platform=cpu and a stand-in)."""
+    detected = detected or detect()
+    if not detected.cuda:
+        print("error: gpu-check needs a node with NVIDIA GPUs and a CUDA build of torch: "
+              f"{detected.why}. On a machine without a GPU use `make bench` (the cpu platform).",
+              file=sys.stderr)
+        return EXIT_NO_GPU
+    user = [a for a in args if not a.startswith("platform=")]
+    suite = [] if any(a.startswith("suite=") for a in user) else [f"suite={SUITE}"]   # the user's suite wins
+    overrides = [*suite, *platform_overrides(detected, args), *user]
+    out, planned = plan_suite(overrides)
+    print(f"gpu-check: {detected.count} x {detected.name} -> platform {planned[0].cfg.platform.name}", flush=True)
+    rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]))
+    records = {path.stem: json.loads(path.read_text(encoding="utf-8"))
+               for path in sorted(out.glob("*.json")) if path.name not in ("suite.json", "gpu-check.json")}
+    target = next((p for p in planned if p.run.name == OVERHEAD_RUN), None)
+    plain = None
+    if target is not None and records.get(target.run.run_id, {}).get("status") == "ok":
+        print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
+        plain = plain_loop(target, out)
+    s = summarise(records, planned, planned[0].cfg.platform.name, f"{detected.count} x {detected.name}", plain)
+    text = markdown(s)
+    print("\n" + text)
+    write_bytes_atomic(out / "gpu-check.md", text.encode("utf-8"))
+    write_json_atomic(out / "gpu-check.json", s.to_dict())
+    failed = rc != 0 or (plain is not None and not plain["ok"])
+    return EXIT_RUN_FAILED if failed else 0

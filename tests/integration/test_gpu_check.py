@@ -1,0 +1,29 @@
+"""`make gpu-check`'s whole flow, on the cpu platform (CI has no GPU): detection replaced by a
+stand-in, the gpu-check-cpu suite (gpu-check's runs with llama-tiny in place of llama-440m) on two gloo ranks, the plain
+DeepSpeed loop for the instrument's cost, gpu-check.md and gpu-check.json."""
+from __future__ import annotations
+
+import json
+
+from harness.gpu_check import Detected, gpu_check
+
+TINY = ["platform=cpu", "suite=gpu-check-cpu"]
+
+
+def test_the_whole_gpu_check_flow_runs_on_the_cpu_platform(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = gpu_check([*TINY, f"out={out}"], Detected(True, 2, "cpu stand-in"))
+    printed = capsys.readouterr().out
+    assert rc == 0, printed[-3000:]
+    s = json.loads((out / "gpu-check.json").read_text())
+    assert [t["zero"] for t in s["training"]] == [0, 1, 2, 3]
+    for t in s["training"]:
+        assert t["status"] == "ok" and t["mfu_pct"] > 0 and t["peak_mem_gib"] > 0 and t["predicted_peak_gib"] > 0
+        assert t["peak_error_pct"] is not None and t["profile_overhead_pct"] is not None
+    assert {c["op"] for c in s["collectives"]} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                   "broadcast", "reduce", "sendrecv"}
+    assert all(c["status"] == "ok" and c["num_wrong"] == 0 and not c["smoke"] for c in s["collectives"])  # 2 ranks
+    assert s["plain"]["ok"] and s["plain"]["harness_over_plain"] > 0
+    md = (out / "gpu-check.md").read_text()
+    assert "| z2 | 2 |" in md and "a bare DeepSpeed loop" in md
+    assert (out / "summary.md").exists() and len(list(out.glob("0*-z*.json"))) == 4

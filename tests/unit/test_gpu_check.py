@@ -1,0 +1,92 @@
+"""`make gpu-check` (harness/gpu_check.py): its CPU-side logic. The run itself needs a GPU
+(tests/integration/test_gpu_check.py runs the whole flow on the cpu platform)."""
+from __future__ import annotations
+
+import pytest
+
+from harness.bench import plan_suite
+from harness.config import RunKind
+from harness.errors import HarnessError
+from harness.gpu_check import EXIT_NO_GPU, Detected, gpu_check, markdown, platform_overrides, summarise
+
+
+def test_without_cuda_it_says_so_and_exits_non_zero_having_written_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = gpu_check([f"out={out}"], Detected(False, why="torch 2.13.0+cpu sees no CUDA device (a CPU-only build of torch)"))
+    assert rc == EXIT_NO_GPU != 0
+    err = capsys.readouterr().err
+    assert "gpu-check needs a node with NVIDIA GPUs" in err and "CPU-only build" in err and "make bench" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name,count,platform", [
+    ("NVIDIA H100 80GB HBM3", 1, "h100"), ("NVIDIA H100 80GB HBM3", 8, "h100"), ("NVIDIA H200", 1, "h200"),
+    ("NVIDIA A100-SXM4-80GB", 8, "ib-a100")])
+def test_the_platform_is_the_detected_gpus_on_this_node_alone(name, count, platform):
+    o = platform_overrides(Detected(True, count, name), [])
+    assert o == [f"platform={platform}", f"platform.gpus_per_node={count}", "platform.nodes=1",
+                 "platform.launcher=local", "platform.container.runtime=none", "platform.container.image=null"]
+
+
+def test_an_unknown_gpu_is_named_and_the_users_platform_wins():
+    with pytest.raises(HarnessError, match="no platform in conf/platform/ declares the detected GPU 'Tesla T4'"):
+        platform_overrides(Detected(True, 1, "Tesla T4"), [])
+    assert platform_overrides(Detected(True, 1, "Tesla T4"), ["platform=h100"])[0] == "platform=h100"
+
+
+@pytest.mark.parametrize("name,count", [("NVIDIA H100 80GB HBM3", 1), ("NVIDIA H200", 1), ("NVIDIA H100 80GB HBM3", 8)])
+def test_the_suite_is_nccl_collectives_and_model_1_under_zero_0_to_3_predicted_to_fit(tmp_path, name, count):
+    overrides = ["suite=gpu-check", *platform_overrides(Detected(True, count, name), []), f"out={tmp_path}"]
+    _, planned = plan_suite(overrides)
+    coll = [p for p in planned if p.cfg.kind == RunKind.collective]
+    train = [p for p in planned if p.cfg.kind == RunKind.training]
+    assert len(coll) == 1 and coll[0].cfg.platform.dist_backend == "nccl" and coll[0].run.num_ranks == count
+    assert set(coll[0].run.spec.ops) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                                         "reduce", "sendrecv"}
+    assert [p.cfg.zero.stage for p in train] == [0, 1, 2, 3]
+    for p in train:
+        w = p.cfg.workload
+        assert (w.name, w.seq_len, w.samples_per_step, w.activation_checkpointing) == ("llama-440m", 128, 1024, False)
+        assert p.run.num_ranks == count and p.cfg.platform.container.runtime.value == "none"
+        from harness.memory_model import memory_estimate
+        est = memory_estimate(p.cfg)
+        assert est.total_gib < est.capacity_gib
+
+
+def _training(run_id, status="ok", samples=100.0, mfu=41.0, peak=30.0, overhead=2.0):
+    return {"run_id": run_id, "status": status, "reason": None, "benchmark": "llama-440m",
+            "metrics": {"samples_per_s": {"value": samples}, "mfu_pct": {"value": mfu},
+                        "peak_mem_gib": {"value": peak}, "instrumentation_overhead_pct": {"value": overhead}}}
+
+
+def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_loop_ratio(tmp_path):
+    _, planned = plan_suite(["suite=gpu-check", *platform_overrides(Detected(True, 1, "NVIDIA H100 80GB HBM3"), []),
+                             f"out={tmp_path}"])
+    ids = {p.run.name: p.run.record_ids()[0] for p in planned}
+    smoke_rows = [{"size_bytes": 1024, "out_of_place": {"time_us": 5.0, "algbw_gbps": None, "busbw_gbps": None,
+                                                        "num_wrong": 0}, "in_place": None}]
+    records = {ids["nccl"]: {"run_id": ids["nccl"], "status": "ok", "benchmark": "all_reduce", "rows": None,
+                             "metrics": {}, "smoke": {"reason": "one rank", "rows": smoke_rows}},
+               ids["z0"]: _training(ids["z0"]), ids["z2"]: _training(ids["z2"], samples=98.0),
+               ids["z3"]: _training(ids["z3"], status="oom")}
+    s = summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", {"ok": True, "samples_per_s": 100.0})
+    assert [t["zero"] for t in s.training] == [0, 2, 3]
+    z0 = s.training[0]
+    assert z0["predicted_peak_gib"] == pytest.approx(33.2, abs=0.1)
+    assert z0["peak_error_pct"] == pytest.approx(100 * (z0["predicted_peak_gib"] - 30.0) / 30.0)
+    assert s.collectives == [{"op": "all_reduce", "status": "ok", "smoke": True, "sizes": 1, "num_wrong": 0,
+                              "avg_busbw_gbps": None}]
+    assert s.plain["harness_over_plain"] == pytest.approx(0.98)
+    text = markdown(s)
+    assert "smoke: one rank, no bandwidth" in text and "0.980 x a bare DeepSpeed loop" in text
+    assert "| z3 | 3 | 128 x 8 | oom |" in text
+
+
+def test_the_cpu_suite_ci_runs_is_the_gpu_check_suite_at_cpu_size():
+    from harness.config import compose
+    gpu, cpu = (compose([f"suite={name}"]).suite for name in ("gpu-check", "gpu-check-cpu"))
+    assert [r.name for r in gpu.runs] == [r.name for r in cpu.runs]
+    for g, c in zip(gpu.runs, cpu.runs):
+        assert g.kind == c.kind
+        assert [o for o in g.overrides if o.startswith(("zero=", "collective="))] == \
+               [o for o in c.overrides if o.startswith(("zero=", "collective="))]
