@@ -130,7 +130,7 @@ def summarise(records: dict[str, dict[str, Any]], planned: list[PlannedRun], pla
                 "run": p.run.name, "zero": p.cfg.zero.stage, "status": rec["status"], "reason": rec.get("reason"),
                 "micro_batch_size": p.cfg.workload.micro_batch_size, "grad_acc_steps": p.cfg.workload.grad_acc_steps,
                 "samples_per_s": _value(rec, "samples_per_s"), "mfu_pct": _value(rec, "mfu_pct"),
-                "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": est.total_gib > est.capacity_gib,
+                "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": not est.fits,
                 "peak_error_pct": (100 * (est.total_gib - measured) / measured) if measured else None,
                 "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct")})
             continue

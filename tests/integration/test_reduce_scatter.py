@@ -553,15 +553,28 @@ def test_cli_records_reduce_scatter_in_the_reducing_microsteps(tmp_path, stage):
 
 
 def test_cli_records_a_refusal_as_the_runs_error(tmp_path):
-    """bf16 ZeRO-1 with fp32 gradient accumulation makes DeepSpeed use its BF16_Optimizer, which
-    this reduction was not written for: the run ends in error with the refusal as its reason."""
+    """Optimizer offload (from a user DeepSpeed file) is a configuration this reduction was not
+    verified with: the ranks refuse it, and the run ends in error with the refusal as its reason."""
     user = tmp_path / "ds.json"
-    user.write_text('{"data_types": {"grad_accum_dtype": "fp32"}}')
-    run = run_bench(tmp_path / "out", "suite=single", "zero=stage1", "workload.precision=bf16",
-                    f"deepspeed_config={user}", "zero.gradient_collective=reduce_scatter",
+    user.write_text('{"zero_optimization": {"offload_optimizer": {"device": "cpu"}}, "zero_force_ds_cpu_optimizer": false}')
+    run = run_bench(tmp_path / "out", "suite=single", "zero=stage1", f"deepspeed_config={user}",
+                    "zero.gradient_collective=reduce_scatter",
                     "measure.warmup_steps=0", "measure.steps=1", "measure.profile_steps=0")
     assert run.returncode == 3, run.stderr[-3000:]
     (rec,) = run.records().values()
     assert rec["status"] == "error"
     assert "GradientCollectiveError: zero.gradient_collective=reduce_scatter refused" in rec["reason"]
-    assert "BF16_Optimizer, not DeepSpeedZeroOptimizer" in rec["reason"]
+    assert "not verified with optimizer offload" in rec["reason"]
+
+
+def test_bf16_zero1_with_fp32_accumulation_is_refused_before_launch(tmp_path):
+    """bf16 ZeRO-1 with fp32 accumulation is DeepSpeed's BF16_Optimizer, which this reduction cannot
+    replace: refused by name before anything runs, whether asked for in the suite's config or
+    through a user DeepSpeed file."""
+    user = tmp_path / "ds.json"
+    user.write_text('{"data_types": {"grad_accum_dtype": "fp32"}}')
+    for how in ("workload.grad_accum_dtype=fp32", f"deepspeed_config={user}"):
+        run = run_bench(tmp_path / how.split("=")[0], "suite=single", "zero=stage1", "workload.precision=bf16",
+                        how, "zero.gradient_collective=reduce_scatter")
+        assert run.returncode == 2 and "workload.grad_accum_dtype" in run.stderr, run.stderr[-3000:]
+        assert run.records() == {}
