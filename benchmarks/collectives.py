@@ -59,15 +59,6 @@ def input_values(rank: int, num: int, redop: str, offset: int = 0) -> torch.Tens
     return ((rank + 1) * (idx % 5 + 1)) % 7 + 1
 
 
-def reduce_values(values: list[torch.Tensor], redop: str) -> torch.Tensor:
-    stacked = torch.stack(values)
-    if redop in ("sum", "avg"):
-        out = stacked.sum(0)
-        return out / len(values) if redop == "avg" else out
-    return {"prod": stacked.prod, "max": lambda d: stacked.max(d).values,
-            "min": lambda d: stacked.min(d).values}[redop](0)
-
-
 def _fold(acc: torch.Tensor, values: torch.Tensor, redop: str) -> torch.Tensor:
     if redop in ("sum", "avg"):
         return acc.add_(values)
@@ -77,13 +68,20 @@ def _fold(acc: torch.Tensor, values: torch.Tensor, redop: str) -> torch.Tensor:
 
 
 def reduced_values(n: int, num: int, redop: str, offset: int = 0) -> torch.Tensor:
-    """reduce_values over the n ranks' inputs at positions [offset, offset + num), one rank's
+    """The reduction over the n ranks' inputs at positions [offset, offset + num), one rank's
     inputs at a time (two windows in memory, not n); the inputs are small exact integers, so the
     order of the reduction changes nothing."""
     acc = input_values(0, num, redop, offset)
     for q in range(1, n):
         acc = _fold(acc, input_values(q, num, redop, offset), redop)
     return acc / n if redop == "avg" else acc
+
+
+def windows(total: int):
+    """(start, num) of consecutive CHECK_WINDOW-element windows covering [0, total)."""
+    window = CHECK_WINDOW   # read at call time (tests shrink it)
+    for start in range(0, total, window):
+        yield start, min(window, total - start)
 
 
 def _pieces(start: int, num: int, chunk: int):
@@ -153,9 +151,7 @@ class Case:
     def fill(self) -> None:
         """This rank's input_values into the send buffer, a window at a time."""
         offset = self.rank * self.chunk if self.op == "all_gather" else 0
-        window = CHECK_WINDOW
-        for start in range(0, self.send.numel(), window):
-            num = min(window, self.send.numel() - start)
+        for start, num in windows(self.send.numel()):
             values = input_values(self.rank, num, self.spec.redop, offset + start)
             self.send.narrow(0, start, num).copy_(values.to(self.dtype))
         if self.op in ("all_reduce", "broadcast", "reduce") and not self.in_place:
@@ -209,9 +205,8 @@ class Case:
         out = self.result()
         if out is None:
             return 0
-        wrong, window = 0, CHECK_WINDOW
-        for start in range(0, out.numel(), window):
-            num = min(window, out.numel() - start)
+        wrong = 0
+        for start, num in windows(out.numel()):
             wrong += count_wrong(out.narrow(0, start, num), self.expected(start, num), self.dtype)
         return wrong
 

@@ -103,13 +103,13 @@ def parse_topology(text: str) -> Optional[dict[str, Any]]:
     nic_cols = [i for i, h in enumerate(header) if re.fullmatch(r"NIC\d+|mlx5_\d+", h)]
     gpu_gpu: Counter[str] = Counter()
     gpu_nic: Counter[str] = Counter()
-    for row_index, line in enumerate(lines[1:]):
+    for line in lines[1:]:
         cells = line.split()
         if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
             continue
         values = cells[1:]
         for i in gpu_cols:
-            if i < len(values) and i != row_index and values[i] != "X":
+            if i < len(values) and values[i] != "X":
                 gpu_gpu[values[i]] += 1
         for i in nic_cols:
             if i < len(values):

@@ -208,13 +208,13 @@ def compare(records: list[dict[str, Any]], references: list[Reference], min_samp
 
 
 def load_records(paths: list[str]) -> list[dict[str, Any]]:
-    """Result records from files and folders (every record JSON in a folder; suite.json is not one)."""
-    from .record import validate_record
+    """Result records from files and folders (every record JSON in a folder; record.NOT_RECORDS are not)."""
+    from .record import NOT_RECORDS, validate_record
 
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files += sorted(f for f in p.glob("*.json") if f.name != "suite.json")
+            files += sorted(f for f in p.glob("*.json") if f.name not in NOT_RECORDS)
         elif p.is_file():
             files.append(p)
         else:

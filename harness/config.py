@@ -494,7 +494,8 @@ def validate_grad_accum(w: WorkloadConfig, z: ZeroConfig) -> None:
         return
     a, field_name = Precision(w.grad_accum_dtype), "workload.grad_accum_dtype"
     _check(a in (Precision.fp32, w.precision), field_name, a.value,
-           f"DeepSpeed accumulates a {w.precision.value} model's gradients in fp32 or {w.precision.value}")
+           f"DeepSpeed accumulates a {w.precision.value} model's gradients in "
+           + " or ".join(sorted({"fp32", w.precision.value})))
     _check(a == w.precision or z.stage != 0, field_name, a.value,
            f"DeepSpeed 0.19.8 has no fp32 accumulation of a {w.precision.value} model without ZeRO "
            "(NotImplementedError); use zero.stage >= 1 or leave it unset")

@@ -34,7 +34,7 @@ from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch import LocalLauncher
 from .memory_model import memory_estimate
-from .record import write_json_atomic
+from .record import NOT_RECORDS, write_json_atomic
 
 SUITE = "gpu-check"
 OVERHEAD_RUN = "z2"
@@ -189,7 +189,7 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
     print(f"gpu-check: {detected.count} x {detected.name} -> platform {planned[0].cfg.platform.name}", flush=True)
     rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]))
     records = {path.stem: json.loads(path.read_text(encoding="utf-8"))
-               for path in sorted(out.glob("*.json")) if path.name not in ("suite.json", "gpu-check.json")}
+               for path in sorted(out.glob("*.json")) if path.name not in NOT_RECORDS}
     target = next((p for p in planned if p.run.name == OVERHEAD_RUN), None)
     plain = None
     if target is not None and records.get(target.run.run_id, {}).get("status") == "ok":

@@ -32,6 +32,8 @@ from .plan import RunSpec
 from .teacher import teacher_workload
 
 SCHEMA_VERSION = "1.0"
+NOT_RECORDS = ("suite.json", "gpu-check.json")
+"""JSON files a results folder holds beside its records (the suite's index, gpu-check's summary)."""
 SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
 
 

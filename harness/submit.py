@@ -25,14 +25,13 @@ from typing import Any, Optional
 
 from .config import CONF_DIR
 from .errors import HarnessError
-from .record import validate_record, write_json_atomic
+from .record import NOT_RECORDS, validate_record, write_json_atomic
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          tolerances_for,
                          validate_reference_file)
 
 SOURCE = "suite submission"
 LOCK_NAME = ".submit.lock"
-NOT_RECORDS = ("suite.json",)
 FINGERPRINT = ("python", "torch", "deepspeed", "transformers", "suite_commit")
 CUDA_FINGERPRINT = ("cuda", "nccl", "driver", "gpu_model")
 UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "step_time_s": "s", "mfu_with_teacher_pct": "%",

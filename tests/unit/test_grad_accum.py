@@ -40,8 +40,8 @@ def test_fp32_accumulation_can_be_asked_for_under_zero_1(composed):
 
 @pytest.mark.parametrize("overrides,words", [
     (["workload=llama-8b", "zero=stage0", "workload.grad_accum_dtype=fp32"], "without ZeRO"),
-    (["workload=llama-tiny", "workload.precision=fp32", "workload.grad_accum_dtype=bf16"], "fp32 or fp32"),
-    (["workload=llama-8b", "workload.grad_accum_dtype=fp16"], "in fp32 or bf16"),
+    (["workload=llama-tiny", "workload.precision=fp32", "workload.grad_accum_dtype=bf16"], "fp32 model's gradients in fp32"),
+    (["workload=llama-8b", "workload.grad_accum_dtype=fp16"], "in bf16 or fp32"),
     (["workload=llama-8b", "zero=stage1", "zero.gradient_collective=reduce_scatter",
       "workload.grad_accum_dtype=fp32"], "BF16_Optimizer"),
 ])
