@@ -28,6 +28,10 @@ WORKLOAD ?=
 OUT ?=
 # Result folders (or record files) for `make submit`.
 RESULTS ?=
+# `make cluster-up`: an emulated cluster on this machine (testbed/; root): nodes, link rate, name.
+NODES ?= 2
+LINK ?= 1gbit
+CLUSTER ?= default
 # Optional extra index for torch only, e.g. https://download.pytorch.org/whl/cpu
 # on a CPU-only host whose pip has no local CPU wheel (empty: pip's defaults).
 TORCH_INDEX_URL ?=
@@ -51,7 +55,8 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean validate-model gpu-check
+.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean validate-model gpu-check \
+	cluster-up cluster-down cluster-shape cluster-status
 
 help:
 	@echo "Targets:"
@@ -70,6 +75,10 @@ help:
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash)"
 	@echo "  containers regenerate containers/Apptainer.*.def from the Dockerfiles, then build \$$CONTAINER_IMAGES"
 	@echo "             with the first engine that works (apptainer, singularity, docker, podman); none: only the .def files"
+	@echo "  cluster-up     as root: an emulated cluster of \$$NODES nodes on this machine (network namespaces, links"
+	@echo "                 shaped to \$$LINK, a real Slurm); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
+	@echo "  cluster-shape  set every node link of the running cluster to \$$LINK (e.g. LINK=250mbit)"
+	@echo "  cluster-status its nodes, link and Slurm state;  cluster-down: stop it and remove everything it made"
 	@echo "  clean      remove results/ and .cache/ (keeps $(VENV))"
 	@echo "  distclean  clean, and also remove $(VENV) and build/"
 	@echo "  help       this text (default goal)"
@@ -83,6 +92,7 @@ help:
 	@echo "  OUT=$(OUT)   results directory; empty: results/<timestamp>-<platform>"
 	@echo "  ARGS=$(ARGS)   extra Hydra overrides for bench, e.g. ARGS='suite=single'; submit options, e.g. ARGS='--replace --reason ...'"
 	@echo "  RESULTS=$(RESULTS)   result folders (or record files) for submit"
+	@echo "  NODES=$(NODES) LINK=$(LINK) CLUSTER=$(CLUSTER)   emulated cluster: nodes, link rate (tc: 1gbit, 250mbit, none), name"
 	@echo "  TORCH_INDEX_URL=$(TORCH_INDEX_URL)   optional index for the torch install only"
 	@echo "  CONTAINER_ENGINE=$(CONTAINER_ENGINE)   force a container engine for containers (fails if it does not work)"
 	@echo "  CONTAINER_IMAGES=$(CONTAINER_IMAGES)   images for containers"
@@ -144,6 +154,22 @@ submit: venv
 # The nightly regression job: exit status 1 when something regressed (see python -m harness nightly --help).
 nightly: venv
 	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
+
+# An emulated multi-node cluster on this one machine (testbed/, standard library only, as root):
+# a network namespace per node with its own hostname, a routed switch, tc-shaped links, munged +
+# slurmctld + one slurmd per node. The cpu-cluster platform reaches its Slurm through
+# `python3 -m testbed exec` (platform.slurm.client_prefix); CLUSTER picks a cluster by name.
+cluster-up:
+	$(PYTHON) -m testbed up --name $(CLUSTER) --nodes $(NODES) --link $(LINK)
+
+cluster-down:
+	$(PYTHON) -m testbed down --name $(CLUSTER)
+
+cluster-shape:
+	$(PYTHON) -m testbed shape --name $(CLUSTER) --link $(LINK)
+
+cluster-status:
+	$(PYTHON) -m testbed status --name $(CLUSTER)
 
 # containers/lock.py: pip list --format=freeze of the venv (never `@ file://`),
 # local version tags (+cpu, +cu128) stripped so the lock is portable, the venv's

@@ -27,12 +27,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed import system
+from testbed.system import cmdline as _cmdline, find_binary, pid_alive as _pid_alive, tail as _tail
+from testbed.system import terminate as _terminate
+
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 # binary -> package that provides it
 BINARIES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
             "squeue": "slurm-client", "sinfo": "slurm-client", "scancel": "slurm-client",
             "scontrol": "slurm-client", "srun": "slurm-client", "munged": "munge"}
-SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
 REGISTRY_DIR = Path(tempfile.gettempdir()) / "suite-slurm-cluster"
 MUNGE_DIR_PREFIX = "suite-munge-"
 PORT_ATTEMPTS = 3
@@ -49,7 +52,7 @@ def is_client_variable(name: str) -> bool:
     return name.startswith(CLIENT_ENV_PREFIXES)
 
 
-class SlurmUnavailable(RuntimeError):
+class SlurmUnavailable(system.Unavailable):
     """The cluster cannot be provided here (not root, no apt-get, install or start failed)."""
 
 
@@ -83,42 +86,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tail(path: Path, num_lines: int = 25) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as e:
-        return f"<cannot read {path}: {e}>"
-    return "\n".join(lines[-num_lines:]) or "<empty>"
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _terminate(pid: int, grace_s: float) -> None:
-    """SIGTERM, wait up to grace_s, then SIGKILL one process we started."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not _pid_alive(pid):
-                return
-            time.sleep(0.05)
-
-
 def _orphan_stepd_zombies() -> list[int]:
     """Zombie slurmstepd processes waiting for pid 1 to reap them."""
     zombies = []
@@ -138,46 +105,12 @@ def _searchable_by_all(path: Path) -> bool:
     return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
 
 
-def find_binary(name: str) -> str | None:
-    return shutil.which(name, path=SEARCH_PATH)
-
-
 def missing_packages() -> list[str]:
-    return sorted({pkg for binary, pkg in BINARIES.items() if find_binary(binary) is None})
+    return system.missing_packages(BINARIES)
 
 
 def install_packages(packages: list[str], timeout_s: float = 600) -> float:
-    """apt-get install (apt-get update first only if a package has no candidate); seconds taken."""
-    if os.geteuid() != 0:
-        raise SlurmUnavailable(f"Slurm packages {packages} are missing and we are not root "
-                               "(cannot apt-get install them)")
-    apt_get = find_binary("apt-get")
-    if apt_get is None:
-        raise SlurmUnavailable(f"Slurm packages {packages} are missing and there is no apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    start = time.monotonic()
-
-    def apt(*args: str) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run([apt_get, "-o", "DPkg::Lock::Timeout=120", *args], env=env,
-                                  capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as e:
-            raise SlurmUnavailable(f"apt-get {' '.join(args)} ran past {timeout_s} s") from e
-
-    known = subprocess.run(["apt-cache", "show", *packages], capture_output=True, text=True)
-    if known.returncode != 0:
-        update = apt("update")
-        if update.returncode != 0:
-            raise SlurmUnavailable(f"apt-get update failed (rc {update.returncode}):\n"
-                                   f"{update.stderr[-2000:]}")
-    result = apt("install", "-y", "--no-install-recommends", *packages)
-    if result.returncode != 0:
-        raise SlurmUnavailable(f"apt-get install {' '.join(packages)} failed "
-                               f"(rc {result.returncode}):\n{result.stderr[-2000:]}")
-    still_missing = missing_packages()
-    if still_missing:
-        raise SlurmUnavailable(f"after apt-get install, still missing: {still_missing}")
-    return time.monotonic() - start
+    return system.install_packages(packages, BINARIES, timeout_s, error=SlurmUnavailable)
 
 
 def reap_stale_daemons(registry_dir: Path = REGISTRY_DIR) -> list[str]:

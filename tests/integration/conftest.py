@@ -82,6 +82,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slurm: uses the real single-node Slurm of the slurm_cluster fixture (skipped "
         "when it cannot be provided, unless SUITE_REQUIRE_SLURM=1)")
+    config.addinivalue_line(
+        "markers", "cluster: uses the emulated multi-node cluster (testbed/; skipped without root, unless in CI)")
 
 
 @pytest.fixture(scope="session")
@@ -117,3 +119,48 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
             del os.environ[key]
         os.environ.update(saved)
         cluster.stop()
+
+
+# --- an emulated multi-node cluster on this machine (testbed/) ---------------------------------
+from testbed.cluster import EmulatedCluster  # noqa: E402
+from testbed.system import Unavailable  # noqa: E402
+
+CLUSTER_LINK = "1gbit"
+
+
+def require_or_skip(reason: str) -> None:
+    """Skip, except where the real test beds are required (CI: SUITE_REQUIRE_SLURM=1 or CI=true)."""
+    if os.environ.get("SUITE_REQUIRE_SLURM") == "1" or os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"required in CI but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def emulated_cluster() -> Iterator[EmulatedCluster]:
+    """Two nodes (network namespaces node1, node2, a 1 Gbit/s shaped link) and a real Slurm across
+    them, once per session (`make cluster-up` is the same code). Everything it made is removed at
+    the end, also when a test fails or the session is interrupted; a session killed outright is
+    cleaned up by the next start. Skips without root, except in CI where it must run."""
+    cluster = EmulatedCluster(f"ci{os.getpid() % 10**6}", num_nodes=2, link=CLUSTER_LINK)
+    reason = None
+    try:
+        cluster.start()
+    except Unavailable as e:
+        reason = f"no emulated cluster: {e}"
+    if reason is not None:
+        require_or_skip(reason)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster(emulated_cluster) -> Iterator[EmulatedCluster]:
+    """The session's cluster for one test: its link back at CLUSTER_LINK and no job left after it."""
+    yield emulated_cluster
+    jobs = emulated_cluster.run(["squeue", "-h", "-o", "%A"], check=False).stdout.split()
+    if jobs:
+        emulated_cluster.run(["scancel", *jobs], check=False)
+    if emulated_cluster.link != CLUSTER_LINK:
+        emulated_cluster.shape(CLUSTER_LINK)
