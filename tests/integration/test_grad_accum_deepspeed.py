@@ -19,6 +19,8 @@ from harness.config import compose
 from harness.plan import deepspeed_config
 from benchmarks.train import make_optimizer
 from benchmarks.spec import OptimizerSpec
+from benchmarks.ops import preload
+preload()
 deepspeed.init_distributed(dist_backend="gloo")
 stage, extra = int(sys.argv[1]), sys.argv[2:]
 cfg = compose(["platform=cpu", "platform.gpus_per_node=1", "workload=llama-tiny", "workload.precision=bf16",

@@ -14,6 +14,8 @@ from .conftest import REPO
 SCRIPT = """
 import json, os, sys
 import torch, deepspeed
+from benchmarks.ops import preload
+preload()
 deepspeed.init_distributed(dist_backend="gloo")
 from benchmarks.train import decay_groups
 cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": int(sys.argv[1])}}

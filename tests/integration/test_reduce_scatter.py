@@ -18,7 +18,6 @@ harness with `zero.gradient_collective=reduce_scatter`.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import sys
@@ -244,14 +243,16 @@ def rank_main(rank: int, port: int, out_dir: str, cases: list[Case], layout_chec
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
                       LOCAL_WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    # as the harness's rank environment: the JIT-built shm comm op cached in the checkout, built
-    # with this interpreter's ninja
+    # as the harness's rank environment; DeepSpeed's ops as built at install time (no JIT, no lock)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     import deepspeed
     import torch
 
+    from benchmarks.ops import preload
+
     torch.set_num_threads(1)
+    preload()
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
     for case in cases:

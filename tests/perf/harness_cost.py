@@ -323,10 +323,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"--out {out} is not empty; choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO_ROOT / ".cache" / "torch_extensions"))
-    # Both sides (and every other user of .cache/torch_extensions) must JIT-build DeepSpeed's
-    # CPU ops with the same ninja: ninja 1.11 (/usr/bin) and 1.13 (the venv's) do not read each
-    # other's .ninja_log, so alternating between them rebuilds shm_comm (minutes on 2 cores)
-    # at the start of a run. Use the venv's tools, as an activated venv does.
+    # Both sides load DeepSpeed's ops as `make venv` built them (benchmarks/ops.py: no JIT build);
+    # should anything else JIT-build into .cache/torch_extensions, it must use the same ninja:
+    # ninja 1.11 (/usr/bin) and 1.13 (the venv's) do not read each other's .ninja_log and rebuild
+    # from scratch. Use the venv's tools, as an activated venv does.
     venv_bin = str(Path(sys.executable).parent)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != venv_bin:
         os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")

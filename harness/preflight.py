@@ -1,0 +1,199 @@
+"""Before launch: lock files left in torch's extension folder, and DeepSpeed ops the runs need.
+
+torch.utils.cpp_extension guards each JIT-built extension with a lock FILE,
+<TORCH_EXTENSIONS_DIR>/<op>/lock (torch.utils.file_baton.FileBaton): created with O_EXCL and held
+OPEN by the process that builds or loads the op, removed when it is done. A process killed in
+between leaves the file, and every later JIT load of that op waits for it forever (no timeout).
+The suite's ranks no longer JIT-load anything (benchmarks/ops.py), but the folder is the checkout's
+cache that tests, perf scripts and older checkouts share, so before launch each lock file there is
+named and judged:
+- held open by a live process: a build or load in progress; left alone, and said so;
+- held by no process (looked for twice, 0.2 s apart, among the processes of the file's owner, in
+  /proc/*/fd): stale; removed, saying which file and why it was stale;
+- not knowable (no /proc, or a file of another user when not root): left alone, with the command
+  that checks and removes it.
+
+And the ops each launched run will load (benchmarks.ops.needed_ops) must be built for the
+installation the ranks run (checked for runs outside a container: an image carries its own): an
+optional one that is missing is a note (DeepSpeed runs without it), any other a refusal before
+launch naming the run, the setting that needs the op and the command that builds it.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Protocol, Sequence
+
+from benchmarks.ops import build_command, needed_ops, state
+from benchmarks.spec import TrainSpec
+
+from .config import BenchConfig, ContainerRuntime
+from .errors import ConfigError
+from .plan import RunSpec
+
+PROC = Path("/proc")
+RECHECK_S = 0.2
+"""FileBaton.release closes its descriptor, then removes the file: a lock seen without a holder
+twice, this far apart, is no release in progress."""
+_noted: set[str] = set()
+
+
+class Planned(Protocol):
+    cfg: BenchConfig
+    run: RunSpec
+
+
+@dataclass
+class LockFile:
+    path: Path
+    size_bytes: int
+    age_s: float
+    holders: Optional[list[int]]
+    """Processes that have it open; None: could not be told."""
+    libraries: list[Path]
+    """The op's built libraries beside it (the build had finished before the lock was left)."""
+
+    @property
+    def stale(self) -> bool:
+        return self.holders == []
+
+
+def find_locks(extensions_dir: Path) -> list[Path]:
+    """torch's lock files: <extensions_dir>/<extension>/lock."""
+    return sorted(p for p in extensions_dir.glob("*/lock") if p.is_file()) if extensions_dir.is_dir() else []
+
+
+def holders(path: Path, proc: Path = PROC) -> Optional[list[int]]:
+    """Pids of the processes that have `path` open, among those of the file's owner (the only
+    ones that can hold a FileBaton it created); None when that cannot be told."""
+    if not (proc / "self" / "fd").is_dir():
+        return None
+    try:
+        owner = path.stat().st_uid
+    except FileNotFoundError:
+        return []
+    if owner != os.getuid() and os.getuid() != 0:
+        return None
+    target, found = str(path.resolve()), []
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            if pid_dir.stat().st_uid != owner:
+                continue
+            fds = list((pid_dir / "fd").iterdir())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile
+        except PermissionError:
+            return None
+        for fd in fds:
+            try:
+                if os.readlink(fd) == target:
+                    found.append(int(pid_dir.name))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def inspect(path: Path, proc: Path = PROC, recheck_s: float = RECHECK_S) -> Optional[LockFile]:
+    """The lock at `path` (None if it went away while looked at)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    found = holders(path, proc)
+    if found == []:
+        time.sleep(recheck_s)
+        if not path.exists():
+            return None  # a release in progress
+        found = holders(path, proc)
+    return LockFile(path, st.st_size, time.time() - st.st_mtime, found,
+                    sorted(path.parent.glob("*.so")))
+
+
+def command_line(pid: int, proc: Path = PROC) -> str:
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return " ".join(raw.decode(errors="replace").split("\0")).strip()[:200] or "?"
+
+
+def describe(lock: LockFile) -> str:
+    built = (f"; {lock.libraries[0].name} beside it was built {age(lock.libraries[0])} ago, so a "
+             "process was killed while loading the op" if lock.libraries else "; no library beside it: "
+             "a build was killed")
+    return f"{lock.path} ({lock.size_bytes} bytes, {age_text(lock.age_s)} old{built})"
+
+
+def age(path: Path) -> str:
+    return age_text(time.time() - path.stat().st_mtime)
+
+
+def age_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def clear_stale_locks(extensions_dir: Path, proc: Path = PROC, recheck_s: float = RECHECK_S) -> list[str]:
+    """Judge every lock file under `extensions_dir`; remove the stale ones. Returns one message per
+    lock (what it is and what was done)."""
+    messages = []
+    for path in find_locks(extensions_dir):
+        lock = inspect(path, proc, recheck_s)
+        if lock is None:
+            continue
+        if lock.stale:
+            path.unlink(missing_ok=True)
+            messages.append(f"removed stale lock file {describe(lock)}: no process has it open. torch's "
+                            "JIT loader would have waited on it forever (the suite's runs load prebuilt "
+                            "ops and never wait on it)")
+        elif lock.holders:
+            who = ", ".join(f"pid {pid} ({command_line(pid, proc)})" for pid in lock.holders)
+            messages.append(f"lock file {lock.path} is held by {who}: a build or load in progress; left "
+                            "alone (the suite's runs do not wait on it)")
+        else:
+            messages.append(f"lock file {describe(lock)}: cannot tell whether a live process holds it "
+                            f"(no /proc, or another user's file); left alone. If `fuser {shlex.quote(str(path))}` "
+                            f"prints no pid, remove it: rm -f {shlex.quote(str(path))}")
+    return messages
+
+
+def check_ops(planned: Sequence[Planned]) -> list[str]:
+    """Notes for optional ops that are not built; ConfigError for a run that needs one that is not."""
+    notes, missing = [], {}
+    for p in planned:
+        spec = p.run.spec
+        if p.cfg.platform.container.runtime != ContainerRuntime.none or not isinstance(spec, TrainSpec):
+            continue
+        accelerator = p.run.env.get("DS_ACCELERATOR", "cpu")
+        for op in needed_ops(accelerator, spec.deepspeed):
+            st = state(op, accelerator)
+            if st.problem is None:
+                continue
+            if not op.optional:
+                missing.setdefault((op.name, accelerator), (p.run.run_id, op, st.problem))
+            elif op.name not in _noted:
+                _noted.add(op.name)
+                notes.append(f"note: DeepSpeed op {op.name} {st.problem}; runs go on without it, as "
+                             f"DeepSpeed does where it is unsupported (loaded by {op.loaded_by}; the suite's "
+                             f"runs never call it). Build it once: {build_command([op.name], accelerator)}")
+    if missing:
+        lines = [f"run {run_id} needs DeepSpeed op {op.name} ({op.loaded_by}), which is {problem}"
+                 for run_id, op, problem in missing.values()]
+        accelerators = sorted({acc for _, acc in missing})
+        commands = [build_command([n for n, a in missing if a == acc], acc) for acc in accelerators]
+        raise ConfigError("; ".join(lines) + ". Runs never build ops (a run killed during a build "
+                          "would leave a lock every later run waits on). Build them once (about 30 s "
+                          "each on 2 cores), then run again: " + " && ".join(commands))
+    return notes
+
+
+def check(planned: Sequence[Planned]) -> None:
+    """Everything above, printed, before the planned runs are launched."""
+    dirs = sorted({Path(p.run.env["TORCH_EXTENSIONS_DIR"]) for p in planned if "TORCH_EXTENSIONS_DIR" in p.run.env})
+    for message in check_ops(planned) + [m for d in dirs for m in clear_stale_locks(d)]:
+        print(message, flush=True)
