@@ -257,10 +257,12 @@ def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int,
 
 
 def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
-    from .environment import fingerprint
+    from .environment import fingerprint, first_on_node, node_view
 
     if rank == 0:
         log.emit(ev.ENVIRONMENT, fingerprint(n))
+    elif first_on_node():  # every other node's machine, in this rank's own event log
+        log.emit(ev.NODE, node_view())
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if spec.device == "cuda":
         device = torch.device("cuda", local_rank)

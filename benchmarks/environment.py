@@ -68,6 +68,19 @@ def container_of() -> tuple[Optional[str], Optional[str], Optional[str]]:
     return image, os.environ.get(DIGEST_VAR), runtime
 
 
+def first_on_node() -> bool:
+    """Whether this rank reports its node's machine (the NODE event): torchrun's first local rank,
+    or every rank when nothing says which is first (the harness keeps one view per host)."""
+    return os.environ.get("LOCAL_RANK") in (None, "0")
+
+
+def node_view() -> dict[str, Any]:
+    """This node's machine as this rank sees it: {host, machine} (benchmarks/machine.py)."""
+    from .machine import machine
+
+    return {"host": socket.gethostname(), "machine": machine()}
+
+
 def fingerprint(world_size: int) -> dict[str, Any]:
     import torch
 

@@ -1,8 +1,9 @@
 """The machine a rank runs on, read from the system (never from the platform file): CPU, memory and
 load; each GPU (nvidia-smi: name, UUID, memory, SM clocks, power limit, ECC); the node's GPU/NIC
-topology; each NIC and its link rate (sysfs). One builder for the fingerprint of every record
-(benchmarks/environment.py); no torch, so the harness may call it too. Anything unreadable is None,
-never a guess.
+topology; each network interface of this network namespace with its link speed, rate shaping and
+effective rate (netlink, tc, ethtool, sysfs: benchmarks/network.py) and each InfiniBand port's rate
+(sysfs). One builder for the fingerprint of every record (benchmarks/environment.py); no torch, so
+the harness may call it too. Anything unreadable is None, never a guess.
 """
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
+from .network import SYS_NET, interfaces
+
 SMI_TIMEOUT_S = 20.0
 GPU_QUERY = ("name", "uuid", "memory.total", "clocks.max.sm", "clocks.sm", "power.limit", "ecc.mode.current",
              "pci.bus_id")
 """nvidia-smi --query-gpu fields, in the order of GPU_KEYS."""
 GPU_KEYS = ("name", "uuid", "memory_mib", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w", "ecc", "pci_bus_id")
 NUMERIC = {"memory_mib", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w"}
-SYS_NET, SYS_IB = Path("/sys/class/net"), Path("/sys/class/infiniband")
+SYS_IB = Path("/sys/class/infiniband")
 
 
 def _read(path: Path) -> Optional[str]:
@@ -128,26 +131,22 @@ def _rate_gbps(text: Optional[str]) -> Optional[float]:
     return float(m.group(1)) if m else None
 
 
-def nics(sys_net: Path = SYS_NET, sys_ib: Path = SYS_IB) -> list[dict[str, Any]]:
-    """Each physical network interface (one with a device behind it: no lo, bridges, veth) with its
-    link rate and state, and each InfiniBand/RoCE port (its rate as the HCA reports it)."""
+def ib_ports(sys_ib: Path = SYS_IB) -> list[dict[str, Any]]:
+    """Each InfiniBand/RoCE port with its rate as the HCA reports it (sysfs)."""
     out = []
-    for dev in sorted(sys_net.iterdir()) if sys_net.is_dir() else []:
-        if not (dev / "device").exists():
-            continue
-        speed = _read(dev / "speed")
-        try:
-            mbps = int(speed) if speed is not None else None
-        except ValueError:
-            mbps = None
-        out.append({"name": dev.name, "kind": "net", "rate_gbps": mbps / 1000 if mbps and mbps > 0 else None,
-                    "state": _read(dev / "operstate"), "mtu": _read(dev / "mtu")})
     for hca in sorted(sys_ib.iterdir()) if sys_ib.is_dir() else []:
         for port in sorted((hca / "ports").iterdir()) if (hca / "ports").is_dir() else []:
             out.append({"name": f"{hca.name}/{port.name}", "kind": "ib",
                         "link_layer": _read(port / "link_layer"), "rate_gbps": _rate_gbps(_read(port / "rate")),
                         "state": _read(port / "state")})
     return out
+
+
+def nics(sys_net: Path = SYS_NET, sys_ib: Path = SYS_IB) -> list[dict[str, Any]]:
+    """Each network interface of this process's network namespace but loopback (physical, veth,
+    bridge, ...: benchmarks/network.py) with its link speed, rate shaping and effective rate, then
+    each InfiniBand/RoCE port."""
+    return interfaces(sys_net) + ib_ports(sys_ib)
 
 
 def machine() -> dict[str, Any]:

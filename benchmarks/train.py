@@ -145,8 +145,10 @@ def setup(spec: TrainSpec):
     import torch
 
     from .model import DTYPES, build_model, initialise
+    from .ops import preload
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    preload()  # DeepSpeed's ops as built at install time: no JIT build, no lock file (benchmarks/ops.py)
     deepspeed.init_distributed(dist_backend=spec.dist_backend)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if spec.device == "cuda" else torch.device("cpu")
@@ -188,12 +190,14 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     import torch
 
     from .distill import distillation_loss
-    from .environment import fingerprint
+    from .environment import fingerprint, first_on_node, node_view
     from .instrument import CommTracer, MicrostepClock
 
     if rank == 0:  # before anything can fail, so that every record has the ranks' view
         log.emit(ev.ENVIRONMENT, fingerprint(world_size))
         _emit_hyperparameters(log, spec, world_size)
+    elif first_on_node():  # every other node's machine, in this rank's own event log
+        log.emit(ev.NODE, node_view())
     engine, device, num_params = setup(spec)
     teacher = setup_teacher(spec, device)
     if rank == 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -24,13 +24,16 @@ from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .plot import busbw_plot
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
-from .record import (ResultRecord, build_collective_records, build_record, nccl_tests_record,
+from .atomic import write_bytes_atomic
+from .record import (ResultRecord, build_collective_records, build_record, nccl_tests_record, suite_commit,
                      write_json_atomic, write_record)
 from .report import Progress, summary
 from .slurm import SlurmLauncher
 
 CACHE_DIR = REPO_ROOT / ".cache"
 DRY_RUN = "--dry-run"
+DRY_RUN_MANIFEST = Path("slurm") / "dry-run.json"
+"""What a dry run of Slurm jobs wrote (its overrides, each batch script and its runs): `collect` reads it."""
 EXIT_RUN_FAILED = 3  # a run ended in error or timeout (an OOM is a result, not a failure)
 
 
@@ -45,12 +48,12 @@ def default_out(cfg: BenchConfig) -> Path:
     return REPO_ROOT / "results" / f"{stamp}-{safe_name(cfg.platform.name)}"
 
 
-def plan_suite(overrides: list[str], multirun: bool = False) -> tuple[Path, list[PlannedRun]]:
+def plan_suite(overrides: list[str], multirun: bool = False, out: Optional[Path] = None) -> tuple[Path, list[PlannedRun]]:
     """Compose and validate every run of the suite (of every multirun combination) before
-    anything is launched."""
+    anything is launched. `out`: the results folder, whatever out= says (collect re-plans a dry run)."""
     jobs = multirun_expand(overrides, multirun)
     first = compose(jobs[0])
-    out = Path(first.out).resolve() if first.out else default_out(first)
+    out = out or (Path(first.out).resolve() if first.out else default_out(first))
     planned: list[PlannedRun] = []
     for job, label in zip(jobs, multirun_labels(jobs)):
         tag = f"[{label}]" if len(jobs) > 1 else ""
@@ -156,10 +159,10 @@ def array_groups(planned: list[PlannedRun], multirun: bool) -> list[list[Planned
     return groups
 
 
-def dry_run(planned: list[PlannedRun], out: Path, multirun: bool) -> list[Path]:
+def dry_run(planned: list[PlannedRun], out: Path, multirun: bool, overrides: Optional[list[str]] = None) -> list[Path]:
     """Write what would be launched, submit nothing: each Slurm batch script (a sweep's job array),
-    or each local run's rank commands as a shell script."""
-    written = []
+    or each local run's rank commands as a shell script; for Slurm jobs also DRY_RUN_MANIFEST."""
+    written, jobs = [], []
     for group in array_groups(planned, multirun):
         for p in group:
             prepare_run_dir(p.run)
@@ -168,8 +171,15 @@ def dry_run(planned: list[PlannedRun], out: Path, multirun: bool) -> list[Path]:
             launcher = slurm_launcher(first, out, {})
             written.append(launcher.write_array_script([p.run for p in group]) if len(group) > 1
                            else launcher.write_script(first.run))
+            jobs.append({"script": str(written[-1].relative_to(out)), "array": len(group) > 1,
+                         "runs": [p.run.run_id for p in group]})
         else:
             written.append(write_local_script(first, local_launcher(first, out)))
+    if jobs:
+        write_json_atomic(out / DRY_RUN_MANIFEST, {
+            "suite": planned[0].cfg.suite.name, "overrides": list(overrides or []), "multirun": multirun,
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "suite_commit": suite_commit(),
+            "jobs": jobs, "collect": "submit each script with sbatch, then: python -m harness collect OUT"})
     return written
 
 
@@ -186,6 +196,8 @@ def write_local_script(p: PlannedRun, launcher: LocalLauncher) -> Path:
 
 
 def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> list[ResultRecord]:
+    from .preflight import check  # stale lock files of torch's JIT; the DeepSpeed ops the runs need
+    check(planned)
     records = []
     n = 0
     for group in array_groups(planned, multirun):
@@ -214,6 +226,14 @@ def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> lis
 
 
 def record_run(p: PlannedRun, launch: LaunchResult, out: Path) -> list[ResultRecord]:
+    new = run_records(p, launch, out)
+    for record in new:
+        write_and_show(record, p.run, launch, out)
+    return new
+
+
+def run_records(p: PlannedRun, launch: LaunchResult, out: Path) -> list[ResultRecord]:
+    """The run's records (a built-in collective sweep: one per op), its busbw plot drawn."""
     run = p.run
     if run.output == "nccl-tests":
         new = [nccl_tests_record(run, p.cfg, launch)]
@@ -223,18 +243,21 @@ def record_run(p: PlannedRun, launch: LaunchResult, out: Path) -> list[ResultRec
         plot_collectives(new, p.cfg, out / f"{run.run_id}-busbw.png")
     else:
         new = [build_record(run, p.cfg, launch)]
-    for record in new:
-        path = write_record(record, out)
-        rows = record.rows or (record.smoke or {}).get("rows")
-        if rows:
-            print(format_table(record.benchmark, [Row.from_dict(r) for r in rows], run.num_ranks), flush=True)
-        value = record.metrics.get("samples_per_s") or record.metrics.get("avg_busbw_gbps")
-        done = (f"{value['value']:.2f} {value['unit']}" if value
-                else record.reason or (record.smoke or {}).get("reason"))
-        for problem in record.environment.get("hardware_mismatch") or []:
-            print(f"  warning: {run.run_id}: {problem}", flush=True)
-        print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
     return new
+
+
+def write_and_show(record: ResultRecord, run: RunSpec, launch: LaunchResult, out: Path) -> Path:
+    path = write_record(record, out)
+    rows = record.rows or (record.smoke or {}).get("rows")
+    if rows:
+        print(format_table(record.benchmark, [Row.from_dict(r) for r in rows], run.num_ranks), flush=True)
+    value = record.metrics.get("samples_per_s") or record.metrics.get("avg_busbw_gbps")
+    done = (f"{value['value']:.2f} {value['unit']}" if value
+            else record.reason or (record.smoke or {}).get("reason"))
+    for problem in record.environment.get("hardware_mismatch") or []:
+        print(f"  warning: {run.run_id}: {problem}", flush=True)
+    print(f"  -> {record.status}: {done}  ({launch.wall_s:.1f} s; {path.relative_to(out)})", flush=True)
+    return path
 
 
 def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) -> None:
@@ -260,8 +283,17 @@ def compare_with_references(records: list[ResultRecord], out: Path) -> None:
     verdicts = compare([r.to_dict() for r in records], load_references())
     counts = ", ".join(f"{n} {v}" for v, n in sorted(Counter(x.verdict for x in verdicts).items()))
     print(f"\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts))
-    (out / "compare.md").write_text(f"# Compared with reference_results/\n\n{counts}\n\n"
-                                    + verdict_table(verdicts, markdown=True) + "\n", encoding="utf-8")
+    write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{counts}\n\n"
+                                            + verdict_table(verdicts, markdown=True) + "\n").encode("utf-8"))
+
+
+def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], **more) -> None:
+    """The summary (printed and summary.md), suite.json (with `more`) and compare.md of these records."""
+    print("\n" + summary(records))
+    write_bytes_atomic(out / "summary.md", (f"# Results in {out.name}\n\n" + summary(records, markdown=True)).encode("utf-8"))
+    write_json_atomic(out / "suite.json", {"suite": suite, "overrides": overrides, "runs": [r.run_id for r in records],
+                                           "statuses": {r.run_id: r.status for r in records}, **more})
+    compare_with_references(records, out)
 
 
 def bench(args: list[str]) -> int:
@@ -272,7 +304,7 @@ def bench(args: list[str]) -> int:
     prepare_container(planned, dry)
     out.mkdir(parents=True, exist_ok=True)
     if dry:
-        scripts = dry_run(planned, out, multirun)
+        scripts = dry_run(planned, out, multirun, overrides)
         print(f"dry run of suite {planned[0].cfg.suite.name} ({len(planned)} runs): nothing launched; "
               f"{len(scripts)} script(s) written:")
         for path in scripts:
@@ -280,13 +312,6 @@ def bench(args: list[str]) -> int:
         return 0
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
     records = execute(planned, out, multirun)
-    text = summary(records)
-    print("\n" + text)
-    (out / "summary.md").write_text(f"# Results in {out.name}\n\n" + summary(records, markdown=True),
-                                    encoding="utf-8")
-    write_json_atomic(out / "suite.json", {"suite": planned[0].cfg.suite.name, "overrides": overrides,
-                                           "runs": [r.run_id for r in records],
-                                           "statuses": {r.run_id: r.status for r in records}})
-    compare_with_references(records, out)
+    write_results(records, out, planned[0].cfg.suite.name, overrides)
     print(f"records, summary.md and run logs in {out}")
     return EXIT_RUN_FAILED if any(r.status in ("error", "timeout") for r in records) else 0

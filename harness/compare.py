@@ -16,7 +16,9 @@ that resamples both sides (a side with one sample is fixed; seeded, so verdicts 
                finite sample).
 Attribution: with a regression or a status change, the difference between the environment
 fingerprint of the reference and of this run (driver, CUDA, NCCL, PyTorch, DeepSpeed,
-transformers, container image, NCCL variables, node count).
+transformers, container image, NCCL variables, node count), each node's hardware (`hardware`:
+CPU model, cores, memory, GPU count and model; never load or clocks) and each node interface's
+link rate (`links.node2/eth0: [1.0, 0.25]`).
 """
 from __future__ import annotations
 
@@ -140,7 +142,59 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
     diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
                  if ref_vars.get(k) != cur_vars.get(k)})
+    ref_nodes, cur_nodes = _node_machines(reference_env), _node_machines(current_env)
+    if ref_nodes and cur_nodes:
+        diff.update(_by_node("machine", ".", {h: hardware(m) for h, m in ref_nodes.items()},
+                             {h: hardware(m) for h, m in cur_nodes.items()}))
+    ref_links, cur_links = reference_env.get("links"), current_env.get("links")
+    if isinstance(ref_links, dict) and isinstance(cur_links, dict):  # both sides read their links
+        diff.update(_by_node("links", "/", _per_host(ref_links), _per_host(cur_links)))
     return diff
+
+
+def hardware(machine: dict[str, Any]) -> dict[str, Any]:
+    """The machine fields (benchmarks/machine.py) a "what changed" compares, node by node: those
+    that set performance and stay put between runs; never load, current clocks or free memory."""
+    cpu, gpus = machine.get("cpu") or {}, machine.get("gpus")
+    mem = cpu.get("mem_total_gib")
+    return {"cpu_model": cpu.get("model"), "logical_cpus": cpu.get("logical_cpus"),
+            "mem_total_gib": round(mem) if isinstance(mem, (int, float)) else None,   # kernels move it by MiBs
+            "gpu_count": len(gpus) if isinstance(gpus, list) else None,
+            "gpu_model": ", ".join(sorted({str(g.get("name")) for g in gpus})) if gpus else None}
+
+
+def _node_machines(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{host: machine} of every node; a record from before `nodes` has rank 0's machine only."""
+    if env.get("nodes"):
+        return {n["host"]: n.get("machine") or {} for n in env["nodes"]}
+    return {env.get("host") or "?": env["machine"]} if env.get("machine") else {}
+
+
+def _per_host(links: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{"host/iface": rate} -> {host: {iface: rate}} (a host name never holds a '/')."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, rate in links.items():
+        host, _, iface = key.partition("/")
+        out.setdefault(host, {})[iface] = rate
+    return out
+
+
+def _by_node(prefix: str, sep: str, ref: dict[str, dict[str, Any]], cur: dict[str, dict[str, Any]]) -> dict[str, list]:
+    """{f"{prefix}.{host}{sep}{field}": [reference, now]} for each value that differs. On other
+    hosts than the reference's (another allocation) host is '*' and the values are the distinct
+    values over the nodes, so that identical nodes under new names are no change."""
+    if set(ref) == set(cur):
+        keys = sorted({(h, f) for side in (ref, cur) for h in side for f in side[h]})
+        return {f"{prefix}.{h}{sep}{f}": [ref[h].get(f), cur[h].get(f)] for h, f in keys
+                if ref[h].get(f) != cur[h].get(f)}
+
+    def spread(side: dict[str, dict[str, Any]], f: str) -> list:
+        return sorted({values.get(f) for values in side.values()},
+                      key=lambda v: (v is None, type(v).__name__, 0 if v is None else v))
+
+    fields = sorted({f for side in (ref, cur) for values in side.values() for f in values})
+    spreads = {f: [spread(ref, f), spread(cur, f)] for f in fields}
+    return {f"{prefix}.*{sep}{f}": pair for f, pair in spreads.items() if pair[0] != pair[1]}
 
 
 def _best(refs: list[Reference]) -> Reference:

@@ -28,6 +28,7 @@ from .errors import HarnessError
 from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .hardware import hardware_mismatches
 from .launch import LaunchResult
+from .nodes import links, node_views
 from .plan import RunSpec
 from .teacher import teacher_workload
 
@@ -133,7 +134,10 @@ def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[
         env["container_runtime"] = env.get("container_runtime") or cfg.platform.container.runtime.value
     if launch is not None and launch.job is not None:
         env["slurm"] = launch.job
-    env["hosts"] = sorted({r["host"] for r in ranks}) or [env["host"]]
+    nodes = node_views(run.run_dir, seen[0] if seen else None)
+    if nodes:  # every node's machine and link rates, as the first rank on it read them
+        env["nodes"], env["links"] = nodes, links(nodes)
+    env["hosts"] = sorted({r["host"] for r in ranks}) or [n["host"] for n in nodes] or [env["host"]]
     env["num_nodes"] = cfg.platform.nodes
     env["num_ranks"] = run.num_ranks
     env["suite_commit"] = suite_commit()

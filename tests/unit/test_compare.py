@@ -179,3 +179,83 @@ def test_the_command_exits_1_on_regression_and_honours_fail_on(tmp_path):
     (tmp_path / "r0.json").write_text('{"run_id": "x"}')
     bad = run()
     assert bad.returncode == 2 and "not a valid record" in bad.stderr
+
+
+# --- what changed on the nodes: hardware and link rates (issue 15) ----------------------------
+
+def cluster_env(*nodes: dict) -> dict:
+    """ENV of a run whose nodes read their own machine (harness.record.environment)."""
+    from harness.nodes import links
+
+    return {**ENV, "machine": nodes[0]["machine"], "host": nodes[0]["host"], "nodes": list(nodes),
+            "links": links(list(nodes))}
+
+
+def test_one_nodes_slower_link_is_named_and_nothing_else():
+    from unit_helpers import node
+
+    before = cluster_env(node("node1", 1.0), node("node2", 1.0))
+    after = cluster_env(node("node1", 1.0, load=1.9), node("node2", 0.25, load=0.1))
+    assert environment_diff(before, after) == {"links.node2/eth0": [1.0, 0.25]}
+
+
+def test_load_clocks_and_a_container_coming_and_going_are_no_change():
+    from unit_helpers import node
+
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "sm_clock_mhz": 1755, "power_limit_w": 700}
+    before = cluster_env(node("node1", gpus=[gpu] * 8), node("node2", gpus=[gpu] * 8))
+    busy = node("node2", load=63.0, mem_total_gib=7.749, gpus=[{**gpu, "sm_clock_mhz": 345}] * 8)
+    busy["machine"]["nics"] = busy["machine"]["nics"][:1]          # the container's veth is gone
+    assert environment_diff(before, cluster_env(node("node1", gpus=[gpu] * 8), busy)) == {}
+
+
+@pytest.mark.parametrize("change,key,values", [
+    ({"cpu_model": "Intel Xeon Platinum 8480+"}, "machine.node2.cpu_model",
+     ["AMD EPYC 7763 64-Core Processor", "Intel Xeon Platinum 8480+"]),
+    ({"logical_cpus": 1}, "machine.node2.logical_cpus", [2, 1]),
+    ({"mem_total_gib": 3.8}, "machine.node2.mem_total_gib", [8, 4]),
+    ({"gpus": [{"name": "NVIDIA H100 80GB HBM3"}] * 7}, "machine.node2.gpu_count", [8, 7]),
+    ({"gpus": [{"name": "NVIDIA H100 PCIe"}] * 8}, "machine.node2.gpu_model", ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"]),
+])
+def test_hardware_that_sets_performance_is_named_per_node(change, key, values):
+    from unit_helpers import node
+
+    gpus = [{"name": "NVIDIA H100 80GB HBM3"}] * 8
+    before = cluster_env(node("node1", gpus=gpus), node("node2", gpus=gpus))
+    after = cluster_env(node("node1", gpus=gpus), node("node2", **{"gpus": gpus, **change}))
+    assert environment_diff(before, after) == {key: values}
+
+
+def test_other_nodes_of_the_same_kind_are_no_change_and_a_slower_one_is_named():
+    from unit_helpers import node
+
+    before = cluster_env(node("node1"), node("node2"))
+    assert environment_diff(before, cluster_env(node("node7"), node("node8"))) == {}
+    assert environment_diff(before, cluster_env(node("node7"), node("node8", 0.25))) == {
+        "links.*/eth0": [[1.0], [0.25, 1.0]]}
+
+
+def test_a_reference_from_before_node_fingerprints_compares_rank_0s_machine_only():
+    from unit_helpers import node
+
+    old = {**ENV, "host": "node1", "machine": node("node1")["machine"]}      # no nodes, no links
+    assert environment_diff(old, cluster_env(node("node1"), node("node2", 0.25))) == {}
+    slower_cpu = cluster_env(node("node1", cpu_model="AMD EPYC 7313"), node("node2"))
+    assert environment_diff(old, slower_cpu) == {
+        "machine.*.cpu_model": [["AMD EPYC 7763 64-Core Processor"], ["AMD EPYC 7313", "AMD EPYC 7763 64-Core Processor"]]}
+
+
+def test_a_regression_on_a_slower_link_says_so():
+    from unit_helpers import node
+
+    now = cluster_env(node("node1"), node("node2", 0.25))
+    recs = [record(i, env=now, samples_per_s=(v, "samples/s")) for i, v in enumerate(noisy(30, 5, 1, 3))]
+    ref = reference(noisy(100, 5, 1, 4), env=cluster_env(node("node1"), node("node2")))
+    v = verdict_of(compare(recs, [ref]))
+    assert v.verdict == "regression" and v.environment_diff == {"links.node2/eth0": [1.0, 0.25]}
+
+
+def test_an_infiniband_port_at_a_lower_rate_is_named_by_host_and_port():
+    before = {**ENV, "links": {"gpu1/mlx5_0/1": 400.0, "gpu2/mlx5_0/1": 400.0}}
+    after = {**ENV, "links": {"gpu1/mlx5_0/1": 400.0, "gpu2/mlx5_0/1": 200.0}}
+    assert environment_diff(before, after) == {"links.gpu2/mlx5_0/1": [400.0, 200.0]}

@@ -47,26 +47,23 @@ def test_cpu_model_is_the_model_name_not_the_architecture():
     assert m.mem_total_gib("MemTotal:       24683124 kB\n") == pytest.approx(23.54, abs=0.01)
 
 
-def test_nics_and_ib_ports_with_their_rates_from_sysfs(tmp_path):
-    net, ib = tmp_path / "net", tmp_path / "infiniband"
-    for name, speed, state, physical in (("eth0", "100000", "up", True), ("lo", "-1", "unknown", False),
-                                         ("veth1", "10000", "up", False), ("eth1", "-1", "down", True)):
-        (net / name).mkdir(parents=True)
-        (net / name / "speed").write_text(speed + "\n")
-        (net / name / "operstate").write_text(state + "\n")
-        (net / name / "mtu").write_text("9000\n")
-        if physical:
-            (net / name / "device").mkdir()
-    port = ib / "mlx5_0" / "ports" / "1"
+def test_ib_ports_with_their_rates_from_sysfs(tmp_path):
+    port = tmp_path / "mlx5_0" / "ports" / "1"
     port.mkdir(parents=True)
     (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
     (port / "state").write_text("4: ACTIVE\n")
     (port / "link_layer").write_text("InfiniBand\n")
-    out = m.nics(net, ib)
-    assert [n["name"] for n in out] == ["eth0", "eth1", "mlx5_0/1"]
-    assert out[0]["rate_gbps"] == 100.0 and out[1]["rate_gbps"] is None and out[1]["state"] == "down"
-    assert out[2] == {"name": "mlx5_0/1", "kind": "ib", "link_layer": "InfiniBand", "rate_gbps": 400.0,
-                      "state": "4: ACTIVE"}
+    assert m.ib_ports(tmp_path) == [{"name": "mlx5_0/1", "kind": "ib", "link_layer": "InfiniBand",
+                                     "rate_gbps": 400.0, "state": "4: ACTIVE"}]
+    assert m.ib_ports(tmp_path / "absent") == []
+
+
+def test_nics_are_the_namespaces_interfaces_then_the_ib_ports(tmp_path, monkeypatch):
+    monkeypatch.setattr(m, "interfaces", lambda sys_net: [{"name": "eth0", "kind": "veth", "rate_gbps": 0.25}])
+    port = tmp_path / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    assert [(n["name"], n["rate_gbps"]) for n in m.nics(sys_ib=tmp_path)] == [("eth0", 0.25), ("mlx5_0/1", 200.0)]
 
 
 def test_this_machine_is_read_without_a_gpu():
@@ -105,3 +102,16 @@ def test_every_shipped_gpu_platform_declares_a_model_the_check_knows(composed):
     for name in options("platform"):
         p = composed([f"platform={name}"]).platform
         assert p.device.value == "cpu" or p.gpu_model in GPU_NAMES, name
+
+
+@pytest.mark.parametrize("local_rank,reports", [(None, True), ("0", True), ("1", False), ("7", False)])
+def test_the_first_rank_on_each_node_reports_its_machine(monkeypatch, local_rank, reports):
+    from benchmarks.environment import first_on_node, node_view
+
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    assert first_on_node() is reports
+    view = node_view()
+    assert view["host"] and view["machine"]["cpu"]["logical_cpus"] >= 1 and isinstance(view["machine"]["nics"], list)

@@ -127,3 +127,34 @@ def test_charts_render_as_png_bytes(tmp_path):
     for name, png in (("trend", trend), ("microsteps", micro)):
         assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
         (Path("/tmp") / f"nightly-report-{name}.png").write_bytes(png)
+
+
+def test_a_night_on_a_slower_link_than_the_baseline_nights_names_the_link(tmp_path):
+    """Baseline nights on a 1 Gbit/s link, tonight node2's link shaped to 250 Mbit/s: the report
+    says which link changed, not just that all_reduce got slower (issue 15)."""
+    from harness.compare import compare
+    from harness.nightly import baseline_references
+    from harness.nodes import links
+    from unit_helpers import node
+
+    def record(run_id: str, node2_gbps: float, busbw: float) -> dict:
+        nodes = [node("node1"), node("node2", node2_gbps)]
+        return {"run_id": run_id, "kind": "collective", "platform": "cpu", "benchmark": "all_reduce",
+                "status": "ok", "reason": None, "source": "builtin", "microsteps": [],
+                "config": {"platform": {"nodes": 2}, "collective": {"min_bytes": 1 << 20, "max_bytes": 1 << 26,
+                                                                   "dtype": "float", "redop": "sum"}},
+                "metrics": {"avg_busbw_gbps": {"value": busbw, "unit": "GB/s"}},
+                "environment": {"num_ranks": 2, "num_nodes": 2, "host": "node1", "nodes": nodes,
+                                "machine": nodes[0]["machine"], "links": links(nodes), "env": {}}}
+
+    nights = ["2026-05-08", "2026-05-09"]
+    earlier = [(night, record(f"{night}-{i}", 1.0, 0.118 + 0.001 * i)) for night in nights for i in range(3)]
+    tonight = [record(f"tonight-{i}", 0.25, 0.030 + 0.001 * i) for i in range(3)]
+    verdicts = {"references": [], "baseline": compare(tonight, baseline_references(earlier, "cpu", nights))}
+    (v,) = verdicts["baseline"]
+    assert v.verdict == "regression" and v.environment_diff == {"links.node2/eth0": [1.0, 0.25]}
+    paths = write_reports(tmp_path / "night", platform="cpu", night="2026-05-10", verdicts=verdicts,
+                          records=tonight, history={})
+    assert "links.node2/eth0: 1.0 -> 0.25" in paths["markdown"].read_text()
+    assert "links.node2/eth0: 1.0 -&gt; 0.25" in paths["html"].read_text()
+    assert any("links.node2/eth0: 1.0 -> 0.25" in f.text for f in ET.parse(paths["junit"]).iter("failure"))

@@ -297,3 +297,37 @@ def test_a_distillation_run_reports_mfu_with_and_without_the_teacher_and_its_mem
     assert metrics["teacher_mem_gib"]["value"] == pytest.approx(num_params / 2**30)
     assert "zero3, bf16" in metrics["teacher_mem_gib"]["source"]
     assert "teacher_mem_gib" not in compute_metrics(cfg, steps(), RANKS, num_params)[0]
+
+
+# --- every node's machine: rank 0's ENVIRONMENT, the others' NODE events (issue 15) ----------
+
+def test_every_nodes_machine_and_link_rates_are_in_the_record(tiny_cfg, run):
+    from unit_helpers import node
+
+    write_clean_run(run, tiny_cfg, finite_steps())
+    with open(run.run_dir / ev.EVENTS_FILE, "a", encoding="utf-8") as f:   # rank 0 on node1
+        f.write(json.dumps({"key": ev.ENVIRONMENT, "value": {"host": "node1", **node("node1")}}) + "\n")
+    write_events(run.run_dir / "events.rank1.jsonl", [(ev.NODE, node("node1", 0.5))])   # no LOCAL_RANK: same node
+    write_events(run.run_dir / "events.rank2.jsonl", [(ev.NODE, node("node2", 0.25))])
+    write_events(run.run_dir / "events.rank3.jsonl", [(ev.FAILURE, {"status": "error", "reason": "x"})])
+    record = build_record(run, tiny_cfg, LaunchResult({0: 0, 1: 0}, False, 1.0)).to_dict()
+    env = record["environment"]
+    assert [n["host"] for n in env["nodes"]] == ["node1", "node2"]
+    assert env["nodes"][0]["machine"] == node("node1")["machine"]                  # rank 0's own view
+    assert env["links"] == {"node1/eth0": 1.0, "node2/eth0": 0.25}   # no container bridge port, no rateless bridge
+    assert validate_record(json.loads(json.dumps(record))) == []
+
+
+def test_a_run_whose_ranks_never_reported_has_no_nodes(tiny_cfg, run):
+    write_clean_run(run, tiny_cfg, finite_steps())
+    env = build_record(run, tiny_cfg, LaunchResult({0: 0, 1: 0}, False, 1.0)).environment
+    assert "nodes" not in env and "links" not in env and env["hosts"] == ["a"]
+
+
+def test_links_hold_infiniband_ports_and_never_a_zero_rate():
+    from harness.nodes import links
+
+    ports = [{"name": "mlx5_0/1", "kind": "ib", "rate_gbps": 400.0}, {"name": "mlx5_1/1", "kind": "ib", "rate_gbps": 0.0},
+             {"name": "eth0", "kind": "physical", "rate_gbps": None}]
+    assert links([{"host": "gpu1", "machine": {"nics": ports}}, {"host": "gpu2", "machine": None}]) == {
+        "gpu1/mlx5_0/1": 400.0}
