@@ -21,6 +21,15 @@ def cmd_bench(args: list[str]) -> int:
     return bench(args)
 
 
+def cmd_collect(args: list[str]) -> int:
+    """collect OUT: records of the Slurm jobs submitted by hand from `bench platform.launcher=slurm --dry-run
+    out=OUT` (job id, state, nodes; summary.md, compare.md); lists runs still pending, running or not submitted;
+    run it again as more jobs end (exit 4 until every run is recorded)."""
+    from .collect import cli
+
+    return cli(args)
+
+
 def cmd_gpu_check(args: list[str]) -> int:
     """On a node with NVIDIA GPUs: every collective through nccl and the paper's Model 1 under ZeRO 0-3 on this node's GPUs, MFU, measured vs predicted peak memory, the instrument's cost; records, gpu-check.md."""
     from .gpu_check import gpu_check
@@ -146,7 +155,7 @@ def cmd_tune(args: list[str]) -> int:
     """The three-step tuning method (NCCL variables; micro-batch x grad-acc x ZeRO stage; DeepSpeed
     communication knobs), grid or Bayesian, guided by the performance model; resumable with the same
     out=; writes report.md and the best configuration as a suite preset and a DeepSpeed JSON."""
-    from .tune import cli
+    from .tune.command import cli
 
     return cli(args)
 
@@ -154,7 +163,9 @@ def cmd_tune(args: list[str]) -> int:
 def cmd_model(args: list[str]) -> int:
     """The performance model: memory per rank (out of memory or not), communication, step time,
     throughput and hours for a token budget of one configuration, or --sweep over ZeRO 1/2/3 x every
-    (micro-batch, grad-acc) split of C; calibrated with --records (training and collective records)."""
+    (micro-batch, grad-acc) split of C; calibrated with --records (training and collective records) and
+    --compute-records (another platform's training runs on the same machine); --against RUNS: the model
+    against measured step times."""
     import argparse
     import math
     import re
@@ -170,6 +181,18 @@ def cmd_model(args: list[str]) -> int:
     parser.add_argument("--records", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
                         help="result records or folders: training records (same platform, world size and workload) "
                              "calibrate the computation efficiency, collective records the busbw curves")
+    parser.add_argument("--compute-records", nargs="+", action="extend", metavar="DIR_OR_FILE",
+                        help="training records of another platform that ran on the same machine (same device, CPU or "
+                             "GPU model and cores, as --records of the predicted platform show), same ranks and "
+                             "workload, in profile mode: they alone calibrate the computation efficiency, e.g. the "
+                             "single-node cpu platform's runs for cpu-cluster; --records still gives the busbw curves")
+    parser.add_argument("--against", nargs="+", action="extend", metavar="DIR_OR_FILE",
+                        help="measured training records to check: the model's step time for each record's own "
+                             "configuration beside the measured one, with the error; calibrated on --records, "
+                             "--compute-records and the collective records among these (never on the checked "
+                             "training records themselves)")
+    parser.add_argument("--max-error-pct", type=float, metavar="PCT",
+                        help="with --against: exit 1 when a run's |error| is above PCT")
     parser.add_argument("--tokens", help="token budget for the hours estimate, e.g. 2e9")
     parser.add_argument("--sweep", action="store_true", help="a table over ZeRO 1/2/3 x every (micro-batch, grad-acc) split of C")
     parser.add_argument("--no-references", action="store_true",
@@ -180,17 +203,26 @@ def cmd_model(args: list[str]) -> int:
                              "calls, leave-one-out and one-cell-per-platform errors, the published findings; exit 1 if a "
                              "target is missed")
     ns = parser.parse_intermixed_args(args)
+    if ns.max_error_pct is not None and not ns.against:
+        raise HarnessError("--max-error-pct applies to --against only")
     if ns.validate:
         from .validation import format_validation, validate_model
-        if ns.overrides or ns.records or ns.sweep or ns.tokens:
-            raise HarnessError("--validate takes no overrides, --records, --sweep or --tokens: it validates the shipped "
-                               "workloads against the published table")
+        if ns.overrides or ns.records or ns.compute_records or ns.against or ns.sweep or ns.tokens:
+            raise HarnessError("--validate takes no overrides, --records, --compute-records, --against, --sweep or "
+                               "--tokens: it validates the shipped workloads against the published table")
         v = validate_model(compose)
         print(json.dumps(v.to_dict(), indent=2) if ns.json else format_validation(v))
         return 0 if v.ok else 1
     override = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")
-    moved = [r for r in ns.records if override.match(r) and not Path(r).exists()]  # `--records DIR key=value`
-    overrides, paths = ns.overrides + moved, [r for r in ns.records if r not in moved]
+
+    def is_override(r: str) -> bool:  # `--records DIR key=value`: the override, not a path
+        return bool(override.match(r)) and not Path(r).exists()
+
+    lists = {k: getattr(ns, k) or [] for k in ("records", "compute_records", "against")}
+    overrides = ns.overrides + [r for v in lists.values() for r in v if is_override(r)]
+    paths = [r for r in lists["records"] if not is_override(r)]
+    ns.compute_records = None if ns.compute_records is None else [r for r in ns.compute_records if not is_override(r)]
+    ns.against = [r for r in lists["against"] if not is_override(r)]
     tokens = None
     if ns.tokens is not None:
         try:
@@ -199,13 +231,26 @@ def cmd_model(args: list[str]) -> int:
             tokens = math.nan
         if not (math.isfinite(tokens) and tokens > 0):
             raise HarnessError(f"--tokens {ns.tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
+    references = [] if ns.no_references else load_references()
+    compute = None if ns.compute_records is None else load_records(ns.compute_records)
+    if ns.against:
+        from .model_check import check_step_times, checkable, record_config
+        from .perfmodel_text import format_checks
+        if overrides or ns.sweep or ns.tokens:
+            raise HarnessError("--against takes no overrides, --sweep or --tokens: each record is predicted in the "
+                               "configuration it ran (its stored overrides)")
+        against = load_records(ns.against)
+        runs = [(rec, record_config(rec, compose)) for rec in checkable(against)]
+        rows = check_step_times(runs, load_records(paths) + against, compute, references)
+        print(json.dumps([r.to_dict() for r in rows], indent=2) if ns.json else format_checks(rows, ns.max_error_pct))
+        bad = ns.max_error_pct is not None and any(abs(r.error_pct) > ns.max_error_pct for r in rows)
+        return 1 if bad or not rows else 0
     cfg = compose(overrides)
     if cfg.kind != RunKind.training:
         raise HarnessError(f"kind={cfg.kind.value}: the performance model predicts training runs; use kind=training")
     records = load_records(paths)
-    references = [] if ns.no_references else load_references()
     configs = sweep_configs(cfg) if ns.sweep else [cfg]
-    preds = [predict(c, calibrate(records, c, references), tokens) for c in configs]
+    preds = [predict(c, calibrate(records, c, references, compute_records=compute), tokens) for c in configs]
     if ns.json:
         print(json.dumps([p.to_dict() for p in preds] if ns.sweep else preds[0].to_dict(), indent=2))
     else:
@@ -215,6 +260,7 @@ def cmd_model(args: list[str]) -> int:
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bench": cmd_bench,
+    "collect": cmd_collect,
     "plan": cmd_plan,
     "validate": cmd_validate,
     "compare": cmd_compare,
@@ -226,7 +272,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "tune": cmd_tune,
     "gpu-check": cmd_gpu_check,
 }
-OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability", "model")  # commands with their own argparse --help
+OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability", "model", "collect")  # commands with their own argparse --help
 
 
 def help_text() -> str:

@@ -125,6 +125,14 @@ class SlurmConfig:
     """torchrun's c10d rendezvous port on the job's first node (offset by the job id modulo 1000)."""
     poll_s: float = 2.0
     """How often the harness asks Slurm about its jobs."""
+    queue_limit_s: Optional[float] = None
+    """A job still pending this long while the harness waits (an array: with none of its tasks
+    running) is cancelled and recorded as an error naming this limit and Slurm's pending reason.
+    None: wait as long as it takes."""
+    client_prefix: list[str] = field(default_factory=list)
+    """The command the Slurm clients (sbatch, squeue, scontrol, scancel) run through when this host
+    cannot reach slurmctld itself, e.g. [ssh, login01] or, for the emulated cluster,
+    [python3, -m, testbed, exec, --name, default, --]. Empty: run them here."""
 
 
 @dataclass
@@ -654,6 +662,11 @@ def validate_slurm(s: SlurmConfig) -> None:
     _check(1024 <= s.rdzv_port <= 64535, "platform.slurm.rdzv_port", s.rdzv_port, "a port in 1024..64535")
     _check(s.startup_s >= 0, "platform.slurm.startup_s", s.startup_s, "must be >= 0")
     _check(s.poll_s > 0, "platform.slurm.poll_s", s.poll_s, "must be > 0")
+    _check(s.queue_limit_s is None or s.queue_limit_s > 0, "platform.slurm.queue_limit_s", s.queue_limit_s,
+           "must be > 0 seconds (or null: no limit)")
+    for word in s.client_prefix:
+        _check(bool(word) and "\n" not in word and "\0" not in word, "platform.slurm.client_prefix", word,
+               "each a non-empty argument with no newline (an argv, never run through a shell)")
 
 
 def validate_distill(w: WorkloadConfig, p: PlatformConfig) -> None:

@@ -1,21 +1,19 @@
-"""Runs as Slurm jobs: the batch scripts, submission, waiting, and the job's end turned into a
-LaunchResult.
+"""Runs as Slurm jobs: submission, waiting, and the job's end turned into a LaunchResult (the batch
+scripts themselves are harness/slurm_script.py).
 
-One job per run; a sweep's runs (multirun) go in one job array. Inside a job, `srun` starts one
-task per node: torchrun (inside the image when there is one), which rendezvouses over c10d on the
-job's first node and starts the node's ranks. Each rank writes `rank<N>.log` and, when it exits,
-`rank<N>.exit` in the run folder, so the harness learns every rank's exit code as with local
-processes. The run folder and the repository must be on a filesystem the nodes share.
+One job per run; a sweep's runs (multirun) go in one job array. Each rank writes `rank<N>.exit` in
+the run folder, so the harness learns every rank's exit code as with local processes. The run
+folder and the repository must be on a filesystem the nodes share.
 
-Without `sacct` (no accounting) a finished job's state comes from `squeue -t all` / `scontrol`
-while slurmctld still holds it (MinJobAge, 300 s by default), which is long enough for the
-harness's polling.
+While it waits, the harness cancels a job running past measure.timeout_s (a timeout) and, with
+platform.slurm.queue_limit_s, a job still pending past that limit (an error naming the limit and
+Slurm's pending reason). Without `sacct` (no accounting) a finished job's state comes from
+`squeue -t all` / `scontrol` while slurmctld still holds it (MinJobAge, 300 s by default), which is
+long enough for the harness's polling.
 """
 from __future__ import annotations
 
-import math
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -23,13 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import ContainerRuntime, Device, PlatformConfig, SlurmConfig
-from .container import SLURM_VARS, in_image, prefix
+from .config import PlatformConfig, SlurmConfig
 from .errors import HarnessError
 from .launch import LaunchResult
-from .plan import RunSpec, safe_name
+from .plan import RunSpec
+from .slurm_script import array_output, array_script, array_script_path, batch_script, script_path
 
-SCRIPT_FILE = "job.sbatch"
 LOST_AFTER_S = 600.0
 """squeue failing this long: the runs are given up (their jobs cancelled) and recorded as errors."""
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -46,122 +43,20 @@ EXTERNAL_ENDS = {
 """Job ends that the ranks did not cause: the root cause of the run's end, whatever they reported."""
 
 
-def time_limit(run: RunSpec, s: SlurmConfig) -> str:
-    """--time: the platform's, else measure.timeout_s plus the start-up allowance, in whole minutes."""
-    if s.time_limit:
-        return s.time_limit
-    minutes = max(1, math.ceil((run.timeout_s + s.startup_s) / 60))
-    return f"{minutes // 60}:{minutes % 60:02d}:00"
-
-
-def _q(value: object) -> str:
-    return shlex.quote(str(value))
-
-
-def header(job_name: str, nodes: int, p: PlatformConfig, limit: str, output: str,
-           array: Optional[str] = None) -> list[str]:
-    s = p.slurm
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={safe_name(job_name)}", f"#SBATCH --nodes={nodes}",
-             "#SBATCH --ntasks-per-node=1"]
-    if p.device == Device.cuda:
-        lines.append(f"#SBATCH --gpus-per-node={p.gpus_per_node}")
-    cpus = s.cpus_per_task or (p.gpus_per_node if p.device == Device.cpu else None)
-    if cpus:
-        lines.append(f"#SBATCH --cpus-per-task={cpus}")
-    if s.exclusive:
-        lines.append("#SBATCH --exclusive")
-    lines.append(f"#SBATCH --time={limit}")
-    for opt in ("partition", "account", "qos", "constraint"):
-        if getattr(s, opt):
-            lines.append(f"#SBATCH --{opt}={getattr(s, opt)}")
-    if array:
-        lines.append(f"#SBATCH --array={array}")
-    lines += [f"#SBATCH --output={output}", "#SBATCH --no-requeue"]
-    lines += [f"#SBATCH {a}" for a in s.extra_args]
-    return lines
-
-
-RANK_WRAPPER = ('d="$1"; shift; "$@" > "$d/rank$RANK.log" 2>&1; rc=$?; '
-                'echo "$rc" > "$d/rank$RANK.exit"; exit "$rc"')
-"""Runs one rank under torchrun: its output to rank<N>.log, its exit code to rank<N>.exit."""
-
-
-def task_command(run: RunSpec, p: PlatformConfig, repo_root: Path, out_dir: Path, image: Optional[str]) -> str:
-    """The srun line of one run: torchrun on every node (in the image, if any), or the nccl-tests
-    binary once per node. One segment per line: srun, the container, torchrun, the rank."""
-    nodes, c = p.nodes, p.container
-    rank_argv = run.argv
-    segments = [["srun", "--kill-on-bad-exit=1", f"--nodes={nodes}", "--ntasks-per-node=1"]]
-    if c.runtime != ContainerRuntime.none:
-        assert image is not None
-        rank_argv = in_image(run.argv, c)
-        segments.append([_q(w) for w in prefix(c, image=image, repo_root=repo_root, out_dir=out_dir,
-                                               env_names=[*run.env, *SLURM_VARS],
-                                               cuda=p.device == Device.cuda)])
-    if run.output == "nccl-tests":
-        segments.append([_q(w) for w in rank_argv])
-        d = _q(run.run_dir)
-        return (" \\\n    ".join(" ".join(seg) for seg in segments)
-                + f" \\\n    > {d}/rank0.log 2>&1; rc=$?; echo \"$rc\" > {d}/rank0.exit; exit \"$rc\"")
-    segments.append([_q(rank_argv[0]), "-m", "torch.distributed.run", f"--nnodes={nodes}",
-                     f"--nproc-per-node={run.num_ranks // nodes}", "--rdzv-backend=c10d",
-                     '--rdzv-endpoint="$head:$port"', '--rdzv-id="$SLURM_JOB_ID"', "--max-restarts=0",
-                     "--no-python"])
-    segments.append(["/bin/sh", "-c", _q(RANK_WRAPPER), "rank", _q(run.run_dir)])
-    segments.append([_q(w) for w in rank_argv])
-    return " \\\n    ".join(" ".join(seg) for seg in segments)
-
-
-def body(run: RunSpec, p: PlatformConfig, repo_root: Path, out_dir: Path, image: Optional[str]) -> list[str]:
-    """Everything after the #SBATCH lines for one run: its environment, the rendezvous, srun."""
-    lines = [f"# run {run.run_id}: {run.num_ranks} ranks on {p.nodes} node(s); folder {run.run_dir}"]
-    lines += [f"export {k}={_q(v)}" for k, v in sorted(run.env.items())]
-    if run.output != "nccl-tests":
-        lines += ['head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-                  f"port=$(( {p.slurm.rdzv_port} + SLURM_JOB_ID % 1000 ))"]
-    lines += [f"cd {_q(repo_root)}", task_command(run, p, repo_root, out_dir, image)]
-    return lines
-
-
-def batch_script(run: RunSpec, p: PlatformConfig, repo_root: Path, out_dir: Path, image: Optional[str]) -> str:
-    lines = header(f"bench-{run.run_id}", p.nodes, p, time_limit(run, p.slurm),
-                   str(run.run_dir / "slurm-%j.out"))
-    lines += ["", "# Generated by `python -m harness bench` (platform " + p.name + "); submit with sbatch.",
-              "set -uo pipefail", *body(run, p, repo_root, out_dir, image)]
-    return "\n".join(lines) + "\n"
-
-
-def array_script(runs: list[RunSpec], p: PlatformConfig, repo_root: Path, out_dir: Path,
-                 image: Optional[str]) -> str:
-    """One job array for a sweep: task i runs runs[i]."""
-    limit = max((time_limit(r, p.slurm) for r in runs), key=_minutes)
-    spec = f"0-{len(runs) - 1}" + (f"%{p.slurm.array_parallelism}" if p.slurm.array_parallelism else "")
-    lines = header(f"bench-sweep-{runs[0].run_id}", p.nodes, p, limit, str(out_dir / "slurm" / "array-%A_%a.out"),
-                   array=spec)
-    lines += ["", "# Generated by `python -m harness bench -m` (platform " + p.name + "); submit with sbatch.",
-              "set -uo pipefail", 'case "$SLURM_ARRAY_TASK_ID" in']
-    for i, run in enumerate(runs):
-        lines += [f"  {i})"] + ["    " + line.replace("\n", "\n    ")
-                                for line in body(run, p, repo_root, out_dir, image)] + ["    ;;"]
-    lines += ['  *) echo "no run for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;', "esac"]
-    return "\n".join(lines) + "\n"
-
-
-def _minutes(limit: str) -> float:
-    days, _, rest = limit.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    if len(parts) == 1:
-        minutes = float(parts[0])
-    elif len(parts) == 2:
-        minutes = parts[0] + parts[1] / 60
-    else:
-        minutes = parts[0] * 60 + parts[1] + parts[2] / 60
-    return minutes + (int(days) * 1440 if days else 0)
-
-
 # ---- talking to Slurm ------------------------------------------------------------------------
 
+CLIENT_PREFIX: list[str] = []
+"""platform.slurm.client_prefix of the platform whose jobs this process talks about (set by
+use_client()): every Slurm client command runs through it."""
+
+
+def use_client(prefix: list[str]) -> None:
+    """Run the Slurm client commands through this argv prefix from now on ([]: directly)."""
+    CLIENT_PREFIX[:] = list(prefix)
+
+
 def _slurm(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [*CLIENT_PREFIX, *cmd]
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -192,6 +87,19 @@ class JobInfo:
     nodelist: str = ""
     exit_code: Optional[str] = None
     fields: dict[str, str] = field(default_factory=dict)
+    run_s: Optional[float] = None
+    """How long the job ran (scontrol's RunTime, sacct's Elapsed), when Slurm still knows."""
+    whole_array: bool = False
+    """An array task that never had a record of its own (still pending when its array was cancelled
+    or ended): the state is that of the array's remaining tasks."""
+
+
+def _parse(line: str) -> Optional[JobInfo]:
+    """One `%i|%T|%r|%N` squeue line."""
+    parts = line.strip().split("|")
+    if len(parts) != 4:
+        return None
+    return JobInfo(parts[0], parts[1], "" if parts[2] == "None" else parts[2], parts[3])
 
 
 def queue_states(job_ids: list[str]) -> dict[str, JobInfo] | str:
@@ -202,25 +110,69 @@ def queue_states(job_ids: list[str]) -> dict[str, JobInfo] | str:
         if "Invalid job id" in proc.stderr:
             return {}
         return f"squeue exited {proc.returncode}: {proc.stderr.strip()[:300]}"
-    found = {}
+    return {info.job_id: info for info in map(_parse, proc.stdout.splitlines()) if info}
+
+
+def jobs_of_scripts(scripts: list[Path]) -> dict[Path, list[JobInfo]] | str:
+    """The jobs slurmctld holds (queued, running, just finished) whose batch script is one of these,
+    by script; squeue's error message when it failed. Slurm keeps a script's absolute path."""
+    proc = _slurm(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%r|%N|%o"])
+    if proc.returncode != 0:
+        return f"squeue exited {proc.returncode}: {proc.stderr.strip()[:300]}"
+    wanted = {str(path.resolve()): path for path in scripts}
+    found: dict[Path, list[JobInfo]] = {}
     for line in proc.stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 4:
-            found[parts[0]] = JobInfo(parts[0], parts[1], "" if parts[2] == "None" else parts[2], parts[3])
+        fields, _, command = line.strip().rpartition("|")
+        info = _parse(fields)
+        if info and command in wanted:
+            found.setdefault(wanted[command], []).append(info)
     return found
 
 
+def duration_s(text: Optional[str]) -> Optional[float]:
+    """Slurm's [D-]HH:MM:SS (or MM:SS) as seconds; None when absent or unreadable."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?", (text or "").strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(x or 0) for x in m.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def _job_info(job_id: str, fields: dict[str, str], whole_array: bool = False) -> JobInfo:
+    return JobInfo(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""), fields.get("NodeList", ""),
+                   fields.get("ExitCode"), fields, duration_s(fields.get("RunTime")), whole_array)
+
+
+def _task_in(task: str, spec: str) -> bool:
+    """Whether array task `task` is in scontrol's ArrayTaskId (`3`, `1-4`, `0,2-5%2`; 4294967294:
+    the meta record of tasks that never had their own)."""
+    spec = spec.split("%")[0]
+    if spec == "4294967294":
+        return True
+    for part in filter(None, spec.split(",")):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi or lo).isdigit() and int(lo) <= int(task) <= int(hi or lo):
+            return True
+    return False
+
+
 def final_state(job_id: str) -> JobInfo:
-    """The finished job's state, exit code and nodes: scontrol, else sacct, else UNKNOWN."""
+    """The finished job's state, exit code, nodes and run time: scontrol, else sacct, else (an
+    array task that never started) its array's record, else UNKNOWN."""
     proc = _slurm(["scontrol", "show", "job", "-o", job_id])
     if proc.returncode == 0 and "JobState=" in proc.stdout:
-        fields = dict(re.findall(r"(\w+)=(\S*)", proc.stdout.splitlines()[0]))
-        return JobInfo(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
-                       fields.get("NodeList", ""), fields.get("ExitCode"), fields)
-    proc = _slurm(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,NodeList,Reason"])
+        return _job_info(job_id, dict(re.findall(r"(\w+)=(\S*)", proc.stdout.splitlines()[0])))
+    proc = _slurm(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,NodeList,Reason,Elapsed"])
     if proc.returncode == 0 and proc.stdout.strip():
-        state, code, nodes, reason = (proc.stdout.strip().splitlines()[0].split("|") + [""] * 4)[:4]
-        return JobInfo(job_id, state.split()[0], reason, nodes, code)
+        state, code, nodes, reason, elapsed = (proc.stdout.strip().splitlines()[0].split("|") + [""] * 5)[:5]
+        return JobInfo(job_id, state.split()[0], reason, nodes, code, run_s=duration_s(elapsed))
+    if "_" in job_id:  # a pending task of a cancelled array is folded into the array's own record
+        base, task = job_id.split("_", 1)
+        proc = _slurm(["scontrol", "show", "job", "-o", base])
+        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            if fields.get("JobId") == base and _task_in(task, fields.get("ArrayTaskId", "")):
+                return _job_info(job_id, fields, whole_array=True)
     return JobInfo(job_id)
 
 
@@ -245,6 +197,51 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])
 
 
+def job_result(run: RunSpec, job_id: str, info: JobInfo, s: SlurmConfig, out_file: Optional[Path],
+               wall_s: float, timed_out: bool = False, queue_cause: Optional[str] = None) -> LaunchResult:
+    """A finished job as the run's LaunchResult: the ranks' exit files, and the job's end as the
+    cause when the ranks did not decide it. timed_out: the harness cancelled it past
+    measure.timeout_s; queue_cause: the harness cancelled it still pending past queue_limit_s."""
+    codes = rank_exit_codes(run)
+    missing = [r for r, c in codes.items() if c is None]
+    def known(name: str, declared: Optional[str]) -> Optional[str]:
+        value = info.fields.get(name)
+        return value if value and value not in ("(null)", "N/A") else declared
+
+    job = {"launcher": "slurm", "job_id": job_id, "state": info.state, "exit_code": info.exit_code,
+           "nodelist": info.nodelist or None, "partition": known("Partition", s.partition),
+           "account": known("Account", s.account), "qos": known("QOS", s.qos)}
+    if "_" in job_id:
+        job["array_job_id"], job["array_task_id"] = job_id.split("_", 1)
+    cause, cause_status = None, "error"
+    base = info.state.split()[0] if info.state else "UNKNOWN"
+    if timed_out:
+        cause = (f"exceeded measure.timeout_s={run.timeout_s:g} s; the harness cancelled slurm job "
+                 f"{job_id}; ranks {missing} did not finish")
+    elif queue_cause and base == "CANCELLED":
+        cause = f"slurm job {job_id} {queue_cause}"
+    elif base == "TIMEOUT":
+        timed_out = True
+        cause = f"slurm job {job_id} reached its time limit (--time); ranks {missing} did not finish"
+    elif base in EXTERNAL_ENDS:
+        cause = f"slurm job {job_id} {EXTERNAL_ENDS[base]} ({info.state}"
+        cause += f", reason {info.reason})" if info.reason and info.reason != "None" else ")"
+        cause_status = "oom" if base == "OUT_OF_MEMORY" else "error"
+    elif len(missing) == len(codes) and base != "COMPLETED":
+        tail = _tail(out_file) if out_file else ""
+        cause = (f"slurm job {job_id} ended {info.state} (exit {info.exit_code}) before any rank "
+                 f"reported; {out_file}" + (f": {tail}" if tail else ""))
+    return LaunchResult(exit_codes=codes, timed_out=timed_out, wall_s=wall_s,
+                        killed_ranks=missing if (cause or timed_out) else [],
+                        cause=cause, cause_status=cause_status, job=job)
+
+
+def output_file(run: RunSpec, out_dir: Path, job_id: str) -> Optional[Path]:
+    """Slurm's output of the job (an array task's in OUT/slurm/), if it exists."""
+    path = array_output(out_dir, job_id) if "_" in job_id else run.run_dir / f"slurm-{job_id}.out"
+    return path if path.exists() else None
+
+
 @dataclass
 class _Watched:
     run: RunSpec
@@ -252,7 +249,11 @@ class _Watched:
     submitted: float
     started: Optional[float] = None
     last_state: str = ""
+    reason: str = ""
+    """Slurm's pending reason at the last poll."""
     timed_out: bool = False
+    queue_cause: Optional[str] = None
+    """Set when the harness cancelled the job still pending past platform.slurm.queue_limit_s."""
 
 
 class SlurmLauncher:
@@ -261,6 +262,7 @@ class SlurmLauncher:
     def __init__(self, platform: PlatformConfig, repo_root: Path, out_dir: Path, image: Optional[str] = None,
                  on_poll: Optional[Callable[[RunSpec], None]] = None, stream=sys.stdout):
         self.platform = platform
+        use_client(platform.slurm.client_prefix)
         self.repo_root = repo_root
         self.out_dir = out_dir
         self.image = image
@@ -268,19 +270,20 @@ class SlurmLauncher:
         self.stream = stream
 
     def write_script(self, run: RunSpec) -> Path:
-        path = run.run_dir / SCRIPT_FILE
+        path = script_path(run)
         path.write_text(batch_script(run, self.platform, self.repo_root, self.out_dir, self.image), encoding="utf-8")
         return path
 
     def write_array_script(self, runs: list[RunSpec]) -> Path:
-        path = self.out_dir / "slurm" / f"sweep-{runs[0].run_id}.sbatch"
+        path = array_script_path(runs, self.out_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(array_script(runs, self.platform, self.repo_root, self.out_dir, self.image), encoding="utf-8")
         return path
 
     def run(self, run: RunSpec, cwd: Path) -> LaunchResult:
-        job_id = submit(self.write_script(run))
-        self._say(f"  slurm job {job_id} submitted ({run.run_dir / SCRIPT_FILE})")
+        script = self.write_script(run)
+        job_id = submit(script)
+        self._say(f"  slurm job {job_id} submitted ({script})")
         return self.wait({job_id: run})[job_id]
 
     def run_array(self, runs: list[RunSpec]) -> dict[str, LaunchResult]:
@@ -296,11 +299,14 @@ class SlurmLauncher:
 
     def wait(self, jobs: dict[str, RunSpec]) -> dict[str, LaunchResult]:
         """Poll until every job has ended; a run past measure.timeout_s once running is cancelled
-        (a timeout). Interrupted (Ctrl-C), the jobs are cancelled before the exception goes on."""
+        (a timeout), a job pending past platform.slurm.queue_limit_s too (an error). Interrupted
+        (Ctrl-C), the jobs are cancelled before the exception goes on."""
         now = time.monotonic()
         watched = {j: _Watched(run, j, now) for j, run in jobs.items()}
         done: dict[str, LaunchResult] = {}
         bases = sorted({j.split("_")[0] for j in jobs})
+        queued_s = dict.fromkeys(bases, 0.0)
+        last_poll = now
         failing_since: Optional[float] = None
         try:
             while len(done) < len(watched):
@@ -318,6 +324,7 @@ class SlurmLauncher:
                         continue
                     info = states.get(j)  # squeue -r lists every array task, pending ones too
                     state = info.state if info else "GONE"
+                    w.reason = info.reason if info else ""
                     if state != w.last_state and state != "GONE":
                         where = f" on {info.nodelist}" if info and info.nodelist and state == "RUNNING" else ""
                         why = f" ({info.reason})" if info and info.reason and state == "PENDING" else ""
@@ -335,12 +342,36 @@ class SlurmLauncher:
                             cancel([j])
                         continue
                     done[j] = self._result(w, now)
+                self._queue_limit(watched, done, queued_s, now - last_poll)
+                last_poll = now
                 if len(done) < len(watched):
                     time.sleep(self.platform.slurm.poll_s)
         except BaseException:
             cancel([j for j in watched if j not in done])
             raise
         return done
+
+    def _queue_limit(self, watched: dict[str, _Watched], done: dict[str, LaunchResult],
+                     queued_s: dict[str, float], dt: float) -> None:
+        """Count each job's time in the queue (an array's: while none of its tasks runs, so tasks
+        waiting for their siblings' CPUs do not count) and cancel what is still pending past
+        platform.slurm.queue_limit_s."""
+        limit = self.platform.slurm.queue_limit_s
+        if limit is None:
+            return
+        for base in queued_s:
+            tasks = [w for j, w in watched.items() if j.split("_")[0] == base and j not in done]
+            pending = [w for w in tasks if w.last_state == "PENDING" and w.queue_cause is None]
+            if not pending or any(w.last_state in ACTIVE - {"PENDING"} for w in tasks):
+                continue
+            queued_s[base] += dt
+            if queued_s[base] <= limit:
+                continue
+            for w in pending:
+                w.queue_cause = (f"pending {queued_s[base]:.1f} s > platform.slurm.queue_limit_s={limit:g} "
+                                 f"(reason: {w.reason or 'none given'}); cancelled")
+                self._say(f"  {w.run.run_id}: slurm job {w.job_id} {w.queue_cause}")
+            cancel([w.job_id for w in pending])
 
     def _lose_contact(self, watched: dict[str, _Watched], done: dict[str, LaunchResult], error: str,
                       now: float) -> None:
@@ -358,45 +389,9 @@ class SlurmLauncher:
 
     def _result(self, w: _Watched, now: float) -> LaunchResult:
         info = final_state(w.job_id)
-        run = w.run
         if self.on_poll:
-            self.on_poll(run)
-        codes = rank_exit_codes(run)
-        missing = [r for r, c in codes.items() if c is None]
-        wall = now - (w.started if w.started is not None else w.submitted)
-        job = {"launcher": "slurm", "job_id": w.job_id, "state": info.state, "exit_code": info.exit_code,
-               "nodelist": info.nodelist or None, "partition": info.fields.get("Partition") or self.platform.slurm.partition,
-               "account": info.fields.get("Account") or self.platform.slurm.account,
-               "qos": info.fields.get("QOS") or self.platform.slurm.qos}
-        if "_" in w.job_id:
-            job["array_job_id"], job["array_task_id"] = w.job_id.split("_", 1)
-        self._say(f"  {run.run_id}: slurm job {w.job_id} ended {info.state}"
+            self.on_poll(w.run)
+        self._say(f"  {w.run.run_id}: slurm job {w.job_id} ended {info.state}"
                   + (f" (exit {info.exit_code})" if info.exit_code else ""))
-        out_file = self._output_file(w)
-        cause, cause_status = None, "error"
-        base = info.state.split()[0] if info.state else "UNKNOWN"
-        if w.timed_out:
-            cause = (f"exceeded measure.timeout_s={run.timeout_s:g} s; the harness cancelled slurm job "
-                     f"{w.job_id}; ranks {missing} did not finish")
-        elif base == "TIMEOUT":
-            w.timed_out = True
-            cause = f"slurm job {w.job_id} reached its time limit (--time); ranks {missing} did not finish"
-        elif base in EXTERNAL_ENDS:
-            cause = f"slurm job {w.job_id} {EXTERNAL_ENDS[base]} ({info.state}"
-            cause += f", reason {info.reason})" if info.reason and info.reason != "None" else ")"
-            cause_status = "oom" if base == "OUT_OF_MEMORY" else "error"
-        elif len(missing) == len(codes) and base != "COMPLETED":
-            tail = _tail(out_file) if out_file else ""
-            cause = (f"slurm job {w.job_id} ended {info.state} (exit {info.exit_code}) before any rank "
-                     f"reported; {out_file}" + (f": {tail}" if tail else ""))
-        return LaunchResult(exit_codes=codes, timed_out=w.timed_out, wall_s=wall,
-                            killed_ranks=missing if (cause or w.timed_out) else [],
-                            cause=cause, cause_status=cause_status, job=job)
-
-    def _output_file(self, w: _Watched) -> Optional[Path]:
-        if "_" in w.job_id:
-            base, task = w.job_id.split("_", 1)
-            path = self.out_dir / "slurm" / f"array-{base}_{task}.out"
-        else:
-            path = w.run.run_dir / f"slurm-{w.job_id}.out"
-        return path if path.exists() else None
+        return job_result(w.run, w.job_id, info, self.platform.slurm, output_file(w.run, self.out_dir, w.job_id),
+                          now - (w.started if w.started is not None else w.submitted), w.timed_out, w.queue_cause)

@@ -3,8 +3,8 @@
 - GridSearch proposes every candidate once, in the order given (the tuner orders them by the
   performance model's predicted throughput, best first, so an interrupted grid has already run the
   likeliest winners).
-- BayesSearch is Optuna's TPE sampler (seeded) over the step's parameters as categorical
-  dimensions. The tuner first spends half the budget on the performance model's best predictions
+- BayesSearch is Optuna's TPE sampler (seeded, with the constant liar so that proposals asked
+  together before any is measured differ) over the step's parameters as categorical dimensions. The tuner first spends half the budget on the performance model's best predictions
   (re-predicted after each trial) and tells TPE their results; TPE proposes the rest. A
   proposal that is not a candidate (excluded as predicted out of memory) is told to Optuna as
   infeasible (value 0) without running; one already measured is told its measured value again.
@@ -41,7 +41,11 @@ def choose(tune: TuneConfig, num_candidates: int) -> tuple[SearchStrategy, int]:
 class GridSearch:
     def __init__(self, ordered: list[Candidate]):
         self.queue = list(ordered)
-        self.seen: dict[str, float] = {}
+        self.seen: dict[str, Optional[float]] = {}
+
+    def reserve(self, cand: Candidate) -> None:
+        """Never propose it: it is being measured elsewhere (its value comes through observe)."""
+        self.seen.setdefault(cand.key, None)
 
     def propose(self) -> Optional[Candidate]:
         while self.queue:
@@ -66,10 +70,16 @@ class BayesSearch:
         self.by_params = {self._key(c.params): c for c in candidates}
         self.excluded = {self._key(c.params) for c in excluded}
         self.seen: dict[tuple, float] = {}
-        # one random start at most: the tuner's model-first trials (told through observe) come first
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=1)
+        # one random start at most: the tuner's model-first trials (told through observe) come first;
+        # constant liar: proposals asked together (a Slurm job array) avoid each other
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=1, constant_liar=True)
         self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self.pending: dict[tuple, object] = {}
+        self.reserved: set[tuple] = set()
+
+    def reserve(self, cand: Candidate) -> None:
+        """Never propose it: it is being measured elsewhere (its value comes through observe)."""
+        self.reserved.add(self._key(cand.params))
 
     def _key(self, params: tuple) -> tuple:
         d = dict(params)
@@ -79,6 +89,9 @@ class BayesSearch:
         return tuple((n, trial.suggest_categorical(n, self.dists[n].choices)) for n in self.names)
 
     def propose(self) -> Optional[Candidate]:
+        """The next point; called several times before observing (a batch), never the same twice."""
+        import optuna
+
         for _ in range(MAX_REDUNDANT_ASKS):
             trial = self.study.ask()
             params = self._params(trial)
@@ -86,6 +99,8 @@ class BayesSearch:
                 self.study.tell(trial, 0.0)
             elif params in self.seen:
                 self.study.tell(trial, self.seen[params])
+            elif params in self.pending or params in self.reserved:  # proposed already, not measured yet
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 self.pending[params] = trial
                 return self.by_params[params]

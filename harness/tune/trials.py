@@ -1,5 +1,6 @@
 """Trials as ordinary runs: each trial is planned, launched and recorded exactly like a `bench`
-run, in OUT/step<N>/ (records beside runs/). A tune that is started again with the same OUT reuses
+run, in OUT/step<N>/ (records beside runs/); trials launched together are launched like a `bench -m`
+sweep (under Slurm: one job array). A tune that is started again with the same OUT reuses
 every trial whose record is there (matched on the trial's overrides) and starts afresh any run an
 interruption left without a record."""
 from __future__ import annotations
@@ -58,6 +59,17 @@ class Trial:
         return asdict(self)
 
 
+@dataclass
+class TrialSpec:
+    """A trial to run, or to reuse when an earlier tune left its record."""
+    step: int
+    label: str
+    params: dict[str, Any]
+    overrides: list[str]
+    role: str = "search"
+    prediction: Optional[dict[str, Any]] = None
+
+
 class TrialRunner:
     """Runs trials into OUT/step<N>/ and finds the records an earlier tune left there."""
 
@@ -87,21 +99,34 @@ class TrialRunner:
 
     def run(self, step: int, name: str, overrides: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """Launch one trial as an ordinary run; its records (path relative to OUT, record)."""
+        return self.run_many(step, [(name, overrides)])[0]
+
+    def run_many(self, step: int, trials: list[tuple[str, list[str]]]) -> list[list[tuple[str, dict[str, Any]]]]:
+        """Launch trials (name, overrides) together, as bench launches a sweep: under Slurm one job
+        array (bench.array_groups), locally one after the other. Each trial's records, in order."""
         from ..bench import execute, plan_runs, prepare_container
 
         folder = self.step_dir(step)
-        cfg = self.compose(overrides)
         index = len(list((folder / "runs").iterdir())) if (folder / "runs").is_dir() else 0
-        planned = plan_runs(cfg, name, index, overrides, folder)
+        planned, ids = [], []
+        for name, overrides in trials:
+            mine = plan_runs(self.compose(overrides), name, index, overrides, folder)
+            index += len(mine)
+            planned += mine
+            ids.append([i for p in mine for i in p.run.record_ids()])
         for p in planned:
             if p.run.run_dir.exists():  # an interrupted attempt: no record, start afresh
                 shutil.rmtree(p.run.run_dir)
         prepare_container(planned, dry_run=False)
         folder.mkdir(parents=True, exist_ok=True)
-        records = execute(planned, folder)
-        if not records:
-            raise HarnessError(f"trial {name} produced no record")
-        return [(str((folder / f"{r.run_id}.json").relative_to(self.out)), r.to_dict()) for r in records]
+        records = {r.run_id: r for r in execute(planned, folder, multirun=True)}
+        out = []
+        for (name, _), mine in zip(trials, ids):
+            if not any(i in records for i in mine):
+                raise HarnessError(f"trial {name} produced no record")
+            out.append([(str((folder / f"{i}.json").relative_to(self.out)), records[i].to_dict())
+                        for i in mine if i in records])
+        return out
 
 
 def repo_relative(path: Path) -> str:

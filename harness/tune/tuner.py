@@ -15,6 +15,15 @@ out of memory. Every trial is an ordinary run record under OUT/step<N>/; the def
 is measured first, and its losses are the reference of the loss-parity check every trial gets.
 Running the same command with the same OUT resumes: finished trials are reused, not rerun.
 Outputs in OUT: tune.json (every trial), report.md, best/ (suite preset, DeepSpeed JSON).
+
+Under Slurm (platform.launcher=slurm) trials that do not depend on each other's results are
+launched together as one job array, so a step waits in the queue once rather than once a trial:
+the default configuration alone first (every later step needs it); then per step, its fixed trial
+(step 1's default-environment sweep, step 2's default+NCCL run) with the search's first batch. A
+grid step's batch is its whole budget (one array). A Bayesian step has two: the model's best
+predictions (half the budget, the anchor among them, predicted once rather than after each trial)
+and then the rest of the budget as TPE proposals asked at once (constant liar). Locally trials run
+one at a time as before, the model re-predicting after each.
 """
 from __future__ import annotations
 
@@ -24,13 +33,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import REPO_ROOT, BenchConfig, Device, SearchStrategy, compose, to_dict
+from ..config import REPO_ROOT, BenchConfig, Device, LauncherKind, SearchStrategy, compose, to_dict
 from ..errors import HarnessError
 from ..plan import safe_name
 from ..record import write_json_atomic
 from . import parity, search, space
 from .space import Candidate
-from .trials import Trial, TrialRunner, trial_key
+from .trials import Trial, TrialRunner, TrialSpec, trial_key
 
 STATE_FILE = "tune.json"
 
@@ -73,25 +82,45 @@ class Tuner:
         self.calibration_records: list[dict[str, Any]] = []
         self.references: Optional[list] = None
 
-    # ---- running and judging one trial -------------------------------------------------------
+    # ---- running and judging trials ----------------------------------------------------------
+    @property
+    def batched(self) -> bool:
+        """Under Slurm, trials that do not wait for each other's results are launched together."""
+        return self.cfg.platform.launcher == LauncherKind.slurm
+
     def trial(self, step: int, label: str, params: dict[str, Any], overrides: list[str], *,
               role: str = "search", prediction: Optional[dict[str, Any]] = None) -> Trial:
-        done = self.runner.existing(step).get(trial_key(overrides))
-        reused = bool(done)
-        if not done:
-            print(f"\n[tune step {step}] {label}" + (f" ({role})" if role != "search" else "")
-                  + (f": predicted {_pred_text(prediction)}" if prediction else ""), flush=True)
-            done = self.runner.run(step, label, overrides)
+        return self.run_trials([TrialSpec(step, label, params, overrides, role, prediction)])[0]
+
+    def run_trials(self, specs: list[TrialSpec]) -> list[Trial]:
+        """Each trial (all of one step) judged: reused when its record is there, the others launched
+        together (under Slurm one job array)."""
+        step = specs[0].step
+        existing = self.runner.existing(step)
+        done = {i: existing.get(trial_key(sp.overrides)) for i, sp in enumerate(specs)}
+        fresh = [i for i, d in done.items() if not d]
+        for i in fresh:
+            sp = specs[i]
+            print(f"\n[tune step {step}] {sp.label}" + (f" ({sp.role})" if sp.role != "search" else "")
+                  + (f": predicted {_pred_text(sp.prediction)}" if sp.prediction else ""), flush=True)
+        if len(fresh) > 1:
+            print(f"[tune step {step}] {len(fresh)} trials launched together"
+                  + (" (one Slurm job array)" if self.batched else ""), flush=True)
+        if fresh:
+            done.update(zip(fresh, self.runner.run_many(step, [(specs[i].label, specs[i].overrides) for i in fresh])))
+        return [self._judge(sp, done[i], reused=i not in fresh) for i, sp in enumerate(specs)]
+
+    def _judge(self, sp: TrialSpec, done: list[tuple[str, dict[str, Any]]], reused: bool) -> Trial:
         main = pick_record(done)
         rec = main[1]
         value_of = samples_per_s if rec["kind"] == "training" else allreduce_busbw
-        t = Trial(step=step, label=label, params=params, overrides=overrides, status=rec["status"],
-                  value=value_of(rec), unit="GB/s" if step == 1 else "samples/s", reason=rec.get("reason"),
-                  records=[p for p, _ in done], reused=reused, role=role, prediction=prediction,
+        t = Trial(step=sp.step, label=sp.label, params=sp.params, overrides=sp.overrides, status=rec["status"],
+                  value=value_of(rec), unit="GB/s" if sp.step == 1 else "samples/s", reason=rec.get("reason"),
+                  records=[p for p, _ in done], reused=reused, role=sp.role, prediction=sp.prediction,
                   wall_s=float(rec.get("wall_s") or 0.0))
         if rec["kind"] == "training":
             self.calibration_records.append(rec)
-            if role == "default":  # the reference of every other training trial's losses
+            if sp.role == "default":  # the reference of every other training trial's losses
                 self.baseline_record = rec
             elif self.baseline_record is not None and self.baseline_record["status"] == "ok":
                 t.parity = parity.check(rec, self.baseline_record, self.tolerance).to_dict()
@@ -99,7 +128,7 @@ class Tuner:
             self.calibration_records.extend(r for _, r in done)
         verb = "reused" if reused else "measured"
         shown = f"{t.value:.3f} {t.unit}" if t.value is not None else f"{t.status}: {t.reason}"
-        print(f"  [tune step {step}] {label}: {verb} {shown}"
+        print(f"  [tune step {sp.step}] {sp.label}: {verb} {shown}"
               + (f"; loss parity {parity_text(t.parity)}" if t.parity else ""), flush=True)
         return t
 
@@ -139,11 +168,22 @@ class Tuner:
         return out
 
     def search_step(self, result: StepResult, candidates: list[Candidate], base: list[str],
-                    known: dict[str, Trial], model: bool = True, anchor=None) -> None:
+                    known: dict[str, Trial | TrialSpec], model: bool = True, anchor=None,
+                    lead: Optional[list[TrialSpec]] = None) -> list[Trial]:
         """Predict, exclude predicted OOM, order, then search within the budget. `known` maps a
-        candidate key to a trial already measured elsewhere (the start point). model=False (step 1:
-        collective sweeps, which the training model does not describe): no prediction, no skipping,
-        the space's own order."""
+        candidate key to a trial measured elsewhere (the start point), or to one of `lead`: trials the
+        step runs whatever the search does, with its first batch (under Slurm: in its first job
+        array; locally: first, before the predictions). Returns the lead's trials, which go first in
+        result.trials. model=False (step 1: collective sweeps, which the training model does not
+        describe): no prediction, no skipping, the space's own order."""
+        lead = list(lead or [])
+        lead_at, lead_trials = len(result.trials), []
+        if lead and not self.batched:
+            lead_trials = self.run_trials(lead)
+            result.trials.extend(lead_trials)
+            known = {k: _measured(v, lead, lead_trials) for k, v in known.items()}
+            lead = []
+            self.save()
         preds = (self.predictions([base + list(c.overrides) for c in candidates]) if model
                  else [None] * len(candidates))
         pred_of = {c.key: p for c, p in zip(candidates, preds)}
@@ -158,23 +198,27 @@ class Tuner:
                                               f"> {p['memory']['capacity_gib']:.1f} GiB"))
         if not fits:
             result.note = "every configuration is predicted to run out of memory"
-            return
+            strategy, budget = None, 0  # the lead still runs
+        else:
+            strategy, budget = search.choose(self.tune, len(fits))
+            result.strategy, result.budget = strategy.value, budget
         ordered = by_prediction(fits, pred_of)
-        first = anchor([c for c in fits if c.key not in known]) if anchor is not None else None
+        first = anchor([c for c in fits if c.key not in known]) if anchor is not None and fits else None
         if first is not None:  # measured first: it calibrates the model where it knows least
             ordered = [first] + [c for c in ordered if c is not first]
-        strategy, budget = search.choose(self.tune, len(fits))
-        result.strategy, result.budget = strategy.value, budget
-        engine = search.make(strategy, fits, excluded, ordered, self.tune.seed)
+        engine = search.make(strategy, fits, excluded, ordered, self.tune.seed) if fits else None
         # Bayes: the first half of the budget goes to the model's best prediction at that moment
-        # (re-predicted after every trial, the model recalibrated on it), the rest to TPE
-        model_first = max(2, budget // 2) if strategy == SearchStrategy.bayes and model else 0
+        # (re-predicted after every trial, or once per batch under Slurm), the rest to TPE
+        model_first = max(2, budget // 2) if fits and strategy == SearchStrategy.bayes and model else 0
         seen: set[str] = set()
         used = 0
         for c in fits:  # the start point is part of the space: it counts, it is not rerun
             if c.key in known:
                 t = known[c.key]
-                engine.observe(c, t.score)
+                if isinstance(t, Trial):
+                    engine.observe(c, t.score)
+                else:  # measured with the first batch
+                    engine.reserve(c)
                 seen.add(c.key)
                 used += 1
         existing = self.runner.existing(result.step)
@@ -187,28 +231,41 @@ class Tuner:
                 seen.add(c.key)
                 used += 1
                 self.save()
-        while used < budget:
-            if model_first > 0:
-                model_first -= 1
-                left = [c for c in fits if c.key not in seen]
+        while used < budget or lead:
+            room = budget - used if self.batched else min(1, budget - used)
+            picks: list[Candidate] = []
+            if room and model_first > 0:
+                n = min(room, model_first)
+                model_first -= n
                 if first is not None and first.key not in seen:
-                    c = first
-                elif left:
+                    picks.append(first)
+                left = [c for c in fits if c.key not in seen and c not in picks]
+                if len(picks) < n and left:
                     fresh = self.predictions([base + list(x.overrides) for x in left])
                     pred_of.update({x.key: p for x, p in zip(left, fresh)})
-                    c = by_prediction(left, pred_of)[0]
-                else:
-                    break
-            else:
-                c = engine.propose()
-            if c is None:
+                    picks += by_prediction(left, pred_of)[:n - len(picks)]
+            elif room:
+                while len(picks) < room and (c := engine.propose()) is not None:
+                    picks.append(c)
+            if not picks and not lead:
                 break
-            t = self.trial(result.step, c.label(), c.as_dict(), base + list(c.overrides), prediction=pred_of[c.key])
-            result.trials.append(t)
-            engine.observe(c, t.score)
-            seen.add(c.key)
-            used += 1
+            specs = lead + [TrialSpec(result.step, c.label(), c.as_dict(), base + list(c.overrides),
+                                      prediction=pred_of[c.key]) for c in picks]
+            trials = self.run_trials(specs)
+            if lead:
+                lead_trials = trials[:len(lead)]
+                result.trials[lead_at:lead_at] = lead_trials
+                for c in fits:  # known points that a lead trial measured
+                    if isinstance(known.get(c.key), TrialSpec):
+                        engine.observe(c, _measured(known[c.key], lead, lead_trials).score)
+                lead = []
+            for c, t in zip(picks, trials[len(trials) - len(picks):]):
+                result.trials.append(t)
+                engine.observe(c, t.score)
+                seen.add(c.key)
+                used += 1
             self.save()
+        return lead_trials
 
     # ---- the three steps ---------------------------------------------------------------------
     def step1(self) -> list[str]:
@@ -223,18 +280,19 @@ class Tuner:
                  "collective.step_factor=2", f"collective.iters={self.tune.collective_iters}",
                  f"collective.warmup_iters={max(1, self.tune.collective_iters // 4)}", "collective.check=false",
                  f"collective.dtype={'float32' if self.cfg.workload.precision.value == 'fp32' else 'bfloat16'}"]
-        default = self.trial(1, "default-env", {}, sweep + ["collective.ops=[all_reduce,all_gather,reduce_scatter]"],
-                             role="default")
-        result.trials.append(default)
-        result.start = default
-        self.save()
+        spec = TrialSpec(1, "default-env", {}, sweep + ["collective.ops=[all_reduce,all_gather,reduce_scatter]"],
+                         role="default")
         if self.cfg.platform.device == Device.cpu:
+            default = self.run_trials([spec])[0]
+            result.trials.append(default)
+            result.start = result.best = default
             result.note = ("the cpu platform's ranks talk over gloo, which no NCCL variable affects: step 1 "
                            "measured the collectives' curves for the performance model and tried nothing")
-            result.best = default
             return []
         candidates = space.nccl_candidates(self.cfg)
-        self.search_step(result, candidates, sweep + ["collective.ops=[all_reduce]"], {}, model=False)
+        default = self.search_step(result, candidates, sweep + ["collective.ops=[all_reduce]"], {}, model=False,
+                                   lead=[spec])[0]
+        result.start = default
         result.best = self.best_of(result.trials) or default
         if result.best is default:
             return []
@@ -244,16 +302,15 @@ class Tuner:
         result = StepResult(2, "micro-batch x gradient accumulation (C fixed) x ZeRO stage")
         self.steps.append(result)
         base = [*self.base, *nccl]
-        start = self.baseline
-        if nccl:
-            start = self.trial(2, "default+nccl", {}, base, role="default+nccl")
-            result.trials.append(start)
-        result.start = start
+        # with step 1's NCCL variables the default configuration is measured again, with the search
+        lead = [TrialSpec(2, "default+nccl", {}, base, role="default+nccl")] if nccl else []
         w = self.cfg.workload
         here = ("stage", self.cfg.zero.stage), ("micro_batch_size", w.micro_batch_size), ("grad_acc_steps", w.grad_acc_steps)
         candidates = space.batch_candidates(self.cfg)
-        known = {c.key: start for c in candidates if c.params == here}
-        self.search_step(result, candidates, base, known, anchor=self.anchor_micro_batch)
+        known = {c.key: lead[0] if lead else self.baseline for c in candidates if c.params == here}
+        measured = self.search_step(result, candidates, base, known, anchor=self.anchor_micro_batch, lead=lead)
+        start = measured[0] if lead else self.baseline
+        result.start = start
         result.best = self.best_of(result.trials + [start]) or start
         return result.best
 
@@ -300,6 +357,11 @@ class Tuner:
             best = self.step3(best, best_overrides)
             self.save()
         return best
+
+
+def _measured(t: Trial | TrialSpec, specs: list[TrialSpec], trials: list[Trial]) -> Trial | TrialSpec:
+    """The trial that measured `t`, when `t` is one of these specs (the same object)."""
+    return next((done for sp, done in zip(specs, trials) if sp is t), t)
 
 
 def by_prediction(cands: list[Candidate], pred_of: dict[str, Optional[dict[str, Any]]]) -> list[Candidate]:

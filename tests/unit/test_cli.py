@@ -81,7 +81,7 @@ def test_unknown_command_exits_2_and_names_the_valid_ones(cli):
     r = cli["unknown"]
     assert r.rc == 2
     assert "unknown command 'frobnicate'" in r.stderr
-    assert "bench, plan, validate" in r.stderr
+    assert "bench, collect, plan, validate" in r.stderr
 
 
 def test_bad_group_option_exits_2_with_the_valid_options_and_no_traceback(cli):

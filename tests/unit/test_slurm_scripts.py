@@ -126,7 +126,7 @@ def test_bad_slurm_and_container_values_are_refused_by_name(override, field):
 
 
 def test_a_job_gets_the_run_timeout_plus_the_startup_allowance_in_whole_minutes(composed):
-    from harness.slurm import time_limit
+    from harness.slurm_script import time_limit
 
     cfg = composed(["platform=roce-h100"])
     run = type("R", (), {"timeout_s": 900.0})()

@@ -3,7 +3,6 @@ loss parity, and a whole tune over a fake runner (resume, OOM skipping, outputs)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -168,7 +167,13 @@ class FakeWorld:
 
     def __init__(self, oom_mb=8):
         self.launched: list[list[str]] = []
+        self.batches: list[tuple[int, list[str]]] = []
+        """(step, trial labels) of every launch: trials launched together are one batch."""
         self.oom_mb = oom_mb
+
+    def run_many(self, runner, step, trials):
+        self.batches.append((step, [name for name, _ in trials]))
+        return [self.run(runner, step, name, ov) for name, ov in trials]
 
     def value(self, cfg):
         z = cfg.zero
@@ -210,7 +215,7 @@ def fake_tune(monkeypatch, tmp_path):
     from harness.tune import trials, tuner
 
     world = FakeWorld()
-    monkeypatch.setattr(trials.TrialRunner, "run", lambda self, step, name, ov: world.run(self, step, name, ov))
+    monkeypatch.setattr(trials.TrialRunner, "run_many", lambda self, step, specs: world.run_many(self, step, specs))
 
     def predictions(self, overrides_of):  # a model that knows memory grows with the micro-batch
         out = []
@@ -226,7 +231,7 @@ def fake_tune(monkeypatch, tmp_path):
 
 
 def _run_tune(out, *extra):
-    from harness.tune import cli
+    from harness.tune.command import cli
 
     return cli(["tune.install_preset=false", f"out={out}", *extra])
 
@@ -273,7 +278,8 @@ def test_interrupted_tune_resumes_where_it_stopped(fake_tune, monkeypatch):
         return real(runner, step, name, ov)
 
     from harness.tune import trials
-    monkeypatch.setattr(trials.TrialRunner, "run", lambda self, s, n, ov: dies_on_third(self, s, n, ov))
+    monkeypatch.setattr(trials.TrialRunner, "run_many",
+                        lambda self, s, specs: [dies_on_third(self, s, n, ov) for n, ov in specs])
     with pytest.raises(KeyboardInterrupt):
         _run_tune(out, "tune.strategy=grid", "tune.steps=[2]")
     done_before = list(world.launched)
@@ -346,3 +352,58 @@ def test_bayes_spends_half_its_budget_on_the_models_fresh_best(fake_tune):
     assert ran[0] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}  # the anchor
     assert ran[1] == {"stage": 2, "micro_batch_size": 4, "grad_acc_steps": 2}  # best predicted not yet run
     assert len(ran) == 3  # + the default configuration = the budget of 4
+
+
+# ---- under Slurm: a step's trials launched together (one job array) ----------------------------
+def _launched_keys(world):
+    return [tuple(sorted(ov)) for ov in world.launched]
+
+
+def test_under_slurm_each_grid_step_is_one_launch_and_finds_what_the_local_tune_finds(fake_tune, tmp_path,
+                                                                                      monkeypatch):
+    world, out = fake_tune
+    assert _run_tune(out, "platform.launcher=slurm", "tune.strategy=grid", "tune.steps=[2,3]") == 0
+    steps = [step for step, _ in world.batches]
+    assert steps == [2, 2, 3], world.batches  # the default alone, then one launch per step
+    state = json.loads((out / "tune.json").read_text())
+    s2, s3 = state["steps"]
+    ran2 = [t["label"] for t in s2["trials"] if t["status"] != "skipped" and t["role"] == "search"]
+    assert world.batches[1][1] == ran2 and len(ran2) == s2["budget"] - 1  # the default point is known
+    assert world.batches[2][1] == [t["label"] for t in s3["trials"] if t["status"] != "skipped"]
+    assert len(set(_launched_keys(world))) == len(world.launched)  # nothing launched twice
+    local = FakeWorld()
+    from harness.tune import trials
+    monkeypatch.setattr(trials.TrialRunner, "run_many", lambda self, step, specs: local.run_many(self, step, specs))
+    assert _run_tune(tmp_path / "local", "tune.strategy=grid", "tune.steps=[2,3]") == 0
+    here = json.loads((tmp_path / "local" / "tune.json").read_text())
+    assert [s["best"] for s in here["steps"]] == [s2["best"], s3["best"]]
+    assert len(local.batches) == len(local.launched)  # locally one trial at a time
+
+
+def test_under_slurm_bayes_asks_the_model_then_tpe_each_once_per_step(fake_tune):
+    world, out = fake_tune
+    assert _run_tune(out, "platform.launcher=slurm", "tune.strategy=bayes", "tune.budget=5", "tune.steps=[2]") == 0
+    assert [len(labels) for _, labels in world.batches] == [1, 2, 2]  # default; model's half; TPE's rest
+    state = json.loads((out / "tune.json").read_text())
+    ran = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"]
+    assert ran[0]["params"] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}  # the anchor, first
+    assert len(ran) == 4 and len({t["label"] for t in ran}) == 4  # + the default = the budget, none twice
+    assert len(set(_launched_keys(world))) == len(world.launched)
+
+
+def test_under_slurm_fixed_trials_join_the_steps_launch(fake_tune):
+    world, out = fake_tune
+    world.oom_mb = 10**6
+    assert _run_tune(out, "platform=roce-h100", "platform.nodes=1", "platform.launcher=slurm", "tune.steps=[1,2]",
+                     "tune.strategy=grid", "tune.stages=[1]", "tune.micro_batch_sizes=[2,4]") == 0
+    assert [(step, len(labels)) for step, labels in world.batches] == [(2, 1), (1, 7), (2, 2)]
+    assert world.batches[1][1][0] == "default-env" and world.batches[2][1][0] == "default+nccl"
+    state = json.loads((out / "tune.json").read_text())
+    s1, s2 = state["steps"]
+    assert s1["start"] == "default-env" and s1["trials"][0]["label"] == "default-env"
+    assert s2["start"] == "default+nccl" and s2["trials"][0]["role"] == "default+nccl"
+    # the default split with step 1's variables is the start point: measured once, never searched again
+    assert [t["params"] for t in s2["trials"] if t["role"] == "search"] == [
+        {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}]
+    best = next(t for t in s1["trials"] if t["label"] == s1["best"])
+    assert best["params"] == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}

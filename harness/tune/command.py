@@ -1,0 +1,27 @@
+"""`python -m harness tune`: the command line of the tuning method (harness/tune/tuner.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cli(args: list[str]) -> int:
+    from ..config import compose
+    from ..errors import HarnessError
+    from .report import write_outputs
+    from .tuner import Tuner, check_resume, default_out
+
+    if any(a in ("-m", "--multirun", "--dry-run") for a in args):
+        raise HarnessError("tune runs its own search: -m/--multirun and --dry-run do not apply")
+    first = compose(args)
+    out = Path(first.out).resolve() if first.out else default_out(first)
+    tuner = Tuner(args, out, first)
+    check_resume(out, tuner.cfg, tuner.base)
+    out.mkdir(parents=True, exist_ok=True)
+    best = tuner.run()
+    tuner.save()
+    paths = write_outputs(tuner, best, install=tuner.tune.install_preset)
+    print(f"\nbest: {best.label}: {best.value:.4g} samples/s, {best.value / tuner.baseline.value:.2f}x the default "
+          f"({tuner.baseline.value:.4g} samples/s)\noverrides: {' '.join(best.overrides)}")
+    for what, path in paths.items():
+        print(f"{what}: {path}")
+    return 0
