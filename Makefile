@@ -12,8 +12,10 @@
 # --no-deps (every download must match a sha256 of the lock; the lock is the
 # complete closure) and a constraints file that pins torch, so no later
 # resolution step can swap in the multi-GB CUDA build of torch.  DeepSpeed is
-# installed with DS_BUILD_OPS=0: its CPU ops are JIT-compiled on first use into
-# TORCH_EXTENSIONS_DIR and reused afterwards.
+# installed with DS_BUILD_OPS=0; then the ops the suite's runs load (on the cpu
+# accelerator: shm_comm, ~1 min on 2 cores) are built once, into
+# $(VENV)/deepspeed-ops/ (python -m benchmarks.ops build; up to date: 0.1 s).
+# Runs load them directly and never JIT-build or wait on torch's lock file.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -32,6 +34,7 @@ RESULTS ?=
 NODES ?= 2
 LINK ?= 1gbit
 CLUSTER ?= default
+export SUITE_CLUSTER := $(CLUSTER)
 # Optional extra index for torch only, e.g. https://download.pytorch.org/whl/cpu
 # on a CPU-only host whose pip has no local CPU wheel (empty: pip's defaults).
 TORCH_INDEX_URL ?=
@@ -46,7 +49,9 @@ STAMP := $(VENV)/.installed
 # Single source of truth for the torch pin: the lock.
 TORCH_VERSION := $(shell sed -n 's/^torch==\([^ ;]*\).*/\1/p' $(LOCK) 2>/dev/null)
 
-# DeepSpeed's JIT-built CPU ops (cpu_adam, shm_comm, ...) compile once here.
+# torch's JIT extension cache for the ranks.  The suite's runs JIT-build nothing
+# (DeepSpeed's ops come from $(VENV)/deepspeed-ops/, see venv); the harness removes
+# lock files left here by killed processes before it launches (harness/preflight.py).
 TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 export TORCH_EXTENSIONS_DIR
 
@@ -60,7 +65,8 @@ SHELL := bash
 
 help:
 	@echo "Targets:"
-	@echo "  venv       create $(VENV) and install requirements.lock (torch $(TORCH_VERSION) first)"
+	@echo "  venv       create $(VENV), install requirements.lock (torch $(TORCH_VERSION) first), build DeepSpeed's ops once"
+	@echo "             (python -m benchmarks.ops build [--all]; runs never JIT-build them)"
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [platform.launcher=\$$LAUNCHER] [out=\$$OUT] \$$ARGS"
 	@echo "             (ARGS=--dry-run writes the Slurm batch scripts / rank commands and launches nothing)"
 	@echo "  tune       three-step tuning: $(PY) -m harness tune platform=\$$PLATFORM [workload=\$$WORKLOAD] [out=\$$OUT] \$$ARGS"
@@ -118,7 +124,11 @@ $(STAMP): $(LOCK) pyproject.toml
 	PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) DS_BUILD_OPS=0 $(PY) -m pip install --require-hashes --no-deps -r $(LOCK)
 	touch $@
 
+# DeepSpeed's ops for this venv (benchmarks/ops.py): built when missing or built
+# for other torch/deepspeed versions, else nothing to do (0.1 s).  No stamp: the
+# op folder's own manifests say what is built.
 venv: $(STAMP)
+	$(PY) -m benchmarks.ops build
 
 # DS_ACCELERATOR is cleared: the harness sets it per platform.
 bench: venv

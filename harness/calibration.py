@@ -22,6 +22,16 @@ Sources, best first, each named in the Calibration's source strings:
   ZeRO-3's overhead itself, harness/model_params.py); on the cpu platform a stage's own entries
   are preferred (gloo's synchronous ZeRO-3 bookkeeping is part of its measured compute).
 - otherwise DEFAULT_EFFICIENCY, labelled uncalibrated.
+
+With `compute_records` (the command line's --compute-records), the efficiency comes from those
+training records only, which may be of ANOTHER platform: one that ran on the same machine (same
+device kind, same device model, on CPU the same number of usable cores: record_machine) as the
+records of cfg's own platform in `records` show, with the same number of ranks, workload, sequence
+length and precision, in profile mode. Their profile-mode compute_s is computation only, so the
+FLOPs it executed over cfg's declared peak transfers the achieved FLOP/s, not the other platform's
+declared peak; the busbw curves still come from cfg's own platform (e.g. single-node runs of the
+emulated cluster's machine for the computation, the cluster's collective sweep for the network).
+The source names the platform(s), the machine and the runs. Nothing qualifying is an error.
 Pure, except load_records (reads files).
 """
 from __future__ import annotations
@@ -198,20 +208,36 @@ def _variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool
     return dataclasses.replace(cfg, workload=w, zero=zero_from_knobs(stage, knobs))
 
 
-def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve],
-                       params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
-    from .perfmodel import efficiency_for_step_time, executed_flops_per_step
-
+def _record_variant(rec: dict[str, Any], cfg: BenchConfig) -> BenchConfig:
     w = rec["config"]["workload"]
     mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(rec["config"]["zero"]["stage"])
-    variant = _variant(cfg, mb, ga, stage, bool(w.get("activation_checkpointing", False)), rec["config"]["zero"])
+    return _variant(cfg, mb, ga, stage, bool(w.get("activation_checkpointing", False)), rec["config"]["zero"])
+
+
+def _profile_efficiency(rec: dict[str, Any], cfg: BenchConfig) -> Optional[float]:
+    """FLOPs executed per rank per optimizer step / (median profile-mode compute_s of a step x
+    cfg's declared peak); None without profile micro-steps."""
+    from .perfmodel import executed_flops_per_step
+
+    variant = _record_variant(rec, cfg)
     profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.get("microsteps") or [] if step]
-    if profiled and statistics.median(profiled) > 0:
-        peak = variant.platform.peak_tflops[variant.workload.precision.value] * 1e12
-        return executed_flops_per_step(variant) / (statistics.median(profiled) * peak), "profile"
+    if not profiled or statistics.median(profiled) <= 0:
+        return None
+    peak = variant.platform.peak_tflops[variant.workload.precision.value] * 1e12
+    return executed_flops_per_step(variant) / (statistics.median(profiled) * peak)
+
+
+def _record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve],
+                       params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
+    from .perfmodel import efficiency_for_step_time
+
+    eff = _profile_efficiency(rec, cfg)
+    if eff is not None:
+        return eff, "profile"
     step = (rec.get("metrics") or {}).get("step_time_s", {}).get("value")
     if not step:
         return None
+    variant = _record_variant(rec, cfg)
     eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step), params)
     return (eff, "throughput") if eff is not None else None
 
@@ -232,11 +258,16 @@ def _by_mb(values: list[tuple[int, int, float]], stage: int, prefer_stage: bool 
 
 
 def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optional[list] = None,
-              params: ModelParams = PARAMS) -> Calibration:
+              params: ModelParams = PARAMS, compute_records: Optional[list[dict[str, Any]]] = None) -> Calibration:
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
     ignored) and, when no training record qualifies, from `references` (harness.references.Reference
-    list, e.g. load_references()); see the module docstring."""
+    list, e.g. load_references()); with compute_records, the efficiency from those alone (another
+    platform of the same machine allowed: calibrate_on_machine); see the module docstring."""
     curves = busbw_curves(records, cfg)
+    if compute_records is not None:
+        from .compute_calibration import calibrate_on_machine
+
+        return calibrate_on_machine(compute_records, records, cfg, curves)
     found: list[tuple[int, int, float]] = []
     modes: set[str] = set()
     for rec in records:

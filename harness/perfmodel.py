@@ -77,6 +77,10 @@ class Traffic:
     unhidden: str = ""
     """Which message can never overlap: 'first' (nothing to prefetch behind) or 'last' (the last
     bucket is produced when backward ends)."""
+    async_op: bool = False
+    """Issued with async_op=True and waited for later: on gloo one of the process group's worker
+    threads (ProcessGroupGloo Options.threads, 2) carries it while the rank's own thread computes,
+    so an overlappable one hides on CPU too (ZeRO-3's prefetched parameter gathers)."""
 
 
 def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
@@ -178,10 +182,13 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
         # trace cache") and fetches on demand: nothing prefetched behind computation
         bwd = [e for name, e in gathered if "embed_tokens" not in name][::-1]
         prefetched, how = False, "parameter gathers (on demand: checkpointing's recompute invalidates the prefetch trace)"
+    # parameter gathers: partition_parameters._dist_allgather_fn, async_op=True (waited for when the
+    # module needs them); gradient reduce-scatter: coalesced_collectives._torch_reduce_scatter_fn,
+    # async_op=False (a blocking call on gloo; overlap_comm's side stream exists only on GPU)
     out = [Traffic("all_gather", "forward", how, tuple(g * m for m in pack(fwd, prefetch or 1, True)),
-                   ga, prefetched, "first"),
+                   ga, prefetched, "first", async_op=True),
            Traffic("all_gather", "backward", how, tuple(g * m for m in pack(bwd, prefetch or 1, True)),
-                   ga, prefetched, "first"),
+                   ga, prefetched, "first", async_op=True),
            Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket",
                    tuple(g * m for m in pack(backward_order, bucket)), ga, overlap_comm(cfg), "last"),
            Traffic("all_reduce", "step", "gradient norm", (8,), 1, False)]
@@ -189,7 +196,8 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
         t = teacher_workload(w)
         tg = [e for _, e, _ in param_tensors(t) if e >= persist_t]
         out.insert(0, Traffic("all_gather", "teacher", "teacher parameter gathers (ZeRO-3 teacher)",
-                              tuple(dtype_bytes(t.precision) * m for m in pack(tg, prefetch or 1, True)), ga, True, "first"))
+                              tuple(dtype_bytes(t.precision) * m for m in pack(tg, prefetch or 1, True)), ga, True, "first",
+                              async_op=True))
     return [tr for tr in out if tr.sizes]
 
 
@@ -280,7 +288,11 @@ OVERLAP_RULE = (
     "with overlap_comm, gradient reductions in backward (the last bucket is only ready when backward ends). "
     "Never overlapped: reductions without overlap_comm (issued on the compute stream), ZeRO-1's balanced "
     "reduce-scatter windows (zero.gradient_collective=reduce_scatter: issued after backward), ZeRO-0's all-reduce, "
-    "the post-step all-gather and norm reductions. cpu/gloo: collectives are synchronous, nothing overlaps.")
+    "the post-step all-gather and norm reductions. cpu/gloo: there are no streams; a collective overlaps only when "
+    "DeepSpeed issues it with async_op=True and waits later, so that a gloo worker thread carries it while the rank "
+    "computes: ZeRO-3's prefetched parameter gathers (deepspeed/runtime/zero/partition_parameters.py "
+    "_dist_allgather_fn), by the same rule; every other collective (ZeRO-0/1/2 all-reduce and all-gather, ZeRO-3's "
+    "reduce-scatter, coalesced_collectives.py async_op=False) is a blocking call, exposed whole.")
 
 
 def overlap_summary(config: dict[str, Any]) -> str:
@@ -289,7 +301,10 @@ def overlap_summary(config: dict[str, Any]) -> str:
     if config["world_size"] == 1:
         return "no collectives"
     if config["device"] != "cuda":
-        return "none: gloo collectives are synchronous"
+        if stage == 3 and not config["activation_checkpointing"]:
+            return ("ZeRO-3's parameter gathers are issued async and carried by gloo's worker threads: prefetched behind "
+                    "each phase's compute (the first of each pass is exposed); the reduce-scatter and the rest block")
+        return "none: these gloo collectives are blocking calls"
     if stage == 0:
         return "none: ZeRO-0 all-reduces after backward"
     if stage in (1, 2):
@@ -332,11 +347,11 @@ def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS
     peak = cfg.platform.peak_tflops[cfg.workload.precision.value] * 1e12
     phase_s = {ph: fl / (peak * eff) for ph, fl in phase_flops(cfg).items()}
     compute = sum(phase_s.values()) * cfg.workload.grad_acc_steps
-    overlap_ok = cfg.platform.device == Device.cuda
+    cuda = cfg.platform.device == Device.cuda
     groups: dict[tuple[str, int], list[float]] = {}
     for tr, times, _ in timed:
         per_ms = groups.setdefault((tr.phase, tr.microsteps), [0.0, 0.0, 0.0])  # hidden-able, never, unhidden
-        if tr.overlappable and overlap_ok:
+        if tr.overlappable and (cuda or tr.async_op):           # OVERLAP_RULE
             per_ms[0] += sum(times)
             per_ms[2] += times[0] if tr.unhidden == "first" else times[-1]
         else:

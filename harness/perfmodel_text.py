@@ -2,6 +2,9 @@
 (`python -m harness model`)."""
 from __future__ import annotations
 
+import statistics
+
+from .model_check import StepTimeCheck
 from .perfmodel import Prediction, overlap_summary
 
 
@@ -77,4 +80,34 @@ def format_sweep(preds: list[Prediction]) -> str:
     lines += ["busbw: " + "; ".join(busbw)] if busbw else []
     if preds[0].hours is None:
         lines.append("(give --tokens for the hours column)")
+    return "\n".join(lines)
+
+
+def format_checks(rows: list[StepTimeCheck], max_error_pct: float | None = None) -> str:
+    """Predicted against measured step time, one row per run, with the calibration's sources."""
+    if not rows:
+        return "no ok training record with a measured step time to check"
+    width = max(22, *(len(r.label) + 2 for r in rows))
+    lines = [f"{'run':<{width}}{'platform':<13}{'ZeRO':>4} {'mb x ga':>8} {'model s':>9} {'measured s (p10-p90)':>24} "
+             f"{'error %':>8} {'compute s':>10} {'comm s':>8} {'load':>5}  efficiency"]
+    sources: list[str] = []
+    for r in rows:
+        if r.efficiency_source not in sources:
+            sources.append(r.efficiency_source)
+        spread = (f" ({r.measured_p10_s:.3f}-{r.measured_p90_s:.3f})"
+                  if r.measured_p10_s is not None and r.measured_p90_s is not None else "")
+        load = f"{r.load_avg_1m:.2f}" if r.load_avg_1m is not None else "-"
+        flag = " !" if max_error_pct is not None and abs(r.error_pct) > max_error_pct else ""
+        lines.append(f"{r.label:<{width}}{r.platform:<13}{r.zero_stage:>4} {r.micro_batch_size:>3} x {r.grad_acc_steps:<3} "
+                     f"{r.predicted_step_time_s:>9.3f} {r.measured_step_time_s:>9.3f}{spread:<15} {r.error_pct:>+8.1f} "
+                     f"{r.compute_s:>10.3f} {r.exposed_comm_s:>8.3f} {load:>5}  [{sources.index(r.efficiency_source) + 1}]{flag}")
+    errors = sorted(abs(r.error_pct) for r in rows)
+    median = statistics.median(errors)
+    lines += [f"[{i + 1}] {s}" for i, s in enumerate(sources)]
+    busbw = sorted({s for r in rows for s in r.busbw_sources})
+    lines += ["busbw: " + "; ".join(busbw)] if busbw else []
+    lines.append(f"|error| median {median:.1f} %, max {errors[-1]:.1f} % over {len(rows)} run(s)"
+                 + (f"; {sum(e > max_error_pct for e in errors)} above {max_error_pct:g} % (marked !)"
+                    if max_error_pct is not None else ""))
+    lines.append("error = (model - measured) / measured; load = 1-minute load average when the run started")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ def declared(group: str, option: str) -> dict:
 
 
 SLURM_PLATFORMS = [p for p in options("platform") if declared("platform", p).get("launcher") == "slurm"]
+GPU_CLUSTERS = [p for p in SLURM_PLATFORMS if declared("platform", p).get("device", "cuda") == "cuda"]
 GRID = [(p, w) for p in options("platform") for w in options("workload")]
 
 
@@ -69,7 +70,7 @@ def test_every_platform_composes_with_every_workload(composed, platform, workloa
         assert getattr(cfg.workload, key) == w[key], key
 
 
-@pytest.mark.parametrize("platform", SLURM_PLATFORMS)
+@pytest.mark.parametrize("platform", GPU_CLUSTERS)
 def test_slurm_platforms_compose_multi_node_in_their_image(platform):
     cfg = compose([f"platform={platform}"])
     assert cfg.platform.launcher.value == "slurm"
@@ -80,7 +81,7 @@ def test_slurm_platforms_compose_multi_node_in_their_image(platform):
 
 
 def test_local_launcher_runs_one_node_only():
-    platform = SLURM_PLATFORMS[0]
+    platform = GPU_CLUSTERS[0]
     with pytest.raises(ConfigError) as err:
         compose([f"platform={platform}", "platform.launcher=local"])
     msg = str(err.value)

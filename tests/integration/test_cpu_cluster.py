@@ -1,0 +1,107 @@
+"""The cpu-cluster platform on the emulated cluster: two nodes x one gloo rank, every run a Slurm job
+across both, every collective over the shaped link. What the suite measures there is checked against
+the link itself (busbw vs the TCP payload rate) and against the performance model calibrated on the
+single-node runs of this same machine; a slower link is caught by the nightly and named."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.record import validate_record
+
+from .conftest import REPO, BenchRun
+
+pytestmark = pytest.mark.cluster
+MIB = 2**20
+
+
+def on_cluster(cluster, cmd: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+    """The harness as a user runs it against the cluster: from this (root) namespace, its Slurm reached
+    through platform.slurm.client_prefix, which names the cluster by $SUITE_CLUSTER."""
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "SUITE_CLUSTER": cluster.name})
+
+
+@pytest.fixture(scope="module")
+def cluster_suite(emulated_cluster, tmp_path_factory) -> BenchRun:
+    """The cpu-cluster default suite, as `make bench PLATFORM=cpu-cluster` runs it."""
+    out = tmp_path_factory.mktemp("cpu-cluster") / "out"
+    proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "platform=cpu-cluster", f"out={out}"])
+    return BenchRun(proc.returncode, proc.stdout, proc.stderr, out)
+
+
+def test_the_default_suite_runs_on_both_nodes_as_slurm_jobs(cluster_suite):
+    assert cluster_suite.returncode == 0, cluster_suite.stdout[-3000:] + cluster_suite.stderr[-3000:]
+    records = cluster_suite.records()
+    assert {r["benchmark"] for r in records.values()} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                                          "llama-tiny"}
+    assert sorted(r["config"]["zero"]["stage"] for r in records.values() if r["kind"] == "training") == [1, 2, 3]
+    for name, rec in records.items():
+        validate_record(rec)
+        env = rec["environment"]
+        assert rec["status"] == "ok", (name, rec["reason"])
+        assert env["hosts"] == ["node1", "node2"], name
+        assert env["num_nodes"] == 2 and env["num_ranks"] == 2
+        assert env["slurm"]["job_id"] and env["slurm"]["nodelist"] == "node[1-2]", name
+        assert env["slurm"]["state"] == "COMPLETED"
+
+
+def _collectives(rec: dict) -> list[list[dict]]:
+    """Per micro-step of the last profiled step: the collectives that moved at least 1 MiB."""
+    return [[c for c in m["collectives"] if c["bytes"] >= MIB] for m in rec["microsteps"][-1]]
+
+
+def test_the_breakdown_shows_the_inter_node_reductions_where_deepspeed_issues_them(cluster_suite):
+    """Gradients (about 20 MB of fp32) cross the link: ZeRO-1 reduces them once, in the last micro-step
+    (the accumulation boundary); ZeRO-2 and ZeRO-3 reduce in every micro-step. Each of them takes
+    at least the link's time for its bytes, so it is the network that shows, not a local copy."""
+    training = {r["config"]["zero"]["stage"]: r for r in cluster_suite.records().values() if r["kind"] == "training"}
+    z1 = _collectives(training[1])
+    assert [any(c["phase"] == "backward" and c["op"] == "all_reduce" for c in m) for m in z1] == [False, True]
+    for stage in (2, 3):
+        steps = _collectives(training[stage])
+        assert all(any(c["phase"] == "backward" and c["op"] in ("all_reduce", "reduce_scatter") for c in m)
+                   for m in steps), (stage, steps)
+    grads = next(c for c in z1[-1] if c["op"] == "all_reduce")
+    wire_s = grads["bytes"] * 8 / 1e9    # at 1 Gbit/s
+    assert grads["time_s"] >= 0.9 * wire_s, grads
+
+
+def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluster):
+    rec = cluster_suite.records()["00-collectives-all_reduce"]
+    payload_gbytes = emulated_cluster.payload_gbps / 8
+    big = [row for row in rec["rows"] if row["size_bytes"] >= 4 * MIB]
+    assert big
+    for row in big:
+        for placement in ("out_of_place", "in_place"):
+            busbw = row[placement]["busbw_gbps"]
+            assert abs(busbw - payload_gbytes) / payload_gbytes <= 0.10, (row["size_bytes"], placement, busbw)
+
+
+def nightly(cluster, tmp_path: Path, night: str) -> subprocess.CompletedProcess:
+    return on_cluster(cluster, [sys.executable, "-m", "harness", "nightly", "--night", night, "--repeats", "2",
+                                "--store", f"sqlite:///{tmp_path / 'history.sqlite'}", "platform=cpu-cluster",
+                                f"out={tmp_path / night}"], timeout=1200)
+
+
+def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, tmp_path):
+    """Two nights of the cpu-cluster nightly suite: the first on the 1 Gbit/s link, the second after
+    `make cluster-shape LINK=250mbit`. The collectives and the runs whose step crosses the link
+    regress against the first night, and "what changed" is the link, read from each node."""
+    good = nightly(cluster, tmp_path, "2026-11-01")
+    assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-3000:]
+    cluster.shape("250mbit")
+    bad = nightly(cluster, tmp_path, "2026-11-02")
+    assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-3000:]
+    regressions = [line for line in bad.stdout.splitlines() if line.strip().startswith("regression (baseline)")]
+    for what in ("cpu-cluster/all_reduce avg_busbw_gbps", "cpu-cluster/llama-tiny samples_per_s"):
+        assert any(what in line for line in regressions), (what, regressions)
+    changed = [line for line in bad.stdout.splitlines() if "what changed:" in line]
+    assert changed and all("'links.node1/eth0': [1.0, 0.25]" in line and "'links.node2/eth0': [1.0, 0.25]" in line
+                           for line in changed), changed
+    report = (tmp_path / "2026-11-02" / "nightly.md").read_text()
+    assert "links.node2/eth0" in report

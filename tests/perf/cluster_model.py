@@ -1,0 +1,161 @@
+"""The performance model against the emulated cluster (issue 15): cpu-cluster step times predicted
+from single-node runs of the same machine (the computation) and the cluster's own collective sweep
+(the network), beside the measured ones.
+
+    make cluster-up NODES=2 LINK=1gbit CLUSTER=pm                 # as root
+    .venv/bin/python tests/perf/cluster_model.py --cluster pm [--rounds 3] [--suite default-cpu]
+    make cluster-down CLUSTER=pm
+
+Each round runs the suite on the single-node cpu platform (`bench platform=cpu suite=SUITE`) and on
+the cluster (`bench platform=cpu-cluster suite=SUITE`, SUITE_CLUSTER naming it: every run a Slurm
+job over both nodes), interleaved because a 2-core box drifts. The check is what
+`python -m harness model --against CLUSTER... --compute-records CPU...` does (harness.model_check):
+each cluster run predicted with the median single-node profile compute of its stage and split and
+the cluster's collective sweeps, never calibrated on itself.
+
+Noise: other processes on the box slow both sides (on a 2-core box one busy neighbour doubles a
+step time). During every run this script samples how many CPUs' worth OTHER processes used (the
+whole machine's busy time less the processes whose command line names this check's out folder:
+its controllers, ranks and Slurm job steps); a record whose run saw more than --max-other-cpus is
+left out of both the calibration and the check, and listed. Printed: every run kept, then per
+configuration the median over rounds. Exit status 0 whatever the figures, unless --max-error-pct is
+given and a configuration's median |error| exceeds it; 1 if a bench failed or nothing was quiet.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+from harness.calibration import load_records  # noqa: E402
+from harness.config import compose  # noqa: E402
+from harness.model_check import check_step_times, checkable, record_config  # noqa: E402
+from harness.perfmodel_text import format_checks  # noqa: E402
+
+
+class OtherLoad:
+    """(wall time, CPUs' worth used by processes whose command line does not name `mark`) samples:
+    the CPU time of every other process since the previous sample (the kernel's own time for the
+    cluster's network, softirq, is nobody's and not counted)."""
+
+    def __init__(self, mark: str):
+        self.mark = mark
+        self.samples: list[tuple[float, float]] = []
+        self._seen: dict[tuple[int, float], float] = {}
+        self._last: Optional[float] = None
+
+    def _ours(self, p: psutil.Process) -> bool:
+        try:
+            return p.pid == os.getpid() or self.mark in " ".join(p.cmdline())
+        except psutil.Error:
+            return True          # gone: nothing to count
+
+    def sample(self) -> None:
+        now, other, seen = time.monotonic(), 0.0, {}
+        for p in psutil.process_iter():
+            try:
+                t, key = p.cpu_times(), (p.pid, p.create_time())
+            except psutil.Error:
+                continue
+            seen[key] = t.user + t.system
+            if self._last is not None and not self._ours(p):
+                other += seen[key] - self._seen.get(key, seen[key] if p.create_time() < self._wall_last else 0.0)
+        if self._last is not None:
+            self.samples.append((time.time(), max(other, 0.0) / (now - self._last)))
+        self._seen, self._last, self._wall_last = seen, now, time.time()
+
+    def during(self, rec: dict[str, Any]) -> Optional[float]:
+        """Mean over the record's run: from created_utc - wall_s to created_utc."""
+        try:
+            end = datetime.datetime.fromisoformat(rec["created_utc"]).timestamp()
+            start = end - float(rec.get("wall_s") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            return None
+        xs = [v for t, v in self.samples if start <= t <= end + 2]
+        return statistics.fmean(xs) if xs else None
+
+
+def bench(argv: list[str], env: dict[str, str], log: Path, load: OtherLoad) -> int:
+    load.sample()
+    with open(log, "w", encoding="utf-8") as f:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(2)
+            load.sample()
+    return proc.returncode
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cluster", default="default", help="the testbed cluster's name (make cluster-up CLUSTER=)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--suite", default="default-cpu-cluster",
+                        help="run on both platforms (default-cpu adds mb 2 x ga 4 and the distillation run)")
+    parser.add_argument("--out", type=Path, help="keep the records here (default: a temporary folder)")
+    parser.add_argument("--max-other-cpus", type=float, default=0.2,
+                        help="leave out a run during which other processes used more CPUs' worth than this")
+    parser.add_argument("--max-error-pct", type=float, help="exit 1 when a configuration's median |error| exceeds it")
+    ns = parser.parse_args(argv)
+    out = (ns.out or Path(tempfile.mkdtemp(prefix="cluster-model-"))).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    python = str(REPO_ROOT / ".venv" / "bin" / "python") if (REPO_ROOT / ".venv").exists() else sys.executable
+    load = OtherLoad(str(out))
+    dirs: dict[str, list[Path]] = {"cpu": [], "cluster": []}
+    for k in range(ns.rounds):
+        for side in ("cpu", "cluster"):
+            d = out / f"{side}-{k}"
+            cmd = [python, "-m", "harness", "bench", f"platform={'cpu' if side == 'cpu' else 'cpu-cluster'}",
+                   f"suite={ns.suite}", f"out={d}"]
+            rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": ns.cluster}, out / f"{side}-{k}.log", load)
+            print(f"round {k + 1}/{ns.rounds} {side}: exit {rc} ({d})", flush=True)
+            if rc != 0:                     # bench: 3 when a run ended in error or timeout
+                print(f"bench failed: see {out / f'{side}-{k}.log'}")
+                return 1
+            dirs[side].append(d)
+    kept: dict[str, list[dict[str, Any]]] = {"cpu": [], "cluster": []}
+    print(f"\nother work during each training run (CPUs' worth; above {ns.max_other_cpus:g}: left out):")
+    for side, folders in dirs.items():
+        for d in folders:
+            for rec in load_records([d]):
+                busy = load.during(rec) if rec.get("kind") == "training" else 0.0
+                quiet = busy is not None and busy <= ns.max_other_cpus
+                if rec.get("kind") == "training":
+                    print(f"  {d.name}/{rec.get('run_id')}: {'-' if busy is None else f'{busy:.2f}'}"
+                          + ("" if quiet else "  LEFT OUT"))
+                if quiet:
+                    kept[side].append(rec)
+    runs = [(rec, record_config(rec, compose)) for rec in checkable(kept["cluster"])]
+    if not runs or not checkable(kept["cpu"]):
+        print("no quiet run on one of the sides: run again when the box is idle")
+        return 1
+    rows = check_step_times(runs, kept["cluster"], kept["cpu"])
+    print("\n" + format_checks(rows))
+    by_run: dict[str, list] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, []).append(row)
+    print(f"\nmedian over the quiet rounds (of {ns.rounds}):")
+    worst = 0.0
+    for run_id, rs in sorted(by_run.items()):
+        pred = statistics.median(r.predicted_step_time_s for r in rs)
+        meas = statistics.median(r.measured_step_time_s for r in rs)
+        err = (pred - meas) / meas * 100
+        worst = max(worst, abs(err))
+        print(f"  {run_id:<22} model {pred:.3f} s  measured {meas:.3f} s  error {err:+.1f} %  ({len(rs)} run(s))")
+    print(f"records in {out}")
+    return 1 if ns.max_error_pct is not None and worst > ns.max_error_pct else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
