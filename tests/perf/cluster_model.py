@@ -19,7 +19,8 @@ whole machine's busy time less the processes whose command line names this check
 its controllers, ranks and Slurm job steps); a record whose run saw more than --max-other-cpus is
 left out of both the calibration and the check, and listed. Printed: every run kept, then per
 configuration the median over rounds. Exit status 0 whatever the figures, unless --max-error-pct is
-given and a configuration's median |error| exceeds it; 1 if a bench failed or nothing was quiet.
+given and a configuration's median |error| exceeds it; 1 if a bench failed (a run ending in error is
+reported and the others checked) or nothing was quiet.
 """
 from __future__ import annotations
 
@@ -120,7 +121,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    f"suite={ns.suite}", f"out={d}"]
             rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": ns.cluster}, out / f"{side}-{k}.log", load)
             print(f"round {k + 1}/{ns.rounds} {side}: exit {rc} ({d})", flush=True)
-            if rc != 0:                     # bench: 3 when a run ended in error or timeout
+            if rc == 3:                     # bench: a run ended in error or timeout; the others are records
+                print(f"  a run failed (its record says why; see {out / f'{side}-{k}.log'}): checking the others")
+            elif rc != 0:
                 print(f"bench failed: see {out / f'{side}-{k}.log'}")
                 return 1
             dirs[side].append(d)
