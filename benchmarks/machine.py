@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from .network import SYS_NET, interfaces
+from .network import SYS_NET, interfaces, read_stripped as _read, run_quiet
 
 SMI_TIMEOUT_S = 20.0
 GPU_QUERY = ("name", "uuid", "memory.total", "clocks.max.sm", "clocks.sm", "power.limit", "ecc.mode.current",
@@ -25,19 +24,8 @@ NUMERIC = {"memory_mib", "sm_clock_max_mhz", "sm_clock_mhz", "power_limit_w"}
 SYS_IB = Path("/sys/class/infiniband")
 
 
-def _read(path: Path) -> Optional[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-
-
 def _run(cmd: list[str]) -> Optional[str]:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
+    return run_quiet(cmd, SMI_TIMEOUT_S)
 
 
 def cpu_model(cpuinfo: Optional[str] = None) -> Optional[str]:

@@ -33,15 +33,17 @@ UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 IEC_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
-def _run(cmd: list[str]) -> Optional[str]:
+def run_quiet(cmd: list[str], timeout_s: Optional[float] = None) -> Optional[str]:
+    """The command's stdout; None if it is missing, fails or runs past timeout_s (CMD_TIMEOUT_S)."""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s or CMD_TIMEOUT_S, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout
 
 
-def _read(path: Path) -> Optional[str]:
+def read_stripped(path: Path) -> Optional[str]:
+    """The file's text, stripped; None if unreadable."""
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
@@ -144,7 +146,7 @@ def sysfs_is_ours(link: dict[str, Any], sys_net: Path = SYS_NET) -> bool:
     """Whether /sys/class/net/<name> is this interface, not a namesake in another namespace."""
     d = sys_net / link["name"]
     return (link.get("ifindex") is not None and link.get("address") is not None
-            and _read(d / "ifindex") == str(link["ifindex"]) and _read(d / "address") == link["address"])
+            and read_stripped(d / "ifindex") == str(link["ifindex"]) and read_stripped(d / "address") == link["address"])
 
 
 def _from_sysfs(name: str, sys_net: Path) -> dict[str, Any]:
@@ -152,9 +154,9 @@ def _from_sysfs(name: str, sys_net: Path) -> dict[str, Any]:
     d = sys_net / name
     kind = ("physical" if (d / "device").exists() else "bridge" if (d / "bridge").is_dir()
             else "bond" if (d / "bonding").is_dir() else None)
-    mtu = _read(d / "mtu")
+    mtu = read_stripped(d / "mtu")
     master = Path(_read_link(d / "master")).name if (d / "master").exists() else None
-    return {"kind": kind, "state": _read(d / "operstate"), "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+    return {"kind": kind, "state": read_stripped(d / "operstate"), "mtu": int(mtu) if mtu and mtu.isdigit() else None,
             "master": master}
 
 
@@ -166,7 +168,7 @@ def _read_link(path: Path) -> str:
 
 
 def _sysfs_speed_gbps(name: str, sys_net: Path) -> Optional[float]:
-    speed = _read(sys_net / name / "speed")
+    speed = read_stripped(sys_net / name / "speed")
     try:
         mbps = int(speed) if speed is not None else None
     except ValueError:
@@ -177,7 +179,7 @@ def _sysfs_speed_gbps(name: str, sys_net: Path) -> Optional[float]:
 def list_links(sys_net: Path = SYS_NET) -> list[dict[str, Any]]:
     """The namespace's interfaces (no loopback): from `ip`, else if_nameindex(3) plus sysfs where
     sysfs is this namespace's."""
-    links = parse_links(_run(["ip", "-j", "-d", "link", "show"]) or "")
+    links = parse_links(run_quiet(["ip", "-j", "-d", "link", "show"]) or "")
     if links is not None:
         return links
     try:
@@ -199,7 +201,7 @@ def list_links(sys_net: Path = SYS_NET) -> list[dict[str, Any]]:
 def interfaces(sys_net: Path = SYS_NET) -> list[dict[str, Any]]:
     """Every non-loopback interface of this network namespace:
     {name, kind, state, mtu, master, speed_gbps, qdisc, shaping_gbps, rate_gbps}."""
-    qdiscs = parse_root_qdiscs(_run(["tc", "-j", "qdisc", "show"]) or "")
+    qdiscs = parse_root_qdiscs(run_quiet(["tc", "-j", "qdisc", "show"]) or "")
     ethtool_calls = 0
     out = []
     for link in list_links(sys_net):
@@ -210,14 +212,14 @@ def interfaces(sys_net: Path = SYS_NET) -> list[dict[str, Any]]:
                 link["kind"] = "physical"
         elif ethtool_calls < MAX_ETHTOOL_CALLS:
             ethtool_calls += 1
-            speed = parse_ethtool_speed(_run(["ethtool", name]) or "")
+            speed = parse_ethtool_speed(run_quiet(["ethtool", name]) or "")
         else:
             speed = None
         qdisc = (qdiscs or {}).get(name)
         kind = qdisc.get("kind") if qdisc else None
         shaped = None
         if kind in SHAPERS:
-            classes = _run(["tc", "class", "show", "dev", name]) if kind == "htb" else None
+            classes = run_quiet(["tc", "class", "show", "dev", name]) if kind == "htb" else None
             shaped = shaping_gbps(qdisc, classes)
         rates = [r for r in (speed, shaped) if r is not None]
         out.append({"name": name, "kind": link["kind"], "state": link["state"], "mtu": link["mtu"],

@@ -121,6 +121,15 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
         cluster.stop()
 
 
+@pytest.fixture
+def no_slurm_job_left(slurm_cluster):
+    """A test that fails half-way must not leave a job holding the node's CPUs for the next."""
+    yield
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    if jobs:
+        subprocess.run(["scancel", *jobs])
+
+
 # --- an emulated multi-node cluster on this machine (testbed/) ---------------------------------
 from testbed.cluster import EmulatedCluster  # noqa: E402
 from testbed.system import Unavailable  # noqa: E402

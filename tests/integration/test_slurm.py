@@ -18,19 +18,10 @@ from harness.record import validate_record
 
 from .conftest import REPO, BenchRun, harness_cmd, run_bench, wait_for
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("no_slurm_job_left")]
 SLURM = ["platform.launcher=slurm", "platform.slurm.partition=debug", "platform.slurm.poll_s=0.5"]
 SHORT = ["measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=1"]
 FAKE_APPTAINER = REPO / "tests" / "data" / "fake_apptainer"
-
-
-@pytest.fixture(autouse=True)
-def no_job_outlives_its_test(slurm_cluster):
-    """A test that fails half-way must not leave a job holding the node's CPUs for the next."""
-    yield
-    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
-    if jobs:
-        subprocess.run(["scancel", *jobs])
 
 
 def assert_slurm_record(rec: dict, state: str = "COMPLETED") -> dict:

@@ -16,18 +16,10 @@ from harness.record import validate_record
 
 from .conftest import REPO, harness_cmd, run_bench, wait_for
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("no_slurm_job_left")]
 SLURM = ["platform.launcher=slurm", "platform.slurm.partition=debug", "platform.slurm.poll_s=0.5"]
 SHORT = ["measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=1"]
 HOST = socket.gethostname().split(".")[0]
-
-
-@pytest.fixture(autouse=True)
-def no_job_outlives_its_test(slurm_cluster):
-    yield
-    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
-    if jobs:
-        subprocess.run(["scancel", *jobs])
 
 
 def collect(out: Path) -> subprocess.CompletedProcess:

@@ -13,19 +13,11 @@ from harness.record import validate_record
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("no_slurm_job_left")]
 ARGS = ["platform.launcher=slurm", "platform.slurm.partition=debug", "platform.slurm.poll_s=0.5",
         "tune.strategy=grid", "tune.budget=3", "tune.steps=[2,3]", "tune.stages=[1,2]", "tune.micro_batch_sizes=[2,4]",
         "tune.bucket_sizes=[300000]", "tune.install_preset=false",
         "measure.steps=2", "measure.warmup_steps=1", "measure.profile_steps=1"]
-
-
-@pytest.fixture(autouse=True)
-def no_job_outlives_its_test(slurm_cluster):
-    yield
-    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
-    if jobs:
-        subprocess.run(["scancel", *jobs])
 
 
 def test_each_tune_step_runs_its_trials_as_one_job_array(slurm_cluster, tmp_path):

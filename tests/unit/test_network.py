@@ -66,7 +66,7 @@ def _fake_system(monkeypatch, calls: list, *, ip: bool = True):
         if cmd[0] == "ethtool":
             return _text("ethtool_veth.txt")
         return outputs.get(tuple(cmd))
-    monkeypatch.setattr(net, "_run", run)
+    monkeypatch.setattr(net, "run_quiet", run)
 
 
 def _sysfs(root, name, ifindex, address, speed):
@@ -117,9 +117,9 @@ def test_without_ip_the_names_come_from_if_nameindex_and_sysfs_only_where_it_is_
 def test_a_command_that_hangs_is_cut_off_and_read_as_unknown(monkeypatch):
     monkeypatch.setattr(net, "CMD_TIMEOUT_S", 0.3)
     start = time.monotonic()
-    assert net._run(["sleep", "10"]) is None
+    assert net.run_quiet(["sleep", "10"]) is None
     assert time.monotonic() - start < 5
-    assert net._run(["/nonexistent/ip"]) is None
+    assert net.run_quiet(["/nonexistent/ip"]) is None
 
 
 def test_this_namespace_is_read_without_a_guess():
