@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Optional
+from typing import NoReturn, Optional
 
 import torch
 import torch.distributed as dist
@@ -293,9 +293,9 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
     dist.destroy_process_group()
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_rank(argv, __doc__.splitlines()[0],
-                    lambda run_dir, log, rank, n: run(CollectiveSpec.load(run_dir / SPEC_FILE), log, rank, n))
+def main(argv: list[str] | None = None) -> NoReturn:
+    run_rank(argv, __doc__.splitlines()[0],
+             lambda run_dir, log, rank, n: run(CollectiveSpec.load(run_dir / SPEC_FILE), log, rank, n))
 
 
 if __name__ == "__main__":

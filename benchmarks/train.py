@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from . import events as ev
 from .failure import run_rank
@@ -284,13 +284,13 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     torch.distributed.destroy_process_group()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     def body(run_dir: Path, log: ev.EventLog, rank: int, world_size: int) -> None:
         spec = TrainSpec.load(run_dir / SPEC_FILE)
         limit_cpu_memory(spec.cpu_mem_limit_gib)
         run(spec, log, rank, world_size)
 
-    return run_rank(argv, __doc__.splitlines()[0], body)
+    run_rank(argv, __doc__.splitlines()[0], body)
 
 
 if __name__ == "__main__":
