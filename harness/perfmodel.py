@@ -81,6 +81,28 @@ class Traffic:
     """Issued with async_op=True and waited for later: on gloo one of the process group's worker
     threads (ProcessGroupGloo Options.threads, 2) carries it while the rank's own thread computes,
     so an overlappable one hides on CPU too (ZeRO-3's prefetched parameter gathers)."""
+    compute_share: tuple[float, ...] = ()
+    """Per message, the share of its phase's compute spent in the modules whose parameters it
+    carries (FLOP-proportional: their elements; the input embedding, a lookup, none): what the
+    next message, prefetched one bucket ahead, can hide behind (prefetch_exposed)."""
+
+
+def gather_messages(named: list[tuple[str, int]], prefetch: int, elem_bytes: int) -> dict[str, Any]:
+    """ZeRO-3's parameter gathers of one pass (parameters (name, elements) in fetch order): each
+    message a prefetch bucket (the parameter that crosses the limit still joins), its bytes and
+    its compute share (Traffic.compute_share)."""
+    members = pack_members([e for _, e in named], prefetch or 1, crossing=True)
+    work = [sum(named[i][1] for i in m if "embed_tokens" not in named[i][0]) for m in members]
+    return {"sizes": tuple(elem_bytes * sum(named[i][1] for i in m) for m in members),
+            "compute_share": tuple(x / (sum(work) or 1) for x in work)}
+
+
+def prefetch_exposed(times: list[float], shares: tuple[float, ...], phase_s: float) -> float:
+    """Exposed time of one pass's parameter gathers when each is issued as the module before it
+    starts (PartitionedParameterCoordinator.fetch_sub_module: wait for the current module's
+    parameters, then prefetch up to prefetch_bucket_size elements ahead, one message here): the
+    first whole, then of each the part longer than the compute of the message before it."""
+    return times[0] + sum(max(0.0, t - phase_s * c) for t, c in zip(times[1:], shares[:-1]))
 
 
 def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
@@ -168,36 +190,35 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     prefetch = zero_knob(cfg, "stage3_prefetch_bucket_size", DS_PREFETCH_BUCKET)
     reuse = zero_knob(cfg, "stage3_max_reuse_distance", DS_MAX_REUSE)
     gathered = [(name, e) for name, e, _ in tensors if e >= persist_t]
-    fwd = [e for _, e in gathered]
     kept, after = set(), 0
     for i in range(len(gathered) - 1, -1, -1):         # reused soon after its forward use: not released
         if i == len(gathered) - 1 or 2 * after < reuse:
             kept.add(i)
         after += gathered[i][1]
-    bwd = [e for i, (name, e) in enumerate(gathered) if i not in kept and "embed_tokens" not in name][::-1]
+    bwd = [(name, e) for i, (name, e) in enumerate(gathered) if i not in kept and "embed_tokens" not in name][::-1]
     prefetched, how = True, "parameter gathers (prefetched)"
     if w.activation_checkpointing:
         # backward recomputes every layer's forward, which gathers every layer again; the recompute's
         # module order differs from the recorded trace, so DeepSpeed invalidates the trace ("Invalidate
         # trace cache") and fetches on demand: nothing prefetched behind computation
-        bwd = [e for name, e in gathered if "embed_tokens" not in name][::-1]
+        bwd = [(name, e) for name, e in gathered if "embed_tokens" not in name][::-1]
         prefetched, how = False, "parameter gathers (on demand: checkpointing's recompute invalidates the prefetch trace)"
     # parameter gathers: partition_parameters._dist_allgather_fn, async_op=True (waited for when the
     # module needs them); gradient reduce-scatter: coalesced_collectives._torch_reduce_scatter_fn,
     # async_op=False (a blocking call on gloo; overlap_comm's side stream exists only on GPU)
-    out = [Traffic("all_gather", "forward", how, tuple(g * m for m in pack(fwd, prefetch or 1, True)),
-                   ga, prefetched, "first", async_op=True),
-           Traffic("all_gather", "backward", how, tuple(g * m for m in pack(bwd, prefetch or 1, True)),
-                   ga, prefetched, "first", async_op=True),
+    out = [Traffic("all_gather", "forward", how, microsteps=ga, overlappable=prefetched, unhidden="first",
+                   async_op=True, **gather_messages(gathered, prefetch, g)),
+           Traffic("all_gather", "backward", how, microsteps=ga, overlappable=prefetched, unhidden="first",
+                   async_op=True, **gather_messages(bwd, prefetch, g)),
            Traffic("reduce_scatter", "backward", "gradient reduce-scatter per bucket",
                    tuple(g * m for m in pack(backward_order, bucket)), ga, overlap_comm(cfg), "last"),
            Traffic("all_reduce", "step", "gradient norm", (8,), 1, False)]
     if w.distill is not None:
         t = teacher_workload(w)
-        tg = [e for _, e, _ in param_tensors(t) if e >= persist_t]
-        out.insert(0, Traffic("all_gather", "teacher", "teacher parameter gathers (ZeRO-3 teacher)",
-                              tuple(dtype_bytes(t.precision) * m for m in pack(tg, prefetch or 1, True)), ga, True, "first",
-                              async_op=True))
+        tg = [(name, e) for name, e, _ in param_tensors(t) if e >= persist_t]
+        out.insert(0, Traffic("all_gather", "teacher", "teacher parameter gathers (ZeRO-3 teacher)", microsteps=ga,
+                              overlappable=True, unhidden="first", async_op=True,
+                              **gather_messages(tg, prefetch, dtype_bytes(t.precision))))
     return [tr for tr in out if tr.sizes]
 
 
@@ -291,7 +312,9 @@ OVERLAP_RULE = (
     "the post-step all-gather and norm reductions. cpu/gloo: there are no streams; a collective overlaps only when "
     "DeepSpeed issues it with async_op=True and waits later, so that a gloo worker thread carries it while the rank "
     "computes: ZeRO-3's prefetched parameter gathers (deepspeed/runtime/zero/partition_parameters.py "
-    "_dist_allgather_fn), by the same rule; every other collective (ZeRO-0/1/2 all-reduce and all-gather, ZeRO-3's "
+    "_dist_allgather_fn), message by message: each is issued as the module before it starts (one prefetch "
+    "bucket ahead), so it hides only behind that module's compute (FLOP-proportional share of the phase), the "
+    "first of each pass exposed whole; every other collective (ZeRO-0/1/2 all-reduce and all-gather, ZeRO-3's "
     "reduce-scatter, coalesced_collectives.py async_op=False) is a blocking call, exposed whole.")
 
 
@@ -302,8 +325,9 @@ def overlap_summary(config: dict[str, Any]) -> str:
         return "no collectives"
     if config["device"] != "cuda":
         if stage == 3 and not config["activation_checkpointing"]:
-            return ("ZeRO-3's parameter gathers are issued async and carried by gloo's worker threads: prefetched behind "
-                    "each phase's compute (the first of each pass is exposed); the reduce-scatter and the rest block")
+            return ("ZeRO-3's parameter gathers are issued async and carried by gloo's worker threads: each prefetched "
+                    "behind the compute of the module before it (the first of each pass is exposed); the reduce-scatter "
+                    "and the rest block")
         return "none: these gloo collectives are blocking calls"
     if stage == 0:
         return "none: ZeRO-0 all-reduces after backward"
@@ -351,7 +375,9 @@ def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS
     groups: dict[tuple[str, int], list[float]] = {}
     for tr, times, _ in timed:
         per_ms = groups.setdefault((tr.phase, tr.microsteps), [0.0, 0.0, 0.0])  # hidden-able, never, unhidden
-        if tr.overlappable and (cuda or tr.async_op):           # OVERLAP_RULE
+        if tr.overlappable and tr.async_op and not cuda:       # OVERLAP_RULE, gloo: message by message
+            per_ms[1] += prefetch_exposed(times, tr.compute_share, phase_s.get(tr.phase, 0.0))
+        elif tr.overlappable and (cuda or tr.async_op):           # OVERLAP_RULE
             per_ms[0] += sum(times)
             per_ms[2] += times[0] if tr.unhidden == "first" else times[-1]
         else:

@@ -13,10 +13,15 @@ import pytest
 
 from harness.record import validate_record
 
+from ..perf.cluster_model import ClusterModelCheck
 from .conftest import REPO, BenchRun
 
 pytestmark = pytest.mark.cluster
 MIB = 2**20
+MODEL_MAX_ERROR_PCT = 15      # issue 15: the model's step time within 15 % of measured
+MODEL_ROUNDS = 2              # interleaved rounds (cpu, then cluster) whose median is judged ...
+MODEL_MAX_ROUNDS = 3          # ... and one more while a configuration has no quiet run
+QUIET_OTHER_CPUS = 0.2        # a run during which other processes took more CPUs' worth is left out
 
 
 def on_cluster(cluster, cmd: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
@@ -105,3 +110,31 @@ def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, tmp_path):
                            for line in changed), changed
     report = (tmp_path / "2026-11-02" / "nightly.md").read_text()
     assert "links.node2/eth0" in report
+
+
+def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster, tmp_path):
+    """Each cpu-cluster training run's step time, predicted from the single-node runs of this machine
+    (the computation, from their profiled micro-steps) and the cluster's own collective sweep (the
+    network), never calibrated on the run it predicts: within 15 % of measured, as the median over
+    interleaved rounds (tests/perf/cluster_model.py, `python -m harness model --against`).
+
+    On two cores one busy neighbour doubles a step time on one side only, so a run during which
+    other processes used more than 0.2 CPUs is left out, and listed. If every round of a
+    configuration was busy, the model cannot be judged on this box now: skipped, saying so."""
+    check = ClusterModelCheck(cluster.name, "default-cpu-cluster", tmp_path / "model", QUIET_OTHER_CPUS)
+    verdicts = []
+    while len(check.dirs["cpu"]) < MODEL_MAX_ROUNDS:
+        check.round()
+        if len(check.dirs["cpu"]) >= MODEL_ROUNDS:
+            verdicts = check.verdicts()
+            if {v.run_id for v in verdicts} == check.configurations():
+                break
+    assert len(check.configurations()) == 3, check.configurations()      # ZeRO 1, 2 and 3 ran
+    judged = {v.run_id for v in verdicts}
+    if judged != check.configurations():
+        pytest.skip(f"too busy to judge the model: no quiet run of {sorted(check.configurations() - judged)} "
+                    f"in {MODEL_MAX_ROUNDS} rounds (other processes above {QUIET_OTHER_CPUS} CPUs)")
+    table = "\n".join(f"{v.run_id}: model {v.predicted_s:.3f} s, measured {v.measured_s:.3f} s, "
+                      f"{v.error_pct:+.1f} % over {v.runs} run(s)" for v in verdicts)
+    print(table)
+    assert all(abs(v.error_pct) <= MODEL_MAX_ERROR_PCT for v in verdicts), table

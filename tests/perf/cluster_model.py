@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -98,6 +99,86 @@ def bench(argv: list[str], env: dict[str, str], log: Path, load: OtherLoad) -> i
     return proc.returncode
 
 
+class BenchFailed(RuntimeError):
+    """A bench exited with neither success nor "a run ended in error" (3)."""
+
+
+@dataclass
+class Verdict:
+    """Per cluster configuration (run id): the median over the quiet rounds."""
+    run_id: str
+    predicted_s: float
+    measured_s: float
+    runs: int
+
+    @property
+    def error_pct(self) -> float:
+        return (self.predicted_s - self.measured_s) / self.measured_s * 100
+
+
+class ClusterModelCheck:
+    """Interleaved rounds of the suite on the single-node cpu platform and on the cluster, with the
+    other load seen during each training run; the model checked on the quiet ones."""
+
+    def __init__(self, cluster: str, suite: str, out: Path, max_other_cpus: float):
+        self.cluster, self.suite, self.out, self.max_other_cpus = cluster, suite, out, max_other_cpus
+        self.python = str(REPO_ROOT / ".venv" / "bin" / "python") if (REPO_ROOT / ".venv").exists() else sys.executable
+        self.load = OtherLoad(str(out))
+        self.dirs: dict[str, list[Path]] = {"cpu": [], "cluster": []}
+        out.mkdir(parents=True, exist_ok=True)
+
+    def round(self) -> None:
+        k = len(self.dirs["cpu"])
+        for side in ("cpu", "cluster"):
+            d = self.out / f"{side}-{k}"
+            cmd = [self.python, "-m", "harness", "bench", f"platform={'cpu' if side == 'cpu' else 'cpu-cluster'}",
+                   f"suite={self.suite}", f"out={d}"]
+            log = self.out / f"{side}-{k}.log"
+            rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": self.cluster}, log, self.load)
+            print(f"round {k + 1} {side}: exit {rc} ({d})", flush=True)
+            if rc == 3:                     # bench: a run ended in error or timeout; the others are records
+                print(f"  a run failed (its record says why; see {log}): checking the others")
+            elif rc != 0:
+                raise BenchFailed(f"bench on {side} exited {rc}: see {log}")
+            self.dirs[side].append(d)
+
+    def quiet(self) -> dict[str, list[dict[str, Any]]]:
+        """The records of both sides whose run saw at most max_other_cpus of other work (printed)."""
+        kept: dict[str, list[dict[str, Any]]] = {"cpu": [], "cluster": []}
+        print(f"other work during each training run (CPUs' worth; above {self.max_other_cpus:g}: left out):")
+        for side, folders in self.dirs.items():
+            for d in folders:
+                for rec in load_records([d]):
+                    busy = self.load.during(rec) if rec.get("kind") == "training" else 0.0
+                    quiet = busy is not None and busy <= self.max_other_cpus
+                    if rec.get("kind") == "training":
+                        print(f"  {d.name}/{rec.get('run_id')}: {'-' if busy is None else f'{busy:.2f}'}"
+                              + ("" if quiet else "  LEFT OUT"))
+                    if quiet:
+                        kept[side].append(rec)
+        return kept
+
+    def configurations(self) -> set[str]:
+        """The cluster's training configurations (run ids), quiet or not."""
+        return {rec["run_id"] for d in self.dirs["cluster"] for rec in checkable(load_records([d]))}
+
+    def verdicts(self) -> list[Verdict]:
+        """Per configuration with a quiet run on the cluster (and quiet calibration runs): the
+        median predicted and measured step time over the rounds. Every checked run is printed."""
+        kept = self.quiet()
+        runs = [(rec, record_config(rec, compose)) for rec in checkable(kept["cluster"])]
+        if not runs or not checkable(kept["cpu"]):
+            return []
+        rows = check_step_times(runs, kept["cluster"], kept["cpu"])
+        print("\n" + format_checks(rows))
+        by_run: dict[str, list] = {}
+        for row in rows:
+            by_run.setdefault(row.run_id, []).append(row)
+        return [Verdict(run_id, statistics.median(r.predicted_step_time_s for r in rs),
+                        statistics.median(r.measured_step_time_s for r in rs), len(rs))
+                for run_id, rs in sorted(by_run.items())]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", default="default", help="the testbed cluster's name (make cluster-up CLUSTER=)")
@@ -110,53 +191,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-error-pct", type=float, help="exit 1 when a configuration's median |error| exceeds it")
     ns = parser.parse_args(argv)
     out = (ns.out or Path(tempfile.mkdtemp(prefix="cluster-model-"))).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    python = str(REPO_ROOT / ".venv" / "bin" / "python") if (REPO_ROOT / ".venv").exists() else sys.executable
-    load = OtherLoad(str(out))
-    dirs: dict[str, list[Path]] = {"cpu": [], "cluster": []}
-    for k in range(ns.rounds):
-        for side in ("cpu", "cluster"):
-            d = out / f"{side}-{k}"
-            cmd = [python, "-m", "harness", "bench", f"platform={'cpu' if side == 'cpu' else 'cpu-cluster'}",
-                   f"suite={ns.suite}", f"out={d}"]
-            rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": ns.cluster}, out / f"{side}-{k}.log", load)
-            print(f"round {k + 1}/{ns.rounds} {side}: exit {rc} ({d})", flush=True)
-            if rc == 3:                     # bench: a run ended in error or timeout; the others are records
-                print(f"  a run failed (its record says why; see {out / f'{side}-{k}.log'}): checking the others")
-            elif rc != 0:
-                print(f"bench failed: see {out / f'{side}-{k}.log'}")
-                return 1
-            dirs[side].append(d)
-    kept: dict[str, list[dict[str, Any]]] = {"cpu": [], "cluster": []}
-    print(f"\nother work during each training run (CPUs' worth; above {ns.max_other_cpus:g}: left out):")
-    for side, folders in dirs.items():
-        for d in folders:
-            for rec in load_records([d]):
-                busy = load.during(rec) if rec.get("kind") == "training" else 0.0
-                quiet = busy is not None and busy <= ns.max_other_cpus
-                if rec.get("kind") == "training":
-                    print(f"  {d.name}/{rec.get('run_id')}: {'-' if busy is None else f'{busy:.2f}'}"
-                          + ("" if quiet else "  LEFT OUT"))
-                if quiet:
-                    kept[side].append(rec)
-    runs = [(rec, record_config(rec, compose)) for rec in checkable(kept["cluster"])]
-    if not runs or not checkable(kept["cpu"]):
+    check = ClusterModelCheck(ns.cluster, ns.suite, out, ns.max_other_cpus)
+    try:
+        for _ in range(ns.rounds):
+            check.round()
+    except BenchFailed as exc:
+        print(exc)
+        return 1
+    verdicts = check.verdicts()
+    if not verdicts:
         print("no quiet run on one of the sides: run again when the box is idle")
         return 1
-    rows = check_step_times(runs, kept["cluster"], kept["cpu"])
-    print("\n" + format_checks(rows))
-    by_run: dict[str, list] = {}
-    for row in rows:
-        by_run.setdefault(row.run_id, []).append(row)
     print(f"\nmedian over the quiet rounds (of {ns.rounds}):")
-    worst = 0.0
-    for run_id, rs in sorted(by_run.items()):
-        pred = statistics.median(r.predicted_step_time_s for r in rs)
-        meas = statistics.median(r.measured_step_time_s for r in rs)
-        err = (pred - meas) / meas * 100
-        worst = max(worst, abs(err))
-        print(f"  {run_id:<22} model {pred:.3f} s  measured {meas:.3f} s  error {err:+.1f} %  ({len(rs)} run(s))")
+    for v in verdicts:
+        print(f"  {v.run_id:<22} model {v.predicted_s:.3f} s  measured {v.measured_s:.3f} s  "
+              f"error {v.error_pct:+.1f} %  ({v.runs} run(s))")
     print(f"records in {out}")
+    worst = max(abs(v.error_pct) for v in verdicts)
     return 1 if ns.max_error_pct is not None and worst > ns.max_error_pct else 0
 
 

@@ -11,7 +11,7 @@ from harness.calibration import calibrate
 from harness.compute_calibration import Machine, record_machine
 from harness.errors import HarnessError
 from harness.model_check import check_step_times, record_config
-from harness.perfmodel import comm_traffic, executed_flops_per_step, predict, with_split
+from harness.perfmodel import comm_traffic, executed_flops_per_step, predict, prefetch_exposed, with_split
 
 EPYC, XEON = "AMD EPYC 7763 64-Core Processor", "Intel Xeon Platinum 8480+"
 PEAK = 0.1e12     # both cpu platforms declare 0.1 TFLOP/s fp32
@@ -170,6 +170,28 @@ def test_on_gloo_only_zero3s_async_gathers_hide_behind_compute(composed):
     z2 = predict(with_split(z3, 2, 4), calibrate([_collective()], with_split(z3, 2, 4),
                                                  compute_records=[_training(z3, stage=2, compute_s=0.4)]))
     assert z2.exposed_comm_s == pytest.approx(z2.comm_s)
+
+
+def test_a_prefetched_gather_hides_only_behind_the_module_before_it():
+    """One prefetch bucket ahead: the first gather is exposed whole; each later one hides behind
+    the compute of the message before it, and only the excess shows (a small module before a big
+    one, like llama's last layer before its 4 MB lm_head, exposes most of the big gather), where
+    the phase-wide rule would hide the whole sum behind the phase's compute."""
+    assert prefetch_exposed([0.02, 0.005, 0.005], (0.5, 0.25, 0.25), 0.04) == pytest.approx(0.02)
+    assert prefetch_exposed([0.02, 0.005, 0.03], (0.5, 0.4, 0.1), 0.04) == pytest.approx(0.02 + 0.03 - 0.016)
+
+
+def test_zero3_gathers_carry_their_modules_compute_share(composed):
+    """The messages are prefetch buckets of the parameters in fetch order; their compute share is
+    FLOP-proportional, so the input embedding (a lookup) carries none and the shares sum to 1."""
+    z3 = composed(["platform=cpu-cluster", "workload=llama-tiny", "zero=stage3", "zero.stage3_param_persistence_threshold=0",
+                   "zero.stage3_max_reuse_distance=0", "zero.stage3_prefetch_bucket_size=200000"])
+    forward, backward = [t for t in comm_traffic(z3) if t.op == "all_gather"]
+    vocab, hidden = z3.workload.vocab_size, z3.workload.hidden_size
+    assert forward.sizes[0] == 4 * vocab * hidden and forward.compute_share[0] == 0.0
+    for t in (forward, backward):
+        assert len(t.compute_share) == len(t.sizes) and sum(t.compute_share) == pytest.approx(1.0)
+    assert backward.compute_share[0] > 0      # the input embedding is not gathered for backward
 
 
 # ---- the model against measured runs -------------------------------------------------------------
