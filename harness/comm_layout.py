@@ -1,8 +1,11 @@
 """How DeepSpeed 0.19.8 lays gradients and parameters out in messages: its bucket packing, its
-ZeRO-1/2 flat partitions, and the ZeRO-1 reduce-scatter's balanced windows. Pure functions, used
-by the performance model (harness/perfmodel.py) to count the collectives a configuration issues.
+ZeRO-1/2 flat partitions, the ZeRO-1 reduce-scatter's balanced windows, and ZeRO-3's prefetched
+parameter gathers. Pure functions, used by the performance model (harness/perfmodel.py) to count
+the collectives a configuration issues and what of them its computation can hide.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from benchmarks.reduce_scatter_layout import window_numel
 
@@ -52,3 +55,21 @@ def balanced_window_elements(group_elements: int, n: int, bucket: int) -> list[i
     size = zero_partition_size(group_elements, n)
     w = window_numel(size, bucket, n)
     return [min(w, size - o) for o in range(0, size, w)] if w else []
+
+
+def gather_messages(named: list[tuple[str, int]], prefetch: int, elem_bytes: int) -> dict[str, Any]:
+    """ZeRO-3's parameter gathers of one pass (parameters (name, elements) in fetch order): each
+    message a prefetch bucket (the parameter that crosses the limit still joins), its bytes and
+    its compute share (Traffic.compute_share)."""
+    members = pack_members([e for _, e in named], prefetch or 1, crossing=True)
+    work = [sum(named[i][1] for i in m if "embed_tokens" not in named[i][0]) for m in members]
+    return {"sizes": tuple(elem_bytes * sum(named[i][1] for i in m) for m in members),
+            "compute_share": tuple(x / (sum(work) or 1) for x in work)}
+
+
+def prefetch_exposed(times: list[float], shares: tuple[float, ...], phase_s: float) -> float:
+    """Exposed time of one pass's parameter gathers when each is issued as the module before it
+    starts (PartitionedParameterCoordinator.fetch_sub_module: wait for the current module's
+    parameters, then prefetch up to prefetch_bucket_size elements ahead, one message here): the
+    first whole, then of each the part longer than the compute of the message before it."""
+    return times[0] + sum(max(0.0, t - phase_s * c) for t, c in zip(times[1:], shares[:-1]))

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
 
 from .calibration import Calibration
-from .comm_layout import balanced_window_elements, pack, pack_members
+from .comm_layout import balanced_window_elements, gather_messages, pack, pack_members, prefetch_exposed
 from .collectives import busbw_factor
 from .config import BenchConfig, Device
 from .errors import ConfigError, HarnessError
@@ -85,24 +85,6 @@ class Traffic:
     """Per message, the share of its phase's compute spent in the modules whose parameters it
     carries (FLOP-proportional: their elements; the input embedding, a lookup, none): what the
     next message, prefetched one bucket ahead, can hide behind (prefetch_exposed)."""
-
-
-def gather_messages(named: list[tuple[str, int]], prefetch: int, elem_bytes: int) -> dict[str, Any]:
-    """ZeRO-3's parameter gathers of one pass (parameters (name, elements) in fetch order): each
-    message a prefetch bucket (the parameter that crosses the limit still joins), its bytes and
-    its compute share (Traffic.compute_share)."""
-    members = pack_members([e for _, e in named], prefetch or 1, crossing=True)
-    work = [sum(named[i][1] for i in m if "embed_tokens" not in named[i][0]) for m in members]
-    return {"sizes": tuple(elem_bytes * sum(named[i][1] for i in m) for m in members),
-            "compute_share": tuple(x / (sum(work) or 1) for x in work)}
-
-
-def prefetch_exposed(times: list[float], shares: tuple[float, ...], phase_s: float) -> float:
-    """Exposed time of one pass's parameter gathers when each is issued as the module before it
-    starts (PartitionedParameterCoordinator.fetch_sub_module: wait for the current module's
-    parameters, then prefetch up to prefetch_bucket_size elements ahead, one message here): the
-    first whole, then of each the part longer than the compute of the message before it."""
-    return times[0] + sum(max(0.0, t - phase_s * c) for t, c in zip(times[1:], shares[:-1]))
 
 
 def comm_traffic(cfg: BenchConfig) -> list[Traffic]:

@@ -8,10 +8,11 @@ import json
 import pytest
 
 from harness.calibration import calibrate
+from harness.comm_layout import prefetch_exposed
 from harness.compute_calibration import Machine, record_machine
 from harness.errors import HarnessError
 from harness.model_check import check_step_times, record_config
-from harness.perfmodel import comm_traffic, executed_flops_per_step, predict, prefetch_exposed, with_split
+from harness.perfmodel import comm_traffic, executed_flops_per_step, predict, with_split
 
 EPYC, XEON = "AMD EPYC 7763 64-Core Processor", "Intel Xeon Platinum 8480+"
 PEAK = 0.1e12     # both cpu platforms declare 0.1 TFLOP/s fp32
