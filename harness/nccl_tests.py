@@ -13,12 +13,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
-from .collectives import OPS, SMOKE_REASON, Placement, Row
+from .collectives import OPS, SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .errors import HarnessError
-from .nccl_tests_output import (BINARIES, NCCL_REDOPS, NCCL_TYPES,  # noqa: F401 (API)
-                                op_of_binary, ErrorValue, ParsedOutput, RunConfig, parse_file,
-                                parse_json, parse_text)
-from .record import ResultRecord, collective_record, validate_record, write_record
+from .nccl_tests_infer import BINARIES, op_of_binary
+from .nccl_tests_output import (NCCL_REDOPS, NCCL_TYPES, ErrorValue, ParsedOutput,  # noqa: F401 (API)
+                                RunConfig, parse_file, parse_json, parse_text)
+from .record import ResultRecord, collective_record, metric, validate_record, write_record
 
 
 def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float = 2.0,
@@ -78,7 +78,11 @@ def _status(p: ParsedOutput) -> tuple[str, Optional[str]]:
         why = f"output cut short after {len(p.rows)} complete rows"
         if p.num_dropped_rows:
             why += f" ({p.num_dropped_rows} incomplete dropped)"
-        reasons.append(why + (f": {p.failures[0]}" if p.failures else ""))
+        why += f": {p.failures[0]}" if p.failures else ""
+        if p.avg_busbw_gbps is None and p.rows:
+            why += ("; no \"Avg bus bandwidth\" footer: avg_busbw_gbps is the mean busbw of those rows "
+                    "as printed")
+        reasons.append(why)
     elif not p.rows:
         reasons.append("the output has no result rows")
     wrong = [(r.size_bytes, w) for r in p.rows for pl in (r.out_of_place, r.in_place)
@@ -104,8 +108,8 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
            "gpu_count": parsed.num_ranks or (len(parsed.devices) if parsed.layout != "json" else 0),
            "container_image": None, "env": dict(parsed.env), "hosts": list(parsed.hosts),
            "suite_commit": None, "nccl_tests": parsed.nccl_tests_version, "num_ranks": parsed.num_ranks}
-    config = {"op": parsed.op, "source_file": source_file, "layout": parsed.layout,
-              "num_ranks": parsed.num_ranks, "args": parsed.args,
+    config = {"op": parsed.op, "op_inferred": parsed.op_inferred, "source_file": source_file,
+              "layout": parsed.layout, "num_ranks": parsed.num_ranks, "args": parsed.args,
               "nccl_tests": asdict(parsed.run_config) if parsed.run_config else None,
               "printed_avg_busbw_gbps": parsed.avg_busbw_gbps, "out_of_bounds": parsed.out_of_bounds,
               "num_dropped_rows": parsed.num_dropped_rows, "failures": parsed.failures,
@@ -115,12 +119,18 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
                                     *(None if pl is None else Placement.smoke(pl.time_us, pl.num_wrong)
                                       for pl in (r.out_of_place, r.in_place)))
             for r in parsed.rows]
-    return collective_record(
+    record = collective_record(
         run_id=run_id, name=f"{parsed.op} ({Path(source_file).name})", benchmark=parsed.op,
         platform=platform, status=status, reason=reason, rows=[r.to_dict() for r in rows],
         config=config, overrides=[], environment=env, complete=parsed.complete,
         source="nccl-tests-json" if parsed.layout == "json" else "nccl-tests", wall_s=parsed.wall_s or 0.0,
         smoke_reason=SMOKE_REASON if smoke else None)
+    if record.metrics:  # nccl-tests' own figure (unrounded busbw); the printed rows' mean only without it
+        printed = parsed.avg_busbw_gbps is not None
+        record.metrics["avg_busbw_gbps"] = metric(
+            parsed.avg_busbw_gbps if printed else avg_busbw_gbps(rows), "GB/s", "throughput", n=len(rows),
+            source="nccl-tests footer" if printed else "mean of the printed rows (no footer)")
+    return record
 
 
 def _run_id(path: str) -> str:
@@ -184,6 +194,8 @@ def cli(args: list[str]) -> int:
     for path in import_files(ns.files, out, ns.platform, ns.op):
         rec = json.loads(path.read_text(encoding="utf-8"))
         worst = max(worst, 0 if rec["status"] == "ok" else 3)
+        inferred = rec["config"].get("op_inferred")
         print(f"{path}: {rec['benchmark']}, {len(rec['rows'])} rows, {rec['status']}"
-              + (f" ({rec['reason']})" if rec["reason"] else ""))
+              + (f" ({rec['reason']})" if rec["reason"] else "")
+              + (f"; op {rec['benchmark']} {inferred}" if inferred else ""))
     return worst

@@ -9,7 +9,7 @@ Formats read (where each comes from: tests/data/nccl_tests/README.md):
   columns;
 - JSON written by `-J FILE.json` (src/util.cu, JSON_FILE_VERSION 1 and 2), layout "json".
 Rows keep what nccl-tests printed (time in us, GB/s = 1e9 B/s); a row cut short is dropped, never
-repaired. I/O only in parse_file, binary_for, import_files and cli; no torch.
+repaired. Which collective it is: harness.nccl_tests_infer. I/O only in parse_file; no torch.
 """
 from __future__ import annotations
 
@@ -24,13 +24,10 @@ from typing import Any, Optional, Union
 
 from benchmarks.environment import ENV_PREFIXES
 
-from .collectives import OPS, Placement, Row
+from .collectives import Placement, Row
 from .errors import HarnessError
+from .nccl_tests_infer import BINARY_NAME, resolve_op
 
-BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
-            "reduce_scatter": "reduce_scatter_perf", "all_to_all": "alltoall_perf",
-            "broadcast": "broadcast_perf", "reduce": "reduce_perf", "sendrecv": "sendrecv_perf"}
-_OP_OF_BINARY = {b[:-len("_perf")]: op for op, b in BINARIES.items()}
 # our dtype names (harness.config.TORCH_DTYPES) and nccl-tests' own -> nccl-tests' -d names
 NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
               "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8", "float": "float",
@@ -38,8 +35,6 @@ NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "fl
 NCCL_REDOPS = ("sum", "prod", "max", "min", "avg")
 
 _TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")  # mpirun --tag-output
-_BINARY = re.compile(r"(?<![\w-])(all_reduce|all_gather|reduce_scatter|alltoallv?|broadcast|reduce|"
-                     r"sendrecv|gather|scatter|hypercube)_perf(?:_\w+)?\b")  # make NAME_SUFFIX=_mpi
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s*(\S+)")
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?")
 _TESTS_VERSION = re.compile(r"nccl-tests version (\S+) nccl-headers=\d+ nccl-library=(\d+)")
@@ -113,39 +108,11 @@ class ParsedOutput:
     failures: list[str] = field(default_factory=list)
     """What nccl-tests reported going wrong: "Test NCCL failure ..." lines, "# error: ...", JSON errors."""
     wall_s: Optional[float] = None
+    op_inferred: Optional[str] = None
+    """How op was inferred when the output names no binary and none was given (file name or table)."""
 
 
 # --- shared helpers ---------------------------------------------------------------------------
-
-def op_of_binary(path: str) -> Optional[str]:
-    """The collective of an nccl-tests binary path (all_reduce_perf, alltoall_perf_mpi, ...); None
-    when the name is not exactly one binary this suite records."""
-    names = [m.group(1) for m in _BINARY.finditer(os.path.basename(path))]
-    return _OP_OF_BINARY.get(names[0]) if len(names) == 1 else None
-
-
-def _op_of(names: set[str], op: Optional[str], where: str) -> str:
-    """The collective from the *_perf binary names seen (or the op argument, which must agree)."""
-    if op is not None and op not in OPS:
-        raise HarnessError(f"{where}: op={op!r} is invalid; valid: {', '.join(OPS)}")
-    ops = set()
-    for name in names:
-        if name not in _OP_OF_BINARY:
-            raise HarnessError(f"{where}: {name}_perf is not a collective this suite records; "
-                               f"valid binaries: {', '.join(BINARIES.values())}")
-        ops.add(_OP_OF_BINARY[name])
-    if op is not None:
-        if ops and op not in ops:
-            raise HarnessError(f"{where}: op={op!r} given but the output is from "
-                               f"{', '.join(sorted(BINARIES[o] for o in ops))}")
-        return op
-    if len(ops) != 1:
-        what = ("names several binaries: " + ", ".join(sorted(BINARIES[o] for o in ops)) if ops
-                else "does not name its binary (e.g. all_reduce_perf)")
-        raise HarnessError(f"{where}: cannot tell which collective this is: the output {what}; "
-                           f"give the op ({', '.join(OPS)})")
-    return ops.pop()
-
 
 def _nccl_version_of(code: int) -> str:
     """NCCL_VERSION_CODE -> "2.21.5" (major*10000+minor*100+patch since 2.9, *1000 before)."""
@@ -278,7 +245,7 @@ def parse_text(text: str, source: str = "<text>", op: Optional[str] = None) -> P
         where = f"{source}:{i + 1}"
         if m := _NCCL_VERSION.search(line):
             out.nccl_version, out.cuda_version = m.group(1), m.group(2) or out.cuda_version
-        binaries.update(m.group(1) for m in _BINARY.finditer(line))
+        binaries.update(m.group(1) for m in BINARY_NAME.finditer(line))
         s = line.strip()
         if not s.startswith("#"):
             fail = _FAILURE.search(line)
@@ -301,7 +268,7 @@ def parse_text(text: str, source: str = "<text>", op: Optional[str] = None) -> P
         body = s[1:].strip()
         tokens = body.split()
         if m := _STARTING.search(body):
-            starting.update(b.group(1) for b in _BINARY.finditer(m.group(1)))
+            starting.update(b.group(1) for b in BINARY_NAME.finditer(m.group(1)))
         elif m := _TESTS_VERSION.match(body):
             out.nccl_tests_version = m.group(1)
             out.nccl_version = out.nccl_version or _nccl_version_of(int(m.group(2)))
@@ -329,10 +296,10 @@ def parse_text(text: str, source: str = "<text>", op: Optional[str] = None) -> P
     if cols is None:
         raise HarnessError(f"{source}: not nccl-tests output: no column header "
                            "('#  size  count  type ...') found")
-    out.op = _op_of(starting or binaries, op, source)
     out.layout, out.rows, out.errors, out.failures = cols.layout, rows, errors, failures
     out.complete = footer and out.num_dropped_rows == 0
     out.num_ranks, out.devices, out.hosts = _num_ranks(ranks), devices, sorted(set(hosts))
+    out.op, out.op_inferred = resolve_op(starting or binaries, op, source, rows, out.num_ranks)
     return out
 
 
@@ -412,9 +379,8 @@ def parse_json(obj_or_text: Union[str, bytes, dict], source: str = "<json>",
         raise HarnessError(f"{source}: not nccl-tests output: a JSON document without nccl-tests' "
                            "'version' and 'config'/'results' keys")
     args = [str(a) for a in obj.get("args") or []]
-    names = {m.group(1) for m in _BINARY.finditer(os.path.basename(args[0]))} if args else set()
-    out = ParsedOutput(source, _op_of(names, op, source), "json", [], False, args=args,
-                       num_dropped_rows=dropped)
+    names = {m.group(1) for m in BINARY_NAME.finditer(os.path.basename(args[0]))} if args else set()
+    out = ParsedOutput(source, "", "json", [], False, args=args, num_dropped_rows=dropped)
     results = obj.get("results", [])
     if not isinstance(results, list):
         raise HarnessError(f"{source}: 'results' is not a list")
@@ -452,6 +418,7 @@ def parse_json(obj_or_text: Union[str, bytes, dict], source: str = "<json>",
             out.num_ranks = cfg["nthreads"] * cfg["ngpus"] * procs
     if isinstance(obj.get("nccl_version"), int):
         out.nccl_version = _nccl_version_of(obj["nccl_version"])
+    out.op, out.op_inferred = resolve_op(names, op, source, out.rows, out.num_ranks, json=True)
     env = [str(e).partition("=") for e in obj.get("env") or []]
     out.env = {k: v for k, _, v in env if k.startswith(ENV_PREFIXES)}
     out.failures = [str(e) for e in obj.get("errors") or [] if e]
@@ -472,6 +439,3 @@ def parse_file(path: Union[str, Path], op: Optional[str] = None) -> ParsedOutput
     if text.lstrip().startswith("{"):
         return parse_json(text, str(path), op)
     return parse_text(text, str(path), op)
-
-
-# --- driving the binaries ---------------------------------------------------------------------

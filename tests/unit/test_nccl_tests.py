@@ -138,7 +138,9 @@ def test_header_facts():
 BANDWIDTH = [(name, op_arg, None) for name, op_arg, *_ in LAYOUTS if "real_" not in name] + [
     ("real_issue78_all_reduce.txt", "all_reduce", 64), ("real_issue78_alltoall.txt", "all_to_all", 64),
     ("real_coreweave43_all_reduce.txt", "all_reduce", 72), ("json_all_gather_v2_failed.json", None, None),
-    ("json_all_reduce_v1.stdout.txt", None, None), ("old_all_gather.txt", "all_gather", None)]
+    ("json_all_reduce_v1.stdout.txt", None, None), ("old_all_gather.txt", "all_gather", None),
+    ("unnamed_2node_8gpu.txt", None, None), ("unnamed_1node_8gpu.txt", "all_gather", None),
+    ("alltoall-16gpu.log", None, None), ("unnamed_table_2proc.txt", None, 2)]
 
 
 def busbw_deviation(p, num_ranks: int) -> float:
@@ -377,12 +379,12 @@ def test_import_writes_one_record_per_file_and_refuses_to_overwrite(tmp_path):
 
 
 def test_import_writes_nothing_when_a_file_is_bad_and_lists_every_bad_one(tmp_path):
-    files = [str(DATA / "new_all_reduce.txt"), str(DATA / "not_nccl_tests.txt"), str(DATA / "old_all_gather.txt")]
+    files = [str(DATA / name) for name in ("new_all_reduce.txt", "not_nccl_tests.txt", "unnamed_1node_8gpu.txt")]
     with pytest.raises(HarnessError) as err:
         import_files(files, tmp_path / "out")
     msg = str(err.value)
     assert msg.startswith("2 of 3 files cannot be imported (nothing written)")
-    assert "not_nccl_tests.txt: not nccl-tests output" in msg and "old_all_gather.txt: cannot tell" in msg
+    assert "not_nccl_tests.txt: not nccl-tests output" in msg and "unnamed_1node_8gpu.txt: cannot tell" in msg
     assert not (tmp_path / "out").exists()
 
 

@@ -372,6 +372,52 @@ def new_alltoall() -> str:
     return "\n".join(lines + footer_217(run.avg, run.oob, "alltoall_perf")) + "\n"
 
 
+# --- outputs as pasted in issues: no binary name anywhere ------------------------------------
+
+def unnamed_v213(op: str, hosts: list[tuple[str, int]], gpus_per_proc: int, gpu: str, sizes: list[int],
+                 seed: int, *, lat: float, peak: float, redop: str = "sum", b: int, e: int, step: int,
+                 nccl: str) -> str:
+    """A v2.13 output from its "# nThread" line on (no shell line, no binary name): hosts are
+    (name, GPUs) and each process drives gpus_per_proc of them (1: mpirun, one process per GPU)."""
+    n = sum(count for _, count in hosts)
+    run = Run(op, "v213", n, "float", sizes, lat, peak, seed=seed, redop=redop)
+    lines = [nthread_new(gpus_per_proc, b, e, step, "factor", 5, 20, 1), "#", "# Using devices"]
+    rank = 0
+    for h, (host, count) in enumerate(hosts):
+        for d in range(count):
+            pid = 30211 + 97 * h + (d // gpus_per_proc)
+            lines.append("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s"
+                         % (rank, 0, pid, host, d, H100_BUS[d % len(H100_BUS)], gpu))
+            rank += 1
+    lines += ["NCCL version " + nccl, "#"] + v213_header() + run.row_lines()
+    return "\n".join(lines + footer(run.avg, run.oob) + [""]) + "\n"
+
+
+def unnamed_all_reduce_2node() -> str:
+    return unnamed_v213("all_reduce", [("gpu-a01", 4), ("gpu-a02", 4)], 1, "NVIDIA A100-SXM4-80GB",
+                        geometric(1 * M, 1 << 30, 4), 14, lat=60.0, peak=6.0, b=1 * M, e=1 << 30, step=4,
+                        nccl="2.19.3+cuda12.3")
+
+
+def unnamed_all_gather_1node() -> str:
+    return unnamed_v213("all_gather", [("h100-node-07", 8)], 8, "NVIDIA H100 80GB HBM3",
+                        geometric(1 * M, 512 * M, 2), 15, lat=16.0, peak=370.0, redop="none", b=1 * M,
+                        e=512 * M, step=2, nccl="2.21.5+cuda12.4")
+
+
+def unnamed_alltoall_2node() -> str:
+    return unnamed_v213("all_to_all", [("node-17", 8), ("node-18", 8)], 8, "NVIDIA H100 80GB HBM3",
+                        geometric(1 * M, 1 << 30, 4), 16, lat=45.0, peak=60.0, redop="none", b=1 * M,
+                        e=1 << 30, step=4, nccl="2.21.5+cuda12.4")
+
+
+def unnamed_broadcast_table() -> str:
+    """Only the table and its footer, as most issue posts show it: an old-layout broadcast (root
+    column) over 2 processes; no Rank lines, so the rank count is not printed either."""
+    run = Run("broadcast", "old", 2, "float", geometric(8 * M, 256 * M, 2), 70.0, 9.5, seed=17, root=0)
+    return "\n".join(["#"] + old_header(["root"]) + run.row_lines() + footer(run.avg, 0)) + "\n"
+
+
 # --- -J JSON (util.cu) ------------------------------------------------------------------------
 
 def jstr(s: str) -> str:  # util.cu sanitizeJson: escapes " \ / tab newline
@@ -475,6 +521,10 @@ FILES = {
     "new_sendrecv_timestamps.txt": new_sendrecv,
     "new_alltoall.txt": new_alltoall,
     "json_all_gather_v2_failed.json": json_all_gather_failed,
+    "unnamed_2node_8gpu.txt": unnamed_all_reduce_2node,
+    "unnamed_1node_8gpu.txt": unnamed_all_gather_1node,
+    "alltoall-16gpu.log": unnamed_alltoall_2node,
+    "unnamed_table_2proc.txt": unnamed_broadcast_table,
 }
 
 
