@@ -1,12 +1,13 @@
 """The nightly regression job: `make nightly PLATFORM=<name>` = `python -m harness nightly`.
 
     python -m harness nightly [--night ID] [--repeats N] [--store URL] [--baseline-nights N]
-                              [--fail-on VERDICTS] [overrides ...]
+                              [--reference FILE|none ...] [--fail-on VERDICTS] [overrides ...]
 
 Runs the nightly suite (`suite=nightly-<platform>` unless overridden) `--repeats` times, keeps
 every run in the history store (SQLite by default, any SQLAlchemy URL), compares this night's
 runs with the reference table and with a rolling baseline (the runs of the last
-`--baseline-nights` finished nights), and writes nightly.md, nightly.html (self-contained, with a
+`--baseline-nights` finished nights; `--reference` picks the reference tables, default every
+reference_results/*.json, `none` for the baseline alone), and writes nightly.md, nightly.html (self-contained, with a
 trend plot per metric and the micro-step charts) and junit.xml into OUT. A night is identified by
 `--night` (default: today's date); running the same night again resumes it: runs already stored
 are not redone. Exit status 1 when a comparison finds a verdict in --fail-on (default:
@@ -90,6 +91,9 @@ def cli(args: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--store", default=DEFAULT_URL, help=f"SQLAlchemy URL (default {DEFAULT_URL})")
     parser.add_argument("--baseline-nights", type=int, default=7)
+    parser.add_argument("--reference", action="append", metavar="FILE",
+                        help="reference table(s) to compare with (default: every reference_results/*.json); "
+                             "none: judge against the rolling baseline only")
     parser.add_argument("--fail-on", default="regression,status changed")
     parser.add_argument("overrides", nargs="*")
     ns = parser.parse_args(args)
@@ -98,6 +102,9 @@ def cli(args: list[str]) -> int:
     fail_on = set() if ns.fail_on == "none" else {v.strip() for v in ns.fail_on.split(",")}
     if fail_on - set(VERDICTS):
         raise HarnessError(f"--fail-on {sorted(fail_on - set(VERDICTS))} is invalid; valid: {', '.join(VERDICTS)}")
+    if ns.reference and "none" in ns.reference and len(ns.reference) > 1:
+        raise HarnessError(f"--reference none judges against the baseline alone; it takes no other file: {ns.reference}")
+    refs = [] if ns.reference == ["none"] else load_references([Path(p) for p in ns.reference] if ns.reference else None)
     overrides = list(ns.overrides)
     first = compose(overrides)  # validates before anything runs
     if not any(o.startswith("suite=") for o in overrides):
@@ -114,7 +121,7 @@ def cli(args: list[str]) -> int:
     tonight = [rec for _, rec in store.records(platform, [ns.night])]
     earlier_nights = store.earlier_nights(platform, ns.night, ns.baseline_nights)
     earlier = store.records(platform, earlier_nights)
-    verdicts = {"references": compare(tonight, load_references()),
+    verdicts = {"references": compare(tonight, refs),
                 "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights))}
     store.finish_night(ns.night, platform)
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,

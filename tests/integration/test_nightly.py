@@ -20,8 +20,11 @@ QUICK = ["suite=single", "workload.micro_batch_size=4", "measure.warmup_steps=1"
 
 
 def nightly(tmp_path, night, *extra, repeats=2):
+    """Judged against its own earlier nights only (--reference none): what passes or fails here must
+    not depend on how fast this machine is next to the one the shipped cpu references came from."""
     return [sys.executable, "-m", "harness", "nightly", "--night", night, "--repeats", str(repeats),
-            "--store", f"sqlite:///{tmp_path / 'history.sqlite'}", f"out={tmp_path / night}", *QUICK, *extra]
+            "--store", f"sqlite:///{tmp_path / 'history.sqlite'}", "--reference", "none", f"out={tmp_path / night}",
+            *QUICK, *extra]
 
 
 def run(cmd):
@@ -71,3 +74,13 @@ def test_an_interrupted_night_resumes_without_redoing_finished_runs(tmp_path):
     after = store.records("cpu", ["2026-11-05"])
     assert len(after) == 2
     assert after[0][1] == first[0][1]  # the finished run kept, not redone
+
+
+@pytest.mark.parametrize("reference,message", [
+    (["--reference", "none", "--reference", "reference_results/cpu.json"], "--reference none judges against the baseline alone"),
+    (["--reference", "no/such/table.json"], "no/such/table.json: not a readable reference file"),
+])
+def test_a_bad_reference_choice_stops_before_anything_runs(tmp_path, reference, message):
+    done = run(nightly(tmp_path, "2026-11-09")[:10] + reference + [f"out={tmp_path / 'out'}"])
+    assert done.returncode == 2 and message in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "history.sqlite").exists()
