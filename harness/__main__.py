@@ -89,18 +89,23 @@ def cmd_validate(args: list[str]) -> int:
 
 
 def cmd_compare(args: list[str]) -> int:
-    """Compare result records with the reference tables: a verdict per run and metric (noise-aware),
-    with the environment difference behind each regression. Exit 1 when one regressed."""
+    """Compare result records with the reference tables, or (--against OLD...) with other records: a
+    verdict per run and metric (noise-aware), with the environment difference behind each regression.
+    Exit 1 when one regressed."""
     import argparse
 
+    from .ab import against
     from .compare import VERDICTS, compare, load_records
     from .references import load_references
-    from .report import verdict_table
+    from .report import verdict_table, verdicts_json
 
     parser = argparse.ArgumentParser(prog="python -m harness compare", description=cmd_compare.__doc__)
-    parser.add_argument("results", nargs="+", help="record files or result folders")
+    parser.add_argument("results", nargs="+", help="record files or result folders (NEW)")
     parser.add_argument("--reference", action="append", type=Path,
                         help="reference file(s) (default: every reference_results/*.json)")
+    parser.add_argument("--against", nargs="+", action="extend", metavar="OLD",
+                        help="record files or result folders to judge NEW against instead of a reference table "
+                             "(a before/after around an upgrade); repeated configurations pool their samples")
     parser.add_argument("--fail-on", default="regression",
                         help=f"comma list of verdicts that make the exit status 1, or none; valid: {', '.join(VERDICTS)}")
     parser.add_argument("--min-samples", type=int, default=2,
@@ -111,11 +116,21 @@ def cmd_compare(args: list[str]) -> int:
     unknown = fail_on - set(VERDICTS)
     if unknown:
         raise HarnessError(f"--fail-on {sorted(unknown)} is invalid; valid: {', '.join(VERDICTS)}, or none")
-    verdicts = compare(load_records(ns.results), load_references(ns.reference), ns.min_samples)
-    if ns.json:
-        print(json.dumps([v.to_dict() for v in verdicts], indent=2))
+    if ns.against and ns.reference:
+        raise HarnessError("--against and --reference exclude each other: --against judges NEW against the OLD records "
+                           "given, --reference against reference tables; give one")
+    if ns.against:
+        verdicts, left = against(ns.results, ns.against, ns.min_samples)
+        table = verdict_table(verdicts, missing="summary", ref_name="OLD") + (f"\n  {left}" if left else "")
     else:
-        print(verdict_table(verdicts))
+        verdicts = compare(load_records(ns.results), load_references(ns.reference), ns.min_samples)
+        table, left = verdict_table(verdicts, missing="summary"), ""
+    if ns.json:
+        print(verdicts_json(verdicts))
+        if left:
+            print(left, file=sys.stderr)
+    else:
+        print(table)
     return 1 if any(v.verdict in fail_on for v in verdicts) else 0
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import shlex
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -278,13 +277,13 @@ def compare_with_references(records: list[ResultRecord], out: Path) -> None:
     status does not depend on them: `python -m harness compare` and the nightly job decide that."""
     from .compare import compare
     from .references import load_references
-    from .report import verdict_table
+    from .report import verdict_counts, verdict_table
 
     verdicts = compare([r.to_dict() for r in records], load_references())
-    counts = ", ".join(f"{n} {v}" for v, n in sorted(Counter(x.verdict for x in verdicts).items()))
-    print(f"\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts))
-    write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{counts}\n\n"
-                                            + verdict_table(verdicts, markdown=True) + "\n").encode("utf-8"))
+    counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows
+    print(f"\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts, missing="summary"))
+    table = verdict_table(verdicts, markdown=True, missing="summary")
+    write_bytes_atomic(out / "compare.md", f"# Compared with reference_results/\n\n{counts}\n\n{table}\n".encode("utf-8"))
 
 
 def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], **more) -> None:

@@ -1,6 +1,8 @@
 """Terminal progress while runs go, and the summary tables (terminal and Markdown) at the end."""
 from __future__ import annotations
 
+import json
+import math
 import statistics
 import sys
 from collections import Counter
@@ -10,6 +12,7 @@ from typing import Any, TextIO
 from benchmarks import events as ev
 
 from .record import ResultRecord
+from .references import REFERENCE_METRICS
 
 
 class Progress:
@@ -84,7 +87,7 @@ def collective_table(records: list[ResultRecord], markdown: bool = False) -> str
 def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str:
     """One row per training run. With a distillation run among them, two more columns: the
     teacher's parameter memory per rank (part of peak), and MFU counting its forward too."""
-    headers = ["run", "status", "ZeRO", "mb x ga", "samples/s", "tokens/s", "tokens/s/dev",
+    headers = ["run", "status", "ZeRO", "mb x ga", "seq", "samples/s", "tokens/s", "tokens/s/dev",
                "step s (p10-p90, n)", "peak GiB", "MFU %"]
     distilled = any(r.config["workload"].get("distill") for r in records)
     if distilled:
@@ -95,7 +98,7 @@ def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str
         st = r.metrics.get("step_time_s")
         step = f"{st['value']:.3f} ({st['p10']:.3f}-{st['p90']:.3f}, {st['n']})" if st else "-"
         rows.append([r.run_id, r.status, str(r.config["zero"]["stage"]),
-                     f"{w['micro_batch_size']} x {w['grad_acc_steps']}",
+                     f"{w['micro_batch_size']} x {w['grad_acc_steps']}", _fmt(w.get("seq_len")),
                      _fmt(_metric(r, "samples_per_s")), _fmt(_metric(r, "tokens_per_s"), 0),
                      _fmt(_metric(r, "tokens_per_s_per_device"), 0), step,
                      _fmt(_metric(r, "peak_mem_gib")), _fmt(_metric(r, "mfu_pct"))])
@@ -164,27 +167,183 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def verdict_table(verdicts: list, markdown: bool = False) -> str:
-    """Verdicts of harness.compare, regressions and status changes first, with attribution."""
-    order = {v: i for i, v in enumerate(("regression", "status changed", "missing", "insufficient data",
-                                         "improvement", "new", "pass"))}
-    ranked = sorted(verdicts, key=lambda v: (order.get(v.verdict, 9), v.platform, v.benchmark, v.metric))
-    rows = []
-    for v in ranked:
-        cfg = ",".join(f"{k}={val}" for k, val in v.config.items() if k not in ("num_ranks", "nodes"))
-        rows.append([v.verdict, f"{v.platform}/{v.benchmark}", cfg[:60], v.metric,
-                     _fmt(v.value, 3), _fmt(v.reference, 3), v.unit or "-",
-                     f"{-v.worse_pct:+.1f}%" if v.worse_pct is not None else "-",
-                     f"{v.num_samples}/{v.num_reference_samples}"])
-    text = _table(["verdict", "platform/benchmark", "config", "metric", "now", "reference", "unit",
-                   "gain", "n now/ref"], rows, markdown)
-    notes = []
+# --- verdicts (harness.compare) ------------------------------------------------------------------
+# One convention for every change shown: the ratio now / reference of the better-is-higher form
+# of the metric (samples/s as measured; step time and memory inverted: reference / now), so that
+# below 1x is always worse. Verdict.worse_pct (positive = worse) maps onto it monotonically.
+VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data", "improvement", "new", "pass")
+RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (samples/s as is; step time and "
+                "memory inverted), so below 1x is worse: step time 1.07 -> 2.56 s is 0.42x (2.39x slower), "
+                "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
+SHOWN_KEYS = ("zero_stage", "micro_batch_size", "grad_acc_steps", "seq_len")
+"""Configuration keys with a column of their own; every other key that tells rows apart is listed in full."""
+
+
+def _direction(v) -> str:
+    """'higher' or 'lower' is better: from the verdict's own numbers where they moved, else the metric."""
+    if v.worse_pct and v.value is not None and v.reference:
+        return "higher" if (v.value - v.reference) * v.worse_pct < 0 else "lower"
+    return next((m[v.metric] for m in REFERENCE_METRICS.values() if v.metric in m), "higher")
+
+
+def ratio(worse_pct: float, direction: str) -> float:
+    """now/ref of the better-is-higher quantity from worse_pct (harness.compare: positive = worse)."""
+    if direction == "higher":
+        return 1.0 - worse_pct / 100.0
+    return 100.0 / (100.0 + worse_pct) if worse_pct > -100.0 else math.inf
+
+
+def _x(r: float, *near: float) -> str:
+    """'0.42x'; three decimals within 10 % of 1x (for r or any of `near`, so that a pair reads alike)."""
+    if not math.isfinite(r):
+        return "inf"
+    return f"{r:.3f}x" if any(abs(x - 1.0) < 0.1 for x in (r, *near)) else f"{r:.2f}x"
+
+
+def _pair(a: float, b: float) -> str:
+    return f"[{_x(a, b)}, {_x(b, a)}]"
+
+
+def change_text(v) -> str:
+    """'0.42x (2.39x slower)' for a verdict with a relative change, else '-'."""
+    if v.worse_pct is None:
+        return "-"
+    r = ratio(v.worse_pct, _direction(v))
+    worse, better = ("more memory", "less memory") if "mem" in v.metric else ("slower", "faster")
+    if r == 1.0 or not math.isfinite(r) or r <= 0:
+        return _x(r)
+    return f"{_x(r)} ({1 / r:.2f}x {worse})" if r < 1 else f"{_x(r)} ({r:.2f}x {better})"
+
+
+def interval_text(v) -> str:
+    """The 95% interval of the change, as now/ref ratios: '[0.40x, 0.44x]'."""
+    if not v.interval_pct:
+        return "-"
+    lo, hi = v.interval_pct
+    d = _direction(v)
+    return _pair(ratio(hi, d), ratio(lo, d))
+
+
+def tolerance_text(v) -> str:
+    """The band of now/ref a pass lies in: tolerance 25 % of a step time is [0.80x, 1.33x]."""
+    if v.tolerance_pct is None:
+        return "-"
+    d = _direction(v)
+    return _pair(ratio(v.tolerance_pct, d), ratio(-v.tolerance_pct, d))
+
+
+def verdict_text(v) -> str:
+    """The verdict's reason with its change in the table's terms (compare.decide words it as a gain %)."""
+    if v.worse_pct is None:
+        return v.reason
+    why = v.reason.split("gain ", 1)[0].rstrip(" ;:") if "gain " in v.reason else v.reason
+    unit = f" {v.unit}" if v.unit else ""
+    text = (f"{_fmt(v.value, 3)}{unit} against {_fmt(v.reference, 3)}{unit}: {change_text(v)}, 95% interval "
+            f"{interval_text(v)}, tolerance {tolerance_text(v)}")
+    return f"{why}: {text}" if why else text
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, val in config.items():
+        if isinstance(val, dict):
+            out.update(_flat(val, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = val
+    return out
+
+
+def distinguishing_keys(configs: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """(keys besides SHOWN_KEYS whose values differ between the configurations, {key: value} the same in all)."""
+    flat = [_flat(c) for c in configs]
+    keys = sorted({k for f in flat for k in f} - set(SHOWN_KEYS))
+    varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat}) > 1]
+    common = {k: flat[0][k] for k in keys if k not in varying} if flat else {}
+    return varying, common
+
+
+def config_cells(config: dict[str, Any], varying: list[str]) -> list[str]:
+    """[ZeRO stage, 'mb x ga', seq len, the other distinguishing keys in full]."""
+    flat = _flat(config)
+    mb, ga = config.get("micro_batch_size"), config.get("grad_acc_steps")
+    return [_fmt(config.get("zero_stage")), f"{_fmt(mb)} x {_fmt(ga)}" if mb is not None or ga is not None else "-",
+            _fmt(config.get("seq_len")), " ".join(f"{k}={flat[k]}" for k in varying if k in flat) or "-"]
+
+
+def config_label(config: dict[str, Any], varying: list[str]) -> str:
+    """'ZeRO-2 mb 4 x ga 2 seq 128 precision=bf16': what tells this configuration apart, in a line."""
+    zero, mbga, seq, other = config_cells(config, varying)
+    parts = [f"ZeRO-{zero}" if zero != "-" else "", f"mb {mbga.replace(' x ', ' x ga ')}" if mbga != "-" else "",
+             f"seq {seq}" if seq != "-" else "", other if other != "-" else ""]
+    return " ".join(p for p in parts if p)
+
+
+def unrun(verdicts: list) -> list:
+    """The 'missing' verdicts of references no result in the comparison ran (compare() gives them no run)."""
+    return [v for v in verdicts if v.verdict == "missing" and not v.run_ids]
+
+
+def _judged(verdicts: list) -> list:
+    skip = {id(v) for v in unrun(verdicts)}
+    return [v for v in verdicts if id(v) not in skip]
+
+
+def unrun_line(verdicts: list) -> str:
+    """'25 references (5 configurations) of cpu/llama-tiny had no result among these runs (not judged)', or ''."""
+    per: dict[str, list] = {}
+    for v in unrun(verdicts):
+        per.setdefault(f"{v.platform}/{v.benchmark}", []).append(v)
+    parts = [f"{len(vs)} reference{'s' if len(vs) != 1 else ''} "
+             f"({len({json.dumps(v.config, sort_keys=True) for v in vs})} configurations) of {name}"
+             for name, vs in sorted(per.items())]
+    return f"{', '.join(parts)} had no result among these runs (not judged)" if parts else ""
+
+
+def verdict_counts(verdicts: list, missing: str = "summary") -> str:
+    """'1 regression, 3 pass', the worst first; unrun references left out unless missing='rows'."""
+    judged = verdicts if missing == "rows" else _judged(verdicts)
+    counts = Counter(v.verdict for v in judged)
+    return ", ".join(f"{counts[k]} {k}" for k in VERDICT_ORDER if counts[k]) or "no verdicts"
+
+
+def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows", ref_name: str = "reference") -> str:
+    """Verdicts of harness.compare, regressions and status changes first, with attribution.
+    missing: 'rows' lists each reference that had no result (the nightly, whose suite planned the
+    runs); 'summary' puts them in one line (bench, compare); 'omit' leaves them out."""
+    shown = verdicts if missing == "rows" else _judged(verdicts)
+    order = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), v.platform, v.benchmark,
+                                          json.dumps(v.config, sort_keys=True, default=str), v.metric))
+    varying, common = distinguishing_keys([v.config for v in ranked])
+    cells = 4 if varying else 3   # "other config" only when some other key tells rows apart
+    rows = [[v.verdict, f"{v.platform}/{v.benchmark}", *config_cells(v.config, varying)[:cells], v.metric,
+             _fmt(v.value, 3), _fmt(v.reference, 3), v.unit or "-", change_text(v), interval_text(v),
+             f"{v.num_samples}/{v.num_reference_samples}"] for v in ranked]
+    ref = "ref" if ref_name == "reference" else ref_name
+    text = _table(["verdict", "platform/benchmark", *["ZeRO", "mb x ga", "seq", "other config"][:cells], "metric",
+                   "now", ref_name, "unit", f"now/{ref}", "95% interval", f"n now/{ref}"], rows, markdown)
+    item = "- " if markdown else "  "
+    since = "the reference" if ref == "ref" else ref_name
+    lines = [item + RATIO_LEGEND.format(ref=ref, name=since)]
+    if common:
+        lines.append(f"{item}every row: " + " ".join(f"{k}={val}" for k, val in common.items()))
+    if missing == "summary" and unrun_line(verdicts):
+        lines.append(f"{item}{unrun_line(verdicts)}")
     for v in ranked:
         if v.verdict in ("regression", "status changed", "insufficient data", "missing"):
-            notes.append(f"{'- ' if markdown else '  '}{v.verdict}: {v.platform}/{v.benchmark} {v.metric}: {v.reason}")
+            label = config_label(v.config, varying)
+            lines.append(f"{item}{v.verdict}: {v.platform}/{v.benchmark} {label + ' ' if label else ''}{v.metric}: "
+                         f"{verdict_text(v)}")
         if v.verdict in ("regression", "status changed"):
-            changed = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in v.environment_diff.items()) \
-                if all(isinstance(x, list) for x in v.environment_diff.values()) else \
-                "; ".join(f"{k}: {x}" for k, x in v.environment_diff.items())
-            notes.append(f"{'  - ' if markdown else '      '}what changed since the reference: {changed or 'nothing in the fingerprint'}")
-    return text + ("\n\n" + "\n".join(notes) if notes else "")
+            changed = "; ".join(f"{k}: {x[0]} -> {x[1]}" if isinstance(x, list) and len(x) == 2 else f"{k}: {x}"
+                                for k, x in v.environment_diff.items())
+            lines.append(f"{'  - ' if markdown else '      '}what changed since {since}: "
+                         f"{changed or 'nothing in the fingerprint'}")
+    return text + "\n\n" + "\n".join(lines)
+
+
+def verdicts_json(verdicts: list) -> str:
+    """The verdicts as JSON (compare --json): the reason and the change in the table's terms (the
+    numbers as compare() gives them: worse_pct, interval_pct)."""
+    return json.dumps([{**v.to_dict(), "reason": verdict_text(v), "change": change_text(v),
+                        "interval": interval_text(v), "tolerance": tolerance_text(v)} for v in verdicts], indent=2)

@@ -131,3 +131,74 @@ def test_a_distillation_run_gets_teacher_columns_and_its_teacher_collectives_apa
     assert len(rows) == 2
     assert rows[0].split()[4] == "20.0"  # teacher fwd ms
     assert "teacher all_gather x1 1.00 MB" in rows[0] and "all_gather x1 2.00 MB" in rows[0]
+
+
+# --- verdict tables (harness.report.verdict_table) --------------------------------------------
+
+def _verdict(metric, unit, direction, before, now, interval=None, config=None, verdict="regression", tol=10.0):
+    """A Verdict as harness.compare builds it: worse_pct positive = worse, and its interval."""
+    from harness.compare import Verdict, worse_pct
+
+    w = worse_pct(now, before, direction)
+    return Verdict("cpu", "llama-tiny", config or dict(CONFIG), metric, verdict,
+                   f"gain {-w:+.1f}% against {before:g} {unit} (tolerance {tol:g}%; positive is better)", unit=unit,
+                   value=now, reference=before, worse_pct=w, interval_pct=interval or (w - 10.0, w + 10.0),
+                   tolerance_pct=tol, num_samples=3, num_reference_samples=5, run_ids=["r0"])
+
+
+CONFIG = {"nodes": 1, "num_ranks": 2, "zero_stage": 2, "micro_batch_size": 4, "grad_acc_steps": 2, "seq_len": 128,
+          "precision": "fp32", "activation_checkpointing": False,
+          "zero": {"stage3_max_live_parameters": 2000000, "stage3_prefetch_bucket_size": 200000}}
+
+
+@pytest.mark.parametrize("metric,unit,direction,before,now,change", [
+    ("step_time_s", "s", "lower", 1.07, 2.56, "0.42x (2.39x slower)"),
+    ("samples_per_s", "samples/s", "higher", 22.0, 13.8, "0.63x (1.59x slower)"),
+    ("step_time_s", "s", "lower", 2.56, 1.07, "2.39x (2.39x faster)"),
+    ("samples_per_s", "samples/s", "higher", 13.8, 22.0, "1.59x (1.59x faster)"),
+    ("peak_mem_gib", "GiB", "lower", 10.0, 12.5, "0.80x (1.25x more memory)"),
+])
+def test_every_change_reads_as_the_ratio_of_the_better_is_higher_quantity(metric, unit, direction, before, now, change):
+    from harness.report import change_text, interval_text, verdict_table, verdict_text
+
+    v = _verdict(metric, unit, direction, before, now)
+    assert change_text(v) == change
+    text = verdict_table([v])
+    md = verdict_table([v], markdown=True)
+    for t in (text, md):
+        (row,) = table_rows(t, "verdict", markdown=t is md)
+        assert change in row and "%" not in row, "the table shows ratios, never a gain %"
+        assert "below 1x is worse" in t, "the legend states the convention"
+    assert f"{change}, 95% interval {interval_text(v)}" in verdict_text(v) and "gain " not in verdict_text(v)
+    # the interval reads in the same terms, its ends around the point
+    lo, hi = (float(x.rstrip("x")) for x in interval_text(v).strip("[]").split(", "))
+    assert lo < float(change.split("x")[0]) < hi
+
+
+def test_two_rows_differing_only_in_zero_stage_are_told_apart():
+    from harness.report import verdict_table
+
+    z2 = _verdict("samples_per_s", "samples/s", "higher", 22.0, 13.8)
+    z3 = _verdict("samples_per_s", "samples/s", "higher", 22.0, 13.8, config={**CONFIG, "zero_stage": 3})
+    for markdown in (False, True):
+        rows = table_rows(verdict_table([z2, z3], markdown=markdown), "verdict", markdown)
+        assert len(rows) == 2 and rows[0] != rows[1]
+        cells = [[c.strip() for c in (r.strip("|").split("|") if markdown else r.split("  ")) if c.strip()]
+                 for r in rows]
+        assert [c[2] for c in cells] == ["2", "3"], "the ZeRO stage has its own column, right after the benchmark"
+    text = verdict_table([z2, z3])
+    assert "regression: cpu/llama-tiny ZeRO-2 mb 4 x ga 2 seq 128 samples_per_s" in text
+    assert "regression: cpu/llama-tiny ZeRO-3 mb 4 x ga 2 seq 128 samples_per_s" in text
+
+
+def test_other_keys_that_tell_rows_apart_are_shown_in_full_and_the_rest_once():
+    from harness.report import verdict_table
+
+    knobs = {**CONFIG, "zero": {**CONFIG["zero"], "overlap_comm": True}}
+    text = verdict_table([_verdict("samples_per_s", "samples/s", "higher", 22.0, 21.0, verdict="pass"),
+                          _verdict("samples_per_s", "samples/s", "higher", 22.0, 21.0, config=knobs, verdict="pass")])
+    rows = table_rows(text, "verdict", markdown=False)
+    assert sorted("zero.overlap_comm=True" in r for r in rows) == [False, True]
+    assert all("precision" not in r for r in rows), "a key the same in every row is said once, not per row"
+    assert "every row: activation_checkpointing=False nodes=1 num_ranks=2 precision=fp32 " \
+           "zero.stage3_max_live_parameters=2000000 zero.stage3_prefetch_bucket_size=200000" in text
