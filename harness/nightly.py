@@ -28,6 +28,7 @@ from .config import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records, tolerances_for
+from .report import verdict_text
 
 
 def baseline_references(earlier: list[tuple[str, dict[str, Any]]], platform: str, nights: list[str]):
@@ -132,7 +133,7 @@ def cli(args: list[str]) -> int:
         print(f"night {ns.night} vs {kind}: {counts}")
     for kind, vs in failing.items():
         for v in vs:
-            print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {v.reason}")
+            print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
             if v.environment_diff:
                 print(f"    what changed: {v.environment_diff}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))

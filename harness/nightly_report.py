@@ -18,7 +18,7 @@ from typing import Any
 
 from .atomic import write_bytes_atomic
 from .compare import Verdict
-from .report import verdict_table
+from .report import change_text, verdict_table, verdict_text
 
 COMPARISONS = {"references": "against the reference table",
                "baseline": "against the rolling baseline of earlier nights"}
@@ -140,11 +140,10 @@ def _verdict_rows(verdicts: list[Verdict]) -> list[tuple[str, list[str]]]:
     rank = {k: i for i, k in enumerate(_ORDER)}
     rows = []
     for v in sorted(verdicts, key=lambda v: (rank.get(v.verdict, 9), v.platform, v.benchmark, v.metric)):
-        reason = v.reason + (f" | changed: {environment_text(v.environment_diff)}" if v.verdict in FAILURES else "")
+        reason = verdict_text(v) + (f" | changed: {environment_text(v.environment_diff)}" if v.verdict in FAILURES else "")
         rows.append((v.verdict.replace(" ", "-"), [
             v.verdict, f"{v.platform}/{v.benchmark}", config_label(v.config), v.metric, _num(v.value),
-            _num(v.reference), v.unit or "-", f"{-v.worse_pct:+.1f}%" if v.worse_pct is not None else "-",
-            reason]))
+            _num(v.reference), v.unit or "-", change_text(v), reason]))
     return rows
 
 
@@ -161,7 +160,7 @@ def nightly_html(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
              f"<style>{_CSS}</style></head><body><h1>{title}</h1><ul>"]
     parts += [f"<li>{esc(summary_line(name, vs))}</li>" for name, vs in verdicts.items()]
     parts.append("</ul>")
-    headers = ["verdict", "platform/benchmark", "config", "metric", "now", "reference", "unit", "gain", "reason"]
+    headers = ["verdict", "platform/benchmark", "config", "metric", "now", "reference", "unit", "now/ref", "reason"]
     for name, vs in verdicts.items():
         parts.append(f"<h2>Verdicts {esc(COMPARISONS.get(name, name))}</h2>")
         parts.append(_html_table(headers, _verdict_rows(vs)) if vs else "<p>none</p>")
@@ -192,10 +191,10 @@ def junit_xml(platform: str, verdicts: dict[str, list[Verdict]]) -> bytes:
             case = ET.SubElement(suite, "testcase", classname=f"{v.platform}.{v.benchmark}",
                                  name=f"{config_label(v.config)} {v.metric}")
             if v.verdict in FAILURES:
-                fail = ET.SubElement(case, "failure", message=f"{v.verdict}: {v.reason}", type=v.verdict)
-                fail.text = f"{v.reason}\nwhat changed since the reference: {environment_text(v.environment_diff)}"
+                fail = ET.SubElement(case, "failure", message=f"{v.verdict}: {verdict_text(v)}", type=v.verdict)
+                fail.text = f"{verdict_text(v)}\nwhat changed since the reference: {environment_text(v.environment_diff)}"
             elif v.verdict in SKIPS:
-                ET.SubElement(case, "skipped", message=f"{v.verdict}: {v.reason}")
+                ET.SubElement(case, "skipped", message=f"{v.verdict}: {verdict_text(v)}")
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 

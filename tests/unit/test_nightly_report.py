@@ -88,7 +88,8 @@ def test_junit_has_one_suite_per_comparison_with_matching_counts(tmp_path):
     assert regression.get("classname") == "cpu.llama-tiny"
     assert regression.get("name") == "zero_stage=1,micro_batch_size=2,grad_acc_steps=4 samples_per_s"
     failure = regression.find("failure")
-    assert failure.get("message").startswith("regression: gain -12.0%")
+    # the change in the reports' one convention (harness/report.py): now/ref of the better-is-higher quantity
+    assert failure.get("message").startswith("regression: 35.200 1/s against 40.000 1/s: 0.88x (1.14x slower)")
     assert "nccl: 2.20.5 -> 2.21.5" in failure.text and "env.NCCL_ALGO: None -> Tree" in failure.text
     status = suites["baseline"].find("testcase/failure")
     assert "ok -> oom" in status.get("message") and "torch: 2.3.1 -> 2.4.0" in status.text
