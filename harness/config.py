@@ -402,6 +402,10 @@ class TuneConfig:
     """Also write the best configuration as conf/suite/tuned-<platform>-<workload>.yaml (for make bench)."""
     collective_iters: int = 10
     """Timed iterations per size of step 1's all-reduce sweeps."""
+    confirm_repeats: int = 3
+    """After the search, the winner and the default configuration are re-measured this many times
+    each, interleaved (default, winner, default, winner, ...); the winner is kept only when the 95%
+    bootstrap interval of its gain over the default lies above zero (harness/tune/confirm.py)."""
 
 
 @dataclass
@@ -624,6 +628,8 @@ def validate_tune(cfg: BenchConfig) -> None:
     _check(t.loss_tolerance is None or t.loss_tolerance > 0, "tune.loss_tolerance", t.loss_tolerance,
            "must be > 0 (or null: by precision)")
     _check(t.collective_iters >= 1, "tune.collective_iters", t.collective_iters, "must be >= 1")
+    _check(t.confirm_repeats >= 2, "tune.confirm_repeats", t.confirm_repeats,
+           "must be >= 2 (one sample a side cannot judge noise)")
 
 
 SCRIPT_SAFE = re.compile(r"^[A-Za-z0-9_.,:@+%=/-]+$")

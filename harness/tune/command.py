@@ -20,8 +20,7 @@ def cli(args: list[str]) -> int:
     best = tuner.run()
     tuner.save()
     paths = write_outputs(tuner, best, install=tuner.tune.install_preset)
-    print(f"\nbest: {best.label}: {best.value:.4g} samples/s, {best.value / tuner.baseline.value:.2f}x the default "
-          f"({tuner.baseline.value:.4g} samples/s)\noverrides: {' '.join(best.overrides)}")
+    print(f"\n{tuner.confirmation.headline()}\noverrides: {' '.join(best.overrides)}")
     for what, path in paths.items():
         print(f"{what}: {path}")
     return 0

@@ -1,9 +1,11 @@
 """What a tune leaves: report.md (each step's table, prediction beside measurement, loss parity,
-the speedup over the default configuration and each step's contribution), and the best
-configuration as a suite preset for `make bench` and as a DeepSpeed JSON."""
+each step's contribution, and the confirmation: the winner re-measured against the default,
+interleaved, its gain with a 95% interval and the verdict), and the configuration kept (the winner
+on a significant gain, else the default) as a suite preset for `make bench` and a DeepSpeed JSON."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,6 +14,7 @@ import yaml
 from ..atomic import write_bytes_atomic
 from ..config import CONF_DIR
 from ..plan import deepspeed_config, safe_name
+from .confirm import DEFAULT, WINNER, counts
 from .trials import Trial, repo_relative
 
 
@@ -74,6 +77,36 @@ def contributions(tuner) -> list[tuple[str, float, float]]:
     return out
 
 
+def _kept_lines(c, best: Trial) -> list[str]:
+    """The summary's lines on the configuration kept and the confirmation that decided it."""
+    if c.keeps_winner:
+        return [f"- Kept: `{best.label}`: **{c.judgement.text()}**, confirmed over {c.repeats} interleaved pairs "
+                f"(its one search trial: {_fmt(c.search_value, 4)} samples/s)"]
+    return [f"- Kept: **the default configuration**: {c.judgement.text()}"
+            + (f" (the search's best, `{c.winner}`, measured {_fmt(c.search_value, 4)} samples/s in one trial)"
+               if c.folder else "")]
+
+
+def confirmation_section(c) -> list[str]:
+    """The winner against the default, re-measured interleaved: both sides' samples and the verdict."""
+    lines = ["", "## Confirmation: the winner against the default, interleaved", ""]
+    if c.folder is None:
+        return lines + [c.judgement.text()[0].upper() + c.judgement.text()[1:] + "."]
+    lines += [f"{c.repeats} pairs run in the order default, winner, default, winner, ... (records under "
+              f"`{c.folder}/`); the gain is the ratio of the medians with its 95% bootstrap interval "
+              "(harness/compare.py); the winner is kept only when the whole interval lies above 1x.", "",
+              "| side | samples/s, in launch order | median |", "|---|---|---|"]
+    for side, name in ((DEFAULT, "default"), (WINNER, f"winner `{c.winner}`")):
+        values = c.samples(side)
+        shown = ", ".join(f"{t.value:.4g}" if counts(t) else (t.status if t.status != "ok" else "parity FAIL")
+                          for t in c.trials if t.role == f"confirm-{side}")
+        lines.append(f"| {name} | {shown or '-'} | {_fmt(statistics.median(values), 4) if values else '-'} |")
+    figure = c.judgement.figure()
+    lines += ["", f"**Verdict: {c.judgement.verdict}**{': ' + figure if figure else ''}; "
+                  f"kept: the {'winner' if c.keeps_winner else 'default configuration'}."]
+    return lines
+
+
 def report(tuner, best: Trial, preset: Path, ds_json: Path) -> str:
     cfg = tuner.cfg
     lines = [f"# Tune: {cfg.workload.name} on {cfg.platform.name}", "",
@@ -82,18 +115,20 @@ def report(tuner, best: Trial, preset: Path, ds_json: Path) -> str:
              f"- Default configuration: ZeRO-{cfg.zero.stage}, micro-batch {cfg.workload.micro_batch_size} x "
              f"grad-acc {cfg.workload.grad_acc_steps} (C = {cfg.workload.samples_per_step}): "
              f"**{_fmt(tuner.baseline.value, 4)} samples/s**",
-             f"- Best: `{best.label}`: **{_fmt(best.value, 4)} samples/s**, "
-             f"**{best.value / tuner.baseline.value:.2f}x** the default",
-             f"- Best overrides: `{' '.join(best.overrides)}`",
+             *_kept_lines(tuner.confirmation, best),
+             f"- Kept overrides: `{' '.join(best.overrides)}`",
              f"- Preset: `{repo_relative(preset)}` (`make bench PLATFORM={cfg.platform.name} "
              f"ARGS=\"suite={preset.stem}\"`); DeepSpeed JSON: `{repo_relative(ds_json)}`", "",
-             "## What each step contributed", "", "| step | samples/s before | after | gain |", "|---|---|---|---|"]
+             "## What each step contributed", "",
+             "The search's single measurements (one sample each; the confirmation below re-measures the winner).", "",
+             "| step | samples/s before | after | gain |", "|---|---|---|---|"]
     for what, a, b in contributions(tuner):
         lines.append(f"| {what} | {a:.4g} | {b:.4g} | {b / a:.3f}x |")
+    lines += confirmation_section(tuner.confirmation)
     lines += ["", f"## Loss parity (tolerance {tuner.tolerance:g} relative, same seed and data, first steps)", ""]
     bp = best.parity
     if best is tuner.baseline:
-        lines.append("The best configuration is the default one.")
+        lines.append("The configuration kept is the default one.")
     elif bp and bp.get("ok") is not None:
         lines.append(f"Best vs default: {'PASS' if bp['ok'] else 'FAIL'}: largest relative loss difference "
                      f"{bp['max_rel_diff']:.2e} over the first {bp['num_steps']} steps (tolerance {bp['tolerance']:g}).")
@@ -118,13 +153,17 @@ def write_outputs(tuner, best: Trial, install: bool) -> dict[str, Path]:
     best_dir.mkdir(parents=True, exist_ok=True)
     run_overrides = [o for o in best.overrides if not o.startswith(("platform=",))]
     default_overrides = [o for o in tuner.base if not o.startswith(("platform=",))]
+    c = tuner.confirmation
+    runs = [{"name": "default", "overrides": default_overrides}]
+    if c.keeps_winner:
+        runs.append({"name": "tuned", "overrides": run_overrides})
     suite = {"defaults": ["suite_schema"], "name": name,
-             "description": f"tuned by `python -m harness tune` on {cfg.platform.name}: {best.value:.4g} samples/s "
-                            f"vs {tuner.baseline.value:.4g} for the default ({best.value / tuner.baseline.value:.2f}x)",
-             "runs": [{"name": "default", "overrides": default_overrides},
-                      {"name": "tuned", "overrides": run_overrides}]}
-    text = (f"# Generated by `python -m harness tune` ({tuner.out.name}); the best of {sum(len(s.trials) for s in tuner.steps)}"
-            f" trials.\n# Run: make bench PLATFORM={cfg.platform.name} ARGS=\"suite={name}\"\n"
+             "description": f"tuned by `python -m harness tune` on {cfg.platform.name}: {c.judgement.text()}",
+             "runs": runs}
+    kept = (f"the best of {sum(len(s.trials) for s in tuner.steps)} trials, confirmed against the default"
+            if c.keeps_winner else f"the default configuration ({c.judgement.verdict})")
+    text = (f"# Generated by `python -m harness tune` ({tuner.out.name}); {kept}."
+            f"\n# Run: make bench PLATFORM={cfg.platform.name} ARGS=\"suite={name}\"\n"
             + yaml.safe_dump(suite, sort_keys=False))
     paths = {"preset": best_dir / f"{name}.yaml"}
     write_bytes_atomic(paths["preset"], text.encode())

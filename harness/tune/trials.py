@@ -29,7 +29,8 @@ def trial_key(overrides: list[str]) -> tuple[str, ...]:
 @dataclass
 class Trial:
     """One point of a step's search, run (or reused, or skipped) and judged."""
-    step: int
+    step: int | str
+    """1, 2 or 3; "confirm" for the re-measurements that confirm the winner (harness/tune/confirm.py)."""
     label: str
     params: dict[str, Any]
     overrides: list[str]
@@ -44,7 +45,8 @@ class Trial:
     reused: bool = False
     """Taken from an earlier (interrupted) tune's record rather than run now."""
     role: str = "search"
-    """search | default (the workload's default configuration) | default+nccl | start (the previous step's best)."""
+    """search | default (the workload's default configuration) | default+nccl | start (the previous step's best)
+    | confirm-default, confirm-winner (the confirmation's interleaved re-measurements)."""
     prediction: Optional[dict[str, Any]] = None
     """The performance model's prediction made before the trial ran (perfmodel.Prediction.to_dict())."""
     parity: Optional[dict[str, Any]] = None
@@ -62,7 +64,7 @@ class Trial:
 @dataclass
 class TrialSpec:
     """A trial to run, or to reuse when an earlier tune left its record."""
-    step: int
+    step: int | str
     label: str
     params: dict[str, Any]
     overrides: list[str]
@@ -81,10 +83,11 @@ class TrialRunner:
         """A validated config (composed once per override list: Hydra takes ~0.4 s a time)."""
         return copy.deepcopy(_compose(tuple(overrides)))
 
-    def step_dir(self, step: int) -> Path:
-        return self.out / f"step{step}"
+    def step_dir(self, step: int | str) -> Path:
+        """OUT/step<N>/ for a step; a str is a folder under OUT (the confirmation's, confirm/<winner>)."""
+        return self.out / (step if isinstance(step, str) else f"step{step}")
 
-    def existing(self, step: int) -> dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]]:
+    def existing(self, step: int | str) -> dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]]:
         """Records already in the step's folder, by trial key: [(path relative to OUT, record)]."""
         found: dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]] = {}
         folder = self.step_dir(step)
@@ -97,11 +100,11 @@ class TrialRunner:
                 found.setdefault(trial_key(rec["overrides"]), []).append((str(path.relative_to(self.out)), rec))
         return found
 
-    def run(self, step: int, name: str, overrides: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    def run(self, step: int | str, name: str, overrides: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """Launch one trial as an ordinary run; its records (path relative to OUT, record)."""
         return self.run_many(step, [(name, overrides)])[0]
 
-    def run_many(self, step: int, trials: list[tuple[str, list[str]]]) -> list[list[tuple[str, dict[str, Any]]]]:
+    def run_many(self, step: int | str, trials: list[tuple[str, list[str]]]) -> list[list[tuple[str, dict[str, Any]]]]:
         """Launch trials (name, overrides) together, as bench launches a sweep: under Slurm one job
         array (bench.array_groups), locally one after the other. Each trial's records, in order."""
         from ..bench import execute, plan_runs, prepare_container

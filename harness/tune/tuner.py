@@ -14,7 +14,10 @@ the performance model (harness/perfmodel.py) orders the trials and skips those i
 out of memory. Every trial is an ordinary run record under OUT/step<N>/; the default configuration
 is measured first, and its losses are the reference of the loss-parity check every trial gets.
 Running the same command with the same OUT resumes: finished trials are reused, not rerun.
-Outputs in OUT: tune.json (every trial), report.md, best/ (suite preset, DeepSpeed JSON).
+Then the winner and the default are re-measured, interleaved (harness/tune/confirm.py): the winner
+is kept only when the 95% interval of its gain lies above zero, else the default is.
+Outputs in OUT: tune.json (every trial, the confirmation), report.md, best/ (suite preset and
+DeepSpeed JSON of the configuration kept).
 
 Under Slurm (platform.launcher=slurm) trials that do not depend on each other's results are
 launched together as one job array, so a step waits in the queue once rather than once a trial:
@@ -38,6 +41,7 @@ from ..errors import HarnessError
 from ..plan import safe_name
 from ..record import write_json_atomic
 from . import parity, search, space
+from .confirm import Confirmation, confirm
 from .space import Candidate
 from .trials import Trial, TrialRunner, TrialSpec, trial_key
 
@@ -81,6 +85,8 @@ class Tuner:
         self.tolerance = self.tune.loss_tolerance or parity.default_tolerance(self.cfg.workload.precision)
         self.calibration_records: list[dict[str, Any]] = []
         self.references: Optional[list] = None
+        self.confirmation: Optional[Confirmation] = None
+        """The winner re-measured against the default, interleaved: what decides the configuration kept."""
 
     # ---- running and judging trials ----------------------------------------------------------
     @property
@@ -108,9 +114,9 @@ class Tuner:
                   + (" (one Slurm job array)" if self.batched else ""), flush=True)
         if fresh:
             done.update(zip(fresh, self.runner.run_many(step, [(specs[i].label, specs[i].overrides) for i in fresh])))
-        return [self._judge(sp, done[i], reused=i not in fresh) for i, sp in enumerate(specs)]
+        return [self.judge(sp, done[i], reused=i not in fresh) for i, sp in enumerate(specs)]
 
-    def _judge(self, sp: TrialSpec, done: list[tuple[str, dict[str, Any]]], reused: bool) -> Trial:
+    def judge(self, sp: TrialSpec, done: list[tuple[str, dict[str, Any]]], reused: bool) -> Trial:
         main = pick_record(done)
         rec = main[1]
         value_of = samples_per_s if rec["kind"] == "training" else allreduce_busbw
@@ -128,7 +134,7 @@ class Tuner:
             self.calibration_records.extend(r for _, r in done)
         verb = "reused" if reused else "measured"
         shown = f"{t.value:.3f} {t.unit}" if t.value is not None else f"{t.status}: {t.reason}"
-        print(f"  [tune step {sp.step}] {sp.label}: {verb} {shown}"
+        print(f"  [tune {'step ' if isinstance(sp.step, int) else ''}{sp.step}] {sp.label}: {verb} {shown}"
               + (f"; loss parity {parity_text(t.parity)}" if t.parity else ""), flush=True)
         return t
 
@@ -145,7 +151,8 @@ class Tuner:
                  "overrides": self.base, "tune": to_dict(self.tune), "loss_tolerance": self.tolerance,
                  "updated_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  "baseline": self.baseline.to_dict() if self.baseline else None,
-                 "steps": [s.to_dict() for s in self.steps]}
+                 "steps": [s.to_dict() for s in self.steps],
+                 "confirmation": self.confirmation.to_dict() if self.confirmation else None}
         write_json_atomic(self.out / STATE_FILE, state)
 
     # ---- predictions -------------------------------------------------------------------------
@@ -356,7 +363,9 @@ class Tuner:
         if 3 in self.tune.steps:
             best = self.step3(best, best_overrides)
             self.save()
-        return best
+        self.confirmation = confirm(self, best)  # the kept configuration: the winner only on a significant gain
+        self.save()
+        return best if self.confirmation.keeps_winner else self.baseline
 
 
 def _measured(t: Trial | TrialSpec, specs: list[TrialSpec], trials: list[Trial]) -> Trial | TrialSpec:

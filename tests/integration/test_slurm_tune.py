@@ -1,6 +1,6 @@
 """`python -m harness tune` under the real single-node Slurm of the slurm_cluster fixture: each
-step's trials go to the queue together as one job array (one queue wait per step), and the tune
-judges them as it judges local trials."""
+step's trials go to the queue together as one job array (one queue wait per step), and so do the
+confirmation's interleaved pairs; the tune judges them as it judges local trials."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("no_slurm_job_left")]
 ARGS = ["platform.launcher=slurm", "platform.slurm.partition=debug", "platform.slurm.poll_s=0.5",
         "tune.strategy=grid", "tune.budget=3", "tune.steps=[2,3]", "tune.stages=[1,2]", "tune.micro_batch_sizes=[2,4]",
         "tune.bucket_sizes=[300000]", "tune.install_preset=false",
-        "measure.steps=2", "measure.warmup_steps=1", "measure.profile_steps=1"]
+        "measure.steps=2", "measure.warmup_steps=1", "measure.profile_steps=1", "tune.confirm_repeats=2"]
 
 
 def test_each_tune_step_runs_its_trials_as_one_job_array(slurm_cluster, tmp_path):
@@ -46,7 +46,15 @@ def test_each_tune_step_runs_its_trials_as_one_job_array(slurm_cluster, tmp_path
         assert len({j["array_job_id"] for j in step_jobs}) == 1, step_jobs
         assert sorted(j["array_task_id"] for j in step_jobs) == [str(i) for i in range(len(step_jobs))]
     assert searched2[0]["array_job_id"] != searched3[0]["array_job_id"]
-    assert proc.stdout.count("slurm job array") == 2 and proc.stdout.count("submitted") == 3  # 3 queue waits
+    c = state["confirmation"]
+    confirming = c["folder"] is not None  # none when the default itself won
+    if confirming:  # the pairs: one array too, tasks in the interleaved order
+        pairs = jobs(c["trials"])
+        assert len({j["array_job_id"] for j in pairs}) == 1 and len(pairs) == 4, pairs
+        assert sorted(j["array_task_id"] for j in pairs) == ["0", "1", "2", "3"] and c["order"] == ["default", "winner"] * 2
+        assert len(list((out / c["folder"] / "slurm").glob("sweep-*.sbatch"))) == 1
+    arrays = 2 + confirming
+    assert proc.stdout.count("slurm job array") == arrays and proc.stdout.count("submitted") == arrays + 1  # queue waits
     for step in ("step2", "step3"):
         assert len(list((out / step / "slurm").glob("sweep-*.sbatch"))) == 1
     assert all(t["parity"]["ok"] for t in s3["trials"])  # judged as local trials are

@@ -1,6 +1,8 @@
 """`python -m harness tune` for real on the cpu platform: two gloo ranks per trial, the tiny model,
-every step; then a resume that reuses every finished trial and reruns only the one whose record
-is missing; then the preset it installed, composed by `plan` as `make bench` would."""
+every step, then the winner confirmed against the default in interleaved pairs (whatever the
+verdict, which this box's noise decides); then a resume that reuses every finished trial and
+reruns only the one whose record is missing; then the preset it installed, composed by `plan` as
+`make bench` would."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,8 @@ from harness.record import validate_record
 REPO = Path(__file__).resolve().parents[2]
 PRESET = REPO / "conf" / "suite" / "tuned-cpu-llama-tiny.yaml"
 ARGS = ["tune.budget=2", "tune.stages=[1,2]", "tune.micro_batch_sizes=[2,4]", "tune.bucket_sizes=[300000,1200000]",
-        "measure.steps=2", "measure.warmup_steps=1", "measure.profile_steps=1", "tune.collective_iters=3"]
+        "measure.steps=2", "measure.warmup_steps=1", "measure.profile_steps=1", "tune.collective_iters=3",
+        "tune.confirm_repeats=2"]
 
 
 def tune(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -55,13 +58,21 @@ def test_tune_runs_three_steps_resumes_and_leaves_a_usable_preset(tmp_path, pres
         assert text in report
     ds = json.loads((out / "best" / "deepspeed.json").read_text())
     assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] == 8
+    c = state["confirmation"]  # the verdict is the box's: either is a valid outcome, each must be whole
+    assert c["verdict"] in ("significant gain", "no significant gain", "default is best"), c
+    if c["folder"]:
+        assert c["order"] == ["default", "winner"] * 2 and len(c["default_samples_per_s"]) == 2
+        assert len(c["winner_samples_per_s"]) == 2 and len(c["interval"]) == 2
+        assert all(validate_record(json.loads((out / t["records"][0]).read_text())) == [] for t in c["trials"])
+    assert c["text"] in report and c["text"] in proc.stdout
+    tuned = c["kept"] == "winner"
 
     # the preset is a suite `make bench` can run: plan composes both of its runs
     assert PRESET.exists()
     plan = subprocess.run([sys.executable, "-m", "harness", "plan", "suite=tuned-cpu-llama-tiny"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert plan.returncode == 0, plan.stderr
-    assert "00-default" in plan.stdout and "01-tuned" in plan.stdout
+    assert "00-default" in plan.stdout and ("01-tuned" in plan.stdout) == tuned  # no gain: the default only
 
     # resume: a trial whose record is gone (interrupted before it was written) is the only one rerun
     victim = out / s3["trials"][-1]["records"][0]
@@ -69,8 +80,11 @@ def test_tune_runs_three_steps_resumes_and_leaves_a_usable_preset(tmp_path, pres
     again = tune(out)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming the tune" in again.stdout
-    assert again.stdout.count("-> ok:") == 1, again.stdout  # one run launched, everything else reused
     state2 = json.loads((out / "tune.json").read_text())
+    c2 = state2["confirmation"]  # the same winner: its pairs reused; another (the rerun won): fresh pairs
+    assert c2["folder"] != c["folder"] or all(t["reused"] for t in c2["trials"])
+    fresh_pairs = sum(not t["reused"] for t in c2["trials"])
+    assert again.stdout.count("-> ok:") == 1 + fresh_pairs, again.stdout  # one trial launched, the rest reused
     rerun = [t for t in state2["steps"][2]["trials"] if t["label"] == s3["trials"][-1]["label"]]
     assert len(rerun) == 1 and not rerun[0]["reused"] and (out / rerun[0]["records"][0]).exists()
     assert all(t["reused"] for t in state2["steps"][1]["trials"] + state2["steps"][2]["trials"]

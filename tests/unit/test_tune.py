@@ -170,6 +170,10 @@ class FakeWorld:
         self.batches: list[tuple[int, list[str]]] = []
         """(step, trial labels) of every launch: trials launched together are one batch."""
         self.oom_mb = oom_mb
+        self.confirm_launched: list[str] = []
+        """Names of the confirmation's runs (OUT/confirm/...: the same configurations again), in order."""
+        self.confirm_values: dict[str, list[float]] = {}
+        """default | winner -> the samples/s its confirmation runs measure, in order (empty: value(cfg))."""
 
     def run_many(self, runner, step, trials):
         self.batches.append((step, [name for name, _ in trials]))
@@ -182,8 +186,17 @@ class FakeWorld:
         v += 0.5 if z.gradient_collective.value == "reduce_scatter" else 0.0
         return v
 
+    def measure(self, cfg, name, confirming):
+        if confirming and self.confirm_values:
+            return self.confirm_values["default" if name.startswith("default-") else "winner"].pop(0)
+        return self.value(cfg)
+
     def run(self, runner, step, name, overrides):
-        self.launched.append(list(overrides))
+        confirming = isinstance(step, str)
+        if confirming:
+            self.confirm_launched.append(name)
+        else:
+            self.launched.append(list(overrides))
         cfg = runner.compose(list(overrides))
         folder = runner.step_dir(step)
         folder.mkdir(parents=True, exist_ok=True)
@@ -200,7 +213,8 @@ class FakeWorld:
             recs = [{"run_id": rid, "kind": "training", "benchmark": cfg.workload.name,
                      "status": "oom" if oom else "ok", "reason": "out of memory" if oom else None,
                      "overrides": overrides, "platform": "cpu", "config": {}, "environment": {},
-                     "metrics": {} if oom else {"samples_per_s": {"value": self.value(cfg), "unit": "samples/s"}},
+                     "metrics": {} if oom else {"samples_per_s": {"value": self.measure(cfg, name, confirming),
+                                                                  "unit": "samples/s"}},
                      "steps": [] if oom else [{"mode": "throughput", "loss": 8.0 - i * 0.1} for i in range(4)]}]
         out = []
         for r in recs:
@@ -212,6 +226,10 @@ class FakeWorld:
 
 @pytest.fixture
 def fake_tune(monkeypatch, tmp_path):
+    return make_fake_tune(monkeypatch, tmp_path)
+
+
+def make_fake_tune(monkeypatch, tmp_path):
     from harness.tune import trials, tuner
 
     world = FakeWorld()
@@ -260,8 +278,9 @@ def test_tune_resumes_without_rerunning_finished_trials(fake_tune):
     first = len(world.launched)
     assert first > 3
     world.launched.clear()
+    world.confirm_launched.clear()
     assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]") == 0
-    assert world.launched == []  # every trial reused
+    assert world.launched == [] and world.confirm_launched == []  # every trial reused, the confirmation's too
     state = json.loads((out / "tune.json").read_text())
     assert all(t["reused"] for t in state["steps"][0]["trials"] if t["status"] != "skipped")
 
@@ -355,6 +374,10 @@ def test_bayes_spends_half_its_budget_on_the_models_fresh_best(fake_tune):
 
 
 # ---- under Slurm: a step's trials launched together (one job array) ----------------------------
+def s3_best(out):
+    return json.loads((out / "tune.json").read_text())["steps"][-1]["best"]
+
+
 def _launched_keys(world):
     return [tuple(sorted(ov)) for ov in world.launched]
 
@@ -364,7 +387,9 @@ def test_under_slurm_each_grid_step_is_one_launch_and_finds_what_the_local_tune_
     world, out = fake_tune
     assert _run_tune(out, "platform.launcher=slurm", "tune.strategy=grid", "tune.steps=[2,3]") == 0
     steps = [step for step, _ in world.batches]
-    assert steps == [2, 2, 3], world.batches  # the default alone, then one launch per step
+    assert steps[:3] == [2, 2, 3], world.batches  # the default alone, then one launch per step
+    assert steps[3].startswith("confirm/") and len(steps) == 4  # then the confirmation's pairs, one launch
+    assert world.batches[3][1] == [f"{side}-{i}" for i in (1, 2, 3) for side in ("default", s3_best(out))]
     state = json.loads((out / "tune.json").read_text())
     s2, s3 = state["steps"]
     ran2 = [t["label"] for t in s2["trials"] if t["status"] != "skipped" and t["role"] == "search"]
@@ -377,13 +402,14 @@ def test_under_slurm_each_grid_step_is_one_launch_and_finds_what_the_local_tune_
     assert _run_tune(tmp_path / "local", "tune.strategy=grid", "tune.steps=[2,3]") == 0
     here = json.loads((tmp_path / "local" / "tune.json").read_text())
     assert [s["best"] for s in here["steps"]] == [s2["best"], s3["best"]]
-    assert len(local.batches) == len(local.launched)  # locally one trial at a time
+    assert len([b for b in local.batches if isinstance(b[0], int)]) == len(local.launched)  # one trial at a time
 
 
 def test_under_slurm_bayes_asks_the_model_then_tpe_each_once_per_step(fake_tune):
     world, out = fake_tune
     assert _run_tune(out, "platform.launcher=slurm", "tune.strategy=bayes", "tune.budget=5", "tune.steps=[2]") == 0
-    assert [len(labels) for _, labels in world.batches] == [1, 2, 2]  # default; model's half; TPE's rest
+    assert [len(labels) for _, labels in world.batches] == [1, 2, 2, 6]  # default; model's half; TPE's rest;
+    # the confirmation's 3 pairs
     state = json.loads((out / "tune.json").read_text())
     ran = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"]
     assert ran[0]["params"] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}  # the anchor, first
@@ -396,7 +422,8 @@ def test_under_slurm_fixed_trials_join_the_steps_launch(fake_tune):
     world.oom_mb = 10**6
     assert _run_tune(out, "platform=roce-h100", "platform.nodes=1", "platform.launcher=slurm", "tune.steps=[1,2]",
                      "tune.strategy=grid", "tune.stages=[1]", "tune.micro_batch_sizes=[2,4]") == 0
-    assert [(step, len(labels)) for step, labels in world.batches] == [(2, 1), (1, 7), (2, 2)]
+    assert [(step, len(labels)) for step, labels in world.batches][:3] == [(2, 1), (1, 7), (2, 2)]
+    assert len(world.batches) == 4 and world.batches[3][0].startswith("confirm/")  # + the confirmation
     assert world.batches[1][1][0] == "default-env" and world.batches[2][1][0] == "default+nccl"
     state = json.loads((out / "tune.json").read_text())
     s1, s2 = state["steps"]
