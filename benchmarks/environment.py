@@ -104,7 +104,7 @@ def fingerprint(world_size: int) -> dict[str, Any]:
         "driver": _driver_version() if cuda else None,
         "gpu_model": torch.cuda.get_device_name(0) if cuda else None,
         "gpu_count": torch.cuda.device_count() if cuda else 0,   # on this node, as detected
-        "cpu_model": box["cpu"]["model"] or platform.processor() or platform.machine(),
+        "cpu_model": box["cpu"]["model"],   # /proc/cpuinfo's model name; None, never the architecture, when absent
         "machine": box,
         "os": platform.platform(),
         "container_image": image,

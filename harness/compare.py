@@ -1,7 +1,8 @@
 """Compare results with references: a verdict per run and metric, noise-aware, with attribution.
 
 Verdicts: pass, regression, improvement, new (no reference), missing (a reference with no result),
-status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data.
+status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data, not comparable (the
+reference was measured on other hardware: machine_of).
 
 Decision (per metric): the relative change of the median of this run's samples against the
 reference, signed so that positive is worse (direction-aware), with a bootstrap 95% interval
@@ -33,7 +34,8 @@ from typing import Any, Optional
 from .errors import HarnessError
 from .references import REFERENCE_METRICS, Reference, record_config
 
-VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data")
+VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
+            "not comparable")
 FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "python",
                     "container_image", "container_digest", "container_runtime", "gpu_model", "gpu_count", "num_nodes",
                     "num_ranks")
@@ -163,6 +165,20 @@ def hardware(machine: dict[str, Any]) -> dict[str, Any]:
             "gpu_model": ", ".join(sorted({str(g.get("name")) for g in gpus})) if gpus else None}
 
 
+def machine_of(env: Optional[dict[str, Any]]) -> Optional[str]:
+    """What a measurement's speed rests on, from the fingerprint's machine (rank 0's node): the
+    GPUs' model and count when it has GPUs, else the CPU's model and usable CPUs; None when the
+    fingerprint does not say (a reference recorded before the machine was read, or one whose CPU
+    model was only the architecture, 'x86_64'), and then nothing is concluded from it."""
+    hw = hardware((env or {}).get("machine") or {})
+    if hw["gpu_model"]:
+        return f"{hw['gpu_count']} x {hw['gpu_model']}"
+    model = hw["cpu_model"]
+    if not model or model in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
+        return None
+    return f"{model} ({hw['logical_cpus']} CPUs)"
+
+
 def _node_machines(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{host: machine} of every node; a record from before `nodes` has rank 0's machine only."""
     if env.get("nodes"):
@@ -246,6 +262,12 @@ def compare(records: list[dict[str, Any]], references: list[Reference], min_samp
             if units != {ref.unit}:
                 verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", **fig,
                                         reason=f"unit mismatch: results in {sorted(units)}, reference in {ref.unit!r}"))
+                continue
+            taken_on, run_on = machine_of(ref.provenance and ref.provenance.environment), machine_of(env)
+            if taken_on and run_on and taken_on != run_on:
+                verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
+                                        value=statistics.median(samples), num_samples=len(samples),
+                                        reason=f"not comparable: reference taken on {taken_on}, this run on {run_on}"))
                 continue
             verdict, reason, figures = decide(samples, ref, min_samples)
             diff = environment_diff(ref.provenance and ref.provenance.environment, env) if verdict == "regression" else {}

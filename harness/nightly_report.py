@@ -23,8 +23,8 @@ from .report import change_text, verdict_table, verdict_text
 COMPARISONS = {"references": "against the reference table",
                "baseline": "against the rolling baseline of earlier nights"}
 FAILURES = ("regression", "status changed")
-SKIPS = ("insufficient data", "missing")
-_ORDER = ("regression", "status changed", "missing", "insufficient data", "improvement", "new", "pass")
+SKIPS = ("insufficient data", "missing", "not comparable")
+_ORDER = ("regression", "status changed", "missing", "insufficient data", "not comparable", "improvement", "new", "pass")
 _CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px}
 table{border-collapse:collapse;margin:1em 0;font-size:90%}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}

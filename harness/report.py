@@ -171,7 +171,8 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
 # One convention for every change shown: the ratio now / reference of the better-is-higher form
 # of the metric (samples/s as measured; step time and memory inverted: reference / now), so that
 # below 1x is always worse. Verdict.worse_pct (positive = worse) maps onto it monotonically.
-VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data", "improvement", "new", "pass")
+VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data", "not comparable", "improvement", "new",
+                 "pass")
 RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (samples/s as is; step time and "
                 "memory inverted), so below 1x is worse: step time 1.07 -> 2.56 s is 0.42x (2.39x slower), "
                 "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
@@ -329,6 +330,9 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
         lines.append(f"{item}every row: " + " ".join(f"{k}={val}" for k, val in common.items()))
     if missing == "summary" and unrun_line(verdicts):
         lines.append(f"{item}{unrun_line(verdicts)}")
+    apart = Counter(v.reason for v in verdicts if v.verdict == "not comparable")
+    lines += [f"{item}{n} verdict{'s' if n > 1 else ''} {reason} (judged against nothing: references are per machine)"
+              for reason, n in apart.items()]
     for v in ranked:
         if v.verdict in ("regression", "status changed", "insufficient data", "missing"):
             label = config_label(v.config, varying)
