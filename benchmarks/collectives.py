@@ -19,6 +19,7 @@ variant the send buffers themselves.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from typing import NoReturn, Optional
@@ -258,6 +259,7 @@ def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int,
 
 def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
     from .environment import fingerprint, first_on_node, node_view
+    from .machine import LoadWindow
 
     if rank == 0:
         log.emit(ev.ENVIRONMENT, fingerprint(n))
@@ -274,6 +276,7 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if rank == 0:
         log.emit(ev.RUN_START)
+    window = LoadWindow()
     elem = torch.empty((), dtype=DTYPES[spec.dtype]).element_size()
     for op in spec.ops:
         for size in spec.sizes:
@@ -287,7 +290,10 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
                     "redop": spec.redop if op in ("all_reduce", "reduce_scatter", "reduce") else "none",
                     "root": spec.root if op in ("broadcast", "reduce") else -1,
                     "out_of_place": oop, "in_place": ip, "num_ranks": n})
+    everyone: list = [None] * n
+    dist.all_gather_object(everyone, {"rank": rank, "host": socket.gethostname(), **window.close()})
     if rank == 0:
+        log.emit(ev.LOAD, everyone)
         log.emit(ev.RUN_STOP, status="success")
     dist.barrier()
     dist.destroy_process_group()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import resource
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -53,6 +55,46 @@ def cpu() -> dict[str, Any]:
     return {"model": cpu_model(), "logical_cpus": os.cpu_count(),
             "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "mem_total_gib": mem_total_gib(), "load_avg_1_5_15": load}
+
+
+def busy_cpu_s(stat: Optional[str] = None) -> Optional[float]:
+    """CPU seconds the whole machine (this kernel: every network namespace shares it) has spent
+    busy since boot, from /proc/stat's first line: everything but idle and iowait."""
+    text = _read(Path("/proc/stat")) if stat is None else stat
+    fields = (text or "").split("\n", 1)[0].split()
+    if len(fields) < 5 or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:]]
+    guest = sum(ticks[8:10])   # guest time is counted in user already
+    return (sum(ticks) - ticks[3] - ticks[4] - guest) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """CPU seconds this process (every thread) and its waited-for children have used."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class LoadWindow:
+    """How busy the machine was while a rank measured: opened when the measured part starts,
+    closed after it. Per rank: the whole machine's busy CPUs and this rank's own, in CPUs' worth
+    over the window; the harness subtracts every rank on the same kernel (boot_id) from the
+    machine's busy CPUs to get the other work (harness/nodes.py load_during)."""
+
+    def __init__(self) -> None:
+        self.start = (time.monotonic(), busy_cpu_s(), own_cpu_s())
+
+    def close(self) -> dict[str, Any]:
+        t0, busy0, own0 = self.start
+        wall, busy1 = time.monotonic() - t0, busy_cpu_s()
+        try:
+            load = [round(x, 2) for x in os.getloadavg()]
+        except OSError:
+            load = None
+        rate = (lambda x: round(x / wall, 3)) if wall > 0 else (lambda x: None)
+        return {"boot_id": _read(Path("/proc/sys/kernel/random/boot_id")), "wall_s": round(wall, 3),
+                "busy_cpus": None if busy0 is None or busy1 is None else rate(busy1 - busy0),
+                "own_cpus": rate(own_cpu_s() - own0), "load_avg_1_5_15": load}
 
 
 def parse_gpu_query(csv: str) -> list[dict[str, Any]]:

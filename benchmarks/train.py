@@ -192,6 +192,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     from .distill import distillation_loss
     from .environment import fingerprint, first_on_node, node_view
     from .instrument import CommTracer, MicrostepClock
+    from .machine import LoadWindow
 
     if rank == 0:  # before anything can fail, so that every record has the ranks' view
         log.emit(ev.ENVIRONMENT, fingerprint(world_size))
@@ -249,6 +250,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
 
     if rank == 0:
         log.emit(ev.RUN_START)
+    window = LoadWindow()
     plan = ([("throughput", True)] * spec.warmup_steps + [("throughput", False)] * spec.steps
             + [("profile", False)] * spec.profile_steps)
     peak = None
@@ -274,10 +276,12 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
             log.emit(ev.TRAIN_STEP, value)
 
     peak_gib, source = peak or peak_mem_gib(spec.device, since_reset)
-    mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak_gib, "mem_source": source}
+    mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak_gib, "mem_source": source,
+            "load": window.close()}
     everyone = [None] * world_size
     torch.distributed.all_gather_object(everyone, mine)
     if rank == 0:
+        log.emit(ev.LOAD, [{"rank": m["rank"], "host": m["host"], **m.pop("load")} for m in everyone])
         log.emit(ev.RANK_SUMMARY, everyone)
         log.emit(ev.RUN_STOP, status="success")
     torch.distributed.barrier()

@@ -272,27 +272,38 @@ def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) 
         r.plot = path.name
 
 
-def compare_with_references(records: list[ResultRecord], out: Path) -> None:
-    """The verdicts against reference_results/ (printed and written as compare.md); `bench`'s exit
-    status does not depend on them: `python -m harness compare` and the nightly job decide that."""
+def compare_with_references(records: list[ResultRecord], out: Path, history: str = "none") -> None:
+    """The verdicts against reference_results/, then, for what no reference of this machine judged,
+    against this machine's earlier bench runs (harness/baseline.py; `history`: the config key),
+    printed and written as compare.md; `bench`'s exit status does not depend on them:
+    `python -m harness compare` and the nightly job decide that."""
+    from .baseline import baseline_text, judge
     from .compare import compare
     from .references import load_references
-    from .report import verdict_counts, verdict_table
+    from .report import load_line, verdict_counts, verdict_table
 
-    verdicts = compare([r.to_dict() for r in records], load_references())
+    dicts = [r.to_dict() for r in records]
+    verdicts = compare(dicts, load_references())
     counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows
-    print(f"\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts, missing="summary"))
+    base = judge(dicts, verdicts, history, out)
+    machine = load_line(dicts)
+    text = baseline_text(base, verdict_table(base.verdicts, ref_name="baseline"))
+    print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts, missing="summary")
+          + (f"\n\n{text}" if text else ""))
+    md = baseline_text(base, verdict_table(base.verdicts, markdown=True, ref_name="baseline"))
     table = verdict_table(verdicts, markdown=True, missing="summary")
-    write_bytes_atomic(out / "compare.md", f"# Compared with reference_results/\n\n{counts}\n\n{table}\n".encode("utf-8"))
+    write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{machine}\n\n{counts}\n\n{table}\n"
+                                            + (f"\n# This machine's baseline\n\n{md}\n" if md else "")).encode("utf-8"))
 
 
-def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], **more) -> None:
+def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], history: str = "none",
+                  **more) -> None:
     """The summary (printed and summary.md), suite.json (with `more`) and compare.md of these records."""
     print("\n" + summary(records))
     write_bytes_atomic(out / "summary.md", (f"# Results in {out.name}\n\n" + summary(records, markdown=True)).encode("utf-8"))
     write_json_atomic(out / "suite.json", {"suite": suite, "overrides": overrides, "runs": [r.run_id for r in records],
                                            "statuses": {r.run_id: r.status for r in records}, **more})
-    compare_with_references(records, out)
+    compare_with_references(records, out, history)
 
 
 def bench(args: list[str]) -> int:
@@ -311,6 +322,6 @@ def bench(args: list[str]) -> int:
         return 0
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
     records = execute(planned, out, multirun)
-    write_results(records, out, planned[0].cfg.suite.name, overrides)
+    write_results(records, out, planned[0].cfg.suite.name, overrides, planned[0].cfg.history)
     print(f"records, summary.md and run logs in {out}")
     return EXIT_RUN_FAILED if any(r.status in ("error", "timeout") for r in records) else 0

@@ -241,6 +241,7 @@ def collect(out: Path) -> int:
                                    for i, kept in zip(planned[r].run.record_ids(), stored[r])) if rec is not None]
         if written:
             write_results(records, out, str(manifest.get("suite")), manifest["overrides"],
+                          next(iter(planned.values())).cfg.history,
                           collected_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           not_collected=waiting)
         print(f"\ncollected {len(written)} new record(s); {len(order) - len(waiting)} of {len(order)} runs recorded"

@@ -19,7 +19,9 @@ Attribution: with a regression or a status change, the difference between the en
 fingerprint of the reference and of this run (driver, CUDA, NCCL, PyTorch, DeepSpeed,
 transformers, container image, NCCL variables, node count), each node's hardware (`hardware`:
 CPU model, cores, memory, GPU count and model; never load or clocks) and each node interface's
-link rate (`links.node2/eth0: [1.0, 0.25]`).
+link rate (`links.node2/eth0: [1.0, 0.25]`), the settings outside the configuration key
+(`measure.inject_delay_s`), other work on the machine during the run when it differs materially
+(`load.other_cpus`), and the suite's own commit with the commits between.
 """
 from __future__ import annotations
 
@@ -27,10 +29,12 @@ import json
 import math
 import random
 import statistics
+import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from .config import REPO_ROOT
 from .errors import HarnessError
 from .references import REFERENCE_METRICS, Reference, record_config
 
@@ -125,6 +129,8 @@ def decide(samples: list[float], ref: Reference, min_samples: int = 2) -> tuple[
     change = (f"gain {-point:+.1f}% against {ref.value:g} {ref.unit} (95% interval [{-hi:+.1f}, {-lo:+.1f}]%, "
               f"tolerance {tol:g}%; positive is better)")
     if max(len(finite), len(ref_samples)) < min_samples:
+        if abs(point) <= tol:   # no change beyond the tolerance was seen; none is claimed either way
+            return "pass", f"one sample on each side, within the tolerance; {change}", figures
         return "insufficient data", f"one sample on each side: noise cannot be judged; {change}", figures
     if lo > tol:
         return "regression", change, figures
@@ -151,7 +157,42 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     ref_links, cur_links = reference_env.get("links"), current_env.get("links")
     if isinstance(ref_links, dict) and isinstance(cur_links, dict):  # both sides read their links
         diff.update(_by_node("links", "/", _per_host(ref_links), _per_host(cur_links)))
+    ref_set, cur_set = reference_env.get("settings") or {}, current_env.get("settings") or {}
+    diff.update({k: [ref_set[k], cur_set[k]] for k in sorted(set(ref_set) & set(cur_set)) if ref_set[k] != cur_set[k]})
+    diff.update(_load_diff(reference_env.get("load"), current_env.get("load"), current_env))
+    diff.update(_commit_diff(reference_env.get("suite_commit"), current_env.get("suite_commit")))
     return diff
+
+
+def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
+    """load.other_cpus when both sides measured it and it differs by a material share of the
+    machine: half a CPU, or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
+    a, b = (ref or {}).get("other_cpus"), (cur or {}).get("other_cpus")
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return {}
+    cpus = hardware(env.get("machine") or {}).get("logical_cpus") or 1
+    return {"load.other_cpus": [a, b]} if abs(a - b) >= max(0.5, 0.25 * cpus) else {}
+
+
+def _commit_diff(ref: Optional[str], cur: Optional[str]) -> dict[str, Any]:
+    """suite_commit when it differs, and how many commits lie between when this checkout has both."""
+    if not ref or not cur or ref == cur:
+        return {}
+    out: dict[str, Any] = {"suite_commit": [ref, cur]}
+    between = commits_between(ref.removesuffix("-dirty"), cur.removesuffix("-dirty"))
+    if between is not None:
+        out["suite_commit.commits_between"] = between
+    return out
+
+
+def commits_between(old: str, new: str) -> Optional[int]:
+    """`git rev-list --count old..new` in this checkout (None when it lacks either commit)."""
+    try:
+        proc = subprocess.run(["git", "rev-list", "--count", f"{old}..{new}"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return int(proc.stdout) if proc.returncode == 0 and proc.stdout.strip().isdigit() else None
 
 
 def hardware(machine: dict[str, Any]) -> dict[str, Any]:

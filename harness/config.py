@@ -427,6 +427,10 @@ class BenchConfig:
     """Path to a user DeepSpeed JSON merged over the generated one (conflicts are errors)."""
     out: Optional[str] = None
     """Output folder; default results/<timestamp>-<platform>."""
+    history: str = "auto"
+    """Where bench keeps its runs by machine, the baseline of a machine with no reference of its own:
+    auto (history.sqlite beside the output folder: results/history.sqlite by default), an
+    SQLAlchemy URL, or none."""
 
 
 def register_configs() -> None:
@@ -592,6 +596,8 @@ def validate(cfg: BenchConfig) -> None:
     _check(math.isfinite(m.timeout_s) and m.timeout_s > 0, "measure.timeout_s", m.timeout_s,
            "must be a positive number of seconds")
 
+    _check(cfg.history in ("auto", "none") or "://" in cfg.history, "history", cfg.history,
+           "auto, none, or an SQLAlchemy URL (sqlite:///path/history.sqlite)")
     if d.source == DataSource.corpus:
         for name in ("corpus_path", "tokenizer_path"):
             path = getattr(d, name)

@@ -3,6 +3,9 @@
 Default: an embedded SQLite file (results/history.sqlite); any SQLAlchemy URL works for a shared
 store (postgresql://user@host/db, with its driver installed). A run is stored once its record is
 written; a night interrupted half-way is resumed from what the store holds.
+
+`bench` keeps its runs here too (table bench_runs, by machine): on a machine with no reference of
+its own, the earlier bench runs of that machine are its baseline (harness/baseline.py).
 """
 from __future__ import annotations
 
@@ -41,6 +44,16 @@ class History:
             sa.Column("repeat", sa.Integer, primary_key=True),
             sa.Column("run_id", sa.String(256), primary_key=True),
             sa.Column("benchmark", sa.String(128), nullable=False),
+            sa.Column("status", sa.String(16), nullable=False),
+            sa.Column("created_utc", sa.String(32), nullable=False),
+            sa.Column("record", sa.Text, nullable=False))
+        self.bench_runs = sa.Table(
+            "bench_runs", meta,
+            sa.Column("machine", sa.String(256), primary_key=True),
+            sa.Column("platform", sa.String(64), primary_key=True),
+            sa.Column("out_dir", sa.Text, primary_key=True),
+            sa.Column("run_id", sa.String(256), primary_key=True),
+            sa.Column("benchmark", sa.String(128), primary_key=True),
             sa.Column("status", sa.String(16), nullable=False),
             sa.Column("created_utc", sa.String(32), nullable=False),
             sa.Column("record", sa.Text, nullable=False))
@@ -95,3 +108,30 @@ class History:
                 self.nights.c.platform == platform, self.nights.c.night < night,
                 self.nights.c.finished_utc.is_not(None)).order_by(self.nights.c.night.desc()).limit(count)).all()
         return sorted(r.night for r in rows)
+
+    def add_bench(self, machine: str, platform: str, out_dir: str, records: list[dict[str, Any]]) -> None:
+        """One bench invocation's records, in one transaction (all or none); a folder stored before
+        (collected again) is replaced."""
+        now, bench = _now(), self.bench_runs.c
+        with self.engine.begin() as c:
+            c.execute(self.bench_runs.delete().where(bench.machine == machine, bench.platform == platform,
+                                                     bench.out_dir == out_dir))
+            for rec in records:
+                c.execute(self.bench_runs.insert().values(
+                    machine=machine, platform=platform, out_dir=out_dir, run_id=rec["run_id"],
+                    benchmark=rec["benchmark"], status=rec["status"], created_utc=now, record=json.dumps(rec)))
+
+    def bench_records(self, machine: str, platform: str, last: int) -> list[tuple[str, dict[str, Any]]]:
+        """(out_dir, record) of the machine's last `last` bench invocations on the platform, oldest first."""
+        bench = self.bench_runs.c
+        with self.engine.connect() as c:
+            outs = c.execute(self.sa.select(bench.out_dir, self.sa.func.min(bench.created_utc).label("at"))
+                             .where(bench.machine == machine, bench.platform == platform)
+                             .group_by(bench.out_dir).order_by(self.sa.desc("at")).limit(last)).all()
+            if not outs:
+                return []
+            rows = c.execute(self.sa.select(bench.out_dir, bench.created_utc, bench.record)
+                             .where(bench.machine == machine, bench.platform == platform,
+                                    bench.out_dir.in_([o.out_dir for o in outs]))
+                             .order_by(bench.created_utc, bench.run_id)).all()
+        return [(r.out_dir, json.loads(r.record)) for r in rows]

@@ -18,7 +18,7 @@ from typing import Any
 
 from .atomic import write_bytes_atomic
 from .compare import Verdict
-from .report import change_text, verdict_table, verdict_text
+from .report import change_text, environment_text, verdict_table, verdict_text
 
 COMPARISONS = {"references": "against the reference table",
                "baseline": "against the rolling baseline of earlier nights"}
@@ -47,12 +47,6 @@ def _num(value: Any) -> str:
 
 def config_label(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
-
-
-def environment_text(diff: dict[str, Any]) -> str:
-    """{key: [reference, now]} (or {key: note}) as 'nccl: 2.20 -> 2.21; ...'."""
-    return "; ".join(f"{k}: {x[0]} -> {x[1]}" if isinstance(x, list) and len(x) == 2 else f"{k}: {x}"
-                     for k, x in diff.items()) or "nothing in the fingerprint"
 
 
 def _failed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ summary of their link rates that comparisons read (`environment.nodes`, `environ
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,3 +40,30 @@ def links(nodes: list[dict[str, Any]]) -> dict[str, float]:
                 continue
             out[f"{node['host']}/{nic['name']}"] = rate
     return dict(sorted(out.items()))
+
+
+def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = None) -> Optional[dict[str, Any]]:
+    """How busy the machines were while the run measured (each rank's LOAD window): per kernel
+    (boot_id; the emulated cluster's nodes share one), the machine's busy CPUs (the median over the
+    ranks that read it), this run's ranks' own CPUs (their sum) and the other work (the difference);
+    the record keeps the busiest kernel's figures, the 1-minute load averages before and after,
+    and the hosts. None when no rank reported (a failed run, a record from before)."""
+    windows = [w for w in windows or [] if isinstance(w, dict)]
+    if not windows:
+        return None
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    for w in windows:
+        kernels.setdefault(w.get("boot_id") or w.get("host") or "?", []).append(w)
+    figures = []
+    for ranks in kernels.values():
+        busy = [w["busy_cpus"] for w in ranks if isinstance(w.get("busy_cpus"), (int, float))]
+        own = [w["own_cpus"] for w in ranks if isinstance(w.get("own_cpus"), (int, float))]
+        if busy and len(own) == len(ranks):
+            b = statistics.median(busy)
+            figures.append({"busy_cpus": round(b, 2), "run_cpus": round(sum(own), 2),
+                            "other_cpus": round(max(b - sum(own), 0.0), 2)})
+    first = min(windows, key=lambda w: w.get("rank", 0))
+    worst = max(figures, key=lambda f: f["other_cpus"]) if figures else {}
+    return {"window_s": first.get("wall_s"), **{k: worst.get(k) for k in ("busy_cpus", "run_cpus", "other_cpus")},
+            "load_avg_before": before, "load_avg_after": first.get("load_avg_1_5_15"),
+            "kernels": len(kernels), "hosts": sorted({str(w.get("host")) for w in windows})}

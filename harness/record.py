@@ -28,7 +28,7 @@ from .errors import HarnessError
 from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .hardware import hardware_mismatches
 from .launch import LaunchResult
-from .nodes import links, node_views
+from .nodes import links, load_during, node_views
 from .plan import RunSpec
 from .teacher import teacher_workload
 
@@ -120,6 +120,21 @@ def controller_environment() -> dict[str, Any]:
             "env": {}, "host": socket.gethostname()}
 
 
+SETTINGS = ("measure.inject_delay_s", "measure.warmup_steps", "measure.steps", "platform.launcher")
+"""Settings outside a reference's configuration key that change what a run measures; the record
+keeps them (environment.settings) so that a comparison can name them as what changed."""
+
+
+def settings(cfg: BenchConfig) -> dict[str, Any]:
+    out = {}
+    for dotted in SETTINGS:
+        value: Any = cfg
+        for part in dotted.split("."):
+            value = getattr(value, part)
+        out[dotted] = getattr(value, "value", value)   # an Enum as its value
+    return out
+
+
 def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[dict],
                 launch: Optional[LaunchResult] = None) -> dict[str, Any]:
     env = controller_environment()
@@ -141,6 +156,10 @@ def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[
     env["num_nodes"] = cfg.platform.nodes
     env["num_ranks"] = run.num_ranks
     env["suite_commit"] = suite_commit()
+    env["settings"] = settings(cfg)
+    loads = [e["value"] for e in events if e["key"] == ev.LOAD]
+    before = ((env.get("machine") or {}).get("cpu") or {}).get("load_avg_1_5_15")
+    env["load"] = load_during(loads[0] if loads else [], before)
     env["controller_host"] = socket.gethostname()
     env["hardware_mismatch"] = hardware_mismatches(cfg.platform, env)
     return env

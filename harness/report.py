@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from benchmarks import events as ev
 
+from .compare import machine_of
 from .record import ResultRecord
 from .references import REFERENCE_METRICS
 
@@ -331,7 +332,7 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     if missing == "summary" and unrun_line(verdicts):
         lines.append(f"{item}{unrun_line(verdicts)}")
     apart = Counter(v.reason for v in verdicts if v.verdict == "not comparable")
-    lines += [f"{item}{n} verdict{'s' if n > 1 else ''} {reason} (judged against nothing: references are per machine)"
+    lines += [f"{item}{n} verdict{'s' if n > 1 else ''} {reason} (references are per machine)"
               for reason, n in apart.items()]
     for v in ranked:
         if v.verdict in ("regression", "status changed", "insufficient data", "missing"):
@@ -339,11 +340,40 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
             lines.append(f"{item}{v.verdict}: {v.platform}/{v.benchmark} {label + ' ' if label else ''}{v.metric}: "
                          f"{verdict_text(v)}")
         if v.verdict in ("regression", "status changed"):
-            changed = "; ".join(f"{k}: {x[0]} -> {x[1]}" if isinstance(x, list) and len(x) == 2 else f"{k}: {x}"
-                                for k, x in v.environment_diff.items())
             lines.append(f"{'  - ' if markdown else '      '}what changed since {since}: "
-                         f"{changed or 'nothing in the fingerprint'}")
+                         f"{environment_text(v.environment_diff)}")
     return text + "\n\n" + "\n".join(lines)
+
+
+def environment_text(diff: dict[str, Any]) -> str:
+    """{key: [reference, now]} (or {key: note}) as 'nccl: 2.20 -> 2.21; ...'; the suite's commits
+    shortened, with the count between: 'suite_commit: a785365c4e -> bcccdb5c49 (40 commits between)'."""
+    parts = []
+    for k, x in diff.items():
+        if k == "suite_commit.commits_between":
+            continue
+        if k == "suite_commit" and isinstance(x, list) and len(x) == 2:
+            between = diff.get("suite_commit.commits_between")
+            parts.append(f"{k}: {str(x[0])[:10]} -> {str(x[1])[:10]}"
+                         + (f" ({between} commit{'' if between == 1 else 's'} between)" if between is not None else ""))
+        else:
+            parts.append(f"{k}: {x[0]} -> {x[1]}" if isinstance(x, list) and len(x) == 2 else f"{k}: {x}")
+    return "; ".join(parts) or "nothing in the fingerprint"
+
+
+def load_line(records: list[dict[str, Any]]) -> str:
+    """The machine the records ran on and how busy it was: 'ran on AMD EPYC (2 CPUs) (host vm);
+    other work during the measured steps: 0.05-1.30 CPUs (median 0.10) over 13 runs'."""
+    envs = [r.get("environment") or {} for r in records]
+    machines = sorted({machine_of(e) or "an unrecorded machine" for e in envs if e.get("machine")})
+    hosts = sorted({h for e in envs for h in (e.get("hosts") or [])})
+    other = [l["other_cpus"] for e in envs for l in [e.get("load") or {}] if isinstance(l.get("other_cpus"), (int, float))]
+    text = f"ran on {', '.join(machines) or 'an unrecorded machine'}" + (f" (host {', '.join(hosts)})" if hosts else "")
+    if other:
+        busy = (f"{min(other):.2f}-{max(other):.2f} CPUs (median {statistics.median(other):.2f})"
+                if len(other) > 1 else f"{other[0]:.2f} CPUs")
+        text += f"; other work during the measured steps: {busy} over {len(other)} record(s)"
+    return text
 
 
 def verdicts_json(verdicts: list) -> str:

@@ -1,0 +1,99 @@
+"""The machine's load in every record (issue 16 item 1): what the ranks read over the measured
+steps, how the harness turns it into other work per kernel, and what a comparison names as changed:
+hardware, load, settings outside the configuration key, the suite's own commit."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from benchmarks.machine import LoadWindow, busy_cpu_s
+from harness.compare import commits_between, environment_diff
+from harness.config import REPO_ROOT
+from harness.nodes import load_during
+from harness.report import environment_text, load_line
+
+STAT = "cpu  100 5 50 1000 20 3 2 0 7 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n"
+
+
+def test_busy_time_is_everything_but_idle_and_iowait_with_guest_counted_once():
+    # user 100 + nice 5 + system 50 + irq 3 + softirq 2 + steal 0 (guest 7 is inside user) = 160 ticks
+    assert busy_cpu_s(STAT) == pytest.approx(160 / __import__("os").sysconf("SC_CLK_TCK"))
+    assert busy_cpu_s("garbage") is None
+
+
+def test_a_window_measures_this_process_and_the_machine():
+    window = LoadWindow()
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:   # one CPU busy in this process
+        pass
+    w = window.close()
+    assert w["wall_s"] >= 0.4 and w["boot_id"]
+    assert 0.7 <= w["own_cpus"] <= 1.05, w
+    assert w["busy_cpus"] >= w["own_cpus"] - 0.1, "the machine is at least as busy as this process"
+    assert len(w["load_avg_1_5_15"]) == 3
+
+
+def _window(rank, host, boot, busy, own):
+    return {"rank": rank, "host": host, "boot_id": boot, "wall_s": 10.0, "busy_cpus": busy, "own_cpus": own,
+            "load_avg_1_5_15": [1.5 + rank, 1.0, 0.5]}
+
+
+def test_other_work_is_the_machine_busy_time_less_every_rank_on_the_same_kernel():
+    one = load_during([_window(0, "vm", "k", 2.0, 0.9), _window(1, "vm", "k", 2.0, 0.8)], [0.1, 0.2, 0.3])
+    assert one == {"window_s": 10.0, "busy_cpus": 2.0, "run_cpus": 1.7, "other_cpus": 0.3,
+                   "load_avg_before": [0.1, 0.2, 0.3], "load_avg_after": [1.5, 1.0, 0.5], "kernels": 1,
+                   "hosts": ["vm"]}
+    # the emulated cluster: two hosts, one kernel: each node's ranks are not the other's "other work"
+    shared = load_during([_window(0, "node1", "k", 1.9, 0.95), _window(1, "node2", "k", 1.9, 0.95)])
+    assert shared["other_cpus"] == 0.0 and shared["kernels"] == 1 and shared["hosts"] == ["node1", "node2"]
+    # two real machines: the busier one is kept
+    apart = load_during([_window(0, "a", "k1", 1.0, 0.9), _window(1, "b", "k2", 3.0, 0.9)])
+    assert apart["other_cpus"] == 2.1 and apart["kernels"] == 2
+    assert load_during([]) is None
+
+
+def env(load=None, settings=None, commit="abc", cpus=2):
+    return {"torch": "2.13.0", "env": {}, "suite_commit": commit, "load": load, "settings": settings or {},
+            "machine": {"cpu": {"model": "AMD EPYC", "logical_cpus": cpus, "mem_total_gib": 23.5}}}
+
+
+def test_what_changed_names_material_other_work_and_ignores_small_differences():
+    quiet, busy = {"other_cpus": 0.05}, {"other_cpus": 1.1}
+    assert environment_diff(env(quiet), env(busy)) == {"load.other_cpus": [0.05, 1.1]}
+    assert environment_diff(env(quiet), env({"other_cpus": 0.4})) == {}
+    assert environment_diff(env(quiet, cpus=16), env(busy, cpus=16)) == {}, "1 CPU of 16 is no material change"
+    assert environment_diff(env(None), env(busy)) == {}, "a reference from before load was read: nothing concluded"
+
+
+def test_what_changed_names_settings_outside_the_configuration_key():
+    ref = env(settings={"measure.inject_delay_s": 0.0, "measure.steps": 5})
+    now = env(settings={"measure.inject_delay_s": 0.4, "measure.steps": 5})
+    assert environment_diff(ref, now) == {"measure.inject_delay_s": [0.0, 0.4]}
+    assert environment_diff(env(), now) == {}, "a setting one side did not record is not a change"
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_suite_commit_is_named_with_the_commits_between_when_the_checkout_has_them():
+    try:
+        head, older = _git("rev-parse", "HEAD"), _git("rev-parse", "HEAD~3")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout with 4 commits")
+    assert commits_between(older, head) == 3
+    diff = environment_diff(env(commit=older), env(commit=head + "-dirty"))
+    assert diff == {"suite_commit": [older, head + "-dirty"], "suite_commit.commits_between": 3}
+    assert environment_text(diff) == f"suite_commit: {older[:10]} -> {head[:10]} (3 commits between)"
+    unknown = environment_diff(env(commit="0" * 40), env(commit=head))
+    assert unknown == {"suite_commit": ["0" * 40, head]}, "a commit this checkout lacks: no count"
+    assert environment_diff(env(commit=head), env(commit=head)) == {}
+
+
+def test_the_bench_says_where_it_ran_and_how_busy_the_machine_was():
+    recs = [{"environment": {**env({"other_cpus": x}), "hosts": ["vm"]}} for x in (0.1, 0.05, 1.3)]
+    assert load_line(recs) == ("ran on AMD EPYC (2 CPUs) (host vm); other work during the measured steps: "
+                               "0.05-1.30 CPUs (median 0.10) over 3 record(s)")
+    assert load_line([{"environment": {}}]) == "ran on an unrecorded machine"
