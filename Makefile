@@ -156,6 +156,7 @@ perf: venv
 	$(PY) tests/perf/collective_cost.py
 	$(PY) tests/perf/kd_loss_memory.py
 	$(PY) tests/perf/tune_efficiency.py
+	$(PY) tests/perf/attribution.py
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv

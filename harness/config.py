@@ -163,6 +163,8 @@ class PlatformConfig:
     summed (8 x 200 Gb/s = 200 GB/s)."""
     nccl_env: dict[str, str] = field(default_factory=dict)
     """Default NCCL_* environment for every rank."""
+    cpu_threads: int = 1
+    """OMP_NUM_THREADS of each rank on a cpu platform (its ranks share the host's cores)."""
     launcher: LauncherKind = LauncherKind.local
     """How ranks are started: local processes (one node), or Slurm jobs (sbatch; srun + torchrun)."""
     container: ContainerConfig = field(default_factory=ContainerConfig)
@@ -525,6 +527,7 @@ def validate(cfg: BenchConfig) -> None:
     p, w, z, m, d = cfg.platform, cfg.workload, cfg.zero, cfg.measure, cfg.data
     _check(p.gpus_per_node >= 1, "platform.gpus_per_node", p.gpus_per_node, "must be >= 1")
     _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
+    _check(1 <= p.cpu_threads <= 1024, "platform.cpu_threads", p.cpu_threads, "threads per rank in [1, 1024]")
     _check(p.mem_per_device_gib > 0, "platform.mem_per_device_gib", p.mem_per_device_gib, "must be > 0")
     if p.device == Device.cpu:
         _check(w.precision != Precision.fp16, "workload.precision", "fp16",

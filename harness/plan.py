@@ -196,7 +196,7 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, st
         env.update(container_env(c, resolve_image(c, repo_root), None))
     if cfg.platform.device == Device.cpu:
         env["DS_ACCELERATOR"] = "cpu"
-        env["OMP_NUM_THREADS"] = "1"
+        env["OMP_NUM_THREADS"] = str(cfg.platform.cpu_threads)
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env["DS_ACCELERATOR"] = "cuda"

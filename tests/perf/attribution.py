@@ -1,0 +1,239 @@
+"""Attribution, measured (issue 16 item 4): does a verdict name the one thing that changed, and do
+two unchanged runs stay quiet?
+
+    .venv/bin/python tests/perf/attribution.py [--pairs 5] [--repeats 3] [--out DIR]   # make perf runs it
+
+The corpus: one llama-tiny configuration (`bench suite=single`) run --repeats times as the OLD side,
+then once per case with one change, judged as `compare NEW --against OLD` judges (harness.ab).
+Cases run for real on the cpu platform where this box can make the change:
+- a slowed micro-step (`measure.inject_delay_s`), expected `measure.inject_delay_s`;
+- the thread count (`platform.cpu_threads=16`: 16 OpenMP threads per rank on the box's cores),
+  expected `env.OMP_NUM_THREADS`;
+- a busier machine (two busy-looping processes in a session of their own, as a neighbour logged
+  in beside the run: the scheduler shares the CPUs between sessions), expected `load.other_cpus`.
+Where it cannot (no second torch, DeepSpeed or transformers offline, no container engine, one
+CPU model, no shaped link on one host), the change is an edit of real records: NEW is another
+set of unchanged runs whose fingerprint gets the change and whose throughput is slowed to
+SLOWDOWN (the effect the changed component would have); a different CPU or core count is not
+slowed and must read "not comparable".
+A case is right when some verdict is a regression (or "not comparable" where expected) and every
+regression's "what changed" names exactly the expected keys, nothing else, nothing missing.
+
+False alarms: --pairs + 1 runs of the default cpu suite back to back; each consecutive pair
+compared (the later --against the earlier) under compare's rules. A pair with any regression is a
+false alarm; also printed: how many configurations moved beyond their tolerance (what a judge that
+trusted one run a side would have flagged). Targets (issue 16): >= 90 % of >= 10 cases right, at
+most 1 false alarm in >= 5 pairs. Exit status 0 whatever the figures, unless --check is given and a
+target is missed.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+from harness.ab import references_of  # noqa: E402
+from harness.compare import compare, load_records  # noqa: E402
+
+SLOWDOWN = 0.6
+"""Throughput of an edited case's NEW side against its own measurement (1.67x slower)."""
+BASE = ["suite=single", "history=none"]
+HOST = socket.gethostname()
+HIGHER = ("samples_per_s", "tokens_per_s", "mfu_pct", "mfu_with_teacher_pct")
+
+
+@dataclass
+class Case:
+    name: str
+    expected: set[str]
+    """The keys "what changed" must name; empty when the verdict must be "not comparable"."""
+    overrides: list[str] = field(default_factory=list)
+    neighbours: int = 0
+    edit: Optional[Callable[[dict[str, Any]], None]] = None
+    edit_old: Optional[Callable[[dict[str, Any]], None]] = None
+    slow: bool = True
+
+    @property
+    def real(self) -> bool:
+        return self.edit is None
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """An edit of the record's environment at a dotted path (each node's machine too, for machine.*)."""
+    def edit(rec: dict[str, Any]) -> None:
+        env = rec["environment"]
+        targets = [env] + ([n for n in env.get("nodes") or []] if path.startswith("machine.") else [])
+        for target in targets:
+            *parents, leaf = path.split(".")
+            for p in parents:
+                target = target.setdefault(p, {})
+            target[leaf] = value
+    return edit
+
+
+def _both(*edits: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def edit(rec: dict[str, Any]) -> None:
+        for e in edits:
+            e(rec)
+    return edit
+
+
+CASES = [
+    Case("slowed micro-step (measure.inject_delay_s=0.1)", {"measure.inject_delay_s"},
+         overrides=["measure.inject_delay_s=0.1"]),
+    Case("thread count (platform.cpu_threads=16)", {"env.OMP_NUM_THREADS"}, overrides=["platform.cpu_threads=16"]),
+    Case("busier machine (2 busy processes in another session)", {"load.other_cpus"}, neighbours=2),
+    Case("another torch", {"torch"}, edit=_set("torch", "2.12.1+cpu")),
+    Case("another DeepSpeed", {"deepspeed"}, edit=_set("deepspeed", "0.19.7")),
+    Case("another transformers", {"transformers"}, edit=_set("transformers", "5.22.0")),
+    Case("an NCCL variable (NCCL_ALGO=Tree)", {"env.NCCL_ALGO"}, edit=_set("env.NCCL_ALGO", "Tree")),
+    Case("a gloo variable (GLOO_SOCKET_IFNAME=eth0)", {"env.GLOO_SOCKET_IFNAME"},
+         edit=_set("env.GLOO_SOCKET_IFNAME", "eth0")),
+    Case("another container image", {"container_image"},
+         edit=_set("container_image", "ghcr.io/example/llm-bench:cpu-2026.10")),
+    Case("a shaped link (eth0 10 -> 1 Gbit/s)", {f"links.{HOST}/eth0"},
+         edit=_set("links", {f"{HOST}/eth0": 0.125}), edit_old=_set("links", {f"{HOST}/eth0": 1.25})),
+    Case("a different CPU", set(), edit=_set("machine.cpu.model", "Intel Xeon Gold 6338"), slow=False),
+    Case("more cores", set(), edit=_set("machine.cpu.logical_cpus", 8), slow=False),
+]
+
+
+def bench(out: Path, overrides: list[str], neighbours: int = 0) -> int:
+    """One `bench` of the harness; `neighbours` busy-looping processes run beside it."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(neighbours)]
+    try:
+        with open(out.with_suffix(".log"), "w", encoding="utf-8") as log:
+            return subprocess.run([sys.executable, "-m", "harness", "bench", f"out={out}", *overrides],
+                                  cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+def slowed(rec: dict[str, Any], factor: float) -> dict[str, Any]:
+    rec = copy.deepcopy(rec)
+    for name, m in rec["metrics"].items():
+        if name in HIGHER:
+            m["value"] *= factor
+        elif name == "step_time_s":
+            m["value"] /= factor
+    return rec
+
+
+@dataclass
+class Outcome:
+    case: Case
+    right: bool
+    verdicts: str
+    named: list[str]
+
+
+def judge(case: Case, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Outcome:
+    verdicts = compare(new, references_of(old))
+    flagged = [v for v in verdicts if v.verdict in ("regression", "not comparable")]
+    named = sorted({json.dumps(sorted(v.environment_diff)) for v in flagged if v.verdict == "regression"})
+    kinds = sorted({v.verdict for v in verdicts})
+    if not case.expected:
+        right = bool(flagged) and all(v.verdict == "not comparable" for v in flagged)
+    else:
+        right = bool(flagged) and all(v.verdict == "regression" and set(v.environment_diff) == case.expected
+                                      for v in flagged)
+    return Outcome(case, right, "/".join(kinds), [", ".join(json.loads(n)) or "nothing" for n in named])
+
+
+def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[list[str]] = None,
+           edit_source: str = "same") -> list[Outcome]:
+    """Run the OLD side and every case; judge each (printed as it goes). An edited case's NEW side
+    is another set of unchanged runs ("same", run interleaved with OLD), or OLD's own records ("old":
+    no noise between the sides, so the check does not depend on this machine's steadiness)."""
+    extra = list(extra or [])
+    sides: dict[str, list[Path]] = {"old": [], "same": []}
+    for i in range(repeats):   # OLD and the unchanged NEW interleaved, so drift hits both
+        for side in ("old", "same") if edit_source == "same" else ("old",):
+            out = work / f"{side}-{i}"
+            if bench(out, BASE + extra) not in (0,):
+                raise SystemExit(f"the {side} bench failed: see {out}.log")
+            sides[side].append(out)
+    old = load_records([str(p) for p in sides["old"]])
+    same = load_records([str(p) for p in sides["same"]]) if edit_source == "same" else old
+    outcomes = []
+    for n, case in enumerate(cases):
+        if case.real:
+            outs = []
+            for i in range(repeats):
+                out = work / f"case{n}-{i}"
+                bench(out, BASE + extra + case.overrides, case.neighbours)
+                outs.append(str(out))
+            new, base = load_records(outs), old
+        else:
+            new = [slowed(r, SLOWDOWN) if case.slow else copy.deepcopy(r) for r in same]
+            for r in new:
+                case.edit(r)
+            base = copy.deepcopy(old)
+            for r in base:
+                (case.edit_old or (lambda _: None))(r)
+        outcome = judge(case, base, new)
+        print(f"  {'right' if outcome.right else 'WRONG'}: {case.name} ({'run' if case.real else 'edited records'}): "
+              f"{outcome.verdicts}; what changed: {'; '.join(outcome.named) or '-'}", flush=True)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def false_alarms(work: Path, pairs: int) -> list[tuple[int, int, int]]:
+    """(regressions, beyond tolerance, verdicts) per consecutive pair of default cpu suites."""
+    runs, out = [], []
+    for i in range(pairs + 1):
+        path = work / f"suite-{i}"
+        bench(path, ["history=none"])
+        runs.append(load_records([str(path)]))
+        if i:
+            verdicts = compare(runs[i], references_of(runs[i - 1]))
+            regressions = [v for v in verdicts if v.verdict == "regression"]
+            beyond = [v for v in verdicts if v.worse_pct is not None and v.tolerance_pct is not None
+                      and abs(v.worse_pct) > v.tolerance_pct]
+            out.append((len(regressions), len(beyond), len(verdicts)))
+            print(f"  pair {i}: {len(regressions)} regression(s); {len(beyond)} of {len(verdicts)} verdicts beyond "
+                  f"tolerance ({', '.join(sorted({f'{v.benchmark} {v.metric}' for v in beyond})) or 'none'})", flush=True)
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    ns = parser.parse_args(argv)
+    work = ns.out or Path(tempfile.mkdtemp(prefix="attribution-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"attribution corpus ({len(CASES)} cases, {ns.repeats} runs a side) in {work}:", flush=True)
+    outcomes = corpus(work, ns.repeats)
+    right = sum(o.right for o in outcomes)
+    real = [o for o in outcomes if o.case.real]
+    print(f"false alarms ({ns.pairs} pairs of default cpu suites back to back):", flush=True)
+    pairs = false_alarms(work, ns.pairs) if ns.pairs else []
+    alarms = sum(1 for r, _, _ in pairs if r)
+    print(f"\nattribution: {right} of {len(outcomes)} cases right ({100 * right / len(outcomes):.0f} %; run for real: "
+          f"{sum(o.right for o in real)} of {len(real)}; target >= 90 % of >= 10)")
+    if pairs:
+        beyond = sum(b for _, b, _ in pairs)
+        print(f"false alarms: {alarms} of {len(pairs)} pairs (target <= 1 of >= 5); verdicts beyond tolerance, "
+              f"one run a side: {beyond} of {sum(n for _, _, n in pairs)}")
+    missed = right < 0.9 * len(outcomes) or len(outcomes) < 10 or (pairs and (alarms > 1 or len(pairs) < 5))
+    return 1 if ns.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
