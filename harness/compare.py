@@ -211,7 +211,11 @@ def machine_of(env: Optional[dict[str, Any]]) -> Optional[str]:
     GPUs' model and count when it has GPUs, else the CPU's model and usable CPUs; None when the
     fingerprint does not say (a reference recorded before the machine was read, or one whose CPU
     model was only the architecture, 'x86_64'), and then nothing is concluded from it."""
-    hw = hardware((env or {}).get("machine") or {})
+    machine = (env or {}).get("machine") if isinstance(env, dict) else None
+    if not isinstance(machine, dict) or not isinstance(machine.get("cpu") or {}, dict) \
+            or not isinstance(machine.get("gpus") or [], list) or not all(isinstance(g, dict) for g in machine.get("gpus") or []):
+        return None   # malformed (a hand-edited record): nothing concluded from it
+    hw = hardware(machine)
     if hw["gpu_model"]:
         return f"{hw['gpu_count']} x {hw['gpu_model']}"
     model = hw["cpu_model"]

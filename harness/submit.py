@@ -23,6 +23,7 @@ from datetime import date as Date
 from pathlib import Path
 from typing import Any, Optional
 
+from .compare import machine_of
 from .config import CONF_DIR
 from .errors import HarnessError
 from .record import NOT_RECORDS, validate_record, write_json_atomic
@@ -136,6 +137,9 @@ def check_record(name: str, rec: Any) -> list[str]:
                             "never checked against the detected one")
         problems += [f"{name}: hardware: {m}; a record of other hardware than its platform declares cannot "
                      "become that platform's reference" for m in mismatch or []]
+    if _get(rec, "kind") in ("training", "collective") and machine_of(env if isinstance(env, dict) else None) is None:
+        problems.append(f"{name}: environment.machine does not name the hardware (CPU model, or the GPUs): a "
+                        "reference is per machine, so it must record the one it was measured on")
     hosts = _get(env, "hosts")
     if not (isinstance(hosts, list) and hosts and all(isinstance(h, str) and h for h in hosts)):
         problems.append(f"{name}: environment.hosts is {hosts!r}: the fingerprint needs the host names")

@@ -75,7 +75,7 @@ class Tuner:
         self.cfg = cfg or compose(overrides)
         self.tune = self.cfg.tune
         # tune.* only steer the search: they are not part of any trial (a resumed tune may change them)
-        self.base = [o for o in overrides if not o.lstrip("+~").startswith(("tune.", "out="))]
+        self.base = [o for o in overrides if not o.lstrip("+~").startswith(("tune.", "out=", "history="))]
         self.out = out
         self.runner = TrialRunner(out)
         self.steps: list[StepResult] = []

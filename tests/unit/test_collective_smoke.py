@@ -158,6 +158,7 @@ def test_submit_refuses_a_smoke_record_by_name(smoke, tmp_path):
     for i, rec in enumerate(smoke[:1] * 3):  # three repeats of the all_reduce smoke
         d = rec.to_dict()
         d["run_id"] = f"{d['run_id']}-{i}"
+        d["environment"]["machine"] = {"cpu": {"model": "AMD EPYC", "logical_cpus": 2}}  # the one other check
         (results / f"{d['run_id']}.json").write_text(json.dumps(d), encoding="utf-8")
     with pytest.raises(SubmissionRejected) as err:
         submit([results], reference_dir=refs, today="2026-11-23", submitter="tester")
