@@ -32,6 +32,10 @@ def test_every_record_carries_the_machine_read_from_the_system(default_suite):
         assert env["nodes"] == [{"host": env["host"], "machine": box}]          # one node: rank 0's
         assert set(env["links"]) == {f"{env['host']}/{n['name']}" for n in box["nics"]
                                      if n["rate_gbps"] is not None and not n.get("master")}
+        load = env["load"]   # how busy the machine was while this run measured (issue 16)
+        assert load["window_s"] > 0 and load["run_cpus"] > 0 and 0 <= load["other_cpus"] <= load["busy_cpus"] + 0.01
+        assert load["kernels"] == 1 and load["hosts"] == [env["host"]] and len(load["load_avg_after"]) == 3
+        assert env["settings"]["measure.steps"] == rec["config"]["measure"]["steps"]
 
 
 # --- a throwaway node: its own network namespace, a veth shaped with tbf ----------------------

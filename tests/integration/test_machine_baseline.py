@@ -1,0 +1,29 @@
+"""Two benches in a row on a machine with no reference of its own (issue 16 item 2): the first is
+the machine's baseline in the history store, the second is judged against it. A configuration
+the shipped references do not have (seq_len 64) stands for any laptop's: its verdicts are the
+machine's baseline ones, whatever the box's speed (one run a side never calls a regression)."""
+from __future__ import annotations
+
+import pytest
+
+from .conftest import run_bench
+
+pytestmark = pytest.mark.integration
+
+ARGS = ("suite=single", "workload.seq_len=64", "measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=1")
+
+
+def test_the_second_bench_is_judged_against_the_first(tmp_path):
+    first = run_bench(tmp_path / "first", *ARGS)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "they are its baseline now" in first.stdout and str(tmp_path / "history.sqlite") in first.stdout
+    second = run_bench(tmp_path / "second", *ARGS)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    section = second.stdout.split("Compared with this machine's earlier bench runs", 1)
+    assert len(section) == 2, second.stdout[-3000:]
+    rows = [line.split() for line in section[1].splitlines() if "cpu/llama-tiny" in line]
+    assert len(rows) == 5, section[1]
+    # one run a side: within the tolerance "pass", beyond it "insufficient data", never a regression
+    assert all(row[0] in ("pass", "insufficient", "improvement") for row in rows), section[1]
+    assert any(row[0] == "pass" and "peak_mem_gib" in row for row in rows), "memory moves by little"
+    assert "This machine's baseline" in (tmp_path / "second" / "compare.md").read_text()
