@@ -10,9 +10,12 @@ Cases run for real on the cpu platform where this box can make the change:
 - the thread count (`platform.cpu_threads=16`: 16 OpenMP threads per rank on the box's cores),
   expected `env.OMP_NUM_THREADS`;
 - a busier machine (two busy-looping processes in a session of their own, as a neighbour logged
-  in beside the run: the scheduler shares the CPUs between sessions), expected `load.other_cpus`.
+  in beside the run: the scheduler shares the CPUs between sessions), expected `load.other_cpus`;
+- a shaped link: llama-tiny on the emulated cluster (testbed/: 2 network namespaces with their own
+  hostnames, a Slurm job per run) at 1 Gbit/s, then after `testbed shape` to 100 Mbit/s, expected
+  `links.<node>/eth0` of each node and nothing else (as root with Slurm installed; else skipped).
 Where it cannot (no second torch, DeepSpeed or transformers offline, no container engine, one
-CPU model, no shaped link on one host), the change is an edit of real records: NEW is another
+CPU model), the change is an edit of real records: NEW is another
 set of unchanged runs whose fingerprint gets the change and whose throughput is slowed to
 SLOWDOWN (the effect the changed component would have); a different CPU or core count is not
 slowed and must read "not comparable".
@@ -30,7 +33,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -44,6 +50,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from harness.ab import references_of  # noqa: E402
 from harness.compare import compare, load_records  # noqa: E402
+from harness.references import load_references  # noqa: E402
 
 SLOWDOWN = 0.6
 """Throughput of an edited case's NEW side against its own measurement (1.67x slower)."""
@@ -62,6 +69,8 @@ class Case:
     edit: Optional[Callable[[dict[str, Any]], None]] = None
     edit_old: Optional[Callable[[dict[str, Any]], None]] = None
     slow: bool = True
+    cluster: Optional[tuple[str, str]] = None
+    """(link before, link after) of a case run on the emulated cluster (testbed/, as root)."""
 
     @property
     def real(self) -> bool:
@@ -101,6 +110,7 @@ CASES = [
          edit=_set("env.GLOO_SOCKET_IFNAME", "eth0")),
     Case("another container image", {"container_image"},
          edit=_set("container_image", "ghcr.io/example/llm-bench:cpu-2026.10")),
+    Case("a shaped link on the emulated cluster (1 Gbit/s -> 100 Mbit/s)", {"links.*/eth0"}, cluster=("1gbit", "100mbit")),
     Case("a shaped link (eth0 10 -> 1 Gbit/s)", {f"links.{HOST}/eth0"},
          edit=_set("links", {f"{HOST}/eth0": 0.125}), edit_old=_set("links", {f"{HOST}/eth0": 1.25})),
     Case("a different CPU", set(), edit=_set("machine.cpu.model", "Intel Xeon Gold 6338"), slow=False),
@@ -122,6 +132,35 @@ def bench(out: Path, overrides: list[str], neighbours: int = 0) -> int:
             p.wait()
 
 
+CLUSTER = "attribution"
+
+
+def on_cluster(work: Path, repeats: int, extra: list[str], before: str, after: str
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """OLD and NEW of llama-tiny on the emulated cluster (2 nodes x 1 gloo rank, Slurm jobs): OLD
+    on the `before` link, NEW after `testbed shape` to `after`; the cluster is taken down after."""
+    testbed = [sys.executable, "-m", "testbed"]
+    env = {**os.environ, "SUITE_CLUSTER": CLUSTER}
+    subprocess.run(testbed + ["up", "--name", CLUSTER, "--nodes", "2", "--link", before], cwd=REPO_ROOT,
+                   check=True, capture_output=True, text=True)
+    try:
+        sides: dict[str, list[str]] = {"old": [], "new": []}
+        for side, link in (("old", before), ("new", after)):
+            if side == "new":
+                subprocess.run(testbed + ["shape", "--name", CLUSTER, "--link", link], cwd=REPO_ROOT, check=True,
+                               capture_output=True, text=True)
+            for i in range(repeats):
+                out = work / f"{side}-{i}"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with open(out.with_suffix(".log"), "w", encoding="utf-8") as log:
+                    subprocess.run([sys.executable, "-m", "harness", "bench", "platform=cpu-cluster", f"out={out}",
+                                    *BASE, *extra], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                sides[side].append(str(out))
+        return load_records(sides["old"]), load_records(sides["new"])
+    finally:
+        subprocess.run(testbed + ["down", "--name", CLUSTER], cwd=REPO_ROOT, capture_output=True, text=True)
+
+
 def slowed(rec: dict[str, Any], factor: float) -> dict[str, Any]:
     rec = copy.deepcopy(rec)
     for name, m in rec["metrics"].items():
@@ -140,6 +179,13 @@ class Outcome:
     named: list[str]
 
 
+def names_exactly(diff: dict[str, Any], expected: set[str]) -> bool:
+    """Every key of the diff is an expected one (fnmatch patterns: `links.*/eth0` for each node's
+    link) and every expected one is there."""
+    return bool(diff) and all(any(fnmatch.fnmatchcase(k, e) for e in expected) for k in diff) \
+        and all(any(fnmatch.fnmatchcase(k, e) for k in diff) for e in expected)
+
+
 def judge(case: Case, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Outcome:
     verdicts = compare(new, references_of(old))
     flagged = [v for v in verdicts if v.verdict in ("regression", "not comparable")]
@@ -148,7 +194,7 @@ def judge(case: Case, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> O
     if not case.expected:
         right = bool(flagged) and all(v.verdict == "not comparable" for v in flagged)
     else:
-        right = bool(flagged) and all(v.verdict == "regression" and set(v.environment_diff) == case.expected
+        right = bool(flagged) and all(v.verdict == "regression" and names_exactly(v.environment_diff, case.expected)
                                       for v in flagged)
     return Outcome(case, right, "/".join(kinds), [", ".join(json.loads(n)) or "nothing" for n in named])
 
@@ -170,7 +216,12 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
     same = load_records([str(p) for p in sides["same"]]) if edit_source == "same" else old
     outcomes = []
     for n, case in enumerate(cases):
-        if case.real:
+        if case.cluster:
+            if os.geteuid() != 0 or shutil.which("slurmctld") is None:
+                print(f"  skipped: {case.name}: needs root and Slurm (the emulated cluster)", flush=True)
+                continue
+            base, new = on_cluster(work / f"case{n}", repeats, extra, *case.cluster)
+        elif case.real:
             outs = []
             for i in range(repeats):
                 out = work / f"case{n}-{i}"
@@ -191,13 +242,17 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
     return outcomes
 
 
-def false_alarms(work: Path, pairs: int) -> list[tuple[int, int, int]]:
-    """(regressions, beyond tolerance, verdicts) per consecutive pair of default cpu suites."""
-    runs, out = [], []
+def false_alarms(work: Path, pairs: int) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """Per consecutive pair of default cpu suites: (regressions, verdicts beyond tolerance, verdicts);
+    and per suite, its regressions against the shipped references of this machine (what `bench`
+    prints on an unchanged box; none when reference_results/ has no reference taken here)."""
+    shipped = [r for r in load_references() if r.platform == "cpu"]
+    runs, out, against_refs = [], [], []
     for i in range(pairs + 1):
         path = work / f"suite-{i}"
         bench(path, ["history=none"])
         runs.append(load_records([str(path)]))
+        against_refs.append(sum(v.verdict == "regression" for v in compare(runs[i], shipped)))
         if i:
             verdicts = compare(runs[i], references_of(runs[i - 1]))
             regressions = [v for v in verdicts if v.verdict == "regression"]
@@ -205,8 +260,9 @@ def false_alarms(work: Path, pairs: int) -> list[tuple[int, int, int]]:
                       and abs(v.worse_pct) > v.tolerance_pct]
             out.append((len(regressions), len(beyond), len(verdicts)))
             print(f"  pair {i}: {len(regressions)} regression(s); {len(beyond)} of {len(verdicts)} verdicts beyond "
-                  f"tolerance ({', '.join(sorted({f'{v.benchmark} {v.metric}' for v in beyond})) or 'none'})", flush=True)
-    return out
+                  f"tolerance ({', '.join(sorted({f'{v.benchmark} {v.metric}' for v in beyond})) or 'none'}); "
+                  f"against reference_results/: {against_refs[i]} regression(s)", flush=True)
+    return out, against_refs
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -223,14 +279,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     right = sum(o.right for o in outcomes)
     real = [o for o in outcomes if o.case.real]
     print(f"false alarms ({ns.pairs} pairs of default cpu suites back to back):", flush=True)
-    pairs = false_alarms(work, ns.pairs) if ns.pairs else []
+    pairs, against_refs = false_alarms(work, ns.pairs) if ns.pairs else ([], [])
     alarms = sum(1 for r, _, _ in pairs if r)
     print(f"\nattribution: {right} of {len(outcomes)} cases right ({100 * right / len(outcomes):.0f} %; run for real: "
           f"{sum(o.right for o in real)} of {len(real)}; target >= 90 % of >= 10)")
     if pairs:
         beyond = sum(b for _, b, _ in pairs)
-        print(f"false alarms: {alarms} of {len(pairs)} pairs (target <= 1 of >= 5); verdicts beyond tolerance, "
-              f"one run a side: {beyond} of {sum(n for _, _, n in pairs)}")
+        print(f"false alarms: {alarms} of {len(pairs)} pairs (target <= 1 of >= 5; one run a side, compare calls no "
+              f"regression by design); verdicts beyond tolerance, one run a side: {beyond} of "
+              f"{sum(n for _, _, n in pairs)} in {sum(1 for _, b, _ in pairs if b)} pair(s); suites with a regression "
+              f"against reference_results/: {sum(1 for r in against_refs if r)} of {len(against_refs)}")
     missed = right < 0.9 * len(outcomes) or len(outcomes) < 10 or (pairs and (alarms > 1 or len(pairs) < 5))
     return 1 if ns.check and missed else 0
 
