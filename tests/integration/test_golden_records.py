@@ -1,0 +1,32 @@
+"""The default suite's records hold what they held when the golden form was written, field for field,
+timings aside (tests/golden_records.py): a refactor of the harness must not change a record."""
+from __future__ import annotations
+
+import json
+
+from ..golden_records import GOLDEN, differences, golden
+
+
+def test_the_default_suite_records_match_their_golden_form(default_suite):
+    assert default_suite.returncode == 0, default_suite.stderr[-3000:]
+    records = default_suite.records()
+    kept = sorted(p.stem for p in GOLDEN.glob("*.json"))
+    assert sorted(records) == kept, "the default suite's records are not the ones the golden form names"
+    problems = {name: differences(json.loads((GOLDEN / f"{name}.json").read_text()), golden(record))
+                for name, record in records.items()}
+    problems = {name: found[:20] for name, found in problems.items() if found}
+    assert not problems, problems
+
+
+def test_a_changed_field_is_found():
+    record = {"metrics": {"final_loss": {"value": 10.5, "unit": "nats"}, "step_time_s": {"value": 1.0}},
+              "environment": {"torch": "2.13.0", "settings": {"measure.steps": 2}}}
+    same_but_slower = {"metrics": {"final_loss": {"value": 10.5, "unit": "nats"}, "step_time_s": {"value": 2.0}},
+                       "environment": {"torch": "2.12.0", "settings": {"measure.steps": 2}}}
+    assert differences(golden(record), golden(same_but_slower)) == []
+    other_unit = {"metrics": {"final_loss": {"value": 10.5, "unit": "bits"}, "step_time_s": {"value": 1.0}},
+                  "environment": {"torch": "2.13.0", "settings": {"measure.steps": 3}}}
+    assert differences(golden(record), golden(other_unit)) == [
+        ".environment.settings.measure.steps: 3 != 2",
+        ".metrics.final_loss.unit: 'bits' != 'nats'"]
+    assert differences(golden(record), golden({"metrics": record["metrics"]})) == [".environment: missing"]
