@@ -8,7 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from .config import CONF_DIR, GROUPS, group_options
+from .config.schema import CONF_DIR, GROUPS
+from .config.compose import group_options
 from .errors import HarnessError
 
 USAGE = "usage: python -m harness <command> [key=value ...]   (Hydra overrides, e.g. zero=stage2)"
@@ -186,7 +187,8 @@ def cmd_model(args: list[str]) -> int:
     import re
 
     from .calibration import calibrate, load_records
-    from .config import RunKind, compose
+    from .config.choices import RunKind
+    from .config.compose import compose
     from .perfmodel import predict, sweep_configs
     from .perfmodel_text import format_prediction, format_sweep
     from .references import load_references

@@ -14,7 +14,9 @@ from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
 from benchmarks.spec import SPEC_FILE, CollectiveSpec
 
 from .collectives import Row, format_table
-from .config import REPO_ROOT, BenchConfig, ContainerRuntime, Device, LauncherKind, PlatformConfig, RunKind, compose, to_dict
+from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
+from .config.choices import ContainerRuntime, Device, LauncherKind, RunKind
+from .config.compose import compose
 from .container import Wrapper, check_image, image_digest
 from .errors import HarnessError
 from .launch import LaunchResult, LocalLauncher

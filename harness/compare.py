@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import REPO_ROOT
+from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .references import REFERENCE_METRICS, Reference, record_config
 

@@ -13,7 +13,7 @@ What must match (else a record is left out, with the reason counted in the sourc
   would need the OTHER platform's communication subtracted, which this path does not model).
 The efficiency is the FLOPs executed over the PREDICTED platform's declared peak, i.e. the achieved
 FLOP/s carries over, not the other platform's declared peak. Per micro-batch size the median, of
-the predicted stage's records where there are any (on CPU; calibration._by_mb). Pure.
+the predicted stage's records where there are any (on CPU; calibration_inputs.efficiency_by_mb). Pure.
 """
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .calibration import (BusbwCurve, Calibration, _above_peak, _by_mb, _profile_efficiency, _same_place,
-                          _workload_matches, num_ranks)
-from .config import BenchConfig, Device
+from .calibration_inputs import (above_peak, efficiency_by_mb, num_ranks, profile_efficiency, same_place,
+                                 workload_matches)
+from .calibration_types import BusbwCurve, Calibration
+from .config.schema import BenchConfig
+from .config.choices import Device
 from .errors import HarnessError
 
 
@@ -76,7 +78,7 @@ def record_machine(record: dict[str, Any]) -> Optional[Machine]:
 
 def platform_machine(records: list[dict[str, Any]], cfg: BenchConfig) -> Machine:
     """The one machine the records of cfg's platform and world size (any kind) ran on."""
-    machines = {m for m in (record_machine(r) for r in records if _same_place(r, cfg)) if m is not None}
+    machines = {m for m in (record_machine(r) for r in records if same_place(r, cfg)) if m is not None}
     where = f"platform {cfg.platform.name} with {cfg.platform.world_size} ranks"
     if not machines:
         raise HarnessError(f"--compute-records: no record of {where} states its machine (environment.cpu_model / "
@@ -91,7 +93,7 @@ def platform_machine(records: list[dict[str, Any]], cfg: BenchConfig) -> Machine
 def _not_comparable(rec: dict[str, Any], cfg: BenchConfig, machine: Machine) -> Optional[str]:
     """Why a compute record cannot calibrate cfg's computation (None: it can)."""
     found = record_machine(rec)
-    if rec.get("benchmark") != cfg.workload.name or not _workload_matches(rec.get("config") or {}, cfg):
+    if rec.get("benchmark") != cfg.workload.name or not workload_matches(rec.get("config") or {}, cfg):
         return f"not {cfg.workload.name} at seq {cfg.workload.seq_len} {cfg.workload.precision.value}"
     if num_ranks(rec) != cfg.platform.world_size:
         return f"not {cfg.platform.world_size} ranks"
@@ -116,7 +118,7 @@ def calibrate_on_machine(compute_records: list[dict[str, Any]], records: list[di
         why, eff = _not_comparable(rec, cfg, machine), None
         if why is None:
             try:
-                eff = _profile_efficiency(rec, cfg)
+                eff = profile_efficiency(rec, cfg)
                 key = (int(rec["config"]["zero"]["stage"]), int(rec["config"]["workload"]["micro_batch_size"]))
             except (KeyError, TypeError, ValueError):  # a record without the fields a training record has
                 eff = None
@@ -132,8 +134,8 @@ def calibrate_on_machine(compute_records: list[dict[str, Any]], records: list[di
                            f"{cfg.platform.world_size} ranks, on {machine} (the machine of {cfg.platform.name}'s "
                            f"records)" + (f"; left out: {skipped}" if skipped else ": none given"))
     prefer_stage = cfg.platform.device != Device.cuda
-    by_mb, where = _by_mb(found, cfg.zero.stage, prefer_stage)
-    if prefer_stage and any(stage == cfg.zero.stage for stage, _, _ in found):   # what _by_mb took
+    by_mb, where = efficiency_by_mb(found, cfg.zero.stage, prefer_stage)
+    if prefer_stage and any(stage == cfg.zero.stage for stage, _, _ in found):   # what by_mb took
         used = [r for r, (stage, _, _) in zip(used, found) if stage == cfg.zero.stage]
     platforms = ", ".join(sorted({str(r.get("platform")) for r in used}))
     names = sorted({str(r.get("run_id", "?")) for r in used})
@@ -141,4 +143,4 @@ def calibrate_on_machine(compute_records: list[dict[str, Any]], records: list[di
     source = (f"measured on platform {platforms}, the machine of {cfg.platform.name} ({machine}): {where} training "
               f"runs, profile-mode compute, FLOPs over {cfg.platform.name}'s declared peak ({ids})"
               + (f"; left out: {skipped}" if skipped else ""))
-    return Calibration(by_mb, statistics.median(by_mb.values()), source, curves, _above_peak(by_mb, "compute records"))
+    return Calibration(by_mb, statistics.median(by_mb.values()), source, curves, above_peak(by_mb, "compute records"))

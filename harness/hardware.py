@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from .config import Device, PlatformConfig
+from .config.choices import Device
+from .config.schema import PlatformConfig
 
 GPU_NAMES: dict[str, str] = {
     "H100-SXM5-80GB": r"H100 80GB HBM3|H100 SXM",

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .calibration import calibrate
-from .config import BenchConfig, RunKind
+from .config.schema import BenchConfig
+from .config.choices import RunKind
 from .errors import HarnessError
 from .model_params import PARAMS, ModelParams
 from .perfmodel import predict

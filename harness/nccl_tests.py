@@ -180,7 +180,7 @@ class _Parser(argparse.ArgumentParser):
 def cli(args: list[str]) -> int:
     """python -m harness import-nccl-tests FILE... [--out DIR] [--platform NAME] [--op OP].
     Exit 0 when every record is ok, 3 when one records an error (cut short, wrong values)."""
-    from .config import REPO_ROOT
+    from .config.schema import REPO_ROOT
 
     parser = _Parser(prog="python -m harness import-nccl-tests",
                      description="Import nccl-tests outputs (stdout or -J JSON) as collective records.")

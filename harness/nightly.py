@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .compare import VERDICTS, compare
-from .config import REPO_ROOT
+from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records, tolerances_for
@@ -84,7 +84,7 @@ def run_night(overrides: list[str], *, night: str, repeats: int, store: History,
 
 
 def cli(args: list[str]) -> int:
-    from .config import compose
+    from .config.compose import compose
     from .nightly_report import write_reports
 
     parser = argparse.ArgumentParser(prog="python -m harness nightly", description=__doc__.splitlines()[0])

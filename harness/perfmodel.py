@@ -23,10 +23,11 @@ from typing import Any, Optional
 
 from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
 
-from .calibration import Calibration
+from .calibration_types import Calibration
 from .comm_layout import balanced_window_elements, gather_messages, pack, pack_members, prefetch_exposed
 from .collectives import busbw_factor
-from .config import BenchConfig, Device
+from .config.schema import BenchConfig
+from .config.choices import Device
 from .errors import ConfigError, HarnessError
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
 from .model_params import PARAMS, ModelParams

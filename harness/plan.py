@@ -16,8 +16,8 @@ from typing import Any
 from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
 from .collectives import DTYPE_BYTES, sizes
-from .config import (BenchConfig, ContainerRuntime, Device, OptimizerImpl, Precision, RunKind, WorkloadConfig,
-                     grad_accum_precision, to_dict)
+from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
+from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
 from .container import container_env, resolve_image
 from .errors import ConfigError
 

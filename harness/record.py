@@ -23,7 +23,7 @@ from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 
 from .atomic import write_bytes_atomic
-from .config import REPO_ROOT, BenchConfig
+from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .hardware import hardware_mismatches

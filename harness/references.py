@@ -15,7 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import REPO_ROOT, Precision, ZeroConfig, grad_accum_precision, to_dict
+from .config.schema import REPO_ROOT, ZeroConfig, grad_accum_precision, to_dict
+from .config.choices import Precision
 from .errors import HarnessError
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"

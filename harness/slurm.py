@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import PlatformConfig, SlurmConfig
+from .config.schema import PlatformConfig, SlurmConfig
 from .errors import HarnessError
 from .launch import LaunchResult
 from .plan import RunSpec

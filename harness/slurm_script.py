@@ -15,7 +15,8 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from .config import ContainerRuntime, Device, PlatformConfig, SlurmConfig
+from .config.choices import ContainerRuntime, Device
+from .config.schema import PlatformConfig, SlurmConfig
 from .container import SLURM_VARS, in_image, prefix
 from .plan import RunSpec, safe_name
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .compare import machine_of
-from .config import CONF_DIR
+from .config.schema import CONF_DIR
 from .errors import HarnessError
 from .record import NOT_RECORDS, validate_record, write_json_atomic
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .config import TEACHER_SHAPE_FIELDS, WorkloadConfig
+from .config.schema import TEACHER_SHAPE_FIELDS, WorkloadConfig
 from .errors import ConfigError
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 
 def cli(args: list[str]) -> int:
-    from ..config import compose
+    from ..config.compose import compose
     from ..errors import HarnessError
     from .report import write_outputs
     from .tuner import Tuner, check_resume, default_out

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..config import Precision
+from ..config.choices import Precision
 
 
 def default_tolerance(precision: Precision) -> float:

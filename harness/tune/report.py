@@ -12,7 +12,7 @@ from typing import Any, Optional
 import yaml
 
 from ..atomic import write_bytes_atomic
-from ..config import CONF_DIR
+from ..config.schema import CONF_DIR
 from ..plan import deepspeed_config, safe_name
 from .confirm import DEFAULT, WINNER, counts
 from .trials import Trial, repo_relative

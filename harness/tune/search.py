@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..config import SearchStrategy, TuneConfig
+from ..config.choices import SearchStrategy
+from ..config.schema import TuneConfig
 from .space import Candidate
 
 MAX_REDUNDANT_ASKS = 200

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import REPO_ROOT, BenchConfig, compose
+from ..config.schema import REPO_ROOT, BenchConfig
+from ..config.compose import compose
 from ..errors import HarnessError
 
 

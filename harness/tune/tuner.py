@@ -36,7 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import REPO_ROOT, BenchConfig, Device, LauncherKind, SearchStrategy, compose, to_dict
+from ..config.schema import REPO_ROOT, BenchConfig, to_dict
+from ..config.choices import Device, LauncherKind, SearchStrategy
+from ..config.compose import compose
 from ..errors import HarnessError
 from ..plan import safe_name
 from ..record import write_json_atomic

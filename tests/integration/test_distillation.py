@@ -36,7 +36,7 @@ def checkpoint_runs(tmp_path_factory):
     """ZeRO-2 and ZeRO-3 runs whose fp32 teacher is loaded from a checkpoint of the student's
     own initial weights (the suite's seeded, placement-independent initialisation)."""
     from benchmarks.model import build_model, initialise
-    from harness.config import compose
+    from harness.config.compose import compose
     from harness.plan import model_spec
 
     base = tmp_path_factory.mktemp("kd")

@@ -15,7 +15,7 @@ from .conftest import REPO
 SCRIPT = """
 import json, sys
 import torch, deepspeed
-from harness.config import compose
+from harness.config.compose import compose
 from harness.plan import deepspeed_config
 from benchmarks.train import make_optimizer
 from benchmarks.spec import OptimizerSpec

@@ -42,7 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from harness.calibration import load_records  # noqa: E402
-from harness.config import compose  # noqa: E402
+from harness.config.compose import compose  # noqa: E402
 from harness.model_check import check_step_times, checkable, record_config  # noqa: E402
 from harness.perfmodel_text import format_checks  # noqa: E402
 

@@ -12,7 +12,7 @@ import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 @lru_cache(maxsize=None)
 def _compose_once(overrides: tuple[str, ...]):
-    from harness.config import compose
+    from harness.config.compose import compose
 
     return compose(list(overrides))
 

@@ -19,7 +19,7 @@ def reduce_values(values: list[torch.Tensor], redop: str) -> torch.Tensor:
         return out / len(values) if redop == "avg" else out
     return {"prod": stacked.prod, "max": lambda d: stacked.max(d).values,
             "min": lambda d: stacked.min(d).values}[redop](0)
-from harness.config import compose
+from harness.config.compose import compose
 from harness.errors import ConfigError
 
 

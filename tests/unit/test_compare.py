@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness.compare import bootstrap_interval, compare, decide, environment_diff
-from harness.config import REPO_ROOT
+from harness.config.schema import REPO_ROOT
 from harness.references import Provenance, Reference
 
 ENV = {"python": "3.11.7", "torch": "2.13.0", "deepspeed": "0.19.8", "transformers": "5.23.0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness.config import compose
+from harness.config.compose import compose
 from harness.errors import ConfigError
 
 from unit_helpers import CONF_DIR, options

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import yaml
 
-from harness.config import WorkloadConfig
+from harness.config.schema import WorkloadConfig
 from harness.flops import FLOPS_FORMULA, llama_param_count, mfu_pct, training_flops_per_token
 from harness.plan import model_spec
 

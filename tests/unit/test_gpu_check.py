@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.bench import plan_suite
-from harness.config import RunKind
+from harness.config.choices import RunKind
 from harness.errors import HarnessError
 from harness.gpu_check import EXIT_NO_GPU, Detected, gpu_check, markdown, platform_overrides, summarise
 
@@ -83,7 +83,7 @@ def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_l
 
 
 def test_the_cpu_suite_ci_runs_is_the_gpu_check_suite_at_cpu_size():
-    from harness.config import compose
+    from harness.config.compose import compose
     gpu, cpu = (compose([f"suite={name}"]).suite for name in ("gpu-check", "gpu-check-cpu"))
     assert [r.name for r in gpu.runs] == [r.name for r in cpu.runs]
     for g, c in zip(gpu.runs, cpu.runs):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config import Precision, grad_accum_precision
+from harness.config.choices import Precision
+from harness.config.schema import grad_accum_precision
 from harness.errors import ConfigError
 from harness.memory_model import memory_estimate
 from harness.perfmodel import comm_traffic
@@ -65,7 +66,7 @@ def test_the_rule_is_one_function():
 
 
 def _record(cfg, **workload) -> dict:
-    from harness.config import to_dict
+    from harness.config.schema import to_dict
     c = to_dict(cfg)
     c["workload"].update(workload)
     return {"kind": "training", "config": c, "environment": {"num_ranks": cfg.platform.world_size}}

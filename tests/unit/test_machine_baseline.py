@@ -8,7 +8,7 @@ import pytest
 
 from harness.baseline import BASELINE_RUNS, baseline_text, judge, machine_key, store_url
 from harness.compare import compare, decide
-from harness.config import compose
+from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.references import Reference
 from harness.report import verdict_table

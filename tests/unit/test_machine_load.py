@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.machine import LoadWindow, busy_cpu_s
 from harness.compare import commits_between, environment_diff
-from harness.config import REPO_ROOT
+from harness.config.schema import REPO_ROOT
 from harness.nodes import load_during
 from harness.report import environment_text, load_line
 
@@ -25,12 +25,15 @@ def test_busy_time_is_everything_but_idle_and_iowait_with_guest_counted_once():
 
 def test_a_window_measures_this_process_and_the_machine():
     window = LoadWindow()
-    end = time.monotonic() + 0.4
-    while time.monotonic() < end:   # one CPU busy in this process
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    end = wall0 + 0.4
+    while time.monotonic() < end:   # one CPU busy in this process, as much as the scheduler gives it
         pass
+    own = (time.process_time() - cpu0) / (time.monotonic() - wall0)
     w = window.close()
     assert w["wall_s"] >= 0.4 and w["boot_id"]
-    assert 0.7 <= w["own_cpus"] <= 1.05, w
+    # what this process used, as the process itself counts it: whatever else the box is running
+    assert abs(w["own_cpus"] - own) <= 0.1 and w["own_cpus"] <= 1.05, (w, own)
     assert w["busy_cpus"] >= w["own_cpus"] - 0.1, "the machine is at least as busy as this process"
     assert len(w["load_avg_1_5_15"]) == 3
 

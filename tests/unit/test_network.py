@@ -8,7 +8,7 @@ import time
 import pytest
 
 from benchmarks import network as net
-from harness.config import REPO_ROOT
+from harness.config.schema import REPO_ROOT
 
 DATA = REPO_ROOT / "tests" / "data" / "network"
 

@@ -12,7 +12,8 @@ import math
 import pytest
 
 from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
-from harness.config import GradientCollective, OptimizerImpl, Precision, WorkloadConfig
+from harness.config.choices import GradientCollective, OptimizerImpl, Precision
+from harness.config.schema import WorkloadConfig
 from harness.errors import HarnessError
 from harness.flops import llama_param_count
 from harness.model_params import IDEAL, PARAMS

@@ -11,7 +11,8 @@ import warnings
 import pytest
 
 from benchmarks.spec import TrainSpec
-from harness.config import Precision, compose
+from harness.config.choices import Precision
+from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.plan import deepspeed_config, merge_overrides, merge_user_deepspeed, plan_run
 
@@ -68,7 +69,7 @@ def test_set_zero_knobs_are_emitted_even_when_falsy(tiny_cfg):
 
 
 def test_deepspeed_optimizer_section_only_for_deepspeed_adamw(tiny_cfg):
-    from harness.config import OptimizerImpl
+    from harness.config.choices import OptimizerImpl
 
     tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed
     opt = deepspeed_config(tiny_cfg)["optimizer"]

@@ -238,7 +238,7 @@ def test_the_command_line_prints_the_published_baseline_and_tuned_portability():
     import subprocess
     import sys
 
-    from harness.config import REPO_ROOT
+    from harness.config.schema import REPO_ROOT
 
     proc = subprocess.run([sys.executable, "-m", "harness", "portability", "--json"], cwd=REPO_ROOT,
                           capture_output=True, text=True)

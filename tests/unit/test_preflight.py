@@ -17,7 +17,7 @@ import pytest
 from unit_helpers import REPO_ROOT
 
 from benchmarks import ops
-from harness.config import OptimizerImpl
+from harness.config.choices import OptimizerImpl
 from harness.errors import ConfigError
 from harness.plan import deepspeed_config, plan_run
 from harness.preflight import check, check_ops, clear_stale_locks, find_locks, holders, inspect
@@ -239,7 +239,7 @@ def test_a_missing_optional_op_is_a_note_said_once(tiny_cfg, tmp_path, monkeypat
 
 
 def test_runs_in_a_container_are_not_checked_against_this_installation(tiny_cfg, tmp_path, monkeypatch):
-    from harness.config import ContainerRuntime
+    from harness.config.choices import ContainerRuntime
 
     monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
     tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed

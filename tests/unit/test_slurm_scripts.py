@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import compose
+from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.launch import LaunchResult
 
@@ -217,7 +217,8 @@ def test_docker_wraps_each_local_rank_with_gpus_ipc_shm_mounts_and_its_variables
 def test_an_apptainer_image_digest_is_the_sif_files_sha256_and_is_cached(tmp_path):
     import hashlib
 
-    from harness.config import ContainerConfig, ContainerRuntime
+    from harness.config.schema import ContainerConfig
+    from harness.config.choices import ContainerRuntime
     from harness.container import image_digest
 
     sif = tmp_path / "bench.sif"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from harness.config import compose
+from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.plan import distill_spec
 from harness.teacher import llama_param_shapes, teacher_workload, validate_checkpoint

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from harness.config import SearchStrategy, TuneConfig
+from harness.config.choices import SearchStrategy
+from harness.config.schema import TuneConfig
 from harness.errors import ConfigError, HarnessError
 from harness.tune import parity, search, space
 from harness.tune.space import Candidate
@@ -32,7 +33,7 @@ def test_batch_space_keeps_c_fixed_and_divisible(composed, c, mbs, expected):
 
 
 def test_every_batch_candidate_composes_and_validates(composed):
-    from harness.config import compose
+    from harness.config.compose import compose
 
     cfg = composed([])
     for cand in space.batch_candidates(cfg):
@@ -55,7 +56,7 @@ def test_every_batch_candidate_composes_and_validates(composed):
     (["zero=stage0", "zero.gradient_collective=reduce_scatter"], "no partitioned gradients"),
 ])
 def test_bad_tune_settings_are_refused_naming_the_field(bad, message):
-    from harness.config import compose
+    from harness.config.compose import compose
 
     with pytest.raises(ConfigError, match=message):
         compose(bad)
@@ -72,7 +73,7 @@ def test_comm_space_per_stage(composed):
     s3 = space.comm_candidates(cfg, 3)
     assert len(s3) == 2 * 2 * 2 * 2 and all("gradient_collective" not in c.as_dict() for c in s3)
     assert space.comm_candidates(cfg, 0) == []
-    from harness.config import compose
+    from harness.config.compose import compose
     for c in s12[:3] + s3[:3]:
         compose(["zero=stage2" if c in s12 else "zero=stage3", *c.overrides])  # every candidate is valid
 

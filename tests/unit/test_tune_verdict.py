@@ -120,7 +120,7 @@ def _tune(out, *extra):
 
 
 def test_no_significant_gain_keeps_installs_and_prints_the_default(fake_tune, monkeypatch, tmp_path, capsys):
-    from harness.config import compose
+    from harness.config.compose import compose
     from harness.tune import report
 
     world, out = fake_tune

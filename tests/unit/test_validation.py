@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from harness import validation
-from harness.config import compose
+from harness.config.compose import compose
 from harness.errors import HarnessError
 from harness.references import Reference
 from harness.validation import TARGETS, format_validation, load_published, validate_model

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from harness.config import compose  # noqa: E402
+from harness.config.compose import compose  # noqa: E402
 from harness.memory_model import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION  # noqa: E402
 from harness.model_params import PARAMS, ModelParams  # noqa: E402
 from harness.validation import load_published, validate_model  # noqa: E402

@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from harness.config import compose  # noqa: E402
+from harness.config.compose import compose  # noqa: E402
 from harness.memory_model import memory_estimate  # noqa: E402
 from harness.perfmodel import executed_flops_per_step, with_split  # noqa: E402
 

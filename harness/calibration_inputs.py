@@ -1,0 +1,170 @@
+"""What a measurement says to the calibration (harness/calibration.py): result records read back,
+where a record ran, the configuration it measured, and the computation efficiency it implies
+(profile-mode compute time, else the step time through the model's communication estimate)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .calibration_types import BusbwCurve, Calibration
+from .config.schema import BenchConfig, ZeroConfig
+from .config.choices import GradientCollective
+from .errors import HarnessError
+from .model_params import PARAMS, ModelParams
+from .perfmodel import efficiency_for_step_time, executed_flops_per_step
+
+
+RECORD_KINDS = ("training", "collective")
+
+
+def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Result records from files and folders (a folder's *.json; JSON that is not a record, such
+    as suite.json, and unreadable files inside a folder are skipped). A named path that does not
+    exist, or a named file that is not readable JSON, is an error."""
+    records: list[dict[str, Any]] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files, named = sorted(path.glob("*.json")), False
+        elif path.is_file():
+            files, named = [path], True
+        else:
+            raise HarnessError(f"--records {path}: no such file or folder")
+        for f in files:
+            try:
+                data = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                if named:
+                    raise HarnessError(f"--records {f}: not a readable JSON file: {exc}") from None
+                continue
+            if is_record(data):
+                records.append(data)
+    return records
+
+
+def is_record(data: Any) -> bool:
+    return (isinstance(data, dict) and data.get("kind") in RECORD_KINDS
+            and all(k in data for k in ("platform", "status", "config", "metrics")))
+
+
+def num_ranks(record: dict[str, Any]) -> Optional[int]:
+    env = record.get("environment") or {}
+    if env.get("num_ranks"):
+        return int(env["num_ranks"])
+    p = (record.get("config") or {}).get("platform") or {}
+    if p.get("gpus_per_node") and p.get("nodes"):
+        return int(p["gpus_per_node"]) * int(p["nodes"])
+    return None
+
+
+def same_place(record: dict[str, Any], cfg: BenchConfig) -> bool:
+    return record.get("platform") == cfg.platform.name and num_ranks(record) == cfg.platform.world_size
+
+
+def busbw_curves(records: list[dict[str, Any]], cfg: BenchConfig) -> dict[str, BusbwCurve]:
+    """Curves from the ok collective records of cfg's platform and world size: per op and size,
+    the median over records of the mean busbw of a row's placements."""
+    by_op: dict[str, dict[int, list[float]]] = {}
+    ids: dict[str, list[str]] = {}
+    for rec in records:
+        if rec.get("kind") != "collective" or rec.get("status") != "ok" or not same_place(rec, cfg):
+            continue
+        op = rec.get("benchmark")
+        for row in rec.get("rows") or []:
+            values = [row[k]["busbw_gbps"] for k in ("out_of_place", "in_place")
+                      if row.get(k) and row[k].get("busbw_gbps", 0) > 0]
+            if values:
+                by_op.setdefault(op, {}).setdefault(int(row["size_bytes"]), []).append(statistics.fmean(values))
+        ids.setdefault(op, []).append(str(rec.get("run_id", "?")))
+    curves = {}
+    for op, sizes in by_op.items():
+        points = tuple((s, statistics.median(v)) for s, v in sorted(sizes.items()))
+        curves[op] = BusbwCurve(op, points, f"measured: {len(ids[op])} {op} record(s) "
+                                f"{points[0][0]}..{points[-1][0]} B ({', '.join(ids[op][:3])})")
+    return curves
+
+
+def workload_matches(config: dict[str, Any], cfg: BenchConfig) -> bool:
+    w = config.get("workload") or {}
+    return (w.get("seq_len") == cfg.workload.seq_len
+            and w.get("precision") in (None, cfg.workload.precision.value))
+
+
+ZERO_KNOBS = tuple(f.name for f in dataclasses.fields(ZeroConfig) if f.name != "stage")
+
+
+def zero_from_knobs(stage: int, knobs: Optional[dict[str, Any]]) -> ZeroConfig:
+    """A ZeroConfig of a measured configuration: its stage and its own knobs (a record's or a
+    reference's `zero`), DeepSpeed's defaults for every knob it does not set."""
+    z = ZeroConfig(stage=stage)
+    for k, v in (knobs or {}).items():
+        if k in ZERO_KNOBS and v is not None:
+            setattr(z, k, GradientCollective(v) if k == "gradient_collective" else v)
+    return z
+
+
+def variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool] = None,
+             knobs: Optional[dict[str, Any]] = None) -> BenchConfig:
+    """cfg with another split, stage and ZeRO knobs (a measured configuration to invert: its own
+    knobs, never the predicted configuration's)."""
+    w = dataclasses.replace(cfg.workload, micro_batch_size=mb, grad_acc_steps=ga)
+    if ckpt is not None:
+        w.activation_checkpointing = ckpt
+    return dataclasses.replace(cfg, workload=w, zero=zero_from_knobs(stage, knobs))
+
+
+def record_variant(rec: dict[str, Any], cfg: BenchConfig) -> BenchConfig:
+    w = rec["config"]["workload"]
+    mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(rec["config"]["zero"]["stage"])
+    return variant(cfg, mb, ga, stage, bool(w.get("activation_checkpointing", False)), rec["config"]["zero"])
+
+
+def profile_efficiency(rec: dict[str, Any], cfg: BenchConfig) -> Optional[float]:
+    """FLOPs executed per rank per optimizer step / (median profile-mode compute_s of a step x
+    cfg's declared peak); None without profile micro-steps."""
+    variant = record_variant(rec, cfg)
+    profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.get("microsteps") or [] if step]
+    if not profiled or statistics.median(profiled) <= 0:
+        return None
+    peak = variant.platform.peak_tflops[variant.workload.precision.value] * 1e12
+    return executed_flops_per_step(variant) / (statistics.median(profiled) * peak)
+
+
+def record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve],
+                       params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
+    eff = profile_efficiency(rec, cfg)
+    if eff is not None:
+        return eff, "profile"
+    step = (rec.get("metrics") or {}).get("step_time_s", {}).get("value")
+    if not step:
+        return None
+    variant = record_variant(rec, cfg)
+    eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step), params)
+    return (eff, "throughput") if eff is not None else None
+
+
+def efficiency_by_mb(values: list[tuple[int, int, float]], stage: int, prefer_stage: bool = True) -> tuple[dict[int, float], str]:
+    """Median efficiency per micro-batch size, from the entries of `stage` when there are any and
+    prefer_stage (cpu: ZeRO-3's compute time also holds its gather bookkeeping), else from all."""
+    same = [v for v in values if v[0] == stage] if prefer_stage else []
+    chosen = same or values
+    groups: dict[int, list[float]] = {}
+    for _, mb, eff in chosen:
+        groups.setdefault(mb, []).append(eff)
+    stages = sorted({s for s, _, _ in chosen})
+    where = (f"ZeRO-{stage}" if same else "ZeRO-" + "/".join(map(str, stages))
+             + (f", none of ZeRO-{stage}" if prefer_stage else " pooled: the model carries each stage's communication"))
+    return ({mb: statistics.median(v) for mb, v in sorted(groups.items())},
+            f"{len(chosen)} of {len(values)} ({where}; mb {', '.join(map(str, sorted(groups)))})")
+
+
+def above_peak(by_mb: dict[int, float], what: str) -> tuple[str, ...]:
+    high = {mb: e for mb, e in by_mb.items() if e > 1}
+    if not high:
+        return ()
+    return (f"implied efficiency above 1 (faster than the declared peak) from {what} at micro-batch "
+            + ", ".join(f"{mb}: {e:.2f}" for mb, e in sorted(high.items()))
+            + ": kept, but the measured workload is probably not the one configured (sequence length, "
+              "checkpointing, node count?) or the declared peak is wrong",)

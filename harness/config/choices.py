@@ -1,0 +1,60 @@
+"""The choices a configuration field takes: each a str Enum, so YAML and overrides carry its value."""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Fabric(str, Enum):
+    ib = "ib"
+    roce = "roce"
+    tcp = "tcp"
+    none = "none"
+
+
+class LauncherKind(str, Enum):
+    local = "local"
+    slurm = "slurm"
+
+
+class ContainerRuntime(str, Enum):
+    none = "none"
+    apptainer = "apptainer"
+    docker = "docker"
+    podman = "podman"
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class DataSource(str, Enum):
+    synthetic = "synthetic"
+    corpus = "corpus"
+
+
+class OptimizerImpl(str, Enum):
+    torch = "torch"
+    deepspeed = "deepspeed"
+
+
+class GradientCollective(str, Enum):
+    all_reduce = "all_reduce"
+    reduce_scatter = "reduce_scatter"
+
+
+class SearchStrategy(str, Enum):
+    auto = "auto"
+    grid = "grid"
+    bayes = "bayes"
+
+
+class RunKind(str, Enum):
+    training = "training"
+    collective = "collective"

@@ -1,0 +1,399 @@
+"""The typed configuration tree: the dataclass schema Hydra composes into (harness/config/compose.py)
+and validation checks (harness/config/validate.py). Each field's docstring sits under it (torchtitan
+style)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from .choices import (ContainerRuntime, DataSource, Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl,
+                      Precision, RunKind, SearchStrategy)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = REPO_ROOT / "conf"
+GROUPS = ("platform", "workload", "zero", "collective", "suite")
+
+
+@dataclass
+class ContainerConfig:
+    """The image every rank runs in. Recorded in the fingerprint with its digest."""
+    runtime: ContainerRuntime = ContainerRuntime.none
+    """none: the host's Python (the venv); apptainer: `apptainer exec --nv`; docker or podman:
+    `run --gpus all --ipc=host --network=host --shm-size=...`."""
+    image: Optional[str] = None
+    """Apptainer: a .sif path (or docker://... URI); docker/podman: an image reference."""
+    binds: list[str] = field(default_factory=list)
+    """Extra host paths to mount (`src[:dst]`); the repository and the output folder always are."""
+    shm_size: str = "16g"
+    """/dev/shm of docker/podman containers (their 64 MB default is smaller than DeepSpeed's
+    shared-memory buffer)."""
+    python: str = "python"
+    """The interpreter inside the image."""
+    options: list[str] = field(default_factory=list)
+    """More arguments for `apptainer exec` / `docker run`, placed before the image."""
+
+
+@dataclass
+class SlurmConfig:
+    """Where and how runs are submitted when platform.launcher=slurm (sbatch, srun + torchrun)."""
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_limit: Optional[str] = None
+    """Slurm --time (e.g. 00:30:00). None: measure.timeout_s plus `startup_s`, in whole minutes."""
+    startup_s: float = 300.0
+    """Allowance for image start and rendezvous, added to measure.timeout_s in the job's --time."""
+    constraint: Optional[str] = None
+    exclusive: bool = False
+    """--exclusive: whole nodes (no other job shares them)."""
+    cpus_per_task: Optional[int] = None
+    """CPUs for each node's task (torchrun and its ranks). None: on cpu platforms one per rank,
+    on GPU platforms Slurm's default (whole nodes with exclusive)."""
+    extra_args: list[str] = field(default_factory=list)
+    """More #SBATCH options, each `--name[=value]`, e.g. --reservation=bench."""
+    array_parallelism: Optional[int] = None
+    """At most this many tasks of a sweep's job array at once (--array=...%N); None: no limit."""
+    rdzv_port: int = 29500
+    """torchrun's c10d rendezvous port on the job's first node (offset by the job id modulo 1000)."""
+    poll_s: float = 2.0
+    """How often the harness asks Slurm about its jobs."""
+    queue_limit_s: Optional[float] = None
+    """A job still pending this long while the harness waits (an array: with none of its tasks
+    running) is cancelled and recorded as an error naming this limit and Slurm's pending reason.
+    None: wait as long as it takes."""
+    client_prefix: list[str] = field(default_factory=list)
+    """The command the Slurm clients (sbatch, squeue, scontrol, scancel) run through when this host
+    cannot reach slurmctld itself, e.g. [ssh, login01] or, for the emulated cluster,
+    [python3, -m, testbed, exec, --name, default, --]. Empty: run them here."""
+
+
+@dataclass
+class PlatformConfig:
+    name: str = MISSING
+    """Platform name, `<fabric>-<gpu>` (roce-h100) or a single-node name (h200, cpu)."""
+    description: str = ""
+    """Free text: the system this platform stands for."""
+    device: Device = Device.cuda
+    """Where ranks compute: cuda (nccl backend) or cpu (gloo backend)."""
+    gpus_per_node: int = MISSING
+    """Ranks per node (GPUs per node; on the cpu platform, processes)."""
+    nodes: int = 1
+    """Number of nodes a run uses."""
+    gpu_model: str = MISSING
+    """Accelerator model as declared (never detected), e.g. A100-SXM4-80GB."""
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    """Declared peak dense TFLOP/s per device, keyed by dtype (fp32, bf16, fp16...). MFU uses it."""
+    mem_per_device_gib: float = MISSING
+    """Memory per device in GiB."""
+    fabric: Fabric = Fabric.none
+    """Inter-node fabric: ib, roce, tcp, or none (single node)."""
+    intra_node_bw_gbps: float = 0.0
+    """Intra-node link bandwidth per device and per direction, GB/s (1e9 bytes/s, as nccl-tests'
+    busbw; NVIDIA quotes NVLink as the bidirectional total: halve it)."""
+    inter_node_bw_gbps: float = 0.0
+    """Inter-node bandwidth per node and per direction, GB/s (1e9 bytes/s): the NICs' line rate
+    summed (8 x 200 Gb/s = 200 GB/s)."""
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    """Default NCCL_* environment for every rank."""
+    cpu_threads: int = 1
+    """OMP_NUM_THREADS of each rank on a cpu platform (its ranks share the host's cores)."""
+    launcher: LauncherKind = LauncherKind.local
+    """How ranks are started: local processes (one node), or Slurm jobs (sbatch; srun + torchrun)."""
+    container: ContainerConfig = field(default_factory=ContainerConfig)
+    """The image the ranks run in (runtime none: the host's environment)."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """Partition, account, QoS, time limit... used when launcher=slurm."""
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def dist_backend(self) -> str:
+        return "gloo" if self.device == Device.cpu else "nccl"
+
+
+@dataclass
+class TeacherConfig:
+    """The frozen teacher of a distillation workload. Shape fields left None are the student's."""
+    checkpoint: Optional[str] = None
+    """Local weights: a Hugging Face folder (config.json + *.safetensors) or one .safetensors file.
+    None: random initialisation. Never downloaded; checked against the shape before launch."""
+    precision: Precision = Precision.bf16
+    """Teacher dtype: a replica per rank under ZeRO 0-2, sharded by ZeRO-3 under stage 3."""
+    hidden_size: Optional[int] = None
+    intermediate_size: Optional[int] = None
+    num_layers: Optional[int] = None
+    num_heads: Optional[int] = None
+    num_kv_heads: Optional[int] = None
+    tie_embeddings: Optional[bool] = None
+    rope_theta: Optional[float] = None
+    rms_norm_eps: Optional[float] = None
+
+
+TEACHER_SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                        "tie_embeddings", "rope_theta", "rms_norm_eps")
+
+
+@dataclass
+class DistillConfig:
+    """Knowledge distillation: loss = (1 - alpha) x CE + alpha x T^2 x KL(teacher || student),
+    averaged over the valid (label != -100) tokens; the teacher runs in eval mode, no gradients."""
+    alpha: float = 0.5
+    """Weight of the distillation term, in [0, 1]."""
+    temperature: float = 2.0
+    """Softmax temperature T of both distributions in the KL term (> 0)."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = MISSING
+    """Workload name, `<model>-<size>[-kd]`."""
+    vocab_size: int = MISSING
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    """SwiGLU feed-forward width."""
+    num_layers: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    """Key/value heads (grouped-query attention when below num_heads)."""
+    tie_embeddings: bool = False
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    seq_len: int = MISSING
+    """Tokens per sample."""
+    precision: Precision = Precision.bf16
+    samples_per_step: int = MISSING
+    """C = micro_batch_size x grad_acc_steps: samples per data-parallel rank per optimizer step."""
+    micro_batch_size: int = MISSING
+    """Samples per rank per forward/backward micro-step."""
+    grad_acc_steps: int = 0
+    """Micro-steps per optimizer step; 0 derives it as samples_per_step / micro_batch_size."""
+    lr: float = 3e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    optimizer: OptimizerImpl = OptimizerImpl.torch
+    """AdamW from torch (client optimizer, fused on CUDA) or DeepSpeed's own (JIT-compiled)."""
+    activation_checkpointing: bool = False
+    grad_accum_dtype: Optional[Precision] = None
+    """The dtype gradients accumulate in over the micro-steps (DeepSpeed's data_types.grad_accum_dtype,
+    always written into the generated JSON). None: see `grad_accum_precision` (fp32 under ZeRO-2/3
+    in bf16/fp16; the model's dtype under ZeRO-0/1, where DeepSpeed has no fp32 path of the same
+    optimiser)."""
+    distill: Optional[DistillConfig] = None
+    """Set for the `-kd` workloads: a frozen teacher and the distillation loss."""
+
+
+@dataclass
+class ZeroConfig:
+    stage: int = MISSING
+    """ZeRO stage 0-3."""
+    overlap_comm: Optional[bool] = None
+    """None leaves DeepSpeed's default (false for 1/2, true for 3). Fields set to None are not emitted."""
+    reduce_scatter: Optional[bool] = None
+    """DeepSpeed's flag; note it does not issue a reduce-scatter collective for ZeRO-1/2."""
+    gradient_collective: GradientCollective = GradientCollective.all_reduce
+    """The suite's option for ZeRO-1/2 gradient reduction: all_reduce is DeepSpeed's own path (an
+    all-reduce of each bucket, whatever `reduce_scatter` says); reduce_scatter replaces it at run time
+    with real reduce-scatters (benchmarks/reduce_scatter.py; verified DeepSpeed versions only):
+    under ZeRO-1, equal windows of every rank's partition at the accumulation boundary ((N-1)/N of
+    the gradient bytes per rank); under ZeRO-2, one per bucket, padded to N x the bucket's largest
+    rank share. ZeRO-3 always reduce-scatters."""
+    contiguous_gradients: Optional[bool] = None
+    reduce_bucket_size: Optional[int] = None
+    """Elements per gradient bucket."""
+    allgather_bucket_size: Optional[int] = None
+    """Elements per parameter all-gather bucket (ZeRO-1/2)."""
+    stage3_prefetch_bucket_size: Optional[int] = None
+    stage3_param_persistence_threshold: Optional[int] = None
+    """Parameters smaller than this stay resident under ZeRO-3 (never all-gathered)."""
+    stage3_max_live_parameters: Optional[int] = None
+    stage3_max_reuse_distance: Optional[int] = None
+    """Parameters reused within this many elements are not released between forward and backward."""
+
+
+@dataclass
+class CollectiveConfig:
+    name: str = MISSING
+    ops: list[str] = field(default_factory=lambda: ["all_reduce", "all_gather", "reduce_scatter"])
+    """Collectives to sweep: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, sendrecv."""
+    min_bytes: int = 1024
+    """Smallest message (nccl-tests -b), bytes of the full buffer."""
+    max_bytes: int = 1 << 20
+    """Largest message (nccl-tests -e)."""
+    step_factor: float = 2.0
+    """Size multiplier between rows (nccl-tests -f); used when step_bytes is 0."""
+    step_bytes: int = 0
+    """Fixed size increment (nccl-tests -i); 0 uses step_factor."""
+    warmup_iters: int = 5
+    """Untimed iterations per size (nccl-tests -w)."""
+    iters: int = 20
+    """Timed iterations per size (nccl-tests -n); time = slowest rank's average."""
+    dtype: str = "float32"
+    """float32, float16, bfloat16, float64, int32, int64, int8, uint8 (nccl-tests -d)."""
+    redop: str = "sum"
+    """sum, prod, max, min, avg (nccl-tests -o); avg needs NCCL."""
+    root: int = 0
+    """Root rank of broadcast and reduce."""
+    check: bool = True
+    """Check every size's result (the #wrong columns; nccl-tests -c)."""
+    in_place: bool = True
+    """Also measure in-place where the op allows it."""
+    source: str = "builtin"
+    """builtin: torch.distributed sweep (gloo on CPU, nccl on GPU); nccl-tests: the real binaries."""
+    nccl_tests_dir: Optional[str] = None
+    """Folder of the nccl-tests binaries (all_reduce_perf ...); None looks on PATH."""
+
+
+@dataclass
+class DataConfig:
+    source: DataSource = DataSource.synthetic
+    """synthetic: seeded random tokens; corpus: a local text/JSON corpus through `datasets`."""
+    corpus_path: Optional[str] = None
+    """Local file(s) (.txt, .json, .jsonl, .parquet) when source=corpus."""
+    tokenizer_path: Optional[str] = None
+    """Local tokenizer.json (Hugging Face tokenizers format) when source=corpus."""
+    text_field: str = "text"
+    """Column holding the text in JSON/parquet corpora."""
+
+
+@dataclass
+class MeasureConfig:
+    warmup_steps: int = 2
+    """Optimizer steps run first and excluded from every figure."""
+    steps: int = 5
+    """Measured optimizer steps in throughput mode (no per-op instrumentation)."""
+    profile_steps: int = 2
+    """Optimizer steps measured in profile mode (each collective serialised and timed)."""
+    timeout_s: float = 900.0
+    """Wall-clock limit of one run, launch to exit; past it the run is killed and recorded as timeout."""
+    seed: int = 1234
+    inject_delay_s: float = 0.0
+    """Sleep added to every micro-step: a deliberate slowdown to check that regression detection
+    (compare, nightly) catches it. 0 in every real run."""
+
+
+@dataclass
+class SuiteRun:
+    name: str = MISSING
+    """Run name within the suite (part of the run id)."""
+    kind: RunKind = RunKind.training
+    """training: the workload under DeepSpeed; collective: the `collective` group's sweep."""
+    overrides: list[str] = field(default_factory=list)
+    """Hydra overrides applied on top of the command line's for this run."""
+
+
+@dataclass
+class SuiteConfig:
+    name: str = MISSING
+    description: str = ""
+    runs: list[SuiteRun] = field(default_factory=list)
+    """The runs one `bench` makes, in order. Empty: one run of the composed config."""
+
+
+def _default_nccl_space() -> dict[str, list[str]]:
+    return {"NCCL_ALGO": ["Ring", "Tree"], "NCCL_PROTO": ["LL", "LL128", "Simple"]}
+
+
+@dataclass
+class TuneConfig:
+    """`python -m harness tune`: the three-step search (NCCL, then batch split x ZeRO stage, then
+    DeepSpeed's communication knobs), each step starting from the previous step's best."""
+    steps: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """Which steps run: 1 NCCL variables on a standalone all-reduce, 2 (micro-batch, grad-acc) at
+    fixed C x ZeRO stage, 3 overlap_comm, gradient collective, bucket sizes, contiguous_gradients."""
+    strategy: SearchStrategy = SearchStrategy.auto
+    """grid: every point of a step's space; bayes: Optuna's TPE, seeded, within the budget; auto:
+    grid when a step has at most grid_max points, bayes otherwise."""
+    budget: int = 0
+    """Most trials a step may run (runs reused from an interrupted tune count). 0: the whole space
+    for grid, a quarter of it (at least 3) for bayes."""
+    grid_max: int = 8
+    """auto uses grid up to this many points in a step's space."""
+    stages: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """ZeRO stages step 2 tries."""
+    micro_batch_sizes: list[int] = field(default_factory=list)
+    """Micro-batch sizes step 2 tries, each dividing C (workload.samples_per_step); empty: every divisor."""
+    nccl_space: dict[str, list[str]] = field(default_factory=_default_nccl_space)
+    """Step 1: the values tried per NCCL variable (the cartesian product; each checked like nccl_env)."""
+    bucket_sizes: list[int] = field(default_factory=list)
+    """Step 3: reduce/allgather bucket sizes in elements; empty: 1/64, 1/16 and 1/4 of the model's
+    parameters (clipped to 1e5..1e9)."""
+    prefetch_bucket_sizes: list[int] = field(default_factory=list)
+    """Step 3 under ZeRO-3: stage3_prefetch_bucket_size values; empty: the bucket sizes."""
+    skip_predicted_oom: bool = True
+    """Do not run configurations the performance model predicts to run out of memory."""
+    loss_tolerance: Optional[float] = None
+    """Loss parity: the largest relative difference allowed between a trial's and the default
+    configuration's loss at any of the first steps (same seed, same data). None: 1e-3 for fp32
+    workloads, 3e-2 for bf16/fp16."""
+    seed: int = 0
+    """Seed of the Bayesian sampler."""
+    install_preset: bool = True
+    """Also write the best configuration as conf/suite/tuned-<platform>-<workload>.yaml (for make bench)."""
+    collective_iters: int = 10
+    """Timed iterations per size of step 1's all-reduce sweeps."""
+    confirm_repeats: int = 3
+    """After the search, the winner and the default configuration are re-measured this many times
+    each, interleaved (default, winner, default, winner, ...); the winner is kept only when the 95%
+    bootstrap interval of its gain over the default lies above zero (harness/tune/confirm.py)."""
+
+
+@dataclass
+class BenchConfig:
+    platform: PlatformConfig = MISSING
+    workload: WorkloadConfig = MISSING
+    zero: ZeroConfig = MISSING
+    collective: CollectiveConfig = MISSING
+    suite: SuiteConfig = MISSING
+    kind: RunKind = RunKind.training
+    """What a run of the composed config is (a suite run's kind sets it)."""
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    """NCCL variables for this run, over the platform's nccl_env; checked against harness/nccl_env.py."""
+    data: DataConfig = field(default_factory=DataConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """Settings of the `tune` command (ignored by bench)."""
+    deepspeed_config: Optional[str] = None
+    """Path to a user DeepSpeed JSON merged over the generated one (conflicts are errors)."""
+    out: Optional[str] = None
+    """Output folder; default results/<timestamp>-<platform>."""
+    history: str = "auto"
+    """Where bench keeps its runs by machine, the baseline of a machine with no reference of its own:
+    auto (history.sqlite beside the output folder: results/history.sqlite by default), an
+    SQLAlchemy URL, or none."""
+
+
+def grad_accum_precision(precision: Precision, stage: int, explicit: Optional[Precision] = None) -> Precision:
+    """The dtype gradients accumulate in. An explicit choice wins. Unset: fp32 under ZeRO-2/3 with a
+    bf16/fp16 model (DeepSpeed keeps fp32 gradient partitions, same optimiser, same bf16
+    communication); the model's dtype under ZeRO-0 (DeepSpeed 0.19.8 cannot accumulate in fp32
+    without ZeRO: NotImplementedError) and ZeRO-1 (an fp32 accumulation there replaces DeepSpeed's
+    ZeRO-1 optimiser by its BF16_Optimizer: full fp32 gradients on every rank and an fp32
+    all-reduce, another workload; ask for it with workload.grad_accum_dtype=fp32)."""
+    if explicit is not None:
+        return Precision(explicit)
+    if precision != Precision.fp32 and stage in (2, 3):
+        return Precision.fp32
+    return precision
+
+
+def to_dict(cfg: Any) -> Any:
+    """A JSON-able dict of a config dataclass (enums as their values)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=_enum_value))
+
+
+def _enum_value(obj: Any) -> Any:
+    if isinstance(obj, Enum):
+        return obj.value
+    raise TypeError(f"not JSON serialisable: {obj!r}")
