@@ -26,8 +26,9 @@ from .multirun import split_flag
 from .plot import busbw_plot
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
 from .atomic import write_bytes_atomic
-from .record import (ResultRecord, build_collective_records, build_record, nccl_tests_record, suite_commit,
-                     write_json_atomic, write_record)
+from .record import (ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic,
+                     write_record)
+from .nccl_tests import nccl_tests_record
 from .report import Progress, summary
 from .slurm import SlurmLauncher
 

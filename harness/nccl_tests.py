@@ -5,69 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shutil
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from .collectives import OPS, SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .errors import HarnessError
-from .nccl_tests_infer import BINARIES, op_of_binary
-from .nccl_tests_output import (NCCL_REDOPS, NCCL_TYPES, ErrorValue, ParsedOutput,  # noqa: F401 (API)
-                                RunConfig, parse_file, parse_json, parse_text)
-from .record import ResultRecord, collective_record, metric, validate_record, write_record
-
-
-def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float = 2.0,
-            step_bytes: int = 0, gpus_per_proc: int = 1, iters: int = 20, warmup_iters: int = 5,
-            check: bool = True, dtype: str = "float32", redop: str = "sum",
-            json_out: Optional[str] = None) -> list[str]:
-    """The argv of one nccl-tests binary (launcher and MPI flags are the caller's). Sizes step by
-    step_factor (-f) when step_bytes is 0, else by step_bytes (-i), as harness.collectives.sizes.
-    json_out must end in .json (nccl-tests infers the format from the suffix and otherwise writes
-    nothing) and should not exist (nccl-tests then writes FILE.0, FILE.1 ... instead)."""
-    def bad(name: str, value: Any, valid: str) -> HarnessError:
-        return HarnessError(f"nccl-tests {name}={value!r} is invalid; {valid}")
-
-    if op_of_binary(binary) is None:
-        raise bad("binary", binary, f"valid: a path to one of {', '.join(BINARIES.values())}")
-    if min_bytes < 1:
-        raise bad("min_bytes", min_bytes, "must be >= 1 byte")
-    if min_bytes > max_bytes:
-        raise bad("min_bytes", min_bytes, f"must not exceed max_bytes={max_bytes}")
-    if step_bytes < 0:
-        raise bad("step_bytes", step_bytes, "must be >= 0 (0: use step_factor)")
-    if step_bytes == 0 and (step_factor != int(step_factor) or step_factor < 2):
-        raise bad("step_factor", step_factor, "nccl-tests -f takes an integer >= 2")
-    for name, value, low in (("gpus_per_proc", gpus_per_proc, 1), ("iters", iters, 1),
-                             ("warmup_iters", warmup_iters, 0)):
-        if value < low:
-            raise bad(name, value, f"must be >= {low}")
-    if dtype not in NCCL_TYPES:
-        raise bad("dtype", dtype, f"valid: {', '.join(NCCL_TYPES)}")
-    if redop not in NCCL_REDOPS:
-        raise bad("redop", redop, f"valid: {', '.join(NCCL_REDOPS)}")
-    if json_out is not None and not json_out.lower().endswith(".json"):
-        raise bad("json_out", json_out, "must end in .json (nccl-tests writes JSON only to *.json)")
-    step = ["-i", str(step_bytes)] if step_bytes > 0 else ["-f", str(int(step_factor))]
-    argv = [binary, "-b", str(min_bytes), "-e", str(max_bytes), *step, "-g", str(gpus_per_proc),
-            "-n", str(iters), "-w", str(warmup_iters), "-c", "1" if check else "0",
-            "-d", NCCL_TYPES[dtype], "-o", redop]
-    return argv + (["-J", json_out] if json_out is not None else [])
-
-
-def binary_for(op: str, search_dir: Optional[str] = None, suffix: str = "") -> Optional[str]:
-    """The nccl-tests binary of op (+ the build's NAME_SUFFIX, e.g. "_mpi"): in search_dir when
-    given (no fallback), else on PATH; None if absent."""
-    if op not in BINARIES:
-        raise HarnessError(f"op={op!r} has no nccl-tests binary; valid: {', '.join(BINARIES)}")
-    if search_dir is None:
-        return shutil.which(BINARIES[op] + suffix)
-    path = Path(search_dir) / (BINARIES[op] + suffix)
-    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+from .config.schema import BenchConfig
+from .launch import LaunchResult
+from .nccl_tests_output import ParsedOutput, parse_file
+from .plan import RunSpec
+from .record import ResultRecord, collective_record, environment, metric, status_of, validate_record, write_record
 
 
 # --- records ----------------------------------------------------------------------------------
@@ -199,3 +149,26 @@ def cli(args: list[str]) -> int:
               + (f" ({rec['reason']})" if rec["reason"] else "")
               + (f"; op {rec['benchmark']} {inferred}" if inferred else ""))
     return worst
+
+
+def nccl_tests_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> ResultRecord:
+    """The record of one nccl-tests binary run: its stdout parsed (complete rows only); the
+    launch's own failure (timeout, crash) comes first in status and reason."""
+    log = run.run_dir / "rank0.log"
+    op = run.spec.ops[0]
+    launch_status, launch_reason = status_of(run, launch, [], [], expect_run_stop=False)
+    try:
+        record = records_from_output(parse_file(log, op), run_id=run.run_id, platform=cfg.platform.name,
+                                     source_file=str(log))
+    except HarnessError as exc:
+        record = collective_record(run_id=run.run_id, name=run.name, benchmark=op, platform=cfg.platform.name,
+                                   status="error", reason=str(exc), rows=[], config=run.config,
+                                   overrides=run.overrides, environment=environment(run, cfg, [], [], launch),
+                                   complete=False, source="nccl-tests")
+    if launch_status != "ok":
+        record.status = launch_status
+        record.reason = launch_reason + (f"; {record.reason}" if record.reason else "")
+    controller = environment(run, cfg, [], [], launch)
+    record.environment = {**controller, **{k: v for k, v in record.environment.items() if v is not None}}
+    record.name, record.config, record.overrides, record.wall_s = run.name, run.config, run.overrides, launch.wall_s
+    return record

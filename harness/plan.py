@@ -20,6 +20,7 @@ from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to
 from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
 from .container import container_env, resolve_image
 from .errors import ConfigError
+from .nccl_tests_command import binary_for, command
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
               "allgather_bucket_size", "stage3_prefetch_bucket_size",
@@ -266,8 +267,6 @@ def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: lis
                          repo_root: Path, cache_dir: Path) -> list[RunSpec]:
     """One run per op of the real nccl-tests binaries: one process driving the node's GPUs (-g).
     A missing binary is an error before anything launches."""
-    from .nccl_tests import binary_for, command
-
     c, p = cfg.collective, cfg.platform
     runs = []
     for offset, op in enumerate(c.ops):

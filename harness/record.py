@@ -23,6 +23,7 @@ from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 
 from .atomic import write_bytes_atomic
+from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
@@ -336,8 +337,6 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
     avg_busbw_gbps metric. `complete` is False when the output was cut short (rows kept are only
     the complete ones; none is invented or repaired). With `smoke_reason` (a one-rank sweep) the
     rows, which carry no bandwidth, go under `smoke` and the record has no rows and no metric."""
-    from .collectives import Row, avg_busbw_gbps
-
     smoke = None
     if smoke_reason is not None:
         smoke, rows, metrics = {"reason": smoke_reason, "rows": rows}, None, {}
@@ -356,8 +355,6 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
 def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> list[ResultRecord]:
     """One record per op of a built-in sweep (nccl-tests prints one table per op). On one rank the
     sweep is a smoke run: its records say so (`smoke`) and carry no bandwidth."""
-    from .collectives import SMOKE_REASON, Placement, Row
-
     events = ev.read_events(run.run_dir / ev.EVENTS_FILE)
     status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
     env = environment(run, cfg, events, [], launch)
@@ -388,28 +385,3 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
             environment=env, complete=complete, source="builtin", wall_s=launch.wall_s,
             smoke_reason=SMOKE_REASON if smoke else None))
     return records
-
-
-def nccl_tests_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> ResultRecord:
-    """The record of one nccl-tests binary run: its stdout parsed (complete rows only); the
-    launch's own failure (timeout, crash) comes first in status and reason."""
-    from .nccl_tests import parse_file, records_from_output
-
-    log = run.run_dir / "rank0.log"
-    op = run.spec.ops[0]
-    launch_status, launch_reason = status_of(run, launch, [], [], expect_run_stop=False)
-    try:
-        record = records_from_output(parse_file(log, op), run_id=run.run_id, platform=cfg.platform.name,
-                                     source_file=str(log))
-    except HarnessError as exc:
-        record = collective_record(run_id=run.run_id, name=run.name, benchmark=op, platform=cfg.platform.name,
-                                   status="error", reason=str(exc), rows=[], config=run.config,
-                                   overrides=run.overrides, environment=environment(run, cfg, [], [], launch),
-                                   complete=False, source="nccl-tests")
-    if launch_status != "ok":
-        record.status = launch_status
-        record.reason = launch_reason + (f"; {record.reason}" if record.reason else "")
-    controller = environment(run, cfg, [], [], launch)
-    record.environment = {**controller, **{k: v for k, v in record.environment.items() if v is not None}}
-    record.name, record.config, record.overrides, record.wall_s = run.name, run.config, run.overrides, launch.wall_s
-    return record

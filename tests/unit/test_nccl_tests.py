@@ -13,8 +13,9 @@ import pytest
 
 from harness.collectives import OPS, Placement, Row, busbw_factor
 from harness.errors import HarnessError
-from harness.nccl_tests import (ErrorValue, binary_for, cli, command, import_files, parse_file,
-                                parse_json, parse_text, records_from_output)
+from harness.nccl_tests_output import ErrorValue, parse_file, parse_json, parse_text
+from harness.nccl_tests_command import binary_for, command
+from harness.nccl_tests import cli, import_files, records_from_output
 from harness.record import validate_record
 
 from unit_helpers import REPO_ROOT

@@ -10,7 +10,8 @@ import statistics
 import pytest
 
 from harness.errors import HarnessError
-from harness.nccl_tests import cli, import_files, parse_file, records_from_output
+from harness.nccl_tests import cli, import_files, records_from_output
+from harness.nccl_tests_output import parse_file
 from harness.nccl_tests_infer import op_of_file_name
 from harness.record import validate_record
 
