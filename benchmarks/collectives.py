@@ -28,7 +28,9 @@ import torch
 import torch.distributed as dist
 
 from . import events as ev
+from .environment import fingerprint, first_on_node, node_view
 from .failure import run_rank
+from .machine import LoadWindow
 from .spec import SPEC_FILE, CollectiveSpec
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -258,9 +260,6 @@ def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int,
 
 
 def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
-    from .environment import fingerprint, first_on_node, node_view
-    from .machine import LoadWindow
-
     if rank == 0:
         log.emit(ev.ENVIRONMENT, fingerprint(n))
     elif first_on_node():  # every other node's machine, in this rank's own event log

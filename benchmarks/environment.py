@@ -9,6 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+from .machine import machine
+
 IMAGE_VAR, DIGEST_VAR, RUNTIME_VAR = "SUITE_CONTAINER_IMAGE", "SUITE_CONTAINER_DIGEST", "SUITE_CONTAINER_RUNTIME"
 """What the harness tells the ranks about the image they run in."""
 LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
@@ -76,15 +78,11 @@ def first_on_node() -> bool:
 
 def node_view() -> dict[str, Any]:
     """This node's machine as this rank sees it: {host, machine} (benchmarks/machine.py)."""
-    from .machine import machine
-
     return {"host": socket.gethostname(), "machine": machine()}
 
 
 def fingerprint(world_size: int) -> dict[str, Any]:
     import torch
-
-    from .machine import machine
 
     cuda = torch.cuda.is_available()
     box = machine()

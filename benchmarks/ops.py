@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -208,8 +209,6 @@ def _forbid_jit(base: type, accelerator: str) -> None:
 def build_lock(folder: Path) -> Iterator[None]:
     """Exclusive flock(2) on folder/.build.lock: waits only for a live build (the kernel releases
     it when its holder exits or is killed), then names this process in the file."""
-    import fcntl
-
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / BUILD_LOCK, "a+") as f:
         try:

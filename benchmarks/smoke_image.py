@@ -14,9 +14,17 @@ all passed.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import importlib
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence
+
+import yaml
+
+from .spec import ModelSpec
 
 SUITE_ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = "llama-440m"
@@ -31,8 +39,6 @@ class SmokeError(Exception):
 def versions() -> str:
     """`python X, torch Y (cuda Z), deepspeed ..., transformers ...` from the installed
     distributions (works when an import fails)."""
-    from importlib import metadata
-
     parts = [f"python {sys.version.split()[0]}"]
     for name in ("torch", "deepspeed", "transformers"):
         try:
@@ -50,12 +56,6 @@ def workload_spec(name: str = WORKLOAD):
     the harness (benchmarks/ never imports harness/): the file's shape fields, ModelSpec's own
     defaults for those it leaves out, seq_len as max_position_embeddings (harness.plan.model_spec;
     tests/unit/test_image_check.py checks the two agree)."""
-    import dataclasses
-
-    import yaml
-
-    from .spec import ModelSpec
-
     path = SUITE_ROOT / "conf" / "workload" / f"{name}.yaml"
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     fields = {f.name for f in dataclasses.fields(ModelSpec)} - {"max_position_embeddings"}
@@ -64,8 +64,6 @@ def workload_spec(name: str = WORKLOAD):
 
 def check(name: str = WORKLOAD) -> str:
     """Build `name` on the meta device; the summary line, or SmokeError."""
-    import importlib
-
     try:  # deepspeed's import picks its accelerator: a broken install fails here
         torch = [importlib.import_module(m) for m in ("torch", "deepspeed", "transformers")][0]
     except Exception as e:  # an ImportError, or what a broken extension raises on import
@@ -98,8 +96,6 @@ def check(name: str = WORKLOAD) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m benchmarks.smoke_image", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default=WORKLOAD, choices=sorted(EXPECTED_PARAMS))
     ns = ap.parse_args(argv)

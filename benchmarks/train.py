@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Iterator, NoReturn
 
 from . import events as ev
+from .environment import fingerprint, first_on_node, node_view
 from .failure import run_rank
+from .instrument import CommTracer, MicrostepClock
+from .machine import LoadWindow
+from .ops import preload
+from .reduce_scatter import install
 from .spec import SPEC_FILE, TrainSpec
 
 
@@ -145,7 +150,6 @@ def setup(spec: TrainSpec):
     import torch
 
     from .model import DTYPES, build_model, initialise
-    from .ops import preload
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     preload()  # DeepSpeed's ops as built at install time: no JIT build, no lock file (benchmarks/ops.py)
@@ -168,8 +172,6 @@ def setup(spec: TrainSpec):
                                            model_parameters=None if spec.optimizer.impl == "torch"
                                            else model.parameters(), config=spec.deepspeed)
     if spec.gradient_collective == "reduce_scatter":
-        from .reduce_scatter import install
-
         install(engine)
     elif spec.gradient_collective != "all_reduce":
         raise ValueError(f"gradient_collective={spec.gradient_collective!r}: all_reduce or reduce_scatter")
@@ -190,9 +192,6 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
     import torch
 
     from .distill import distillation_loss
-    from .environment import fingerprint, first_on_node, node_view
-    from .instrument import CommTracer, MicrostepClock
-    from .machine import LoadWindow
 
     if rank == 0:  # before anything can fail, so that every record has the ranks' view
         log.emit(ev.ENVIRONMENT, fingerprint(world_size))

@@ -1,24 +1,42 @@
 """Command line: python -m harness <command> [Hydra overrides]."""
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import re
 import signal
 import sys
 import warnings
 from pathlib import Path
 from typing import Callable
 
+from benchmarks.spec import CollectiveSpec
+
+from . import calibration, collect, compare, nccl_tests, nightly, portability, submit
+from .ab import against
+from .bench import bench, plan_suite
+from .config.choices import RunKind
+from .config.compose import compose, group_options
 from .config.schema import CONF_DIR, GROUPS
-from .config.compose import group_options
 from .errors import HarnessError
+from .gpu_check import gpu_check
+from .memory_model import memory_estimate
+from .model_check import check_step_times, checkable, record_config
+from .multirun import split_flag
+from .perfmodel import predict, sweep_configs
+from .perfmodel_text import format_checks, format_prediction, format_sweep
+from .record import validate_record
+from .references import load_references
+from .report import verdict_table, verdicts_json
+from .tune import command as tune_command
+from .validation import format_validation, validate_model
 
 USAGE = "usage: python -m harness <command> [key=value ...]   (Hydra overrides, e.g. zero=stage2)"
 
 
 def cmd_bench(args: list[str]) -> int:
     """Run the suite: every run launched, recorded (JSON per run) and summarised."""
-    from .bench import bench
-
     return bench(args)
 
 
@@ -26,26 +44,16 @@ def cmd_collect(args: list[str]) -> int:
     """collect OUT: records of the Slurm jobs submitted by hand from `bench platform.launcher=slurm --dry-run
     out=OUT` (job id, state, nodes; summary.md, compare.md); lists runs still pending, running or not submitted;
     run it again as more jobs end (exit 4 until every run is recorded)."""
-    from .collect import cli
-
-    return cli(args)
+    return collect.cli(args)
 
 
 def cmd_gpu_check(args: list[str]) -> int:
     """On a node with NVIDIA GPUs: every collective through nccl and the paper's Model 1 under ZeRO 0-3 on this node's GPUs, MFU, measured vs predicted peak memory, the instrument's cost; records, gpu-check.md."""
-    from .gpu_check import gpu_check
-
     return gpu_check(args)
 
 
 def cmd_plan(args: list[str]) -> int:
     """Compose and validate the suite; print each run's overrides and DeepSpeed config. Launches nothing."""
-    from benchmarks.spec import CollectiveSpec
-
-    from .bench import plan_suite
-    from .memory_model import memory_estimate
-    from .multirun import split_flag
-
     multirun, overrides = split_flag(args)
     out, planned = plan_suite(overrides, multirun)
     print(f"out: {out}")
@@ -71,8 +79,6 @@ def cmd_plan(args: list[str]) -> int:
 
 def cmd_validate(args: list[str]) -> int:
     """Check result record files against schemas/record.schema.json."""
-    from .record import validate_record
-
     if not args:
         raise HarnessError("validate needs record files: python -m harness validate OUT/*.json")
     bad = 0
@@ -93,13 +99,6 @@ def cmd_compare(args: list[str]) -> int:
     """Compare result records with the reference tables, or (--against OLD...) with other records: a
     verdict per run and metric (noise-aware), with the environment difference behind each regression.
     Exit 1 when one regressed."""
-    import argparse
-
-    from .ab import against
-    from .compare import VERDICTS, compare, load_records
-    from .references import load_references
-    from .report import verdict_table, verdicts_json
-
     parser = argparse.ArgumentParser(prog="python -m harness compare", description=cmd_compare.__doc__)
     parser.add_argument("results", nargs="+", help="record files or result folders (NEW)")
     parser.add_argument("--reference", action="append", type=Path,
@@ -108,15 +107,15 @@ def cmd_compare(args: list[str]) -> int:
                         help="record files or result folders to judge NEW against instead of a reference table "
                              "(a before/after around an upgrade); repeated configurations pool their samples")
     parser.add_argument("--fail-on", default="regression",
-                        help=f"comma list of verdicts that make the exit status 1, or none; valid: {', '.join(VERDICTS)}")
+                        help=f"comma list of verdicts that make the exit status 1, or none; valid: {', '.join(compare.VERDICTS)}")
     parser.add_argument("--min-samples", type=int, default=2,
                         help="samples needed on at least one side to judge noise (default 2)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     ns = parser.parse_args(args)
     fail_on = set() if ns.fail_on == "none" else {v.strip().replace("_", " ") for v in ns.fail_on.split(",")}
-    unknown = fail_on - set(VERDICTS)
+    unknown = fail_on - set(compare.VERDICTS)
     if unknown:
-        raise HarnessError(f"--fail-on {sorted(unknown)} is invalid; valid: {', '.join(VERDICTS)}, or none")
+        raise HarnessError(f"--fail-on {sorted(unknown)} is invalid; valid: {', '.join(compare.VERDICTS)}, or none")
     if ns.against and ns.reference:
         raise HarnessError("--against and --reference exclude each other: --against judges NEW against the OLD records "
                            "given, --reference against reference tables; give one")
@@ -124,7 +123,7 @@ def cmd_compare(args: list[str]) -> int:
         verdicts, left = against(ns.results, ns.against, ns.min_samples)
         table = verdict_table(verdicts, missing="summary", ref_name="OLD") + (f"\n  {left}" if left else "")
     else:
-        verdicts = compare(load_records(ns.results), load_references(ns.reference), ns.min_samples)
+        verdicts = compare.compare(compare.load_records(ns.results), load_references(ns.reference), ns.min_samples)
         table, left = verdict_table(verdicts, missing="summary"), ""
     if ns.json:
         print(verdicts_json(verdicts))
@@ -138,42 +137,32 @@ def cmd_compare(args: list[str]) -> int:
 def cmd_nightly(args: list[str]) -> int:
     """The nightly regression job: the nightly suite with repeats, kept in a history store, compared
     with references and a rolling baseline; Markdown, HTML and JUnit reports; resumes a night."""
-    from .nightly import cli
-
-    return cli(args)
+    return nightly.cli(args)
 
 
 def cmd_submit(args: list[str]) -> int:
     """Check result records (schema, status ok, repeats, fingerprint, units, bounds) and add them with
     provenance to reference_results/<platform>.json; never overwrites without --replace --reason."""
-    from .submit import cli
-
-    return cli(args)
+    return submit.cli(args)
 
 
 def cmd_import_nccl_tests(args: list[str]) -> int:
     """Turn nccl-tests outputs saved on a cluster (stdout or -J JSON) into collective records:
     import-nccl-tests FILE... [--out DIR] [--platform NAME] [--op OP]."""
-    from .nccl_tests import cli
-
-    return cli(args)
+    return nccl_tests.cli(args)
 
 
 def cmd_portability(args: list[str]) -> int:
     """Pennycook's performance portability (harmonic mean of per-platform efficiencies, 0 when a
     platform is unsupported) from references or records; default: the published Model 2 figures."""
-    from .portability import cli
-
-    return cli(args)
+    return portability.cli(args)
 
 
 def cmd_tune(args: list[str]) -> int:
     """The three-step tuning method (NCCL variables; micro-batch x grad-acc x ZeRO stage; DeepSpeed
     communication knobs), grid or Bayesian, guided by the performance model; resumable with the same
     out=; writes report.md and the best configuration as a suite preset and a DeepSpeed JSON."""
-    from .tune.command import cli
-
-    return cli(args)
+    return tune_command.cli(args)
 
 
 def cmd_model(args: list[str]) -> int:
@@ -182,17 +171,6 @@ def cmd_model(args: list[str]) -> int:
     (micro-batch, grad-acc) split of C; calibrated with --records (training and collective records) and
     --compute-records (another platform's training runs on the same machine); --against RUNS: the model
     against measured step times."""
-    import argparse
-    import math
-    import re
-
-    from .calibration import calibrate, load_records
-    from .config.choices import RunKind
-    from .config.compose import compose
-    from .perfmodel import predict, sweep_configs
-    from .perfmodel_text import format_prediction, format_sweep
-    from .references import load_references
-
     parser = argparse.ArgumentParser(prog="python -m harness model", description=cmd_model.__doc__)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. platform=roce-h100 workload=llama-8b-kd zero=stage2")
     parser.add_argument("--records", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
@@ -223,7 +201,6 @@ def cmd_model(args: list[str]) -> int:
     if ns.max_error_pct is not None and not ns.against:
         raise HarnessError("--max-error-pct applies to --against only")
     if ns.validate:
-        from .validation import format_validation, validate_model
         if ns.overrides or ns.records or ns.compute_records or ns.against or ns.sweep or ns.tokens:
             raise HarnessError("--validate takes no overrides, --records, --compute-records, --against, --sweep or "
                                "--tokens: it validates the shipped workloads against the published table")
@@ -249,25 +226,23 @@ def cmd_model(args: list[str]) -> int:
         if not (math.isfinite(tokens) and tokens > 0):
             raise HarnessError(f"--tokens {ns.tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
     references = [] if ns.no_references else load_references()
-    compute = None if ns.compute_records is None else load_records(ns.compute_records)
+    compute = None if ns.compute_records is None else calibration.load_records(ns.compute_records)
     if ns.against:
-        from .model_check import check_step_times, checkable, record_config
-        from .perfmodel_text import format_checks
         if overrides or ns.sweep or ns.tokens:
             raise HarnessError("--against takes no overrides, --sweep or --tokens: each record is predicted in the "
                                "configuration it ran (its stored overrides)")
-        against = load_records(ns.against)
+        against = calibration.load_records(ns.against)
         runs = [(rec, record_config(rec, compose)) for rec in checkable(against)]
-        rows = check_step_times(runs, load_records(paths) + against, compute, references)
+        rows = check_step_times(runs, calibration.load_records(paths) + against, compute, references)
         print(json.dumps([r.to_dict() for r in rows], indent=2) if ns.json else format_checks(rows, ns.max_error_pct))
         bad = ns.max_error_pct is not None and any(abs(r.error_pct) > ns.max_error_pct for r in rows)
         return 1 if bad or not rows else 0
     cfg = compose(overrides)
     if cfg.kind != RunKind.training:
         raise HarnessError(f"kind={cfg.kind.value}: the performance model predicts training runs; use kind=training")
-    records = load_records(paths)
+    records = calibration.load_records(paths)
     configs = sweep_configs(cfg) if ns.sweep else [cfg]
-    preds = [predict(c, calibrate(records, c, references, compute_records=compute), tokens) for c in configs]
+    preds = [predict(c, calibration.calibrate(records, c, references, compute_records=compute), tokens) for c in configs]
     if ns.json:
         print(json.dumps([p.to_dict() for p in preds] if ns.sweep else preds[0].to_dict(), indent=2))
     else:

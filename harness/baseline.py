@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from .compare import Verdict, compare, machine_of
 from .errors import HarnessError
+from .history import History
 from .references import record_config, references_from_records, tolerances_for
 
 BASELINE_RUNS = 5
@@ -71,8 +72,6 @@ def judge(records: list[dict[str, Any]], verdicts: list[Verdict], history: str, 
     todo = [r for r in records if _key(r["platform"], r["benchmark"], record_config(r)) not in judged]
     result.unjudged = len(todo)
     try:
-        from .history import History
-
         store = History(url)
         platform = records[0]["platform"]
         kept = [(d, rec) for d, rec in store.bench_records(machine, platform, BASELINE_RUNS + 1)

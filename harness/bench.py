@@ -13,23 +13,26 @@ from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
 from benchmarks.spec import SPEC_FILE, CollectiveSpec
 
+from .atomic import write_bytes_atomic
+from .baseline import baseline_text, judge
 from .collectives import Row, format_table
-from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
+from .compare import compare
 from .config.choices import ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
+from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
 from .container import Wrapper, check_image, image_digest
 from .errors import HarnessError
 from .launch import LaunchResult, LocalLauncher
 from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
-from .plot import busbw_plot
-from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
-from .atomic import write_bytes_atomic
-from .record import (ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic,
-                     write_record)
 from .nccl_tests import nccl_tests_record
-from .report import Progress, summary
+from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
+from .plot import busbw_plot
+from .preflight import check as preflight_check
+from .record import ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic, write_record
+from .references import load_references
+from .report import Progress, load_line, summary, verdict_counts, verdict_table
 from .slurm import SlurmLauncher
 
 CACHE_DIR = REPO_ROOT / ".cache"
@@ -198,8 +201,7 @@ def write_local_script(p: PlannedRun, launcher: LocalLauncher) -> Path:
 
 
 def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> list[ResultRecord]:
-    from .preflight import check  # stale lock files of torch's JIT; the DeepSpeed ops the runs need
-    check(planned)
+    preflight_check(planned)  # stale lock files of torch's JIT; the DeepSpeed ops the runs need
     records = []
     n = 0
     for group in array_groups(planned, multirun):
@@ -280,11 +282,6 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     against this machine's earlier bench runs (harness/baseline.py; `history`: the config key),
     printed and written as compare.md; `bench`'s exit status does not depend on them:
     `python -m harness compare` and the nightly job decide that."""
-    from .baseline import baseline_text, judge
-    from .compare import compare
-    from .references import load_references
-    from .report import load_line, verdict_counts, verdict_table
-
     dicts = [r.to_dict() for r in records]
     verdicts = compare(dicts, load_references())
     counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows

@@ -43,8 +43,8 @@ from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, loa
                                  record_efficiency, same_place, variant, workload_matches)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
 from .compute_calibration import calibrate_on_machine
-from .config.schema import BenchConfig
 from .config.choices import Device
+from .config.schema import BenchConfig
 from .model_params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time
 

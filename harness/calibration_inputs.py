@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .calibration_types import BusbwCurve, Calibration
-from .config.schema import BenchConfig, ZeroConfig
 from .config.choices import GradientCollective
+from .config.schema import BenchConfig, ZeroConfig
 from .errors import HarnessError
 from .model_params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step
-
 
 RECORD_KINDS = ("training", "collective")
 

@@ -20,6 +20,7 @@ timeout (as `bench`); 4 some runs not collected yet (run collect again later); 2
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 from contextlib import contextmanager
@@ -37,8 +38,7 @@ from .bench import (DRY_RUN_MANIFEST, EXIT_RUN_FAILED, PlannedRun, plan_suite, r
 from .errors import HarnessError
 from .launch import LaunchResult
 from .record import ResultRecord
-from .slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
-                    use_client)
+from .slurm import ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes, use_client
 
 EXIT_NOT_ALL_COLLECTED = 4
 HEADINGS = {"collected": "already collected", "ended": "", "active": "not collected yet: ",
@@ -253,8 +253,6 @@ def collect(out: Path) -> int:
 
 
 def cli(args: list[str]) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m harness collect", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the out= folder of `bench platform.launcher=slurm --dry-run`")
     ns = parser.parse_args(args)

@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
+from .record import NOT_RECORDS, validate_record
 from .references import REFERENCE_METRICS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
@@ -330,8 +331,6 @@ def compare(records: list[dict[str, Any]], references: list[Reference], min_samp
 
 def load_records(paths: list[str]) -> list[dict[str, Any]]:
     """Result records from files and folders (every record JSON in a folder; record.NOT_RECORDS are not)."""
-    from .record import NOT_RECORDS, validate_record
-
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():

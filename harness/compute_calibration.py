@@ -25,8 +25,8 @@ from typing import Any, Optional
 from .calibration_inputs import (above_peak, efficiency_by_mb, num_ranks, profile_efficiency, same_place,
                                  workload_matches)
 from .calibration_types import BusbwCurve, Calibration
-from .config.schema import BenchConfig
 from .config.choices import Device
+from .config.schema import BenchConfig
 from .errors import HarnessError
 
 

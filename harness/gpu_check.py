@@ -29,9 +29,9 @@ from benchmarks.spec import SPEC_FILE
 
 from .atomic import write_bytes_atomic
 from .bench import EXIT_RUN_FAILED, PlannedRun, bench, plan_suite
-from .config.schema import REPO_ROOT
 from .config.choices import RunKind
 from .config.compose import compose, group_options
+from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch import LocalLauncher

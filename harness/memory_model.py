@@ -10,8 +10,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from .config.choices import Device, Precision
+from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from .flops import llama_param_count
 from .teacher import llama_param_shapes, teacher_workload
 

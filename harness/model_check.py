@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .calibration import calibrate
-from .config.schema import BenchConfig
 from .config.choices import RunKind
+from .config.schema import BenchConfig
 from .errors import HarnessError
 from .model_params import PARAMS, ModelParams
 from .perfmodel import predict

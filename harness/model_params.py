@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .memory_model import FRAGMENTATION_FRACTION
+
 
 @dataclass(frozen=True)
 class Param:
@@ -53,8 +55,6 @@ class ModelParams:
 
     def table(self) -> list[Param]:
         """Every parameter, for printing."""
-        from .memory_model import FRAGMENTATION_FRACTION
-
         fit = "reference_results/sources/sc25-pmbs/fit_model.py on the published Model 1 and Model 2 tables"
         out = [Param(f"fabric_efficiency.{k}", v, "x inter_node_bw_gbps", "fitted" if k != "tcp" else "assumed",
                      fit if k != "tcp" else "no published tcp cell: RoCE's value") for k, v in self.fabric_efficiency.items()]

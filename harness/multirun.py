@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import itertools
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
 from .errors import HarnessError
 
 
@@ -19,9 +22,6 @@ def split_flag(args: list[str]) -> tuple[bool, list[str]]:
 def expand(overrides: list[str], multirun: bool) -> list[list[str]]:
     """Every combination of the sweep overrides, each a plain override list. Without multirun,
     a sweep is an error: it would otherwise be taken as one odd value."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as exc:

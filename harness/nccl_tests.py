@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Optional
 
 from .collectives import OPS, SMOKE_REASON, Placement, Row, avg_busbw_gbps
+from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
-from .config.schema import BenchConfig
 from .launch import LaunchResult
 from .nccl_tests_output import ParsedOutput, parse_file
 from .plan import RunSpec
 from .record import ResultRecord, collective_record, environment, metric, status_of, validate_record, write_record
-
 
 # --- records ----------------------------------------------------------------------------------
 
@@ -130,8 +129,6 @@ class _Parser(argparse.ArgumentParser):
 def cli(args: list[str]) -> int:
     """python -m harness import-nccl-tests FILE... [--out DIR] [--platform NAME] [--op OP].
     Exit 0 when every record is ok, 3 when one records an error (cut short, wrong values)."""
-    from .config.schema import REPO_ROOT
-
     parser = _Parser(prog="python -m harness import-nccl-tests",
                      description="Import nccl-tests outputs (stdout or -J JSON) as collective records.")
     parser.add_argument("files", nargs="+", metavar="FILE")

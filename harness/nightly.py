@@ -23,10 +23,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from .bench import execute, plan_suite, prepare_container
 from .compare import VERDICTS, compare
+from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
+from .nightly_report import write_reports
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records, tolerances_for
 from .report import verdict_text
 
@@ -59,8 +62,6 @@ def series(history: list[tuple[str, dict[str, Any]]]) -> dict[str, list[tuple[st
 
 def run_night(overrides: list[str], *, night: str, repeats: int, store: History, out: Path) -> list[dict[str, Any]]:
     """Every repeat of the suite; runs the store already holds for this night are skipped."""
-    from .bench import execute, plan_suite, prepare_container
-
     done: set[tuple[int, str]] = set()
     records = []
     for repeat in range(repeats):
@@ -84,9 +85,6 @@ def run_night(overrides: list[str], *, night: str, repeats: int, store: History,
 
 
 def cli(args: list[str]) -> int:
-    from .config.compose import compose
-    from .nightly_report import write_reports
-
     parser = argparse.ArgumentParser(prog="python -m harness nightly", description=__doc__.splitlines()[0])
     parser.add_argument("--night", default=date.today().isoformat(), help="night id (default: today)")
     parser.add_argument("--repeats", type=int, default=3)

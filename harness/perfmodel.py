@@ -24,16 +24,16 @@ from typing import Any, Optional
 from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
 
 from .calibration_types import Calibration
-from .comm_layout import balanced_window_elements, gather_messages, pack, pack_members, prefetch_exposed
 from .collectives import busbw_factor
-from .config.schema import BenchConfig
+from .comm_layout import balanced_window_elements, gather_messages, pack, pack_members, prefetch_exposed
 from .config.choices import Device
+from .config.schema import BenchConfig
 from .errors import ConfigError, HarnessError
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
-from .model_params import PARAMS, ModelParams
 from .memory_model import (DS_ALLREDUCE_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET,
-                           MemoryEstimate, bf16_optimizer, dtype_bytes, gradient_collective, memory_estimate, overlap_comm,
-                           param_tensors, zero_knob)
+                           MemoryEstimate, bf16_optimizer, dtype_bytes, gradient_collective, memory_estimate,
+                           overlap_comm, param_tensors, zero_knob)
+from .model_params import PARAMS, ModelParams
 from .teacher import teacher_workload
 
 # ---- communication ---------------------------------------------------------------------------

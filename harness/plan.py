@@ -16,11 +16,12 @@ from typing import Any
 from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
 from .collectives import DTYPE_BYTES, sizes
-from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
 from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
+from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
 from .container import container_env, resolve_image
 from .errors import ConfigError
 from .nccl_tests_command import binary_for, command
+from .teacher import checkpoint_files, teacher_workload
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
               "allgather_bucket_size", "stage3_prefetch_bucket_size",
@@ -145,8 +146,6 @@ def model_spec(w: WorkloadConfig) -> ModelSpec:
 
 
 def distill_spec(w: WorkloadConfig) -> DistillSpec | None:
-    from .teacher import checkpoint_files, teacher_workload
-
     if w.distill is None:
         return None
     t = teacher_workload(w)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import HarnessError
+from .references import load_references
 
 CITATION = ('S. J. Pennycook, J. D. Sewall, V. W. Lee, "Implications of a metric for performance '
             'portability", Future Generation Computer Systems 92 (2019) 947-958')
@@ -344,8 +345,6 @@ def cli(args: list[str]) -> int:
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from .references import load_references
-
     refs = (load_references(ns.references) if ns.references is not None
             else [] if ns.records else load_references())
     benchmark = ns.benchmark

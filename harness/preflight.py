@@ -30,8 +30,8 @@ from typing import Optional, Protocol, Sequence
 from benchmarks.ops import build_command, needed_ops, state
 from benchmarks.spec import TrainSpec
 
-from .config.schema import BenchConfig
 from .config.choices import ContainerRuntime
+from .config.schema import BenchConfig
 from .errors import ConfigError
 from .plan import RunSpec
 

@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+import jsonschema
+
 from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 
@@ -301,8 +303,6 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
 
 @lru_cache(maxsize=1)
 def _validator():
-    import jsonschema
-
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     return jsonschema.Draft202012Validator(schema)
 

@@ -10,13 +10,16 @@ status "oom" and value null. The JSON Schema is schemas/reference.schema.json.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from .config.schema import REPO_ROOT, ZeroConfig, grad_accum_precision, to_dict
+import jsonschema
+
 from .config.choices import Precision
+from .config.schema import REPO_ROOT, ZeroConfig, grad_accum_precision, to_dict
 from .errors import HarnessError
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
@@ -86,8 +89,6 @@ class Reference:
 
 @lru_cache(maxsize=1)
 def _validator():
-    import jsonschema
-
     return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
 
 
@@ -198,8 +199,6 @@ def references_from_records(records: list[dict[str, Any]], *, source: str, submi
                             system: str, tolerance_pct: dict[str, float]) -> list[Reference]:
     """One reference per (platform, benchmark, configuration, metric) over repeated ok records:
     the median as value, every run's value as samples, the first run's fingerprint and commit."""
-    import statistics
-
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for rec in records:
         if rec["status"] != "ok":

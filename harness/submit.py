@@ -28,8 +28,7 @@ from .config.schema import CONF_DIR
 from .errors import HarnessError
 from .record import NOT_RECORDS, validate_record, write_json_atomic
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
-                         tolerances_for,
-                         validate_reference_file)
+                         tolerances_for, validate_reference_file)
 
 SOURCE = "suite submission"
 LOCK_NAME = ".submit.lock"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .calibration import calibrate, is_outlier
-from .config.schema import BenchConfig
 from .config.choices import GradientCollective
+from .config.schema import BenchConfig
 from .errors import HarnessError
 from .memory_model import memory_estimate
 from .model_params import PARAMS, ModelParams

@@ -15,7 +15,6 @@ from omegaconf import MISSING
 from .choices import (ContainerRuntime, DataSource, Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl,
                       Precision, RunKind, SearchStrategy)
 
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
 GROUPS = ("platform", "workload", "zero", "collective", "suite")

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config.compose import compose
+from ..errors import HarnessError
+from .report import write_outputs
+from .tuner import Tuner, check_resume, default_out
+
 
 def cli(args: list[str]) -> int:
-    from ..config.compose import compose
-    from ..errors import HarnessError
-    from .report import write_outputs
-    from .tuner import Tuner, check_resume, default_out
-
     if any(a in ("-m", "--multirun", "--dry-run") for a in args):
         raise HarnessError("tune runs its own search: -m/--multirun and --dry-run do not apply")
     first = compose(args)

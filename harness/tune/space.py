@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.schema import BenchConfig
 from ..config.choices import Precision
+from ..config.schema import BenchConfig
 from ..flops import llama_param_count
 
 DEEPSPEED_DEFAULT_BUCKET = 500_000_000

@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-from functools import lru_cache
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config.schema import REPO_ROOT, BenchConfig
+from ..bench import execute, plan_runs, prepare_container
 from ..config.compose import compose
+from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 
 
@@ -108,8 +109,6 @@ class TrialRunner:
     def run_many(self, step: int | str, trials: list[tuple[str, list[str]]]) -> list[list[tuple[str, dict[str, Any]]]]:
         """Launch trials (name, overrides) together, as bench launches a sweep: under Slurm one job
         array (bench.array_groups), locally one after the other. Each trial's records, in order."""
-        from ..bench import execute, plan_runs, prepare_container
-
         folder = self.step_dir(step)
         index = len(list((folder / "runs").iterdir())) if (folder / "runs").is_dir() else 0
         planned, ids = [], []

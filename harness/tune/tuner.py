@@ -36,12 +36,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config.schema import REPO_ROOT, BenchConfig, to_dict
+from ..calibration import calibrate
 from ..config.choices import Device, LauncherKind, SearchStrategy
 from ..config.compose import compose
+from ..config.schema import REPO_ROOT, BenchConfig, to_dict
 from ..errors import HarnessError
+from ..perfmodel import predict
 from ..plan import safe_name
 from ..record import write_json_atomic
+from ..references import load_references
 from . import parity, search, space
 from .confirm import Confirmation, confirm
 from .space import Candidate
@@ -161,10 +164,6 @@ class Tuner:
     def predictions(self, overrides_of: list[list[str]]) -> list[Optional[dict[str, Any]]]:
         """The model's predictions, calibrated on every record this tune has so far (before the
         first training record: on the reference table's figures of the workload, if any)."""
-        from ..calibration import calibrate
-        from ..perfmodel import predict
-        from ..references import load_references
-
         if self.references is None:
             self.references = load_references()
         out = []

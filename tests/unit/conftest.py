@@ -6,7 +6,6 @@ import copy
 from functools import lru_cache
 
 import pytest
-
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 

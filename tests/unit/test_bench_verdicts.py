@@ -2,7 +2,7 @@
 the platform that this run did not plan; the nightly, whose suite plans the runs, still lists each."""
 from __future__ import annotations
 
-import harness.references
+import harness.bench
 from harness.bench import compare_with_references
 from harness.compare import compare
 from harness.nightly_report import nightly_markdown
@@ -38,7 +38,7 @@ def table() -> list[Reference]:
 
 
 def test_bench_prints_one_line_for_the_references_it_did_not_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(harness.references, "load_references", lambda paths=None: table())
+    monkeypatch.setattr(harness.bench, "load_references", lambda paths=None: table())
     compare_with_references([ran(i, v) for i, v in enumerate([21.8, 22.1, 22.3])], tmp_path)
     printed = capsys.readouterr().out
     for text in (printed, (tmp_path / "compare.md").read_text()):

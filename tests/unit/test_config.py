@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from unit_helpers import CONF_DIR, options
 
 from harness.config.compose import compose
 from harness.errors import ConfigError
-
-from unit_helpers import CONF_DIR, options
 
 
 def declared(group: str, option: str) -> dict:

@@ -5,12 +5,11 @@ import dataclasses
 
 import pytest
 import yaml
+from unit_helpers import CONF_DIR
 
 from harness.config.schema import WorkloadConfig
 from harness.flops import FLOPS_FORMULA, llama_param_count, mfu_pct, training_flops_per_token
 from harness.plan import model_spec
-
-from unit_helpers import CONF_DIR
 
 
 def workload(name: str, **changes) -> WorkloadConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from test_compare import record, reference
 
 from harness.baseline import BASELINE_RUNS, baseline_text, judge, machine_key, store_url
 from harness.compare import compare, decide
@@ -12,8 +13,6 @@ from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.references import Reference
 from harness.report import verdict_table
-
-from test_compare import record, reference
 
 LAPTOP = {"python": "3.11.7", "torch": "2.13.0", "env": {}, "suite_commit": "abc", "host": "laptop",
           "num_ranks": 16, "machine": {"cpu": {"model": "Intel Core i7-1185G7", "logical_cpus": 8}}}

@@ -10,15 +10,14 @@ import stat
 import statistics
 
 import pytest
+from unit_helpers import REPO_ROOT
 
 from harness.collectives import OPS, Placement, Row, busbw_factor
 from harness.errors import HarnessError
-from harness.nccl_tests_output import ErrorValue, parse_file, parse_json, parse_text
-from harness.nccl_tests_command import binary_for, command
 from harness.nccl_tests import cli, import_files, records_from_output
+from harness.nccl_tests_command import binary_for, command
+from harness.nccl_tests_output import ErrorValue, parse_file, parse_json, parse_text
 from harness.record import validate_record
-
-from unit_helpers import REPO_ROOT
 
 DATA = REPO_ROOT / "tests" / "data" / "nccl_tests"
 H100, V100 = "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"

@@ -10,20 +10,19 @@ import json
 import math
 
 import pytest
+from unit_helpers import REPO_ROOT
 
 from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
+from harness.comm_layout import balanced_window_elements, pack, zero_partition_size
 from harness.config.choices import GradientCollective, OptimizerImpl, Precision
 from harness.config.schema import WorkloadConfig
 from harness.errors import HarnessError
 from harness.flops import llama_param_count
-from harness.model_params import IDEAL, PARAMS
 from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
-from harness.comm_layout import balanced_window_elements, pack, zero_partition_size
-from harness.perfmodel import (comm_traffic, collective_time, efficiency_for_step_time, executed_flops_per_step,
+from harness.model_params import IDEAL, PARAMS
+from harness.perfmodel import (collective_time, comm_traffic, efficiency_for_step_time, executed_flops_per_step,
                                overlap_summary, predict, sweep_configs, with_split)
-
-from unit_helpers import REPO_ROOT
 
 GB = 1e9
 PSI_8B = 8_030_261_248          # llama-8b (Llama-3-8B shape)

@@ -9,14 +9,13 @@ import sys
 import warnings
 
 import pytest
+from unit_helpers import REPO_ROOT
 
 from benchmarks.spec import TrainSpec
 from harness.config.choices import Precision
 from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.plan import deepspeed_config, merge_overrides, merge_user_deepspeed, plan_run
-
-from unit_helpers import REPO_ROOT
 
 CACHE = REPO_ROOT / ".cache"
 

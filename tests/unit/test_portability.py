@@ -9,8 +9,8 @@ import json
 import pytest
 
 from harness.errors import HarnessError
-from harness.portability import (Observation, application_efficiency, cli, observations_from_references,
-                                 pennycook, portability)
+from harness.portability import (Observation, application_efficiency, cli, observations_from_references, pennycook,
+                                 portability)
 from harness.references import REFERENCE_DIR, load_references
 
 PLATFORMS = ["ib-a100", "roce-a100", "roce-h100"]

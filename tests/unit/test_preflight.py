@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from unit_helpers import REPO_ROOT
 
 from benchmarks import ops

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from unit_helpers import REPO_ROOT
 
 from benchmarks import events as ev
 from harness.flops import llama_param_count, mfu_pct, training_flops_per_token
@@ -15,8 +16,6 @@ from harness.launch import LaunchResult
 from harness.plan import plan_run
 from harness.record import (build_record, compute_metrics, percentile, status_of, validate_record, write_json_atomic,
                             write_record)
-
-from unit_helpers import REPO_ROOT
 
 _rng = random.Random(7)
 SAMPLES = [[1.0], [1.0, 2.0], [3.0, 1.0, 2.0], [5.0, 1.0, 10.0, 2.5, 7.0],

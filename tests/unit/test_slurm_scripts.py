@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from unit_helpers import REPO_ROOT, VENV_PYTHON
 
 from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.launch import LaunchResult
-
-from unit_helpers import REPO_ROOT, VENV_PYTHON
 
 GOLDEN = REPO_ROOT / "tests" / "data" / "golden"
 
@@ -217,8 +216,8 @@ def test_docker_wraps_each_local_rank_with_gpus_ipc_shm_mounts_and_its_variables
 def test_an_apptainer_image_digest_is_the_sif_files_sha256_and_is_cached(tmp_path):
     import hashlib
 
-    from harness.config.schema import ContainerConfig
     from harness.config.choices import ContainerRuntime
+    from harness.config.schema import ContainerConfig
     from harness.container import image_digest
 
     sif = tmp_path / "bench.sif"
