@@ -138,7 +138,7 @@ bench: venv
 tune: venv
 	env -u DS_ACCELERATOR $(PY) -m harness tune platform=$(PLATFORM) $(if $(WORKLOAD),workload=$(WORKLOAD)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
-# The performance model against every published SC'25 PMBS cell (harness/validation.py).
+# The performance model against every published SC'25 PMBS cell (harness/model/validation.py).
 validate-model: venv
 	$(PY) -m harness model --validate $(ARGS)
 

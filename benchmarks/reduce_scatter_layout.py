@@ -1,13 +1,12 @@
 """Where each gradient element goes in the reduce-scatter gradient reduction
 (benchmarks/reduce_scatter.py): one bucket's pieces per destination rank (the per-bucket path),
 and the equal windows of every rank's partition (ZeRO-1's balanced path). Pure, no torch: the
-performance model (harness/perfmodel.py) uses the same definitions.
+performance model (harness/model/perfmodel.py) uses the same definitions.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
-
 
 # --- the layout of one bucket: pure, no torch ---------------------------------------------------
 

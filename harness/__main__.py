@@ -13,7 +13,7 @@ from typing import Callable
 
 from benchmarks.spec import CollectiveSpec
 
-from . import calibration, collect, compare, nccl_tests, nightly, portability, submit
+from . import collect, compare, nccl_tests, nightly, portability, submit
 from .ab import against
 from .bench import bench, plan_suite
 from .config.choices import RunKind
@@ -21,16 +21,17 @@ from .config.compose import compose, group_options
 from .config.schema import CONF_DIR, GROUPS
 from .errors import HarnessError
 from .gpu_check import gpu_check
-from .memory_model import memory_estimate
-from .model_check import check_step_times, checkable, record_config
+from .model import calibration
+from .model.check import check_step_times, checkable, record_config
+from .model.memory import memory_estimate
+from .model.perfmodel import predict, sweep_configs
+from .model.text import format_checks, format_prediction, format_sweep
+from .model.validation import format_validation, validate_model
 from .multirun import split_flag
-from .perfmodel import predict, sweep_configs
-from .perfmodel_text import format_checks, format_prediction, format_sweep
 from .record import validate_record
 from .references import load_references
 from .report import verdict_table, verdicts_json
 from .tune import command as tune_command
-from .validation import format_validation, validate_model
 
 USAGE = "usage: python -m harness <command> [key=value ...]   (Hydra overrides, e.g. zero=stage2)"
 

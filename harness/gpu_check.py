@@ -35,7 +35,7 @@ from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch import LocalLauncher
-from .memory_model import memory_estimate
+from .model.memory import memory_estimate
 from .record import NOT_RECORDS, write_json_atomic
 
 SUITE = "gpu-check"

@@ -28,9 +28,9 @@ from .atomic import write_bytes_atomic
 from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
-from .flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .hardware import hardware_mismatches
 from .launch import LaunchResult
+from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
 from .plan import RunSpec
 from .teacher import teacher_workload

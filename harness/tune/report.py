@@ -139,7 +139,7 @@ def report(tuner, best: Trial, preset: Path, ds_json: Path) -> str:
                 f"{s.excluded} skipped as predicted out of memory." if s.space_size else "")
         lines += ["", f"## Step {s.step}: {s.title}", "", " ".join(x for x in (head, s.note and s.note[0].upper() + s.note[1:] + ".") if x), ""]
         lines += step_table(s, s.best)
-    model_note = ("Predictions come from `python -m harness model` (harness/perfmodel.py), calibrated on the "
+    model_note = ("Predictions come from `python -m harness model` (harness/model/perfmodel.py), calibrated on the "
                   "records measured so far in this tune (computation efficiency from the default configuration "
                   "and later trials; busbw curves from step 1's sweep); each was made before its trial ran.")
     lines += ["", "## About the predictions", "", model_note, ""]

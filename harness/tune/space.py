@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config.choices import Precision
 from ..config.schema import BenchConfig
-from ..flops import llama_param_count
+from ..model.flops import llama_param_count
 
 DEEPSPEED_DEFAULT_BUCKET = 500_000_000
 """reduce_bucket_size / allgather_bucket_size / stage3_prefetch_bucket_size when unset (DeepSpeed 0.19)."""

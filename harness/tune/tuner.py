@@ -10,7 +10,7 @@
 3. overlap_comm, the gradient collective (DeepSpeed's all-reduce or the suite's reduce-scatter),
    bucket sizes, contiguous_gradients, on step 2's best.
 Each step runs its space exhaustively (grid) or by Bayesian search (Optuna TPE) within a budget;
-the performance model (harness/perfmodel.py) orders the trials and skips those it predicts to run
+the performance model (harness/model/perfmodel.py) orders the trials and skips those it predicts to run
 out of memory. Every trial is an ordinary run record under OUT/step<N>/; the default configuration
 is measured first, and its losses are the reference of the loss-parity check every trial gets.
 Running the same command with the same OUT resumes: finished trials are reused, not rerun.
@@ -36,12 +36,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ..calibration import calibrate
 from ..config.choices import Device, LauncherKind, SearchStrategy
 from ..config.compose import compose
 from ..config.schema import REPO_ROOT, BenchConfig, to_dict
 from ..errors import HarnessError
-from ..perfmodel import predict
+from ..model.calibration import calibrate
+from ..model.perfmodel import predict
 from ..plan import safe_name
 from ..record import write_json_atomic
 from ..references import load_references

@@ -9,7 +9,7 @@ from single-node runs of the same machine (the computation) and the cluster's ow
 Each round runs the suite on the single-node cpu platform (`bench platform=cpu suite=SUITE`) and on
 the cluster (`bench platform=cpu-cluster suite=SUITE`, SUITE_CLUSTER naming it: every run a Slurm
 job over both nodes), interleaved because a 2-core box drifts. The check is what
-`python -m harness model --against CLUSTER... --compute-records CPU...` does (harness.model_check):
+`python -m harness model --against CLUSTER... --compute-records CPU...` does (harness.model.check):
 each cluster run predicted with the median single-node profile compute of its stage and split and
 the cluster's collective sweeps, never calibrated on itself.
 
@@ -41,10 +41,10 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from harness.calibration import load_records  # noqa: E402
 from harness.config.compose import compose  # noqa: E402
-from harness.model_check import check_step_times, checkable, record_config  # noqa: E402
-from harness.perfmodel_text import format_checks  # noqa: E402
+from harness.model.calibration import load_records  # noqa: E402
+from harness.model.check import check_step_times, checkable, record_config  # noqa: E402
+from harness.model.text import format_checks  # noqa: E402
 
 
 class OtherLoad:

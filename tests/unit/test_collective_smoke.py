@@ -9,6 +9,7 @@ import copy
 import json
 
 import pytest
+from unit_helpers import REPO_ROOT
 
 from benchmarks import events as ev
 from benchmarks.collectives import CHUNKED
@@ -16,8 +17,6 @@ from harness.collectives import OPS, SMOKE_REASON, Row, format_table
 from harness.launch import LaunchResult
 from harness.plan import plan_run
 from harness.record import ResultRecord, build_collective_records, validate_record
-
-from unit_helpers import REPO_ROOT
 
 CUDA_ENV = {"python": "3.11.7", "torch": "2.13.0", "deepspeed": "0.19.8", "transformers": "5.23.0",
             "cuda": "12.8", "nccl": "2.27.3", "driver": "570.86.15", "gpu_model": "NVIDIA H100 80GB HBM3",
@@ -124,8 +123,8 @@ def test_an_ok_collective_record_without_rows_is_still_refused_when_not_a_smoke(
 
 def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path):
     from harness.bench import plot_collectives
-    from harness.calibration import busbw_curves
     from harness.compare import compare
+    from harness.model.calibration import busbw_curves
     from harness.nightly import series
     from harness.references import references_from_records
     from harness.report import collective_table, summary

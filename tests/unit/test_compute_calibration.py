@@ -1,5 +1,5 @@
-"""The performance model calibrated across platforms of one machine (harness.compute_calibration,
-`model --compute-records`) and checked against measured runs (harness.model_check, `model --against`):
+"""The performance model calibrated across platforms of one machine (harness.model.compute_calibration,
+`model --compute-records`) and checked against measured runs (harness.model.check, `model --against`):
 small synthetic records, the cpu-cluster platform predicted from the cpu platform's compute."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from harness.calibration import calibrate
-from harness.comm_layout import prefetch_exposed
-from harness.compute_calibration import Machine, record_machine
 from harness.errors import HarnessError
-from harness.model_check import check_step_times, record_config
-from harness.perfmodel import comm_traffic, executed_flops_per_step, predict, with_split
+from harness.model.calibration import calibrate
+from harness.model.check import check_step_times, record_config
+from harness.model.comm_layout import prefetch_exposed
+from harness.model.compute_calibration import Machine, record_machine
+from harness.model.perfmodel import comm_traffic, executed_flops_per_step, predict, with_split
 
 EPYC, XEON = "AMD EPYC 7763 64-Core Processor", "Intel Xeon Platinum 8480+"
 PEAK = 0.1e12     # both cpu platforms declare 0.1 TFLOP/s fp32

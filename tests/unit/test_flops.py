@@ -1,4 +1,4 @@
-"""Parameter counts, FLOPs per token and MFU (harness.flops) against the real model and by hand."""
+"""Parameter counts, FLOPs per token and MFU (harness.model.flops) against the real model and by hand."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,7 @@ import yaml
 from unit_helpers import CONF_DIR
 
 from harness.config.schema import WorkloadConfig
-from harness.flops import FLOPS_FORMULA, llama_param_count, mfu_pct, training_flops_per_token
+from harness.model.flops import FLOPS_FORMULA, llama_param_count, mfu_pct, training_flops_per_token
 from harness.plan import model_spec
 
 

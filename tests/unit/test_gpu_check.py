@@ -48,7 +48,7 @@ def test_the_suite_is_nccl_collectives_and_model_1_under_zero_0_to_3_predicted_t
         w = p.cfg.workload
         assert (w.name, w.seq_len, w.samples_per_step, w.activation_checkpointing) == ("llama-440m", 128, 1024, False)
         assert p.run.num_ranks == count and p.cfg.platform.container.runtime.value == "none"
-        from harness.memory_model import memory_estimate
+        from harness.model.memory import memory_estimate
         est = memory_estimate(p.cfg)
         assert est.fits
 

@@ -9,8 +9,8 @@ import pytest
 from harness.config.choices import Precision
 from harness.config.schema import grad_accum_precision
 from harness.errors import ConfigError
-from harness.memory_model import memory_estimate
-from harness.perfmodel import comm_traffic
+from harness.model.memory import memory_estimate
+from harness.model.perfmodel import comm_traffic
 from harness.plan import deepspeed_config, merge_user_deepspeed
 from harness.references import record_config
 

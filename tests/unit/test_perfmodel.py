@@ -1,4 +1,4 @@
-"""The performance model (harness.perfmodel) and its calibration (harness.calibration): memory
+"""The performance model (harness.model.perfmodel) and its calibration (harness.model.calibration): memory
 formulas against the ZeRO paper and DeepSpeed's own estimators, activations of a hand-counted
 model, communication bytes per stage against what the instrument measured on the cpu platform,
 busbw interpolation, hours, calibration from synthetic records, the paper's OOM cells, the CLI."""
@@ -12,17 +12,17 @@ import math
 import pytest
 from unit_helpers import REPO_ROOT
 
-from harness.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
-from harness.comm_layout import balanced_window_elements, pack, zero_partition_size
 from harness.config.choices import GradientCollective, OptimizerImpl, Precision
 from harness.config.schema import WorkloadConfig
 from harness.errors import HarnessError
-from harness.flops import llama_param_count
-from harness.memory_model import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
+from harness.model.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
+from harness.model.comm_layout import balanced_window_elements, pack, zero_partition_size
+from harness.model.flops import llama_param_count
+from harness.model.memory import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
-from harness.model_params import IDEAL, PARAMS
-from harness.perfmodel import (collective_time, comm_traffic, efficiency_for_step_time, executed_flops_per_step,
-                               overlap_summary, predict, sweep_configs, with_split)
+from harness.model.params import IDEAL, PARAMS
+from harness.model.perfmodel import (collective_time, comm_traffic, efficiency_for_step_time, executed_flops_per_step,
+                                     overlap_summary, predict, sweep_configs, with_split)
 
 GB = 1e9
 PSI_8B = 8_030_261_248          # llama-8b (Llama-3-8B shape)
@@ -596,7 +596,7 @@ def test_sweep_configs_cover_every_split(composed):
     assert len(splits) == 3 * 9 and all(mb * ga == 256 for _, mb, ga in splits)
 
 
-# ---- the physics terms with the shipped parameters (harness/model_params.py) --------------------
+# ---- the physics terms with the shipped parameters (harness/model/params.py) --------------------
 
 def test_declared_bandwidth_is_per_direction_per_fabric_with_a_latency(composed):
     """Across nodes the NICs' per-direction bandwidth times the fabric's fitted efficiency (IB and

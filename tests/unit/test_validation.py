@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
-from harness import validation
 from harness.config.compose import compose
 from harness.errors import HarnessError
+from harness.model import validation
+from harness.model.validation import TARGETS, format_validation, load_published, validate_model
 from harness.references import Reference
-from harness.validation import TARGETS, format_validation, load_published, validate_model
 
 _CACHE: dict = {}
 
@@ -112,7 +112,7 @@ def test_the_paper_suites_plan_no_predicted_oom_but_the_papers_own(suite, bench_
     """`python -m harness plan platform=roce-h100` (its default suite: Model 1) and suite=paper-model2:
     the runs the model predicts out of memory are exactly the paper's OOM cells."""
     from harness.bench import plan_suite
-    from harness.memory_model import memory_estimate
+    from harness.model.memory import memory_estimate
 
     _, planned = plan_suite(["platform=roce-h100", f"suite={suite}"])
     training = [p for p in planned if p.cfg.kind.value == "training"]
@@ -127,8 +127,8 @@ def test_tune_step2_on_model2_keeps_every_measured_cell_and_predicts_the_papers_
     measurement (the model calibrated on the reference table): no cell the paper measured is pruned
     as predicted OOM, the paper's OOM cells are, and the best prediction is the paper's winner,
     ZeRO-2 micro-batch 128 x grad-acc 2."""
-    from harness.calibration import calibrate
-    from harness.perfmodel import predict
+    from harness.model.calibration import calibrate
+    from harness.model.perfmodel import predict
     from harness.references import load_references
     from harness.tune import space
     from harness.tune.tuner import by_prediction, predicted_oom

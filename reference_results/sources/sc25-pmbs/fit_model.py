@@ -1,4 +1,4 @@
-"""Fits the performance model's global parameters (harness/model_params.py and
+"""Fits the performance model's global parameters (harness/model/params.py and
 harness/memory_model.FRAGMENTATION_FRACTION) to the published tables, and prints them.
 
     .venv/bin/python reference_results/sources/sc25-pmbs/fit_model.py
@@ -9,8 +9,8 @@ harness/memory_model.FRAGMENTATION_FRACTION) to the published tables, and prints
 - fabric efficiencies (ib, roce) and ZeRO-3's per-call overhead: every point of a grid,
   minimising Model 2's leave-one-out median |error| (plus half Model 1's, plus a penalty per
   Model 2 cell above 25 % beyond two), each cell predicted with its efficiency calibrated on the
-  OTHER published cells (harness/validation.py). Latencies are declared, not fitted.
-The shipped values are compared with the fit; update model_params.py by hand if you refit.
+  OTHER published cells (harness/model/validation.py). Latencies are declared, not fitted.
+The shipped values are compared with the fit; update harness/model/params.py by hand if you refit.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.config.compose import compose  # noqa: E402
-from harness.memory_model import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION  # noqa: E402
-from harness.model_params import PARAMS, ModelParams  # noqa: E402
-from harness.validation import load_published, validate_model  # noqa: E402
+from harness.model.memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION  # noqa: E402
+from harness.model.params import PARAMS, ModelParams  # noqa: E402
+from harness.model.validation import load_published, validate_model  # noqa: E402
 
 GRID = {"roce": (0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5),
         "ib": (0.5, 1.0),
@@ -68,7 +68,7 @@ def main() -> int:
     print(f"  leave-one-out: Model 2 median {m2.loo_median_pct:.1f} % ({m2.loo_over25} above 25 %), "
           f"Model 1 median {m1.loo_median_pct:.1f} %")
     shipped = (PARAMS.fabric_efficiency["roce"], PARAMS.fabric_efficiency["ib"], PARAMS.zero3_fetch_overhead_s)
-    print(f"shipped (harness/model_params.py): {shipped} -> {'the fit' if shipped == best else 'DIFFERS from the fit'}")
+    print(f"shipped (harness/model/params.py): {shipped} -> {'the fit' if shipped == best else 'DIFFERS from the fit'}")
     return 0
 
 

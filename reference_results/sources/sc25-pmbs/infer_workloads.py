@@ -7,9 +7,9 @@ an 8B teacher, C = 256), the platforms and Model 1's node count (2), but not the
 whether activations were checkpointed, nor Model 2's node count. Two kinds of evidence pin them:
 - the FLOP rate each published cell implies: FLOPs executed per GPU per optimizer step (PaLM's
   6N + 12 L h s per token, a forward third more under checkpointing, plus the teacher's forward;
-  harness/flops.py) over the published step time, as a share of the GPU's dense bf16 peak. Above
+  harness/model/flops.py) over the published step time, as a share of the GPU's dense bf16 peak. Above
   100 % is impossible; dense LLaMA training with DeepSpeed reaches 30-50 % in public reports.
-- the out-of-memory pattern of both tables: the suite's memory model (harness/memory_model.py)
+- the out-of-memory pattern of both tables: the suite's memory model (harness/model/memory.py)
   must call every published cell (ok or OOM) right.
 For Model 2's node count the FLOP rate and memory do not decide (the memory per GPU hardly depends
 on it); the fabric does: ib-a100 and roce-a100 have the same GPUs and NVLink, yet their ZeRO-1 and
@@ -28,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
 from harness.config.compose import compose  # noqa: E402
-from harness.memory_model import memory_estimate  # noqa: E402
-from harness.perfmodel import executed_flops_per_step, with_split  # noqa: E402
+from harness.model.memory import memory_estimate  # noqa: E402
+from harness.model.perfmodel import executed_flops_per_step, with_split  # noqa: E402
 
 SEQ_LENS = (128, 256, 512, 1024, 2048)
 MODEL1 = ("llama-440m", "model1_ib-a100_batch_time.csv", (2,))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .memory_model import FRAGMENTATION_FRACTION
+from .memory import FRAGMENTATION_FRACTION
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..config.choices import Device
+from ..config.schema import BenchConfig
+from ..errors import HarnessError
 from .calibration_inputs import (above_peak, efficiency_by_mb, num_ranks, profile_efficiency, same_place,
                                  workload_matches)
 from .calibration_types import BusbwCurve, Calibration
-from .config.choices import Device
-from .config.schema import BenchConfig
-from .errors import HarnessError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ For every published cell of the Model 1 batch-time table and the Model 2 step-2 
 - one cell per platform: calibrated on the ZeRO-1 baseline cell alone (the tuning baseline);
 then the error per cell (Model 1: batch time; Model 2: samples/s), the median and max per table,
 and each published finding marked reproduced or not, with the numbers.
-The model's global parameters (harness/model_params.py) are fixed while validating; they were
+The model's global parameters (harness/model/params.py) are fixed while validating; they were
 fitted to these tables once (reference_results/sources/sc25-pmbs/fit_model.py).
 Pure, except load_published (reads the reference file).
 """
@@ -21,16 +21,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..config.choices import GradientCollective
+from ..config.schema import REPO_ROOT, BenchConfig
+from ..errors import HarnessError
+from ..references import Reference, load_file
 from .calibration import calibrate, is_outlier
-from .config.choices import GradientCollective
-from .config.schema import BenchConfig
-from .errors import HarnessError
-from .memory_model import memory_estimate
-from .model_params import PARAMS, ModelParams
+from .memory import memory_estimate
+from .params import PARAMS, ModelParams
 from .perfmodel import Prediction, comm_traffic, predict, with_split
-from .references import Reference, load_file
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "reference_results" / "sc25-pmbs.json"
+PUBLISHED = REPO_ROOT / "reference_results" / "sc25-pmbs.json"
 TABLES = {"model1": ("llama-440m", "batch_time_s"), "model2": ("llama-8b-kd", "samples_per_s")}
 BASELINE = {"model1": (1, 64), "model2": (1, 64)}
 """(ZeRO stage, micro-batch) of the cell that calibrates the one-cell-per-platform predictions."""
@@ -362,7 +362,7 @@ def format_validation(v: Validation) -> str:
                   f"    model:     {f.model}"] + ([f"    why:       {f.explanation}"] if f.explanation else [])
     lines += ["", "targets:"] + [f"  [{'ok' if t.ok else 'MISSED'}] {t.name}: {t.value:.4g} (target {t.threshold:g})"
                                  for t in v.targets]
-    lines += ["", "global parameters (harness/model_params.py; memory_model.FRAGMENTATION_FRACTION):"]
+    lines += ["", "global parameters (harness/model/params.py; memory_model.FRAGMENTATION_FRACTION):"]
     lines += [f"  {p['name']} = {p['value']:g} {p['unit']} [{p['kind']}: {p['source']}]" for p in v.params]
     lines += ["", f"outlier: {v.outlier_treatment}"]
     return "\n".join(lines)

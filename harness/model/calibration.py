@@ -1,4 +1,4 @@
-"""What the performance model (harness/perfmodel.py) takes from measurements: the computation
+"""What the performance model (harness/model/perfmodel.py) takes from measurements: the computation
 efficiency (achieved over declared peak FLOP/s) and bus-bandwidth curves of the collectives.
 
 Sources, best first, each named in the Calibration's source strings:
@@ -14,12 +14,12 @@ Sources, best first, each named in the Calibration's source strings:
   batch_time_s = step time / grad-acc) of the same platform, workload, world size, sequence length,
   precision and activation checkpointing (reference_results/*.json), each inverted with its OWN
   configuration (stage, split, ZeRO knobs: DeepSpeed's defaults where the entry sets none), not the
-  predicted one's; cells listed as outliers in harness/model_params.py are left out. The source
+  predicted one's; cells listed as outliers in harness/model/params.py are left out. The source
   says so.
 - an implied efficiency above 1 (the measurement beats the declared peak) is kept and warned
   about (Calibration.warnings), never dropped.
 - per micro-batch size, on GPU platforms every stage's entries are pooled (the model carries
-  ZeRO-3's overhead itself, harness/model_params.py); on the cpu platform a stage's own entries
+  ZeRO-3's overhead itself, harness/model/params.py); on the cpu platform a stage's own entries
   are preferred (gloo's synchronous ZeRO-3 bookkeeping is part of its measured compute).
 - otherwise DEFAULT_EFFICIENCY, labelled uncalibrated.
 
@@ -39,13 +39,13 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Optional
 
+from ..config.choices import Device
+from ..config.schema import BenchConfig
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, load_records,  # noqa: F401 (API)
                                  record_efficiency, same_place, variant, workload_matches)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
 from .compute_calibration import calibrate_on_machine
-from .config.choices import Device
-from .config.schema import BenchConfig
-from .model_params import PARAMS, ModelParams
+from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time
 
 

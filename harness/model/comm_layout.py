@@ -1,6 +1,6 @@
 """How DeepSpeed 0.19.8 lays gradients and parameters out in messages: its bucket packing, its
 ZeRO-1/2 flat partitions, the ZeRO-1 reduce-scatter's balanced windows, and ZeRO-3's prefetched
-parameter gathers. Pure functions, used by the performance model (harness/perfmodel.py) to count
+parameter gathers. Pure functions, used by the performance model (harness/model/perfmodel.py) to count
 the collectives a configuration issues and what of them its computation can hide.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a measurement says to the calibration (harness/calibration.py): result records read back,
+"""What a measurement says to the calibration (harness/model/calibration.py): result records read back,
 where a record ran, the configuration it measured, and the computation efficiency it implies
 (profile-mode compute time, else the step time through the model's communication estimate)."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from ..config.choices import GradientCollective
+from ..config.schema import BenchConfig, ZeroConfig
+from ..errors import HarnessError
 from .calibration_types import BusbwCurve, Calibration
-from .config.choices import GradientCollective
-from .config.schema import BenchConfig, ZeroConfig
-from .errors import HarnessError
-from .model_params import PARAMS, ModelParams
+from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step
 
 RECORD_KINDS = ("training", "collective")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config.schema import WorkloadConfig
+from ..config.schema import WorkloadConfig
 
 FLOPS_FORMULA = "6*N + 12*L*h*s"  # PaLM (Chowdhery et al. 2022), appendix B
 TEACHER_FLOPS_FORMULA = "2*N_t + 4*L_t*h_t*s"  # the forward third of the same count

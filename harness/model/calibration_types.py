@@ -1,5 +1,5 @@
 """What a calibration is: the computation efficiency per micro-batch size and the measured bus-bandwidth
-curves the performance model (harness/perfmodel.py) takes; how they are found is harness/calibration.py."""
+curves the performance model (harness/model/perfmodel.py) takes; how they are found is harness/model/calibration.py."""
 from __future__ import annotations
 
 import bisect

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from .model_check import StepTimeCheck
+from .check import StepTimeCheck
 from .perfmodel import Prediction, overlap_summary
 
 

@@ -1,5 +1,5 @@
 """The performance model: for one validated configuration, memory per rank (and whether it runs
-out; harness/memory_model.py), communication per optimizer step, step time, throughput and hours
+out; harness/model/memory.py), communication per optimizer step, step time, throughput and hours
 for a token budget.
 Pure functions (no I/O); formulas are stated where they are used, with their sources:
 
@@ -10,7 +10,7 @@ Pure functions (no I/O); formulas are stated where they are used, with their sou
 - Activations: the method of Korthikanti et al. 2022 (sec. 4: count every tensor autograd keeps
   from forward to backward), derived here for transformers' LlamaForCausalLM: RMSNorm computed in
   fp32, SwiGLU, grouped-query attention, no dropout, causal SDPA (no s x s scores kept).
-- FLOPs: PaLM appendix B (harness/flops.py). Collectives: nccl-tests PERFORMANCE.md bus-bandwidth
+- FLOPs: PaLM appendix B (harness/model/flops.py). Collectives: nccl-tests PERFORMANCE.md bus-bandwidth
   factors (harness/collectives.py): time = size x factor(op, N) / busbw(size).
 - What DeepSpeed allocates and issues per stage: deepspeed/runtime/zero/stage_1_and_2.py,
   stage3.py, engine.py and utils.py of 0.19.8 (see ../shared/DEEPSPEED_NOTES.md).
@@ -23,18 +23,18 @@ from typing import Any, Optional
 
 from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
 
+from ..collectives import busbw_factor
+from ..config.choices import Device
+from ..config.schema import BenchConfig
+from ..errors import ConfigError, HarnessError
+from ..teacher import teacher_workload
 from .calibration_types import Calibration
-from .collectives import busbw_factor
 from .comm_layout import balanced_window_elements, gather_messages, pack, pack_members, prefetch_exposed
-from .config.choices import Device
-from .config.schema import BenchConfig
-from .errors import ConfigError, HarnessError
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
-from .memory_model import (DS_ALLREDUCE_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET,
-                           MemoryEstimate, bf16_optimizer, dtype_bytes, gradient_collective, memory_estimate,
-                           overlap_comm, param_tensors, zero_knob)
-from .model_params import PARAMS, ModelParams
-from .teacher import teacher_workload
+from .memory import (DS_ALLREDUCE_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET,
+                     MemoryEstimate, bf16_optimizer, dtype_bytes, gradient_collective, memory_estimate, overlap_comm,
+                     param_tensors, zero_knob)
+from .params import PARAMS, ModelParams
 
 # ---- communication ---------------------------------------------------------------------------
 
@@ -212,7 +212,7 @@ def collective_time(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibrati
     size x factor(op, N) / busbw, busbw from the platform's declared per-direction bandwidths: on one
     node the intra-node link; across nodes the slower of the intra-node link and the node's NICs
     (a ring crosses each node's NICs once per direction, nccl-tests' busbw is per rank) times the
-    fabric's fitted efficiency (harness/model_params.py); latency declared per collective."""
+    fabric's fitted efficiency (harness/model/params.py); latency declared per collective."""
     p, n = cfg.platform, cfg.platform.world_size
     curve = calib.busbw.get(op)
     if curve is not None:

@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..config.choices import RunKind
+from ..config.schema import BenchConfig
+from ..errors import HarnessError
 from .calibration import calibrate
-from .config.choices import RunKind
-from .config.schema import BenchConfig
-from .errors import HarnessError
-from .model_params import PARAMS, ModelParams
+from .params import PARAMS, ModelParams
 from .perfmodel import predict
 
 
@@ -87,7 +87,7 @@ def check_step_times(runs: list[tuple[dict[str, Any], BenchConfig]], records: li
                      compute_records: Optional[list[dict[str, Any]]] = None, references: Optional[list] = None,
                      params: ModelParams = PARAMS) -> list[StepTimeCheck]:
     """(training record, its configuration) -> the model's step time against the measured one.
-    Calibrated as `python -m harness model` does (harness.calibration.calibrate): busbw curves from
+    Calibrated as `python -m harness model` does (harness.model.calibration.calibrate): busbw curves from
     the collective records of the run's platform among `records`; the efficiency from
     `compute_records` when given (another platform of the same machine allowed), else from the
     training records among `records`, else from `references`. The checked records themselves never

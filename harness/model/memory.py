@@ -1,4 +1,4 @@
-"""Memory per rank, the first half of the performance model (harness/perfmodel.py): ZeRO model
+"""Memory per rank, the first half of the performance model (harness/model/perfmodel.py): ZeRO model
 states (ZeRO paper, Rajbhandari et al. 2020, sec. 3 and 5, Fig. 1, with DeepSpeed 0.19.8's own
 estimators beside them), DeepSpeed's buffers, activations (Korthikanti et al. 2022's method,
 derived for transformers' LlamaForCausalLM), the distillation teacher, and the capacity a
@@ -10,10 +10,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config.choices import Device, Precision
-from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
+from ..config.choices import Device, Precision
+from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
+from ..teacher import llama_param_shapes, teacher_workload
 from .flops import llama_param_count
-from .teacher import llama_param_shapes, teacher_workload
 
 GIB = 2**30
 ATTENTION = "sdpa"
