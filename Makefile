@@ -51,7 +51,7 @@ TORCH_VERSION := $(shell sed -n 's/^torch==\([^ ;]*\).*/\1/p' $(LOCK) 2>/dev/nul
 
 # torch's JIT extension cache for the ranks.  The suite's runs JIT-build nothing
 # (DeepSpeed's ops come from $(VENV)/deepspeed-ops/, see venv); the harness removes
-# lock files left here by killed processes before it launches (harness/preflight.py).
+# lock files left here by killed processes before it launches (harness/launch/preflight.py).
 TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 export TORCH_EXTENSIONS_DIR
 

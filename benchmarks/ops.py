@@ -21,7 +21,7 @@ So nothing at run time builds an op or waits on a lock:
   DeepSpeed goes on without it, as it does on hosts where it is unsupported (the suite's runs never
   use it: it serves only inference_all_reduce, and only when LOCAL_SIZE is set); the others fail
   fast, before the first step, with the command that builds them (the harness refuses such a run
-  before launch when it can see the installation: harness/preflight.py).
+  before launch when it can see the installation: harness/launch/preflight.py).
 
 The suite's run paths load (DeepSpeed 0.19.8; found by reading deepspeed/comm/torch.py and
 runtime/engine.py `_configure_basic_optimizer`): `OPS` below. On the cuda accelerator DeepSpeed has

@@ -20,20 +20,20 @@ from .compare import compare
 from .config.choices import ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
 from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
-from .container import Wrapper, check_image, image_digest
 from .errors import HarnessError
-from .launch import LaunchResult, LocalLauncher
+from .launch.container import Wrapper, check_image, image_digest
+from .launch.local import LaunchResult, LocalLauncher
+from .launch.preflight import check as preflight_check
+from .launch.slurm import SlurmLauncher
 from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .nccl_tests import nccl_tests_record
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
 from .plot import busbw_plot
-from .preflight import check as preflight_check
 from .record import ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic, write_record
 from .references import load_references
 from .report import Progress, load_line, summary, verdict_counts, verdict_table
-from .slurm import SlurmLauncher
 
 CACHE_DIR = REPO_ROOT / ".cache"
 DRY_RUN = "--dry-run"

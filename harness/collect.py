@@ -36,9 +36,10 @@ from benchmarks import events as ev
 from .bench import (DRY_RUN_MANIFEST, EXIT_RUN_FAILED, PlannedRun, plan_suite, run_records, write_and_show,
                     write_results)
 from .errors import HarnessError
-from .launch import LaunchResult
+from .launch.local import LaunchResult
+from .launch.slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
+                           use_client)
 from .record import ResultRecord
-from .slurm import ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes, use_client
 
 EXIT_NOT_ALL_COLLECTED = 4
 HEADINGS = {"collected": "already collected", "ended": "", "active": "not collected yet: ",

@@ -34,7 +34,7 @@ from .config.compose import compose, group_options
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .hardware import GPU_NAMES
-from .launch import LocalLauncher
+from .launch.local import LocalLauncher
 from .model.memory import memory_estimate
 from .record import NOT_RECORDS, write_json_atomic
 

@@ -14,7 +14,7 @@ from typing import Optional
 from .collectives import OPS, SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
-from .launch import LaunchResult
+from .launch.local import LaunchResult
 from .nccl_tests_output import ParsedOutput, parse_file
 from .plan import RunSpec
 from .record import ResultRecord, collective_record, environment, metric, status_of, validate_record, write_record

@@ -18,8 +18,8 @@ from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, Op
 from .collectives import DTYPE_BYTES, sizes
 from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
 from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
-from .container import container_env, resolve_image
 from .errors import ConfigError
+from .launch.container import container_env, resolve_image
 from .nccl_tests_command import binary_for, command
 from .teacher import checkpoint_files, teacher_workload
 

@@ -29,7 +29,7 @@ from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .hardware import hardware_mismatches
-from .launch import LaunchResult
+from .launch.local import LaunchResult
 from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
 from .plan import RunSpec

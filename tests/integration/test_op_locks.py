@@ -1,6 +1,6 @@
 """A killed run must not poison the next (issue 15): DeepSpeed's ops come prebuilt from the
 installation (benchmarks/ops.py) and are loaded without torch's lock file; a lock file left in the
-checkout's torch extension folder is judged before launch (harness/preflight.py) and never waited on.
+checkout's torch extension folder is judged before launch (harness/launch/preflight.py) and never waited on.
 
 Real processes, real DeepSpeed, the venv's prebuilt op (`make venv` builds it; nothing is rebuilt
 here)."""

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.spec import SPEC_FILE  # noqa: E402
 from harness.bench import plan_suite  # noqa: E402
 from harness.collectives import algbw_gbps, busbw_factor  # noqa: E402
-from harness.launch import LocalLauncher  # noqa: E402
+from harness.launch.local import LocalLauncher  # noqa: E402
 
 TARGET = 0.97
 

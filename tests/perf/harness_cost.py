@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.spec import SPEC_FILE  # noqa: E402
 from harness.bench import plan_suite  # noqa: E402
-from harness.launch import LocalLauncher  # noqa: E402
+from harness.launch.local import LocalLauncher  # noqa: E402
 
 RATIO_TARGET = 0.97
 MEM_TARGET_PCT = 5.0

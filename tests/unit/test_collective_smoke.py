@@ -14,7 +14,7 @@ from unit_helpers import REPO_ROOT
 from benchmarks import events as ev
 from benchmarks.collectives import CHUNKED
 from harness.collectives import OPS, SMOKE_REASON, Row, format_table
-from harness.launch import LaunchResult
+from harness.launch.local import LaunchResult
 from harness.plan import plan_run
 from harness.record import ResultRecord, build_collective_records, validate_record
 

@@ -1,4 +1,4 @@
-"""Before launch (harness/preflight.py): torch's lock files, judged by whether a live process holds
+"""Before launch (harness/launch/preflight.py): torch's lock files, judged by whether a live process holds
 them, and the DeepSpeed ops the planned runs need (benchmarks/ops.py: which, and whether built)."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from unit_helpers import REPO_ROOT
 from benchmarks import ops
 from harness.config.choices import OptimizerImpl
 from harness.errors import ConfigError
+from harness.launch.preflight import check, check_ops, clear_stale_locks, find_locks, holders, inspect
 from harness.plan import deepspeed_config, plan_run
-from harness.preflight import check, check_ops, clear_stale_locks, find_locks, holders, inspect
 
 
 def stale_lock(ext: Path, op: str = "deepspeed_shm_comm", library: bool = True) -> Path:
@@ -226,7 +226,7 @@ def test_a_run_needing_an_op_that_is_not_built_is_refused_with_the_command(tiny_
 
 
 def test_a_missing_optional_op_is_a_note_said_once(tiny_cfg, tmp_path, monkeypatch):
-    import harness.preflight as preflight
+    import harness.launch.preflight as preflight
 
     monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
     monkeypatch.setattr(preflight, "_noted", set())
@@ -248,7 +248,7 @@ def test_runs_in_a_container_are_not_checked_against_this_installation(tiny_cfg,
 
 
 def test_check_clears_the_runs_extension_folder_and_prints_it(tiny_cfg, tmp_path, monkeypatch, capsys):
-    import harness.preflight as preflight
+    import harness.launch.preflight as preflight
 
     monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
     monkeypatch.setattr(preflight, "_noted", {"deepspeed_shm_comm"})

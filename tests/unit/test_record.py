@@ -11,7 +11,7 @@ import pytest
 from unit_helpers import REPO_ROOT
 
 from benchmarks import events as ev
-from harness.launch import LaunchResult
+from harness.launch.local import LaunchResult
 from harness.model.flops import llama_param_count, mfu_pct, training_flops_per_token
 from harness.plan import plan_run
 from harness.record import (build_record, compute_metrics, percentile, status_of, validate_record, write_json_atomic,

@@ -7,11 +7,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from unit_helpers import REPO_ROOT
 
 from harness.errors import ConfigError
 from harness.record import status_of
-
-from unit_helpers import REPO_ROOT
 
 
 class Queue:
@@ -24,7 +23,7 @@ class Queue:
         self.now = 0.0
 
     def states(self, bases):
-        from harness.slurm import JobInfo
+        from harness.launch.slurm import JobInfo
 
         step = self.script[min(self.polls, len(self.script) - 1)]
         self.polls += 1
@@ -33,14 +32,14 @@ class Queue:
         return {j: JobInfo(j, state, reason, "n1" if state == "RUNNING" else "") for j, (state, reason) in step.items()}
 
     def final(self, job_id):
-        from harness.slurm import JobInfo
+        from harness.launch.slurm import JobInfo
 
         return JobInfo(job_id, "CANCELLED" if job_id in self.cancelled else "COMPLETED")
 
 
 @pytest.fixture
 def scripted(monkeypatch, composed, tmp_path):
-    from harness import slurm
+    from harness.launch import slurm
     from harness.plan import plan_run
 
     def make(script, limit):

@@ -16,7 +16,7 @@ from unit_helpers import REPO_ROOT, VENV_PYTHON
 
 from harness.config.compose import compose
 from harness.errors import ConfigError
-from harness.launch import LaunchResult
+from harness.launch.local import LaunchResult
 
 GOLDEN = REPO_ROOT / "tests" / "data" / "golden"
 
@@ -125,7 +125,7 @@ def test_bad_slurm_and_container_values_are_refused_by_name(override, field):
 
 
 def test_a_job_gets_the_run_timeout_plus_the_startup_allowance_in_whole_minutes(composed):
-    from harness.slurm_script import time_limit
+    from harness.launch.slurm_script import time_limit
 
     cfg = composed(["platform=roce-h100"])
     run = type("R", (), {"timeout_s": 900.0})()
@@ -137,7 +137,7 @@ def test_a_job_gets_the_run_timeout_plus_the_startup_allowance_in_whole_minutes(
 
 
 def test_rank_exit_files_give_codes_signals_and_missing_ranks(tmp_path):
-    from harness.slurm import rank_exit_codes
+    from harness.launch.slurm import rank_exit_codes
 
     run = type("R", (), {"run_dir": tmp_path, "output": "events", "num_ranks": 4})()
     (tmp_path / "rank0.exit").write_text("0\n")
@@ -192,8 +192,8 @@ def test_records_carry_the_slurm_job_and_the_image(composed, tmp_path):
 
 
 def test_docker_wraps_each_local_rank_with_gpus_ipc_shm_mounts_and_its_variables(composed, tmp_path):
-    from harness.container import Wrapper
-    from harness.launch import LocalLauncher
+    from harness.launch.container import Wrapper
+    from harness.launch.local import LocalLauncher
     from harness.plan import plan_run
 
     cfg = composed(["platform=h100", "platform.container.runtime=docker",
@@ -218,7 +218,7 @@ def test_an_apptainer_image_digest_is_the_sif_files_sha256_and_is_cached(tmp_pat
 
     from harness.config.choices import ContainerRuntime
     from harness.config.schema import ContainerConfig
-    from harness.container import image_digest
+    from harness.launch.container import image_digest
 
     sif = tmp_path / "bench.sif"
     sif.write_bytes(b"not really an image" * 1000)
@@ -254,7 +254,7 @@ def _fake_bin(tmp_path: Path, **scripts: str) -> Path:
 def test_when_slurm_stops_answering_the_run_is_recorded_and_its_job_cancelled(composed, tmp_path, monkeypatch):
     import io
 
-    from harness import slurm
+    from harness.launch import slurm
     from harness.plan import plan_run
     from harness.record import status_of
 
@@ -276,8 +276,8 @@ def test_when_slurm_stops_answering_the_run_is_recorded_and_its_job_cancelled(co
 
 
 def test_a_failed_sbatch_stops_with_slurms_message(composed, tmp_path, monkeypatch):
-    from harness import slurm
     from harness.errors import HarnessError
+    from harness.launch import slurm
     from harness.plan import plan_run
 
     folder = _fake_bin(tmp_path, sbatch='echo "sbatch: error: invalid partition specified: nope" >&2; exit 1')

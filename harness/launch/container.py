@@ -18,10 +18,10 @@ from typing import Optional
 
 from benchmarks.environment import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
 
-from .atomic import write_bytes_atomic
-from .config.choices import ContainerRuntime
-from .config.schema import ContainerConfig
-from .errors import HarnessError
+from ..atomic import write_bytes_atomic
+from ..config.choices import ContainerRuntime
+from ..config.schema import ContainerConfig
+from ..errors import HarnessError
 
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
               "SLURM_PROCID", "SLURM_NODEID")

@@ -1,5 +1,5 @@
 """The Slurm batch scripts of runs: one job per run, or one job array for a sweep (task i runs
-run i). Pure text from the plan; nothing here talks to Slurm (harness/slurm.py does).
+run i). Pure text from the plan; nothing here talks to Slurm (harness/launch/slurm.py does).
 
 Inside a job, `srun` starts one task per node: torchrun (inside the image when there is one), which
 rendezvouses over c10d on the job's first node and starts the node's ranks. Each rank writes
@@ -15,10 +15,10 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from .config.choices import ContainerRuntime, Device
-from .config.schema import PlatformConfig, SlurmConfig
+from ..config.choices import ContainerRuntime, Device
+from ..config.schema import PlatformConfig, SlurmConfig
+from ..plan import RunSpec, safe_name
 from .container import SLURM_VARS, in_image, prefix
-from .plan import RunSpec, safe_name
 
 SCRIPT_FILE = "job.sbatch"
 

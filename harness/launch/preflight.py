@@ -30,10 +30,10 @@ from typing import Optional, Protocol, Sequence
 from benchmarks.ops import build_command, needed_ops, state
 from benchmarks.spec import TrainSpec
 
-from .config.choices import ContainerRuntime
-from .config.schema import BenchConfig
-from .errors import ConfigError
-from .plan import RunSpec
+from ..config.choices import ContainerRuntime
+from ..config.schema import BenchConfig
+from ..errors import ConfigError
+from ..plan import RunSpec
 
 PROC = Path("/proc")
 RECHECK_S = 0.2

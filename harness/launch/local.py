@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from .plan import RunSpec
+from ..plan import RunSpec
 
 if TYPE_CHECKING:
     from .container import Wrapper
@@ -76,7 +76,7 @@ class LocalLauncher:
         self.poll_s = poll_s
         self.on_poll = on_poll
         self.wrapper = wrapper
-        """Runs each rank inside the platform's image (harness.container.Wrapper), if set."""
+        """Runs each rank inside the platform's image (harness.launch.container.Wrapper), if set."""
 
     def commands(self, run: RunSpec, port: int) -> list[tuple[list[str], dict[str, str]]]:
         """(argv, environment) of every rank, as they are started."""

@@ -1,5 +1,5 @@
 """Runs as Slurm jobs: submission, waiting, and the job's end turned into a LaunchResult (the batch
-scripts themselves are harness/slurm_script.py).
+scripts themselves are harness/launch/slurm_script.py).
 
 One job per run; a sweep's runs (multirun) go in one job array. Each rank writes `rank<N>.exit` in
 the run folder, so the harness learns every rank's exit code as with local processes. The run
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config.schema import PlatformConfig, SlurmConfig
-from .errors import HarnessError
-from .launch import LaunchResult
-from .plan import RunSpec
+from ..config.schema import PlatformConfig, SlurmConfig
+from ..errors import HarnessError
+from ..plan import RunSpec
+from .local import LaunchResult
 from .slurm_script import array_output, array_script, array_script_path, batch_script, script_path
 
 LOST_AFTER_S = 600.0
