@@ -30,7 +30,7 @@ from .model.validation import format_validation, validate_model
 from .multirun import split_flag
 from .record import validate_record
 from .references import load_references
-from .report import verdict_table, verdicts_json
+from .report.verdicts import verdict_table, verdicts_json
 from .tune import command as tune_command
 
 USAGE = "usage: python -m harness <command> [key=value ...]   (Hydra overrides, e.g. zero=stage2)"

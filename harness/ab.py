@@ -18,7 +18,7 @@ from typing import Any
 from .compare import Group, compare, group_records, load_records
 from .errors import HarnessError
 from .references import REFERENCE_METRICS, Provenance, Reference, references_from_records, tolerances_for
-from .report import config_label, distinguishing_keys
+from .report.verdicts import config_label, distinguishing_keys
 
 SOURCE = "compare --against"
 

@@ -30,10 +30,11 @@ from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .nccl_tests import nccl_tests_record
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
-from .plot import busbw_plot
 from .record import ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic, write_record
 from .references import load_references
-from .report import Progress, load_line, summary, verdict_counts, verdict_table
+from .report.plot import busbw_plot
+from .report.summary import Progress, summary
+from .report.verdicts import load_line, verdict_counts, verdict_table
 
 CACHE_DIR = REPO_ROOT / ".cache"
 DRY_RUN = "--dry-run"

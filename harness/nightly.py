@@ -29,9 +29,9 @@ from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
-from .nightly_report import write_reports
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records, tolerances_for
-from .report import verdict_text
+from .report.nightly import write_reports
+from .report.verdicts import verdict_text
 
 
 def baseline_references(earlier: list[tuple[str, dict[str, Any]]], platform: str, nights: list[str]):

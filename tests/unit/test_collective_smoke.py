@@ -127,7 +127,7 @@ def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path
     from harness.model.calibration import busbw_curves
     from harness.nightly import series
     from harness.references import references_from_records
-    from harness.report import collective_table, summary
+    from harness.report.summary import collective_table, summary
     from harness.tune.tuner import allreduce_busbw
 
     dicts = [r.to_dict() for r in smoke]

@@ -10,7 +10,7 @@ import pytest
 from harness.__main__ import main
 from harness.ab import against
 from harness.references import tolerances_for
-from harness.report import change_text, ratio
+from harness.report.verdicts import change_text, ratio
 
 ENV = {"python": "3.11.7", "torch": "2.4.0", "deepspeed": "0.15.1", "transformers": "4.44.0", "nccl": None,
        "driver": None, "cuda": None, "gpu_model": None, "gpu_count": 0, "container_image": None,

@@ -12,7 +12,7 @@ from harness.compare import compare, decide
 from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.references import Reference
-from harness.report import verdict_table
+from harness.report.verdicts import verdict_table
 
 LAPTOP = {"python": "3.11.7", "torch": "2.13.0", "env": {}, "suite_commit": "abc", "host": "laptop",
           "num_ranks": 16, "machine": {"cpu": {"model": "Intel Core i7-1185G7", "logical_cpus": 8}}}

@@ -12,7 +12,7 @@ from benchmarks.machine import LoadWindow, busy_cpu_s
 from harness.compare import commits_between, environment_diff
 from harness.config.schema import REPO_ROOT
 from harness.nodes import load_during
-from harness.report import environment_text, load_line
+from harness.report.verdicts import environment_text, load_line
 
 STAT = "cpu  100 5 50 1000 20 3 2 0 7 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 from harness.compare import VERDICTS, Verdict
-from harness.nightly_report import _ORDER, microstep_png, trend_png, write_reports
+from harness.report.nightly import _ORDER, microstep_png, trend_png, write_reports
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CFG = {"zero_stage": 1, "micro_batch_size": 2, "grad_acc_steps": 4}
@@ -88,7 +88,7 @@ def test_junit_has_one_suite_per_comparison_with_matching_counts(tmp_path):
     assert regression.get("classname") == "cpu.llama-tiny"
     assert regression.get("name") == "zero_stage=1,micro_batch_size=2,grad_acc_steps=4 samples_per_s"
     failure = regression.find("failure")
-    # the change in the reports' one convention (harness/report.py): now/ref of the better-is-higher quantity
+    # the change in the reports' one convention (harness/report/verdicts.py): now/ref of the better-is-higher quantity
     assert failure.get("message").startswith("regression: 35.200 1/s against 40.000 1/s: 0.88x (1.14x slower)")
     assert "nccl: 2.20.5 -> 2.21.5" in failure.text and "env.NCCL_ALGO: None -> Tree" in failure.text
     status = suites["baseline"].find("testcase/failure")
@@ -133,10 +133,11 @@ def test_charts_render_as_png_bytes(tmp_path):
 def test_a_night_on_a_slower_link_than_the_baseline_nights_names_the_link(tmp_path):
     """Baseline nights on a 1 Gbit/s link, tonight node2's link shaped to 250 Mbit/s: the report
     says which link changed, not just that all_reduce got slower (issue 15)."""
+    from unit_helpers import node
+
     from harness.compare import compare
     from harness.nightly import baseline_references
     from harness.nodes import links
-    from unit_helpers import node
 
     def record(run_id: str, node2_gbps: float, busbw: float) -> dict:
         nodes = [node("node1"), node("node2", node2_gbps)]

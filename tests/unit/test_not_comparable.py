@@ -4,11 +4,10 @@ whose machine is unknown, is judged as before."""
 from __future__ import annotations
 
 import pytest
+from test_compare import ENV, record, reference
 
 from harness.compare import VERDICTS, compare, machine_of
-from harness.report import verdict_table
-
-from test_compare import ENV, record, reference
+from harness.report.verdicts import verdict_table
 
 
 def cpu_env(model: str, cpus: int = 2) -> dict:

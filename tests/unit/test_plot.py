@@ -6,10 +6,9 @@ import struct
 import subprocess
 
 import pytest
-
 from unit_helpers import REPO_ROOT, VENV_PYTHON
 
-from harness.plot import _tick_exponents, busbw_plot, ceiling_lines, size_label
+from harness.report.plot import _tick_exponents, busbw_plot, ceiling_lines, size_label
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SIZES = [2 ** e for e in range(3, 31)]  # 8 B .. 1 GiB, nccl-tests -b 8 -e 1G -f 2
@@ -102,7 +101,7 @@ def test_ceilings_are_labelled_highest_first_and_zero_ones_left_out():
 
 
 def test_importing_the_module_does_not_import_matplotlib():
-    code = "import sys, harness.plot; print('matplotlib' in sys.modules)"
+    code = "import sys, harness.report.plot; print('matplotlib' in sys.modules)"
     out = subprocess.run([VENV_PYTHON, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert out.stdout.strip() == "False"

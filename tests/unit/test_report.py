@@ -1,4 +1,4 @@
-"""Summary tables (harness.report) as the user reads them at the end of `bench`."""
+"""Summary tables (harness.report.verdicts) as the user reads them at the end of `bench`."""
 from __future__ import annotations
 
 import io
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.record import ResultRecord
-from harness.report import Progress, summary
+from harness.report.summary import Progress, summary
 
 
 def collective(op, nbytes, time_s):
@@ -133,7 +133,7 @@ def test_a_distillation_run_gets_teacher_columns_and_its_teacher_collectives_apa
     assert "teacher all_gather x1 1.00 MB" in rows[0] and "all_gather x1 2.00 MB" in rows[0]
 
 
-# --- verdict tables (harness.report.verdict_table) --------------------------------------------
+# --- verdict tables (harness.report.verdicts.verdict_table) --------------------------------------------
 
 def _verdict(metric, unit, direction, before, now, interval=None, config=None, verdict="regression", tol=10.0):
     """A Verdict as harness.compare builds it: worse_pct positive = worse, and its interval."""
@@ -159,7 +159,7 @@ CONFIG = {"nodes": 1, "num_ranks": 2, "zero_stage": 2, "micro_batch_size": 4, "g
     ("peak_mem_gib", "GiB", "lower", 10.0, 12.5, "0.80x (1.25x more memory)"),
 ])
 def test_every_change_reads_as_the_ratio_of_the_better_is_higher_quantity(metric, unit, direction, before, now, change):
-    from harness.report import change_text, interval_text, verdict_table, verdict_text
+    from harness.report.verdicts import change_text, interval_text, verdict_table, verdict_text
 
     v = _verdict(metric, unit, direction, before, now)
     assert change_text(v) == change
@@ -176,7 +176,7 @@ def test_every_change_reads_as_the_ratio_of_the_better_is_higher_quantity(metric
 
 
 def test_two_rows_differing_only_in_zero_stage_are_told_apart():
-    from harness.report import verdict_table
+    from harness.report.verdicts import verdict_table
 
     z2 = _verdict("samples_per_s", "samples/s", "higher", 22.0, 13.8)
     z3 = _verdict("samples_per_s", "samples/s", "higher", 22.0, 13.8, config={**CONFIG, "zero_stage": 3})
@@ -192,7 +192,7 @@ def test_two_rows_differing_only_in_zero_stage_are_told_apart():
 
 
 def test_other_keys_that_tell_rows_apart_are_shown_in_full_and_the_rest_once():
-    from harness.report import verdict_table
+    from harness.report.verdicts import verdict_table
 
     knobs = {**CONFIG, "zero": {**CONFIG["zero"], "overlap_comm": True}}
     text = verdict_table([_verdict("samples_per_s", "samples/s", "higher", 22.0, 21.0, verdict="pass"),

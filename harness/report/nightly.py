@@ -16,9 +16,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_bytes_atomic
-from .compare import Verdict
-from .report import change_text, environment_text, verdict_table, verdict_text
+from ..atomic import write_bytes_atomic
+from ..compare import Verdict
+from .verdicts import change_text, environment_text, verdict_table, verdict_text
 
 COMPARISONS = {"references": "against the reference table",
                "baseline": "against the rolling baseline of earlier nights"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from .atomic import write_bytes_atomic
+from ..atomic import write_bytes_atomic
 
 _PREFIXES = ("", "K", "M", "G", "T", "P")
 _MAX_TICKS = 16

@@ -1,177 +1,18 @@
-"""Terminal progress while runs go, and the summary tables (terminal and Markdown) at the end."""
+"""Verdicts as text: each change as one ratio of the better-is-higher quantity, the tables that tell
+configurations apart (the ZeRO stage first), what changed between environments, the load a run saw,
+and the verdicts as JSON."""
 from __future__ import annotations
 
 import json
 import math
 import statistics
-import sys
 from collections import Counter
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from benchmarks import events as ev
+from ..compare import machine_of
+from ..references import REFERENCE_METRICS
+from .summary import fmt, text_table
 
-from .compare import machine_of
-from .record import ResultRecord
-from .references import REFERENCE_METRICS
-
-
-class Progress:
-    """Tails a run's events file and prints one line per optimizer step."""
-
-    def __init__(self, events_path: Path, label: str, total_steps: int, stream: TextIO = sys.stdout):
-        self.path = events_path
-        self.label = label
-        self.total = total_steps
-        self.stream = stream
-        self._offset = 0
-        self._rows = 0
-
-    def poll(self) -> None:
-        if not self.path.exists():
-            return
-        with open(self.path, encoding="utf-8") as f:
-            f.seek(self._offset)
-            chunk = f.read()
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self._offset += len(complete.encode("utf-8"))
-        for line in ev.read_lines(complete):
-            if line["key"] == ev.COLLECTIVE_ROW:
-                v = line["value"]
-                self._rows += 1
-                print(f"  {self.label}  {self._rows}/{self.total} {v['op']} {v['size_bytes']} B  "
-                      f"{v['out_of_place']['time_us']:.1f} us", file=self.stream, flush=True)
-            if line["key"] == ev.TRAIN_STEP:
-                s = line["value"]
-                tag = "warm-up" if s["warmup"] else s["mode"]
-                print(f"  {self.label}  step {s['index'] + 1}/{self.total} ({tag})  "
-                      f"{s['step_time_s']:.3f} s  loss {s['loss']:.4f}", file=self.stream, flush=True)
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
-
-
-def _metric(rec: ResultRecord, name: str) -> Any:
-    m = rec.metrics.get(name)
-    return m["value"] if m else None
-
-
-def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
-    if markdown:
-        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
-                     + [fmt.format(*r) for r in rows])
-
-
-def collective_table(records: list[ResultRecord], markdown: bool = False) -> str:
-    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "#wrong"]
-    rows = []
-    for r in records:
-        busbw = [p["busbw_gbps"] for row in (r.rows or []) for p in (row["out_of_place"], row["in_place"]) if p]
-        wrong = sum(p["num_wrong"] or 0 for row in (r.rows or [])
-                    for p in (row["out_of_place"], row["in_place"]) if p)
-        span = f"{r.rows[0]['size_bytes']}..{r.rows[-1]['size_bytes']}" if r.rows else "-"
-        rows.append([r.run_id, r.status, r.benchmark, span, _fmt(max(busbw) if busbw else None, 3),
-                     _fmt(_metric(r, "avg_busbw_gbps"), 3), str(wrong)])
-    return _table(headers, rows, markdown)
-
-
-def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str:
-    """One row per training run. With a distillation run among them, two more columns: the
-    teacher's parameter memory per rank (part of peak), and MFU counting its forward too."""
-    headers = ["run", "status", "ZeRO", "mb x ga", "seq", "samples/s", "tokens/s", "tokens/s/dev",
-               "step s (p10-p90, n)", "peak GiB", "MFU %"]
-    distilled = any(r.config["workload"].get("distill") for r in records)
-    if distilled:
-        headers += ["teacher GiB", "MFU+teacher %"]
-    rows = []
-    for r in records:
-        w = r.config["workload"]
-        st = r.metrics.get("step_time_s")
-        step = f"{st['value']:.3f} ({st['p10']:.3f}-{st['p90']:.3f}, {st['n']})" if st else "-"
-        rows.append([r.run_id, r.status, str(r.config["zero"]["stage"]),
-                     f"{w['micro_batch_size']} x {w['grad_acc_steps']}", _fmt(w.get("seq_len")),
-                     _fmt(_metric(r, "samples_per_s")), _fmt(_metric(r, "tokens_per_s"), 0),
-                     _fmt(_metric(r, "tokens_per_s_per_device"), 0), step,
-                     _fmt(_metric(r, "peak_mem_gib")), _fmt(_metric(r, "mfu_pct"))])
-        if distilled:
-            rows[-1] += [_fmt(_metric(r, "teacher_mem_gib"), 3), _fmt(_metric(r, "mfu_with_teacher_pct"))]
-    return _table(headers, rows, markdown)
-
-
-def _collectives_summary(collectives: list[dict]) -> str:
-    per_op: Counter = Counter()
-    size: Counter = Counter()
-    for c in collectives:  # a distillation teacher's collectives are counted apart
-        op = f"teacher {c['op']}" if c.get("phase") == "teacher" else c["op"]
-        per_op[op] += 1
-        size[op] += c["bytes"]
-    return ", ".join(f"{op} x{n} {size[op] / 1e6:.2f} MB" for op, n in per_op.most_common()) or "none"
-
-
-def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
-    """Median over profiled steps of each micro-step's total/compute/comm, with its collectives."""
-    if not rec.microsteps:
-        return "(no profiled steps)"
-    num = len(rec.microsteps[0])
-    teacher = any("teacher" in m.get("phase_s", {}) for step in rec.microsteps for m in step)
-    rows = []
-    for i in range(num):
-        same = [step[i] for step in rec.microsteps if len(step) > i]
-        med = {k: statistics.median(m[k] for m in same) * 1e3 for k in ("total_s", "compute_s", "comm_s")}
-        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}"]
-        if teacher:
-            row.append(f"{statistics.median(m.get('phase_s', {}).get('teacher', 0.0) for m in same) * 1e3:.1f}")
-        rows.append(row + [_collectives_summary(same[-1]["collectives"])])
-    headers = ["micro-step", "total ms", "compute ms", "comm ms"] + (["teacher fwd ms"] if teacher else [])
-    return _table(headers + ["collectives (last profiled step)"], rows, markdown)
-
-
-def summary(records: list[ResultRecord], markdown: bool = False) -> str:
-    parts = []
-    h = "## " if markdown else ""
-    collectives = [r for r in records if r.kind == "collective"]
-    records = [r for r in records if r.kind == "training"]
-    if collectives:
-        parts.append(f"{h}Collectives (nccl-tests semantics; GB/s = 1e9 bytes/s; time = slowest rank)")
-        parts.append(collective_table(collectives, markdown))
-        parts += [f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}"
-                  for r in collectives if r.status != "ok"]
-        plots = sorted({r.plot for r in collectives if r.plot})
-        parts += [f"![busbw by message size]({name})" if markdown else f"busbw plot: {name}" for name in plots]
-    if not records:
-        return "\n\n".join(parts) + "\n"
-    parts.append(f"{h}Throughput (mode: throughput, nothing instrumented, warm-up excluded)")
-    parts.append(throughput_table(records, markdown))
-    failed = [r for r in records if r.status != "ok"]
-    for r in failed:
-        parts.append(f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}")
-    parts.append(f"{h}Micro-step breakdown (mode: profile, each collective serialised and timed)")
-    for r in records:
-        if r.status == "ok":
-            z = r.config["zero"]["stage"]
-            w = r.config["workload"]
-            teacher = (r.flops or {}).get("teacher")
-            placement = ("sharded by ZeRO-3" if z == 3 else "replica per rank") if teacher else ""
-            parts.append(f"{'### ' if markdown else ''}{r.run_id} (ZeRO-{z}, mb {w['micro_batch_size']} "
-                         f"x ga {w['grad_acc_steps']}{', teacher ' + placement if teacher else ''})")
-            parts.append(microstep_table(r, markdown))
-    return "\n\n".join(parts) + "\n"
-
-
-# --- verdicts (harness.compare) ------------------------------------------------------------------
-# One convention for every change shown: the ratio now / reference of the better-is-higher form
-# of the metric (samples/s as measured; step time and memory inverted: reference / now), so that
-# below 1x is always worse. Verdict.worse_pct (positive = worse) maps onto it monotonically.
 VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data", "not comparable", "improvement", "new",
                  "pass")
 RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (samples/s as is; step time and "
@@ -179,8 +20,6 @@ RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (sampl
                 "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
 SHOWN_KEYS = ("zero_stage", "micro_batch_size", "grad_acc_steps", "seq_len")
 """Configuration keys with a column of their own; every other key that tells rows apart is listed in full."""
-
-
 def _direction(v) -> str:
     """'higher' or 'lower' is better: from the verdict's own numbers where they moved, else the metric."""
     if v.worse_pct and v.value is not None and v.reference:
@@ -240,7 +79,7 @@ def verdict_text(v) -> str:
         return v.reason
     why = v.reason.split("gain ", 1)[0].rstrip(" ;:") if "gain " in v.reason else v.reason
     unit = f" {v.unit}" if v.unit else ""
-    text = (f"{_fmt(v.value, 3)}{unit} against {_fmt(v.reference, 3)}{unit}: {change_text(v)}, 95% interval "
+    text = (f"{fmt(v.value, 3)}{unit} against {fmt(v.reference, 3)}{unit}: {change_text(v)}, 95% interval "
             f"{interval_text(v)}, tolerance {tolerance_text(v)}")
     return f"{why}: {text}" if why else text
 
@@ -268,8 +107,8 @@ def config_cells(config: dict[str, Any], varying: list[str]) -> list[str]:
     """[ZeRO stage, 'mb x ga', seq len, the other distinguishing keys in full]."""
     flat = _flat(config)
     mb, ga = config.get("micro_batch_size"), config.get("grad_acc_steps")
-    return [_fmt(config.get("zero_stage")), f"{_fmt(mb)} x {_fmt(ga)}" if mb is not None or ga is not None else "-",
-            _fmt(config.get("seq_len")), " ".join(f"{k}={flat[k]}" for k in varying if k in flat) or "-"]
+    return [fmt(config.get("zero_stage")), f"{fmt(mb)} x {fmt(ga)}" if mb is not None or ga is not None else "-",
+            fmt(config.get("seq_len")), " ".join(f"{k}={flat[k]}" for k in varying if k in flat) or "-"]
 
 
 def config_label(config: dict[str, Any], varying: list[str]) -> str:
@@ -319,10 +158,10 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     varying, common = distinguishing_keys([v.config for v in ranked])
     cells = 4 if varying else 3   # "other config" only when some other key tells rows apart
     rows = [[v.verdict, f"{v.platform}/{v.benchmark}", *config_cells(v.config, varying)[:cells], v.metric,
-             _fmt(v.value, 3), _fmt(v.reference, 3), v.unit or "-", change_text(v), interval_text(v),
+             fmt(v.value, 3), fmt(v.reference, 3), v.unit or "-", change_text(v), interval_text(v),
              f"{v.num_samples}/{v.num_reference_samples}"] for v in ranked]
     ref = "ref" if ref_name == "reference" else ref_name
-    text = _table(["verdict", "platform/benchmark", *["ZeRO", "mb x ga", "seq", "other config"][:cells], "metric",
+    text = text_table(["verdict", "platform/benchmark", *["ZeRO", "mb x ga", "seq", "other config"][:cells], "metric",
                    "now", ref_name, "unit", f"now/{ref}", "95% interval", f"n now/{ref}"], rows, markdown)
     item = "- " if markdown else "  "
     since = "the reference" if ref == "ref" else ref_name

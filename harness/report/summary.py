@@ -1,0 +1,170 @@
+"""Terminal progress while runs go, and the summary tables (terminal and Markdown) at the end."""
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, TextIO
+
+from benchmarks import events as ev
+
+from ..record import ResultRecord
+
+
+class Progress:
+    """Tails a run's events file and prints one line per optimizer step."""
+
+    def __init__(self, events_path: Path, label: str, total_steps: int, stream: TextIO = sys.stdout):
+        self.path = events_path
+        self.label = label
+        self.total = total_steps
+        self.stream = stream
+        self._offset = 0
+        self._rows = 0
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as f:
+            f.seek(self._offset)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self._offset += len(complete.encode("utf-8"))
+        for line in ev.read_lines(complete):
+            if line["key"] == ev.COLLECTIVE_ROW:
+                v = line["value"]
+                self._rows += 1
+                print(f"  {self.label}  {self._rows}/{self.total} {v['op']} {v['size_bytes']} B  "
+                      f"{v['out_of_place']['time_us']:.1f} us", file=self.stream, flush=True)
+            if line["key"] == ev.TRAIN_STEP:
+                s = line["value"]
+                tag = "warm-up" if s["warmup"] else s["mode"]
+                print(f"  {self.label}  step {s['index'] + 1}/{self.total} ({tag})  "
+                      f"{s['step_time_s']:.3f} s  loss {s['loss']:.4f}", file=self.stream, flush=True)
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _metric(rec: ResultRecord, name: str) -> Any:
+    m = rec.metrics.get(name)
+    return m["value"] if m else None
+
+
+def text_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+                     + [fmt.format(*r) for r in rows])
+
+
+def collective_table(records: list[ResultRecord], markdown: bool = False) -> str:
+    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "#wrong"]
+    rows = []
+    for r in records:
+        busbw = [p["busbw_gbps"] for row in (r.rows or []) for p in (row["out_of_place"], row["in_place"]) if p]
+        wrong = sum(p["num_wrong"] or 0 for row in (r.rows or [])
+                    for p in (row["out_of_place"], row["in_place"]) if p)
+        span = f"{r.rows[0]['size_bytes']}..{r.rows[-1]['size_bytes']}" if r.rows else "-"
+        rows.append([r.run_id, r.status, r.benchmark, span, fmt(max(busbw) if busbw else None, 3),
+                     fmt(_metric(r, "avg_busbw_gbps"), 3), str(wrong)])
+    return text_table(headers, rows, markdown)
+
+
+def throughput_table(records: list[ResultRecord], markdown: bool = False) -> str:
+    """One row per training run. With a distillation run among them, two more columns: the
+    teacher's parameter memory per rank (part of peak), and MFU counting its forward too."""
+    headers = ["run", "status", "ZeRO", "mb x ga", "seq", "samples/s", "tokens/s", "tokens/s/dev",
+               "step s (p10-p90, n)", "peak GiB", "MFU %"]
+    distilled = any(r.config["workload"].get("distill") for r in records)
+    if distilled:
+        headers += ["teacher GiB", "MFU+teacher %"]
+    rows = []
+    for r in records:
+        w = r.config["workload"]
+        st = r.metrics.get("step_time_s")
+        step = f"{st['value']:.3f} ({st['p10']:.3f}-{st['p90']:.3f}, {st['n']})" if st else "-"
+        rows.append([r.run_id, r.status, str(r.config["zero"]["stage"]),
+                     f"{w['micro_batch_size']} x {w['grad_acc_steps']}", fmt(w.get("seq_len")),
+                     fmt(_metric(r, "samples_per_s")), fmt(_metric(r, "tokens_per_s"), 0),
+                     fmt(_metric(r, "tokens_per_s_per_device"), 0), step,
+                     fmt(_metric(r, "peak_mem_gib")), fmt(_metric(r, "mfu_pct"))])
+        if distilled:
+            rows[-1] += [fmt(_metric(r, "teacher_mem_gib"), 3), fmt(_metric(r, "mfu_with_teacher_pct"))]
+    return text_table(headers, rows, markdown)
+
+
+def _collectives_summary(collectives: list[dict]) -> str:
+    per_op: Counter = Counter()
+    size: Counter = Counter()
+    for c in collectives:  # a distillation teacher's collectives are counted apart
+        op = f"teacher {c['op']}" if c.get("phase") == "teacher" else c["op"]
+        per_op[op] += 1
+        size[op] += c["bytes"]
+    return ", ".join(f"{op} x{n} {size[op] / 1e6:.2f} MB" for op, n in per_op.most_common()) or "none"
+
+
+def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
+    """Median over profiled steps of each micro-step's total/compute/comm, with its collectives."""
+    if not rec.microsteps:
+        return "(no profiled steps)"
+    num = len(rec.microsteps[0])
+    teacher = any("teacher" in m.get("phase_s", {}) for step in rec.microsteps for m in step)
+    rows = []
+    for i in range(num):
+        same = [step[i] for step in rec.microsteps if len(step) > i]
+        med = {k: statistics.median(m[k] for m in same) * 1e3 for k in ("total_s", "compute_s", "comm_s")}
+        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}"]
+        if teacher:
+            row.append(f"{statistics.median(m.get('phase_s', {}).get('teacher', 0.0) for m in same) * 1e3:.1f}")
+        rows.append(row + [_collectives_summary(same[-1]["collectives"])])
+    headers = ["micro-step", "total ms", "compute ms", "comm ms"] + (["teacher fwd ms"] if teacher else [])
+    return text_table(headers + ["collectives (last profiled step)"], rows, markdown)
+
+
+def summary(records: list[ResultRecord], markdown: bool = False) -> str:
+    parts = []
+    h = "## " if markdown else ""
+    collectives = [r for r in records if r.kind == "collective"]
+    records = [r for r in records if r.kind == "training"]
+    if collectives:
+        parts.append(f"{h}Collectives (nccl-tests semantics; GB/s = 1e9 bytes/s; time = slowest rank)")
+        parts.append(collective_table(collectives, markdown))
+        parts += [f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}"
+                  for r in collectives if r.status != "ok"]
+        plots = sorted({r.plot for r in collectives if r.plot})
+        parts += [f"![busbw by message size]({name})" if markdown else f"busbw plot: {name}" for name in plots]
+    if not records:
+        return "\n\n".join(parts) + "\n"
+    parts.append(f"{h}Throughput (mode: throughput, nothing instrumented, warm-up excluded)")
+    parts.append(throughput_table(records, markdown))
+    failed = [r for r in records if r.status != "ok"]
+    for r in failed:
+        parts.append(f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}")
+    parts.append(f"{h}Micro-step breakdown (mode: profile, each collective serialised and timed)")
+    for r in records:
+        if r.status == "ok":
+            z = r.config["zero"]["stage"]
+            w = r.config["workload"]
+            teacher = (r.flops or {}).get("teacher")
+            placement = ("sharded by ZeRO-3" if z == 3 else "replica per rank") if teacher else ""
+            parts.append(f"{'### ' if markdown else ''}{r.run_id} (ZeRO-{z}, mb {w['micro_batch_size']} "
+                         f"x ga {w['grad_acc_steps']}{', teacher ' + placement if teacher else ''})")
+            parts.append(microstep_table(r, markdown))
+    return "\n\n".join(parts) + "\n"
+
+
+# --- verdicts (harness.compare) ------------------------------------------------------------------
+# One convention for every change shown: the ratio now / reference of the better-is-higher form
+# of the metric (samples/s as measured; step time and memory inverted: reference / now), so that
+# below 1x is always worse. Verdict.worse_pct (positive = worse) maps onto it monotonically.
