@@ -113,10 +113,7 @@ def cmd_compare(args: list[str]) -> int:
                         help="samples needed on at least one side to judge noise (default 2)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     ns = parser.parse_args(args)
-    fail_on = set() if ns.fail_on == "none" else {v.strip().replace("_", " ") for v in ns.fail_on.split(",")}
-    unknown = fail_on - set(compare.VERDICTS)
-    if unknown:
-        raise HarnessError(f"--fail-on {sorted(unknown)} is invalid; valid: {', '.join(compare.VERDICTS)}, or none")
+    fail_on = compare.parse_fail_on(ns.fail_on)
     if ns.against and ns.reference:
         raise HarnessError("--against and --reference exclude each other: --against judges NEW against the OLD records "
                            "given, --reference against reference tables; give one")

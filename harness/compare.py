@@ -47,6 +47,19 @@ FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformer
 BOOTSTRAP_ROUNDS = 2000
 
 
+def parse_fail_on(text: str) -> set[str]:
+    """--fail-on of `compare` and `nightly`: a comma list of verdicts (underscores for spaces, so
+    status_changed is "status changed"), or none."""
+    if text.strip() == "none":
+        return set()
+    chosen = {v.strip().replace("_", " ") for v in text.split(",") if v.strip()}
+    unknown = chosen - set(VERDICTS)
+    if unknown or not chosen:
+        raise HarnessError(f"--fail-on {sorted(unknown) or repr(text)} is invalid; valid: {', '.join(VERDICTS)} "
+                           "(comma-separated, _ for a space), or none")
+    return chosen
+
+
 @dataclass
 class Verdict:
     platform: str

@@ -259,3 +259,19 @@ def test_an_infiniband_port_at_a_lower_rate_is_named_by_host_and_port():
     before = {**ENV, "links": {"gpu1/mlx5_0/1": 400.0, "gpu2/mlx5_0/1": 400.0}}
     after = {**ENV, "links": {"gpu1/mlx5_0/1": 400.0, "gpu2/mlx5_0/1": 200.0}}
     assert environment_diff(before, after) == {"links.gpu2/mlx5_0/1": [400.0, 200.0]}
+
+
+def test_compare_and_the_nightly_read_fail_on_alike():
+    from harness import nightly
+    from harness.compare import parse_fail_on
+    from harness.errors import HarnessError
+
+    assert parse_fail_on("regression,status_changed") == {"regression", "status changed"}
+    assert parse_fail_on("regression, status changed") == {"regression", "status changed"}
+    assert parse_fail_on("none") == set()
+    for bad in ("slower", "", ","):
+        with pytest.raises(HarnessError, match="--fail-on .* is invalid; valid: pass, regression"):
+            parse_fail_on(bad)
+    # the nightly takes the same words (it used to refuse status_changed) and refuses the same
+    with pytest.raises(HarnessError, match=r"--fail-on \['slower'\] is invalid"):
+        nightly.cli(["--store", "sqlite:////nonexistent/never-opened.sqlite", "--fail-on", "slower"])
