@@ -25,6 +25,11 @@ def write_bytes_atomic(path: Path, data: bytes) -> Path:
     return path
 
 
+def write_text_atomic(path: Path, text: str) -> Path:
+    """write_bytes_atomic of UTF-8 text."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
 def _mode(path: Path) -> int:
     """The file's present mode, or what a plain open() would give it (0666 less the umask)."""
     try:

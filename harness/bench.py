@@ -13,7 +13,7 @@ from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
 from benchmarks.spec import SPEC_FILE, CollectiveSpec
 
-from .atomic import write_bytes_atomic
+from .atomic import write_bytes_atomic, write_text_atomic
 from .baseline import baseline_text, judge
 from .collectives import Row, format_table
 from .compare import compare
@@ -96,8 +96,8 @@ def refuse_existing_results(out: Path, planned: list[PlannedRun]) -> None:
 
 def prepare_run_dir(run: RunSpec) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    (run.run_dir / SPEC_FILE).write_text(run.spec.to_json(), encoding="utf-8")
-    (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False), encoding="utf-8")
+    write_text_atomic(run.run_dir / SPEC_FILE, run.spec.to_json())
+    write_text_atomic(run.run_dir / "config.yaml", yaml.safe_dump(run.config, sort_keys=False))
 
 
 def describe(p: PlannedRun) -> str:
@@ -197,7 +197,7 @@ def write_local_script(p: PlannedRun, launcher: LocalLauncher) -> Path:
         lines.append(f"env {assigns} {shlex.join(argv)} > {shlex.quote(str(p.run.run_dir / f'rank{rank}.log'))} 2>&1 &")
     lines.append("wait")
     path = p.run.run_dir / "launch.sh"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from benchmarks.spec import SPEC_FILE
 
-from .atomic import write_bytes_atomic
+from .atomic import write_bytes_atomic, write_text_atomic
 from .bench import EXIT_RUN_FAILED, PlannedRun, bench, plan_suite
 from .config.choices import RunKind
 from .config.compose import compose, group_options
@@ -89,7 +89,7 @@ def plain_loop(p: PlannedRun, out: Path) -> dict[str, Any]:
     run_dir = out / f"{p.run.run_id}-plain"
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / SPEC_FILE
-    spec_path.write_text(p.run.spec.to_json(), encoding="utf-8")
+    write_text_atomic(spec_path, p.run.spec.to_json())
     result = run_dir / "result.json"
     argv = [sys.executable, "-m", "benchmarks.plain_loop", "--spec", str(spec_path), "--out", str(result)]
     launch = LocalLauncher().run(dataclasses.replace(p.run, argv=argv, run_dir=run_dir), cwd=REPO_ROOT)

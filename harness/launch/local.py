@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ..atomic import write_text_atomic
 from ..plan import RunSpec
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class LocalLauncher:
                 with open(run.run_dir / f"rank{rank}.log", "wb") as log:
                     procs[rank] = subprocess.Popen(argv, env={**os.environ, **env}, cwd=cwd, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True)
-            (run.run_dir / PIDS_FILE).write_text(json.dumps({r: p.pid for r, p in procs.items()}))
+            write_text_atomic(run.run_dir / PIDS_FILE, json.dumps({r: p.pid for r, p in procs.items()}))
             return self._wait(run, procs, start)
         finally:
             alive = [r for r, p in procs.items() if p.poll() is None]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..atomic import write_text_atomic
 from ..config.schema import PlatformConfig, SlurmConfig
 from ..errors import HarnessError
 from ..plan import RunSpec
@@ -271,13 +272,13 @@ class SlurmLauncher:
 
     def write_script(self, run: RunSpec) -> Path:
         path = script_path(run)
-        path.write_text(batch_script(run, self.platform, self.repo_root, self.out_dir, self.image), encoding="utf-8")
+        write_text_atomic(path, batch_script(run, self.platform, self.repo_root, self.out_dir, self.image))
         return path
 
     def write_array_script(self, runs: list[RunSpec]) -> Path:
         path = array_script_path(runs, self.out_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(array_script(runs, self.platform, self.repo_root, self.out_dir, self.image), encoding="utf-8")
+        write_text_atomic(path, array_script(runs, self.platform, self.repo_root, self.out_dir, self.image))
         return path
 
     def run(self, run: RunSpec, cwd: Path) -> LaunchResult:

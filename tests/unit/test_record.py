@@ -330,3 +330,23 @@ def test_links_hold_infiniband_ports_and_never_a_zero_rate():
              {"name": "eth0", "kind": "physical", "rate_gbps": None}]
     assert links([{"host": "gpu1", "machine": {"nics": ports}}, {"host": "gpu2", "machine": None}]) == {
         "gpu1/mlx5_0/1": 400.0}
+
+
+def test_a_run_folder_s_spec_and_config_are_written_whole_or_not_at_all(tmp_path, monkeypatch, composed):
+    """spec.json and config.yaml are read by the ranks and by people while a suite runs: a failed
+    rewrite leaves the old file, never a part of the new one."""
+    import os
+
+    from harness.bench import prepare_run_dir
+    from harness.plan import plan_run
+
+    cfg = composed([])
+    run = plan_run(cfg, "run", 1, [], tmp_path / "out", tmp_path, tmp_path / "cache")
+    prepare_run_dir(run)
+    before = {name: (run.run_dir / name).read_bytes() for name in ("spec.json", "config.yaml")}
+    run.config["workload"]["seq_len"] = 4096
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        prepare_run_dir(run)
+    assert {name: (run.run_dir / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in run.run_dir.iterdir()) == ["config.yaml", "spec.json"]
