@@ -29,6 +29,7 @@ from .model.text import format_checks, format_prediction, format_sweep
 from .model.validation import format_validation, validate_model
 from .multirun import split_flag
 from .record import validate_record
+from .record_files import read_json
 from .references import load_references
 from .report.verdicts import verdict_table, verdicts_json
 from .tune import command as tune_command
@@ -85,9 +86,9 @@ def cmd_validate(args: list[str]) -> int:
     bad = 0
     for name in args:
         try:
-            data = json.loads(Path(name).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            print(f"{name}: not a readable JSON file: {exc}")
+            data = read_json(Path(name))
+        except HarnessError as exc:
+            print(exc)
             bad += 1
             continue
         problems = validate_record(data)

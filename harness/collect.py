@@ -24,7 +24,7 @@ import argparse
 import fcntl
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -40,6 +40,7 @@ from .launch.local import LaunchResult
 from .launch.slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
                            use_client)
 from .record import ResultRecord
+from .record_files import load_record
 
 EXIT_NOT_ALL_COLLECTED = 4
 HEADINGS = {"collected": "already collected", "ended": "", "active": "not collected yet: ",
@@ -192,10 +193,9 @@ def _stored(out: Path, record_id: str) -> Optional[ResultRecord]:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return ResultRecord(**{f.name: data[f.name] for f in fields(ResultRecord) if f.name in data})
-    except (OSError, ValueError, TypeError) as exc:
-        raise HarnessError(f"{path} is not a readable record ({exc}); move it away and collect again") from None
+        return load_record(path)
+    except HarnessError as exc:
+        raise HarnessError(f"{exc}; move it away and collect again") from None
 
 
 def collect(out: Path) -> int:

@@ -31,12 +31,11 @@ import random
 import statistics
 import subprocess
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
-from .record import NOT_RECORDS, validate_record
+from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
@@ -343,29 +342,9 @@ def compare(records: list[dict[str, Any]], references: list[Reference], min_samp
 
 
 def load_records(paths: list[str]) -> list[dict[str, Any]]:
-    """Result records from files and folders (every record JSON in a folder; record.NOT_RECORDS are not)."""
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            files += sorted(f for f in p.glob("*.json") if f.name not in NOT_RECORDS)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise HarnessError(f"{p}: no such file or folder")
-    records, bad = [], []
-    for f in files:
-        try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            bad.append(f"{f}: not JSON: {exc}")
-            continue
-        problems = validate_record(data)
-        if problems:
-            bad.append(f"{f}: not a valid record: {problems[0]}")
-            continue
-        records.append(data)
-    if bad:
-        raise HarnessError("cannot compare:\n  " + "\n  ".join(bad))
+    """Result records from files and folders (record_files.load_records): any file that is not a
+    valid record stops the comparison, every one named."""
+    records = load_result_records(paths, strict=True, heading="cannot compare").dicts()
     if not records:
-        raise HarnessError(f"no result records in {', '.join(paths)}")
+        raise HarnessError(f"no result records in {', '.join(map(str, paths))}")
     return records

@@ -5,6 +5,7 @@ against the schema and written atomically (temp file + rename).
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import platform as py_platform
@@ -12,7 +13,7 @@ import signal
 import socket
 import statistics
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import metadata
@@ -76,6 +77,17 @@ class ResultRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "record") -> "ResultRecord":
+        """A record read back: `data` must match schemas/record.schema.json (HarnessError naming
+        `where` and every violation otherwise); the dict is copied, never kept."""
+        problems = validate_record(data)
+        if problems:
+            raise HarnessError(f"{where}: not a valid record ({SCHEMA_PATH.name}): " + "; ".join(problems[:5])
+                               + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: copy.deepcopy(v) for k, v in data.items() if k in known})
 
 
 def percentile(values: list[float], q: float) -> float:
