@@ -18,10 +18,10 @@ from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, Op
 from .collectives import DTYPE_BYTES, sizes
 from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
 from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
+from .config.teacher import checkpoint_files, teacher_workload
 from .errors import ConfigError
 from .launch.container import container_env, resolve_image
 from .nccl_tests_command import binary_for, command
-from .teacher import checkpoint_files, teacher_workload
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
               "allgather_bucket_size", "stage3_prefetch_bucket_size",

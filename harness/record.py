@@ -28,13 +28,13 @@ from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 from .atomic import write_bytes_atomic
 from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
+from .config.teacher import teacher_workload
 from .errors import HarnessError
 from .hardware import hardware_mismatches
 from .launch.local import LaunchResult
 from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
 from .plan import RunSpec
-from .teacher import teacher_workload
 
 SCHEMA_VERSION = "1.0"
 NOT_RECORDS = ("suite.json", "gpu-check.json")

@@ -358,7 +358,7 @@ class BenchConfig:
     kind: RunKind = RunKind.training
     """What a run of the composed config is (a suite run's kind sets it)."""
     nccl_env: dict[str, str] = field(default_factory=dict)
-    """NCCL variables for this run, over the platform's nccl_env; checked against harness/nccl_env.py."""
+    """NCCL variables for this run, over the platform's nccl_env; checked against harness/config/nccl_env.py."""
     data: DataConfig = field(default_factory=DataConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)

@@ -10,10 +10,10 @@ from typing import Any
 
 from ..collectives import OPS
 from ..errors import ConfigError
-from ..nccl_env import normalise_nccl_env, validate_nccl_env
-from ..teacher import teacher_workload, validate_checkpoint
 from .choices import ContainerRuntime, DataSource, Device, GradientCollective, LauncherKind, Precision, RunKind
+from .nccl_env import normalise_nccl_env, validate_nccl_env
 from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig
+from .teacher import teacher_workload, validate_checkpoint
 
 
 def _check(ok: bool, field_name: str, value: Any, valid: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config.choices import Device, Precision
 from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
-from ..teacher import llama_param_shapes, teacher_workload
+from ..config.teacher import llama_param_shapes, teacher_workload
 from .flops import llama_param_count
 
 GIB = 2**30

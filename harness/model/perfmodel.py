@@ -26,8 +26,8 @@ from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_buck
 from ..collectives import busbw_factor
 from ..config.choices import Device
 from ..config.schema import BenchConfig
+from ..config.teacher import teacher_workload
 from ..errors import ConfigError, HarnessError
-from ..teacher import teacher_workload
 from .calibration_types import Calibration
 from .comm_layout import balanced_window_elements, gather_messages, pack, pack_members, prefetch_exposed
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token

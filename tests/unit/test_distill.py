@@ -12,9 +12,9 @@ import torch
 from benchmarks.distill import IGNORE_INDEX, build_teacher, distillation_loss, teacher_deepspeed_config
 from benchmarks.model import build_model, count_params_meta, initialise, parameter_seed
 from benchmarks.spec import DistillSpec
+from harness.config.teacher import llama_param_shapes, teacher_workload
 from harness.model.flops import TEACHER_FLOPS_FORMULA, forward_flops_per_token, llama_param_count
 from harness.plan import model_spec
-from harness.teacher import llama_param_shapes, teacher_workload
 
 # --- the loss against a reference written out by hand, in float64 --------------------------------
 
@@ -116,7 +116,7 @@ def test_different_vocabularies_are_refused():
 def distill_spec(w, checkpoint=None, precision="bf16") -> DistillSpec:
     from pathlib import Path
 
-    from harness.teacher import checkpoint_files
+    from harness.config.teacher import checkpoint_files
 
     files = [str(f) for f in checkpoint_files(Path(checkpoint))] if checkpoint else []
     return DistillSpec(alpha=0.5, temperature=2.0, teacher=model_spec(w), teacher_precision=precision,

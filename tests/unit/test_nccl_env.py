@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from unit_helpers import CONF_DIR
 
+from harness.config.nccl_env import ENV_DOC, KNOWN, normalise_nccl_env, validate_nccl_env
 from harness.errors import ConfigError
-from harness.nccl_env import ENV_DOC, KNOWN, normalise_nccl_env, validate_nccl_env
 
 FIELD = "platform.nccl_env"
 
@@ -112,7 +111,7 @@ def test_unknown_name_is_an_error_suggesting_the_close_match(typo, meant):
     msg = str(err.value)
     assert f"{FIELD}.{typo}='1'" in msg
     assert f"did you mean {meant}" in msg
-    assert "harness/nccl_env.py" in msg
+    assert "harness/config/nccl_env.py" in msg
 
 
 def test_unknown_name_without_a_close_match_lists_the_known_ones():
@@ -121,7 +120,7 @@ def test_unknown_name_without_a_close_match_lists_the_known_ones():
     msg = str(err.value)
     assert "not a known NCCL environment variable" in msg
     assert "NCCL_ALGO" in msg and "NCCL_SOCKET_IFNAME" in msg
-    assert "harness/nccl_env.py" in msg
+    assert "harness/config/nccl_env.py" in msg
 
 
 def test_socket_threads_times_sockets_per_thread_may_not_exceed_64():

@@ -11,9 +11,9 @@ from safetensors.torch import save_file
 from unit_helpers import REPO_ROOT, VENV_PYTHON
 
 from harness.config.compose import compose
+from harness.config.teacher import llama_param_shapes, teacher_workload, validate_checkpoint
 from harness.errors import ConfigError
 from harness.plan import distill_spec
-from harness.teacher import llama_param_shapes, teacher_workload, validate_checkpoint
 
 # A small teacher beside llama-tiny (vocab 4096): one layer, hidden 64, so checkpoints are quick.
 SMALL_TEACHER = ["workload=llama-tiny-kd", "workload.distill.teacher.hidden_size=64",

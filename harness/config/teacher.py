@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .config.schema import TEACHER_SHAPE_FIELDS, WorkloadConfig
-from .errors import ConfigError
+from ..errors import ConfigError
+from .schema import TEACHER_SHAPE_FIELDS, WorkloadConfig
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 * 2**20  # the safetensors reference implementation's limit

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Optional
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 ENV_DOC = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 NCCL_ALGOS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
@@ -237,7 +237,7 @@ def validate_nccl_env(env: Mapping[str, Any], field: str) -> None:
             raise ConfigError(
                 f"{field}.{name}={value!r} is invalid: {name} is not a known NCCL "
                 f"environment variable; {hint} If NCCL documents it ({ENV_DOC}), add it to the "
-                f"registry (KNOWN) in harness/nccl_env.py")
+                f"registry (KNOWN) in harness/config/nccl_env.py")
         problem = var.problem(value)
         if problem:
             raise ConfigError(f"{field}.{name}={value!r} is invalid: {problem}; valid: "
