@@ -27,18 +27,18 @@ from typing import NoReturn, Optional
 import torch
 import torch.distributed as dist
 
-from . import events as ev
+from contract import events as ev
+from contract.collectives import DTYPES as VOCABULARY_DTYPES
+from contract.collectives import NCCL_TYPES
+from contract.spec import SPEC_FILE, CollectiveSpec
+
 from .environment import fingerprint, first_on_node, node_view
 from .failure import run_rank
 from .machine import LoadWindow
-from .spec import SPEC_FILE, CollectiveSpec
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64, "int32": torch.int32, "int64": torch.int64,
-          "int8": torch.int8, "uint8": torch.uint8}
+DTYPES = {name: getattr(torch, name) for name in VOCABULARY_DTYPES}
 # nccl-tests' type names, for the printed/recorded `dtype` column
-NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
-                   "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8"}
+NCCL_TYPE_NAMES = {name: NCCL_TYPES[name] for name in VOCABULARY_DTYPES}
 REDOPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
           "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}
 CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")

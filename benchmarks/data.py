@@ -11,7 +11,7 @@ from typing import Iterator
 
 import torch
 
-from .spec import DataSpec
+from contract.spec import DataSpec
 
 _BUILDERS = {".txt": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 

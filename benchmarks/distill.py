@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .spec import DistillSpec
+from contract.spec import DistillSpec
 
 IGNORE_INDEX = -100
 TEACHER_SEED_OFFSET = 1

@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, NoReturn
 
-from . import events as ev
+from contract import events as ev
 
 EXIT_OOM = 3
 EXIT_ERROR = 1

@@ -7,7 +7,7 @@ import hashlib
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .spec import ModelSpec
+from contract.spec import ModelSpec
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

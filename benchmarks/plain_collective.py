@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from contract.spec import CollectiveSpec
+
 from .collectives import DTYPES
-from .spec import CollectiveSpec
 
 
 def main(argv: list[str] | None = None) -> int:

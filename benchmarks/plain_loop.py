@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .spec import TrainSpec
+from contract.spec import TrainSpec
+
 from .train import limit_cpu_memory, make_batches, peak_mem_gib, reset_peak_mem, setup, synchronizer
 
 

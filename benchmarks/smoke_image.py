@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 import yaml
 
-from .spec import ModelSpec
+from contract.spec import ModelSpec
 
 SUITE_ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = "llama-440m"

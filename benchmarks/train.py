@@ -17,14 +17,15 @@ import time
 from pathlib import Path
 from typing import Iterator, NoReturn
 
-from . import events as ev
+from contract import events as ev
+from contract.spec import SPEC_FILE, TrainSpec
+
 from .environment import fingerprint, first_on_node, node_view
 from .failure import run_rank
 from .instrument import CommTracer, MicrostepClock
 from .machine import LoadWindow
 from .ops import preload
 from .reduce_scatter import install
-from .spec import SPEC_FILE, TrainSpec
 
 
 def synchronizer(device: str):

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.spec import CollectiveSpec
+from contract.spec import CollectiveSpec
 
 from . import collect, compare, nccl_tests, nightly, portability, submit
 from .ab import against

@@ -9,9 +9,9 @@ from typing import Optional
 
 import yaml
 
-from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
-from benchmarks.spec import SPEC_FILE, CollectiveSpec
+from contract import events as ev
+from contract.spec import SPEC_FILE, CollectiveSpec
 
 from .atomic import write_bytes_atomic, write_text_atomic
 from .baseline import baseline_text, judge

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Optional
 
 import yaml
 
-from benchmarks import events as ev
+from contract import events as ev
 
 from .bench import (DRY_RUN_MANIFEST, EXIT_RUN_FAILED, PlannedRun, plan_suite, run_records, write_and_show,
                     write_results)

@@ -17,11 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
+from contract.collectives import OPS
+
 SMOKE_REASON = "one rank: no bus bandwidth can be measured"
-DTYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
-               "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4, "double": 8,
-               "float64": 8}
 
 
 def busbw_factor(op: str, num_ranks: int) -> float:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.spec import SPEC_FILE
+from contract.spec import SPEC_FILE
 
 from .atomic import write_bytes_atomic, write_text_atomic
 from .bench import EXIT_RUN_FAILED, PlannedRun, bench, plan_suite

@@ -11,7 +11,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from .collectives import OPS, SMOKE_REASON, Placement, Row, avg_busbw_gbps
+from contract.collectives import OPS
+
+from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .launch.local import LaunchResult

@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
+from contract.collectives import BINARIES, NCCL_TYPES, REDOPS
+
 from .errors import HarnessError
-from .nccl_tests_infer import BINARIES, op_of_binary
-from .nccl_tests_output import NCCL_REDOPS, NCCL_TYPES
+from .nccl_tests_infer import op_of_binary
 
 
 def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float = 2.0,
@@ -39,8 +40,8 @@ def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float =
             raise bad(name, value, f"must be >= {low}")
     if dtype not in NCCL_TYPES:
         raise bad("dtype", dtype, f"valid: {', '.join(NCCL_TYPES)}")
-    if redop not in NCCL_REDOPS:
-        raise bad("redop", redop, f"valid: {', '.join(NCCL_REDOPS)}")
+    if redop not in REDOPS:
+        raise bad("redop", redop, f"valid: {', '.join(REDOPS)}")
     if json_out is not None and not json_out.lower().endswith(".json"):
         raise bad("json_out", json_out, "must end in .json (nccl-tests writes JSON only to *.json)")
     step = ["-i", str(step_bytes)] if step_bytes > 0 else ["-f", str(int(step_factor))]

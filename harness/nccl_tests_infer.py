@@ -15,12 +15,11 @@ import os
 import re
 from typing import Optional
 
-from .collectives import OPS, Row, busbw_factor
+from contract.collectives import BINARIES, OPS
+
+from .collectives import Row, busbw_factor
 from .errors import HarnessError
 
-BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
-            "reduce_scatter": "reduce_scatter_perf", "all_to_all": "alltoall_perf",
-            "broadcast": "broadcast_perf", "reduce": "reduce_perf", "sendrecv": "sendrecv_perf"}
 _OP_OF_BINARY = {b[:-len("_perf")]: op for op, b in BINARIES.items()}
 BINARY_NAME = re.compile(r"(?<![\w-])(all_reduce|all_gather|reduce_scatter|alltoallv?|broadcast|reduce|"
                          r"sendrecv|gather|scatter|hypercube)_perf(?:_\w+)?\b")  # make NAME_SUFFIX=_mpi

@@ -28,11 +28,6 @@ from .collectives import Placement, Row
 from .errors import HarnessError
 from .nccl_tests_infer import BINARY_NAME, resolve_op
 
-# our dtype names (harness.config.TORCH_DTYPES) and nccl-tests' own -> nccl-tests' -d names
-NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
-              "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8", "float": "float",
-              "half": "half", "double": "double", "uint32": "uint32", "uint64": "uint64"}
-NCCL_REDOPS = ("sum", "prod", "max", "min", "avg")
 
 _TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")  # mpirun --tag-output
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s*(\S+)")

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks import events as ev
+from contract import events as ev
 
 BRIDGE_PORT_KINDS = ("veth", "tun")
 """A veth or tap enslaved to a bridge is a container's or VM's port: it comes and goes with them and

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
+from contract.collectives import DTYPE_BYTES
+from contract.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
-from .collectives import DTYPE_BYTES, sizes
+from .collectives import sizes
 from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
 from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
 from .config.teacher import checkpoint_files, teacher_workload

@@ -22,8 +22,8 @@ from typing import Any, Optional
 
 import jsonschema
 
-from benchmarks import events as ev
 from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
+from contract import events as ev
 
 from .atomic import write_bytes_atomic
 from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps

@@ -2,7 +2,8 @@
 
 - no import cycle among the project's modules, imports inside functions included (importing
   `a.b.c` imports the packages `a` and `a.b` first, so those count too);
-- benchmarks/ never imports harness/ (the ranks' side knows nothing of the controller);
+- benchmarks/ never imports harness/ (the ranks' side knows nothing of the controller), and
+  contract/, which both import, imports neither and nothing heavy;
 - no harness module pulls torch, DeepSpeed or transformers at import time, through any chain of
   module-level imports (`--help`, planning and reporting stay fast and GPU-free);
 - an import inside a function only defers a heavy third-party package: one of HEAVY, or a project
@@ -14,7 +15,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGES = ("harness", "benchmarks", "containers", "testbed")
+PACKAGES = ("harness", "benchmarks", "contract", "containers", "testbed")
 TORCH_LIKE = {"torch", "deepspeed", "transformers"}
 HEAVY = TORCH_LIKE | {"matplotlib", "optuna", "sqlalchemy", "datasets", "tokenizers", "safetensors"}
 
@@ -157,6 +158,12 @@ def boundary_breaks(modules: dict[str, Module]) -> list[str]:
         if mod.name.split(".")[0] == "benchmarks":
             out += [f"{mod.name} imports {t}" for t in sorted(mod.top | {d for _, d in mod.deferred})
                     if t.split(".")[0] == "harness"]
+        if mod.name.split(".")[0] == "contract":
+            out += [f"{mod.name} imports {t}" for t in sorted(mod.top | {d for _, d in mod.deferred})
+                    if t.split(".")[0] in ("harness", "benchmarks")]
+            heavy = _heavy_in(import_time_closure(modules, mod.name), HEAVY)
+            if heavy:
+                out.append(f"{mod.name} imports {', '.join(sorted(heavy))} at import time")
         if mod.name.split(".")[0] == "harness":
             heavy = _heavy_in(import_time_closure(modules, mod.name), TORCH_LIKE)
             if heavy:

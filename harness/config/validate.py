@@ -8,7 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..collectives import OPS
+from contract.collectives import DTYPES, OPS, REDOPS
+
 from ..errors import ConfigError
 from .choices import ContainerRuntime, DataSource, Device, GradientCollective, LauncherKind, Precision, RunKind
 from .nccl_env import normalise_nccl_env, validate_nccl_env
@@ -219,8 +220,6 @@ def validate_distill(w: WorkloadConfig, p: PlatformConfig) -> None:
     validate_checkpoint(d.teacher.checkpoint, t)
 
 
-TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
-REDOPS = ("sum", "prod", "max", "min", "avg")
 COLLECTIVE_SOURCES = ("builtin", "nccl-tests")
 
 
@@ -237,7 +236,7 @@ def validate_collective(cfg: BenchConfig) -> None:
            "must be > 1 when step_bytes is 0")
     _check(c.iters >= 1, "collective.iters", c.iters, "must be >= 1")
     _check(c.warmup_iters >= 0, "collective.warmup_iters", c.warmup_iters, "must be >= 0")
-    _check(c.dtype in TORCH_DTYPES, "collective.dtype", c.dtype, f"valid: {', '.join(TORCH_DTYPES)}")
+    _check(c.dtype in DTYPES, "collective.dtype", c.dtype, f"valid: {', '.join(DTYPES)}")
     _check(c.redop in REDOPS, "collective.redop", c.redop, f"valid: {', '.join(REDOPS)}")
     _check(c.source in COLLECTIVE_SOURCES, "collective.source", c.source,
            f"valid: {', '.join(COLLECTIVE_SOURCES)}")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional, Protocol, Sequence
 
 from benchmarks.ops import build_command, needed_ops, state
-from benchmarks.spec import TrainSpec
+from contract.spec import TrainSpec
 
 from ..config.choices import ContainerRuntime
 from ..config.schema import BenchConfig

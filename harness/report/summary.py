@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from benchmarks import events as ev
+from contract import events as ev
 
 from ..record import ResultRecord
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.collectives import OPS, SMOKE_REASON, busbw_factor
+from contract.collectives import OPS
+from harness.collectives import SMOKE_REASON, busbw_factor
 from harness.record import validate_record
 
 from .conftest import run_bench

@@ -18,7 +18,7 @@ import torch, deepspeed
 from harness.config.compose import compose
 from harness.plan import deepspeed_config
 from benchmarks.train import make_optimizer
-from benchmarks.spec import OptimizerSpec
+from contract.spec import OptimizerSpec
 from benchmarks.ops import preload
 preload()
 deepspeed.init_distributed(dist_backend="gloo")

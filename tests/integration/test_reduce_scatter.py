@@ -112,7 +112,7 @@ CASES = [Case(stage, overlap, contiguous) for stage in (1, 2) for overlap in (Fa
 
 
 def model_spec(odd: bool = False):
-    from benchmarks.spec import ModelSpec
+    from contract.spec import ModelSpec
 
     if odd:  # norms of 70 and MLP matrices of 70 x 171 elements: 2 mod 4
         return ModelSpec(vocab_size=512, hidden_size=70, intermediate_size=171, num_layers=2,

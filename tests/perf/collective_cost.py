@@ -22,7 +22,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.spec import SPEC_FILE  # noqa: E402
+from contract.spec import SPEC_FILE  # noqa: E402
 from harness.bench import plan_suite  # noqa: E402
 from harness.collectives import algbw_gbps, busbw_factor  # noqa: E402
 from harness.launch.local import LocalLauncher  # noqa: E402

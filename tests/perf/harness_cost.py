@@ -39,7 +39,7 @@ from typing import Optional
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.spec import SPEC_FILE  # noqa: E402
+from contract.spec import SPEC_FILE  # noqa: E402
 from harness.bench import plan_suite  # noqa: E402
 from harness.launch.local import LocalLauncher  # noqa: E402
 

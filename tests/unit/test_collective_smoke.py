@@ -11,9 +11,10 @@ import json
 import pytest
 from unit_helpers import REPO_ROOT
 
-from benchmarks import events as ev
 from benchmarks.collectives import CHUNKED
-from harness.collectives import OPS, SMOKE_REASON, Row, format_table
+from contract import events as ev
+from contract.collectives import OPS
+from harness.collectives import SMOKE_REASON, Row, format_table
 from harness.launch.local import LaunchResult
 from harness.plan import plan_run
 from harness.record import ResultRecord, build_collective_records, validate_record

@@ -6,8 +6,9 @@ import torch
 
 import benchmarks.collectives as bc
 from benchmarks.collectives import Case, count_wrong, expected_values, input_values, nccl_count
-from benchmarks.spec import CollectiveSpec
-from harness.collectives import OPS, Placement, Row, avg_busbw_gbps, busbw_factor, format_table, sizes
+from contract.collectives import OPS
+from contract.spec import CollectiveSpec
+from harness.collectives import Placement, Row, avg_busbw_gbps, busbw_factor, format_table, sizes
 
 
 def reduce_values(values: list[torch.Tensor], redop: str) -> torch.Tensor:

@@ -17,7 +17,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 from unit_helpers import REPO_ROOT, VENV_PYTHON
 
@@ -166,7 +165,7 @@ def test_runscript_runs_the_harness_from_the_workdir(image, tmp_path):
 def test_files_are_an_explicit_list_of_the_suite(image):
     files = [ln.split() for ln in body(generated(image)["files"])]
     sources = [src for src, _ in files]
-    for needed in ("harness", "benchmarks", "conf", "schemas", "reference_results", "requirements.lock", "pyproject.toml"):
+    for needed in ("harness", "benchmarks", "contract", "conf", "schemas", "reference_results", "requirements.lock", "pyproject.toml"):
         assert needed in sources, f"{needed} (read by `python -m harness bench`) is not copied into the image"
     for src, dst in files:
         assert src not in (".", "./", ".venv", ".git", "results", "build"), f"%files copies {src}"

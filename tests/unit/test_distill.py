@@ -11,7 +11,7 @@ import torch
 
 from benchmarks.distill import IGNORE_INDEX, build_teacher, distillation_loss, teacher_deepspeed_config
 from benchmarks.model import build_model, count_params_meta, initialise, parameter_seed
-from benchmarks.spec import DistillSpec
+from contract.spec import DistillSpec
 from harness.config.teacher import llama_param_shapes, teacher_workload
 from harness.model.flops import TEACHER_FLOPS_FORMULA, forward_flops_per_token, llama_param_count
 from harness.plan import model_spec

@@ -1,4 +1,4 @@
-"""Structured events (benchmarks.events): events.jsonl for the harness, the same payloads as
+"""Structured events (contract.events): events.jsonl for the harness, the same payloads as
 MLLOG lines for MLPerf's tools, and reading a stream cut short."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from mlperf_logging import mllog
 from mlperf_logging.mllog import constants as mllog_constants
 
-from benchmarks import events as ev
+from contract import events as ev
 
 MLLOG_PREFIX = ":::MLLOG "
 PARKED = "tests.unit.mllog-parked"

@@ -37,7 +37,7 @@ def _tree(root: Path, files: dict[str, str]) -> dict:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return read_tree(root, ("harness", "benchmarks"))
+    return read_tree(root, ("harness", "benchmarks", "contract"))
 
 
 def test_the_rules_catch_a_cycle_a_boundary_break_and_a_needless_deferred_import(tmp_path):
@@ -49,10 +49,10 @@ def test_the_rules_catch_a_cycle_a_boundary_break_and_a_needless_deferred_import
         "harness/d.py": "def f():\n    from . import c\n    import optuna\n",   # both defer something heavy
         "benchmarks/__init__.py": "",
         "benchmarks/model.py": "import torch\n",
-        "benchmarks/spec.py": "def f():\n    from harness import b\n    import json\n",
+        "contract/spec.py": "def f():\n    from harness import b\n    import json\n",
     })
     assert cycles(modules) == [["harness.a", "harness.b"]]
-    assert boundary_breaks(modules) == ["harness.c imports torch at import time", "benchmarks.spec imports harness.b"]
+    assert boundary_breaks(modules) == ["harness.c imports torch at import time", "contract.spec imports harness.b"]
     needless = needless_deferred_imports(modules)
     assert [line.split(": ", 1)[1] for line in needless] == [
         "harness.b inside a function defers nothing heavy", "harness.b inside a function defers nothing heavy",

@@ -12,7 +12,8 @@ import statistics
 import pytest
 from unit_helpers import REPO_ROOT
 
-from harness.collectives import OPS, Placement, Row, busbw_factor
+from contract.collectives import OPS
+from harness.collectives import Placement, Row, busbw_factor
 from harness.errors import HarnessError
 from harness.nccl_tests import cli, import_files, records_from_output
 from harness.nccl_tests_command import binary_for, command

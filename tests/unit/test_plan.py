@@ -11,7 +11,7 @@ import warnings
 import pytest
 from unit_helpers import REPO_ROOT
 
-from benchmarks.spec import TrainSpec
+from contract.spec import TrainSpec
 from harness.config.choices import Precision
 from harness.config.compose import compose
 from harness.errors import ConfigError

@@ -7,14 +7,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from benchmarks import events as ev
 from benchmarks.failure import EXIT_ERROR
+from contract import events as ev
 
 REPO = Path(__file__).resolve().parents[2]
 
 RANK_PROGRAM = textwrap.dedent("""
     import atexit, os, sys
-    from benchmarks import events as ev
+    from contract import events as ev
     from benchmarks.failure import run_rank
 
     def body(run_dir, log, rank, world_size):

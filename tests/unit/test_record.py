@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from unit_helpers import REPO_ROOT
 
-from benchmarks import events as ev
+from contract import events as ev
 from harness.launch.local import LaunchResult
 from harness.model.flops import llama_param_count, mfu_pct, training_flops_per_token
 from harness.plan import plan_run

@@ -11,17 +11,17 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
 import unit_helpers  # noqa: F401  (repository root on sys.path)
+
 from benchmarks.failure import classify_failure
 from benchmarks.reduce_scatter import install
-from benchmarks.reduce_scatter_common import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError, balanced_zero1_blockers,
-                                              balanced_zero2_blockers, check_supported)
+from benchmarks.reduce_scatter_common import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError,
+                                              balanced_zero1_blockers, balanced_zero2_blockers, check_supported)
 from benchmarks.reduce_scatter_layout import (Piece, Segment, ShardSegment, Window, accumulator_elements,
                                               balanced_bucket_elements, boundary_all_to_all_elements,
                                               bucket_shard_numel, padded_bucket_elements, plan_bucket_shards,
                                               plan_layout, plan_windows, split_param, window_numel)
-from benchmarks.spec import TrainSpec
+from contract.spec import TrainSpec
 
 
 class FakeEngine:

@@ -76,7 +76,7 @@ class EventLog:
 
     def emit(self, key: str, value: Any = None, **metadata: Any) -> None:
         if key not in KEYS:
-            raise ValueError(f"unknown event key {key!r}; add it to benchmarks/events.py KEYS")
+            raise ValueError(f"unknown event key {key!r}; add it to contract/events.py KEYS")
         time_ms = int(time.time() * 1000)
         line = {"time_ms": time_ms, "key": key, "value": value, "metadata": metadata}
         self._file.write(json.dumps(line, default=str) + "\n")

@@ -1,0 +1,33 @@
+"""The contract both sides import (contract/): one collective vocabulary that the config's checks,
+nccl-tests' argv and parsing, and the ranks' torch mappings all follow."""
+from __future__ import annotations
+
+import pytest
+
+from contract import collectives as vocab
+from harness import nccl_tests_infer
+from harness.config import validate
+from harness.errors import ConfigError, HarnessError
+from harness.nccl_tests_command import command
+
+
+def test_the_ranks_map_every_op_dtype_and_reduction_of_the_vocabulary_onto_torch():
+    ranks = pytest.importorskip("benchmarks.collectives")
+    assert list(ranks.DTYPES) == list(vocab.DTYPES)
+    assert set(ranks.REDOPS) == set(vocab.REDOPS)
+    assert all(ranks.NCCL_TYPE_NAMES[d] == vocab.NCCL_TYPES[d] for d in vocab.DTYPES)
+
+
+def test_every_op_has_a_binary_and_every_dtype_a_size_and_an_nccl_name():
+    assert set(vocab.BINARIES) == set(vocab.OPS)
+    assert all(d in vocab.DTYPE_BYTES and d in vocab.NCCL_TYPES for d in vocab.DTYPES)
+    assert all(nccl_tests_infer.op_of_binary(f"/opt/nccl-tests/{b}") == op for op, b in vocab.BINARIES.items())
+
+
+def test_the_config_and_the_nccl_tests_argv_refuse_what_the_vocabulary_lacks(composed):
+    for redop in vocab.REDOPS:
+        assert command("all_reduce_perf", min_bytes=8, max_bytes=64, redop=redop)[-1] == redop
+    with pytest.raises(HarnessError, match="redop='mean' is invalid; valid: sum, prod, max, min, avg"):
+        command("all_reduce_perf", min_bytes=8, max_bytes=64, redop="mean")
+    with pytest.raises(ConfigError, match="collective.dtype"):
+        validate.validate_collective(composed(["kind=collective", "collective.dtype=complex64"]))
