@@ -15,9 +15,11 @@ from collections import Counter
 from datetime import date
 from typing import Any
 
+from contract.metrics import tolerances_for
+
 from .compare import Group, compare, group_records, load_records
 from .errors import HarnessError
-from .references import REFERENCE_METRICS, Provenance, Reference, references_from_records, tolerances_for
+from .references import REFERENCE_METRICS, Provenance, Reference, references_from_records
 from .report.verdicts import config_label, distinguishing_keys
 
 SOURCE = "compare --against"

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from contract.metrics import tolerances_for
+
 from .compare import Verdict, compare, machine_of
 from .errors import HarnessError
 from .history import History
-from .references import record_config, references_from_records, tolerances_for
+from .references import record_config, references_from_records
 
 BASELINE_RUNS = 5
 UNJUDGED = ("new", "not comparable")

@@ -19,7 +19,7 @@ from .errors import HarnessError
 from .launch.local import LaunchResult
 from .nccl_tests_output import ParsedOutput, parse_file
 from .plan import RunSpec
-from .record import ResultRecord, collective_record, environment, metric, status_of, validate_record, write_record
+from .record import ResultRecord, collective_record, environment, measured, status_of, validate_record, write_record
 
 # --- records ----------------------------------------------------------------------------------
 
@@ -78,8 +78,8 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
         smoke_reason=SMOKE_REASON if smoke else None)
     if record.metrics:  # nccl-tests' own figure (unrounded busbw); the printed rows' mean only without it
         printed = parsed.avg_busbw_gbps is not None
-        record.metrics["avg_busbw_gbps"] = metric(
-            parsed.avg_busbw_gbps if printed else avg_busbw_gbps(rows), "GB/s", "throughput", n=len(rows),
+        record.metrics["avg_busbw_gbps"] = measured(
+            "avg_busbw_gbps", parsed.avg_busbw_gbps if printed else avg_busbw_gbps(rows), "throughput", n=len(rows),
             source="nccl-tests footer" if printed else "mean of the printed rows (no footer)")
     return record
 

@@ -23,13 +23,15 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from contract.metrics import tolerances_for
+
 from .bench import execute, plan_suite, prepare_container
 from .compare import VERDICTS, compare, parse_fail_on
 from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
-from .references import REFERENCE_METRICS, load_references, record_config, references_from_records, tolerances_for
+from .references import REFERENCE_METRICS, load_references, record_config, references_from_records
 from .report.nightly import write_reports
 from .report.verdicts import verdict_text
 

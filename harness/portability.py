@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from contract.metrics import METRICS
+
 from .errors import HarnessError
 from .references import load_references
 
@@ -38,7 +40,6 @@ MFU_METRIC = "mfu_pct"
 KINDS = ("application", "architectural")
 APPLICATION_KEYS = ("tuning", "zero_stage", "micro_batch_size", "grad_acc_steps")
 SLACK = 1e-9                         # efficiencies may exceed 1 by rounding, no more
-LOWER_IS_BETTER_SUFFIXES = ("time_s", "_ms", "_gib", "_hours")
 
 
 @dataclass(frozen=True)
@@ -126,13 +127,16 @@ def architectural_efficiency(mfu_pct: dict[str, Optional[float]]) -> dict[str, O
 
 
 def direction_of(metric: str, observations: list[Observation]) -> str:
-    """The direction the references declare for `metric`; else from the metric's name."""
+    """The direction the references declare for `metric`; else the registry's (contract/metrics.py)."""
     declared = {o.direction for o in observations if o.metric == metric and o.direction}
     if len(declared) > 1:
         raise HarnessError(f"references disagree on the direction of {metric}: {sorted(declared)}")
     if declared:
         return declared.pop()
-    return "lower" if metric.endswith(LOWER_IS_BETTER_SUFFIXES) else "higher"
+    if metric not in METRICS:
+        raise HarnessError(f"metric {metric!r} is not registered (contract/metrics.py) and no reference declares "
+                           "its direction: which way is better is unknown")
+    return METRICS[metric].direction
 
 
 def _better(a: float, b: float, direction: str) -> bool:

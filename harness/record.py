@@ -24,6 +24,7 @@ import jsonschema
 
 from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 from contract import events as ev
+from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
 from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
@@ -105,6 +106,11 @@ def _finite(x: Any) -> Optional[float]:
 
 def metric(value: float, unit: str, mode: str, **extra: Any) -> dict[str, Any]:
     return {"value": value, "unit": unit, "mode": mode, **extra}
+
+
+def measured(name: str, value: float, mode: str, **extra: Any) -> dict[str, Any]:
+    """metric() of a registered metric: its unit from contract/metrics.py."""
+    return metric(value, unit_of(name), mode, **extra)
 
 
 @lru_cache(maxsize=1)
@@ -245,16 +251,16 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
         samples = w.micro_batch_size * w.grad_acc_steps * world
         samples_per_s = samples / med
         tokens_per_s = samples_per_s * w.seq_len
-        out["samples_per_s"] = metric(samples_per_s, "samples/s", "throughput")
-        out["tokens_per_s"] = metric(tokens_per_s, "tokens/s", "throughput")
-        out["tokens_per_s_per_device"] = metric(tokens_per_s / world, "tokens/s", "throughput")
-        out["step_time_s"] = metric(med, "s", "throughput", p10=percentile(timed, 10),
+        out["samples_per_s"] = measured("samples_per_s", samples_per_s, "throughput")
+        out["tokens_per_s"] = measured("tokens_per_s", tokens_per_s, "throughput")
+        out["tokens_per_s_per_device"] = measured("tokens_per_s_per_device", tokens_per_s / world, "throughput")
+        out["step_time_s"] = measured("step_time_s", med, "throughput", p10=percentile(timed, 10),
                                     p90=percentile(timed, 90), n=len(timed))
         if num_params:
             fm = training_flops_per_token(w, num_params)
             peak = cfg.platform.peak_tflops[w.precision.value]
-            out["mfu_pct"] = metric(mfu_pct(tokens_per_s / world, fm.flops_per_token, peak), "%",
-                                    "throughput")
+            out["mfu_pct"] = measured("mfu_pct", mfu_pct(tokens_per_s / world, fm.flops_per_token, peak),
+                                      "throughput")
             flops = {"formula": fm.formula, "flops_per_token": fm.flops_per_token,
                      "num_params": fm.num_params, "num_matmul_params": fm.num_matmul_params,
                      "peak_tflops_per_device": peak, "dtype": w.precision.value,
@@ -262,8 +268,8 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
             if teacher:
                 tm = forward_flops_per_token(teacher_workload(w), teacher["num_params"])
                 with_teacher = fm.flops_per_token + tm.flops_per_token
-                out["mfu_with_teacher_pct"] = metric(mfu_pct(tokens_per_s / world, with_teacher, peak), "%",
-                                                     "throughput")
+                out["mfu_with_teacher_pct"] = measured("mfu_with_teacher_pct",
+                                                       mfu_pct(tokens_per_s / world, with_teacher, peak), "throughput")
                 flops["teacher"] = {"formula": tm.formula, "flops_per_token": tm.flops_per_token,
                                     "num_params": tm.num_params, "num_matmul_params": tm.num_matmul_params,
                                     "dtype": teacher["dtype"]}
@@ -273,23 +279,23 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
                                      f"declared {w.precision.value} peak")
     if profiled:
         pmed = statistics.median(profiled)
-        out["profile_step_time_s"] = metric(pmed, "s", "profile", n=len(profiled))
+        out["profile_step_time_s"] = measured("profile_step_time_s", pmed, "profile", n=len(profiled))
         if timed:
-            out["instrumentation_overhead_pct"] = metric(100.0 * (pmed / statistics.median(timed) - 1),
-                                                         "%", "profile")
+            out["instrumentation_overhead_pct"] = measured("instrumentation_overhead_pct",
+                                                           100.0 * (pmed / statistics.median(timed) - 1), "profile")
         comm = [sum(m["comm_s"] for m in s["microsteps"]) for s in steps if s["mode"] == "profile"]
-        out["comm_time_s"] = metric(statistics.median(comm), "s", "profile", n=len(comm))
-        out["comm_fraction_pct"] = metric(100.0 * statistics.median(comm) / pmed, "%", "profile")
+        out["comm_time_s"] = measured("comm_time_s", statistics.median(comm), "profile", n=len(comm))
+        out["comm_fraction_pct"] = measured("comm_fraction_pct", 100.0 * statistics.median(comm) / pmed, "profile")
     if ranks:
-        out["peak_mem_gib"] = metric(max(r["peak_mem_gib"] for r in ranks), "GiB", "throughput",
+        out["peak_mem_gib"] = measured("peak_mem_gib", max(r["peak_mem_gib"] for r in ranks), "throughput",
                                      source=ranks[0]["mem_source"])
     if teacher:
-        out["teacher_mem_gib"] = metric(teacher["bytes_per_rank"] / 2**30, "GiB", "throughput",
+        out["teacher_mem_gib"] = measured("teacher_mem_gib", teacher["bytes_per_rank"] / 2**30, "throughput",
                                         source=f"teacher parameters held by one rank ({teacher['placement']}, "
                                                f"{teacher['dtype']}); included in peak_mem_gib")
     losses = [s["loss"] for s in steps if not s["warmup"] and _finite(s["loss"]) is not None]
     if losses:
-        out["final_loss"] = metric(losses[-1], "nats", "throughput")
+        out["final_loss"] = measured("final_loss", losses[-1], "throughput")
     return out, flops
 
 
@@ -354,7 +360,7 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         smoke, rows, metrics = {"reason": smoke_reason, "rows": rows}, None, {}
     else:
         parsed = [Row.from_dict(r) for r in rows]
-        metrics = {"avg_busbw_gbps": metric(avg_busbw_gbps(parsed), "GB/s", "throughput",
+        metrics = {"avg_busbw_gbps": measured("avg_busbw_gbps", avg_busbw_gbps(parsed), "throughput",
                                             n=len(parsed))} if parsed else {}
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run_id, kind="collective", benchmark=benchmark,

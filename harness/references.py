@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 import jsonschema
 
+from contract.metrics import reference_metrics
+
 from .config.choices import Precision
 from .config.schema import REPO_ROOT, ZeroConfig, grad_accum_precision, to_dict
 from .errors import HarnessError
@@ -140,21 +142,9 @@ def select(refs: list[Reference], **criteria: Any) -> list[Reference]:
             and all(r.config.get(k) == v for k, v in config.items())]
 
 
-# Tolerance per metric (percent) of references made from this suite's records: the cpu platform
-# is noisy (two plain rounds of one run differ by up to 23% in samples/s on a shared 2-core box).
-TOLERANCES = {"cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "peak_mem_gib": 10.0}}
-DEFAULT_TOLERANCES = {"default": 10.0, "peak_mem_gib": 5.0}
-
-
-def tolerances_for(platform: str) -> dict[str, float]:
-    return TOLERANCES.get(platform, DEFAULT_TOLERANCES)
-
-
-# Metrics a training or collective record contributes to the reference table, with direction.
-REFERENCE_METRICS = {"training": {"samples_per_s": "higher", "tokens_per_s": "higher",
-                                  "step_time_s": "lower", "peak_mem_gib": "lower", "mfu_pct": "higher",
-                                  "mfu_with_teacher_pct": "higher"},
-                     "collective": {"avg_busbw_gbps": "higher"}}
+# What a training or collective record contributes to the reference table, with direction
+# (contract/metrics.py; the tolerances are contract.metrics.tolerances_for).
+REFERENCE_METRICS = {kind: reference_metrics(kind) for kind in ("training", "collective")}
 
 
 def record_grad_accum(cfg: dict[str, Any]) -> str:

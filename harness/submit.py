@@ -23,23 +23,22 @@ from datetime import date as Date
 from pathlib import Path
 from typing import Any, Optional
 
+from contract.metrics import METRICS, tolerances_for
+
 from .compare import machine_of
 from .config.schema import CONF_DIR
 from .errors import HarnessError
 from .record import NOT_RECORDS, validate_record, write_json_atomic
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
-                         tolerances_for, validate_reference_file)
+                         validate_reference_file)
 
 SOURCE = "suite submission"
 LOCK_NAME = ".submit.lock"
 FINGERPRINT = ("python", "torch", "deepspeed", "transformers", "suite_commit")
 CUDA_FINGERPRINT = ("cuda", "nccl", "driver", "gpu_model")
-UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "step_time_s": "s", "mfu_with_teacher_pct": "%",
-         "peak_mem_gib": "GiB", "mfu_pct": "%", "avg_busbw_gbps": "GB/s"}
-# (low, high, high inclusive): a value outside is a broken measurement, not a slow system.
-BOUNDS = {"samples_per_s": (0, 1e7, False), "tokens_per_s": (0, 1e10, False), "mfu_pct": (0, 100, True),
-          "mfu_with_teacher_pct": (0, 100, True),
-          "peak_mem_gib": (0, 1e4, True), "step_time_s": (0, 1e5, False), "avg_busbw_gbps": (0, 1e5, False)}
+# What a submission checks of each metric a reference is made of: its unit, and bounds outside which a
+# value is a broken measurement, not a slow system (contract/metrics.py).
+CHECKED = [(m.name, m.unit, m.bounds) for m in METRICS.values() if m.reference_kind and m.bounds]
 # reference_results/README.md: suite figures 10% (peak memory 5%); the noisy shared cpu box 25/50/10%.
 
 
@@ -146,13 +145,13 @@ def check_record(name: str, rec: Any) -> list[str]:
     # anywhere, not only in metrics: a record is JSON without NaN/infinity, and whatever it carries
     # (its environment goes into the reference's provenance) must be writable as such
     problems += [f"{name}: not finite: {p.lstrip('/')}" for p in _nonfinite(rec, "")]
-    for metric, unit in UNITS.items():
+    for metric, unit, (low, high, inclusive) in CHECKED:
         m = _get(metrics, metric)
         if not isinstance(m, dict):
             continue
         if m.get("unit") != unit:
             problems.append(f"{name}: metrics.{metric}.unit is {m.get('unit')!r}, expected {unit!r}")
-        value, (low, high, inclusive) = m.get("value"), BOUNDS[metric]
+        value = m.get("value")
         if (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and (isinstance(value, int) or math.isfinite(value))
                 and not (low < value and (value <= high if inclusive else value < high))):

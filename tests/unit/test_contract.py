@@ -31,3 +31,32 @@ def test_the_config_and_the_nccl_tests_argv_refuse_what_the_vocabulary_lacks(com
         command("all_reduce_perf", min_bytes=8, max_bytes=64, redop="mean")
     with pytest.raises(ConfigError, match="collective.dtype"):
         validate.validate_collective(composed(["kind=collective", "collective.dtype=complex64"]))
+
+
+def test_every_metric_a_record_or_a_reference_holds_is_registered_with_its_unit_and_direction():
+    import json
+    from pathlib import Path
+
+    from contract.metrics import METRICS
+
+    repo = Path(__file__).resolve().parents[2]
+    golden = repo / "tests" / "data" / "golden" / "default_suite"
+    seen = 0
+    for path in golden.glob("*.json"):
+        for name, m in json.loads(path.read_text())["metrics"].items():
+            assert name in METRICS, f"{path.name}: {name} is not in contract/metrics.py"
+            assert m["unit"] == METRICS[name].unit, (path.name, name)
+            seen += 1
+    assert seen > 50
+    for path in (repo / "reference_results").glob("*.json"):
+        for ref in json.loads(path.read_text())["references"]:
+            m = METRICS[ref["metric"]]
+            assert (ref["unit"], ref["direction"]) == (m.unit, m.direction), (path.name, ref["metric"])
+
+
+def test_portability_takes_a_direction_from_the_registry_and_refuses_an_unknown_metric():
+    from harness.portability import direction_of
+
+    assert direction_of("step_time_s", []) == "lower" and direction_of("avg_busbw_gbps", []) == "higher"
+    with pytest.raises(HarnessError, match="'joules_per_token' is not registered"):
+        direction_of("joules_per_token", [])

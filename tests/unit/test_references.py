@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.references import (REFERENCE_DIR, load_file, load_references, references_from_records,
-                                select, validate_reference_file)
+from harness.references import (REFERENCE_DIR, load_file, load_references, references_from_records, select,
+                                validate_reference_file)
 
 SOURCES = REFERENCE_DIR / "sources" / "sc25-pmbs"
 

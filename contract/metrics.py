@@ -1,0 +1,73 @@
+"""The metric registry: each metric a record or a reference table holds, once, with its unit, which
+way is better, the bounds outside which a value is a broken measurement (not a slow system), the
+record kind whose reference entries carry it, and its default tolerance. Records (harness/record.py),
+references and their tolerances (harness/references.py), compare, submit and portability read it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    direction: str
+    """'higher' or 'lower' is better."""
+    bounds: Optional[tuple[float, float, bool]] = None
+    """(low, high, high inclusive): a value outside is refused by submit (low is always exclusive)."""
+    reference_kind: Optional[str] = None
+    """The record kind ('training', 'collective') whose submitted references carry this metric."""
+    tolerance_pct: float = 10.0
+    """Default tolerance of a reference entry from this suite's records (see TOLERANCES)."""
+
+
+_ALL = (
+    # a training record's metrics; the first six are what a submission puts in the reference table
+    Metric("samples_per_s", "samples/s", "higher", (0, 1e7, False), "training"),
+    Metric("tokens_per_s", "tokens/s", "higher", (0, 1e10, False), "training"),
+    Metric("step_time_s", "s", "lower", (0, 1e5, False), "training"),
+    Metric("peak_mem_gib", "GiB", "lower", (0, 1e4, True), "training", tolerance_pct=5.0),
+    Metric("mfu_pct", "%", "higher", (0, 100, True), "training"),
+    Metric("mfu_with_teacher_pct", "%", "higher", (0, 100, True), "training"),
+    Metric("tokens_per_s_per_device", "tokens/s", "higher"),
+    Metric("profile_step_time_s", "s", "lower"),
+    Metric("instrumentation_overhead_pct", "%", "lower"),
+    Metric("comm_time_s", "s", "lower"),
+    Metric("comm_fraction_pct", "%", "lower"),
+    Metric("teacher_mem_gib", "GiB", "lower"),
+    Metric("final_loss", "nats", "lower"),
+    # a collective record's
+    Metric("avg_busbw_gbps", "GB/s", "higher", (0, 1e5, False), "collective"),
+    # the published tables' own (reference_results/sc25-pmbs.json)
+    Metric("batch_time_s", "s", "lower"),
+    Metric("estimated_hours", "h", "lower"),
+    Metric("gradient_all_reduce_ms", "ms", "lower"),
+    Metric("gradient_computation_ms", "ms", "lower"),
+    Metric("optimizer_all_gather_ms", "ms", "lower"),
+    Metric("microstep_communication_ms", "ms", "lower"),
+    Metric("microstep_computation_ms", "ms", "lower"),
+    Metric("microstep_total_ms", "ms", "lower"),
+)
+METRICS = {m.name: m for m in _ALL}
+
+NOISY_PLATFORM_TOLERANCES = {"cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "peak_mem_gib": 10.0}}
+"""Tolerances of references made on a noisy platform: two plain rounds of one run differ by up to 23%
+in samples/s on a shared 2-core box."""
+
+
+def tolerances_for(platform: str) -> dict[str, float]:
+    """Tolerance per metric (percent, 'default' for the rest) of references made from this suite's
+    records on `platform`."""
+    if platform in NOISY_PLATFORM_TOLERANCES:
+        return dict(NOISY_PLATFORM_TOLERANCES[platform])
+    return {"default": 10.0, **{m.name: m.tolerance_pct for m in _ALL if m.tolerance_pct != 10.0}}
+
+
+def reference_metrics(kind: str) -> dict[str, str]:
+    """{metric: direction} of what a record of `kind` contributes to the reference table, in order."""
+    return {m.name: m.direction for m in _ALL if m.reference_kind == kind}
+
+
+def unit_of(name: str) -> str:
+    return METRICS[name].unit
