@@ -9,15 +9,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, RUNTIME_VAR
+
 from .machine import machine
 
-IMAGE_VAR, DIGEST_VAR, RUNTIME_VAR = "SUITE_CONTAINER_IMAGE", "SUITE_CONTAINER_DIGEST", "SUITE_CONTAINER_RUNTIME"
-"""What the harness tells the ranks about the image they run in."""
 LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
 
 # Environment variables that change communication behaviour and so belong in the fingerprint.
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_",
-                "FI_", "GLOO_SOCKET_IFNAME")
 
 
 def _version(dist: str) -> Optional[str]:

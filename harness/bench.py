@@ -9,8 +9,8 @@ from typing import Optional
 
 import yaml
 
-from benchmarks.environment import DIGEST_VAR, IMAGE_VAR
 from contract import events as ev
+from contract.fingerprint import DIGEST_VAR, IMAGE_VAR
 from contract.spec import SPEC_FILE, CollectiveSpec
 
 from .atomic import write_bytes_atomic, write_text_atomic

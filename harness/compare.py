@@ -33,6 +33,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from contract.fingerprint import COMPARED
+
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .record_files import load_records as load_result_records
@@ -40,9 +42,6 @@ from .references import REFERENCE_METRICS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
             "not comparable")
-FINGERPRINT_KEYS = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "python",
-                    "container_image", "container_digest", "container_runtime", "gpu_model", "gpu_count", "num_nodes",
-                    "num_ranks")
 BOOTSTRAP_ROUNDS = 2000
 
 
@@ -158,7 +157,7 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     """What changed between the reference's fingerprint and this run's: {key: [reference, now]}."""
     if not reference_env:
         return {"reference": "no environment fingerprint (a published figure)"}
-    diff = {k: [reference_env.get(k), current_env.get(k)] for k in FINGERPRINT_KEYS
+    diff = {k: [reference_env.get(k), current_env.get(k)] for k in COMPARED
             if reference_env.get(k) != current_env.get(k)}
     ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
     diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))

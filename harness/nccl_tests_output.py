@@ -22,12 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from benchmarks.environment import ENV_PREFIXES
+from contract.fingerprint import ENV_PREFIXES
 
 from .collectives import Placement, Row
 from .errors import HarnessError
 from .nccl_tests_infer import BINARY_NAME, resolve_op
-
 
 _TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")  # mpirun --tag-output
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s*(\S+)")

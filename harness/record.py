@@ -22,8 +22,8 @@ from typing import Any, Optional
 
 import jsonschema
 
-from benchmarks.environment import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 from contract import events as ev
+from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic

@@ -23,6 +23,7 @@ from datetime import date as Date
 from pathlib import Path
 from typing import Any, Optional
 
+from contract.fingerprint import REQUIRED, REQUIRED_CUDA
 from contract.metrics import METRICS, tolerances_for
 
 from .compare import machine_of
@@ -34,8 +35,6 @@ from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config
 
 SOURCE = "suite submission"
 LOCK_NAME = ".submit.lock"
-FINGERPRINT = ("python", "torch", "deepspeed", "transformers", "suite_commit")
-CUDA_FINGERPRINT = ("cuda", "nccl", "driver", "gpu_model")
 # What a submission checks of each metric a reference is made of: its unit, and bounds outside which a
 # value is a broken measurement, not a slow system (contract/metrics.py).
 CHECKED = [(m.name, m.unit, m.bounds) for m in METRICS.values() if m.reference_kind and m.bounds]
@@ -123,7 +122,7 @@ def check_record(name: str, rec: Any) -> list[str]:
             and (CONF_DIR / "platform" / f"{platform}.yaml").is_file()):
         problems.append(f"{name}: unknown platform {platform!r}: no conf/platform/<name>.yaml")
     env = rec.get("environment")
-    required = FINGERPRINT + (CUDA_FINGERPRINT if _get(rec, "config", "platform", "device") == "cuda" else ())
+    required = REQUIRED + (REQUIRED_CUDA if _get(rec, "config", "platform", "device") == "cuda" else ())
     for key in required:
         value = _get(env, key)
         if not (isinstance(value, str) and value.strip()):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.environment import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
+from contract.fingerprint import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
 
 from ..atomic import write_bytes_atomic
 from ..config.choices import ContainerRuntime
