@@ -13,7 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ..errors import ConfigError
 from .schema import (CONF_DIR, GROUPS, BenchConfig, CollectiveConfig, PlatformConfig, SuiteConfig, WorkloadConfig,
                      ZeroConfig)
-from .validate import validate
+from .validate import resolve, validate
 
 
 def register_configs() -> None:
@@ -45,8 +45,9 @@ def compose(overrides: list[str]) -> BenchConfig:
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(obj, BenchConfig)
-    validate(obj)
-    return obj
+    cfg = resolve(obj)
+    validate(cfg)
+    return cfg
 
 
 def _hydra_message(exc: Exception, overrides: list[str]) -> str:

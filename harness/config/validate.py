@@ -2,6 +2,7 @@
 valid, and runs before anything launches."""
 from __future__ import annotations
 
+import copy
 import math
 import re
 import warnings
@@ -37,8 +38,21 @@ def validate_grad_accum(w: WorkloadConfig, z: ZeroConfig) -> None:
            "zero.gradient_collective=reduce_scatter cannot replace; use all_reduce or leave it unset")
 
 
+def resolve(cfg: BenchConfig) -> BenchConfig:
+    """A copy of a composed config with what it leaves implicit made explicit: the NCCL variables
+    normalised (names checked, values as strings), grad_acc_steps derived from samples_per_step /
+    micro_batch_size when unset (0). The input is not changed; validate() then checks the copy."""
+    cfg = copy.deepcopy(cfg)
+    p, w = cfg.platform, cfg.workload
+    p.nccl_env = normalise_nccl_env(p.nccl_env, field="platform.nccl_env")
+    cfg.nccl_env = normalise_nccl_env(cfg.nccl_env, field="nccl_env")
+    if w.grad_acc_steps == 0 and w.micro_batch_size >= 1 and w.samples_per_step % w.micro_batch_size == 0:
+        w.grad_acc_steps = w.samples_per_step // w.micro_batch_size
+    return cfg
+
+
 def validate(cfg: BenchConfig) -> None:
-    """Check every cross-field rule; fill derived fields (grad_acc_steps). Raises ConfigError."""
+    """Check every cross-field rule of a resolved config (resolve()); changes nothing. Raises ConfigError."""
     p, w, z, m, d = cfg.platform, cfg.workload, cfg.zero, cfg.measure, cfg.data
     _check(p.gpus_per_node >= 1, "platform.gpus_per_node", p.gpus_per_node, "must be >= 1")
     _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
@@ -50,9 +64,7 @@ def validate(cfg: BenchConfig) -> None:
     dtype = w.precision.value
     _check(p.peak_tflops.get(dtype, 0) > 0, "platform.peak_tflops", dict(p.peak_tflops),
            f"needs a positive entry for the workload's precision '{dtype}' (MFU is never guessed)")
-    p.nccl_env = normalise_nccl_env(p.nccl_env, field="platform.nccl_env")
     validate_nccl_env(p.nccl_env, "platform.nccl_env")
-    cfg.nccl_env = normalise_nccl_env(cfg.nccl_env, field="nccl_env")
     validate_nccl_env(cfg.nccl_env, "nccl_env")
     validate_nccl_env({**p.nccl_env, **cfg.nccl_env}, "nccl_env (over platform.nccl_env)")
     if p.device == Device.cpu and cfg.nccl_env:
@@ -74,8 +86,6 @@ def validate(cfg: BenchConfig) -> None:
            w.micro_batch_size, f"must divide samples_per_step (C) = {w.samples_per_step}; valid: "
            f"{[b for b in range(1, w.samples_per_step + 1) if w.samples_per_step % b == 0]}")
     derived = w.samples_per_step // w.micro_batch_size
-    if w.grad_acc_steps == 0:
-        w.grad_acc_steps = derived
     _check(w.grad_acc_steps == derived, "workload.grad_acc_steps", w.grad_acc_steps,
            f"micro_batch_size x grad_acc_steps must equal samples_per_step (C) = "
            f"{w.samples_per_step}; with micro_batch_size={w.micro_batch_size} it must be {derived}")

@@ -272,3 +272,21 @@ def test_a_bad_suite_run_stops_planning_and_names_the_run():
     assert "suite default-cpu, run z1-mb4-ga2" in msg
     assert "workload.micro_batch_size=4" in msg
     assert "[1, 2, 3, 6]" in msg
+
+
+def test_validation_changes_nothing_and_resolution_works_on_a_copy():
+    import copy
+
+    from harness.config.validate import resolve, validate
+
+    cfg = compose(["workload=llama-tiny", "workload.micro_batch_size=2", "+nccl_env={NCCL_DEBUG: WARN}"])
+    before = copy.deepcopy(cfg)
+    validate(cfg)
+    assert cfg == before
+    raw = copy.deepcopy(cfg)
+    raw.workload.grad_acc_steps = 0
+    raw.platform.nccl_env = {"NCCL_BUFFSIZE": 4194304}
+    resolved = resolve(raw)
+    assert resolved.workload.grad_acc_steps == cfg.workload.samples_per_step // 2
+    assert resolved.platform.nccl_env == {"NCCL_BUFFSIZE": "4194304"}
+    assert raw.workload.grad_acc_steps == 0 and raw.platform.nccl_env == {"NCCL_BUFFSIZE": 4194304}
