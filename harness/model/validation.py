@@ -28,7 +28,8 @@ from ..references import Reference, load_file
 from .calibration import calibrate, is_outlier
 from .memory import memory_estimate
 from .params import PARAMS, ModelParams
-from .perfmodel import Prediction, comm_traffic, predict, with_split
+from .perfmodel import Prediction, predict, with_split
+from .traffic import comm_traffic
 
 PUBLISHED = REPO_ROOT / "reference_results" / "sc25-pmbs.json"
 TABLES = {"model1": ("llama-440m", "batch_time_s"), "model2": ("llama-8b-kd", "samples_per_s")}

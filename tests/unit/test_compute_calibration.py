@@ -12,7 +12,8 @@ from harness.model.calibration import calibrate
 from harness.model.check import check_step_times, record_config
 from harness.model.comm_layout import prefetch_exposed
 from harness.model.compute_calibration import Machine, record_machine
-from harness.model.perfmodel import comm_traffic, executed_flops_per_step, predict, with_split
+from harness.model.perfmodel import executed_flops_per_step, predict, with_split
+from harness.model.traffic import comm_traffic
 
 EPYC, XEON = "AMD EPYC 7763 64-Core Processor", "Intel Xeon Platinum 8480+"
 PEAK = 0.1e12     # both cpu platforms declare 0.1 TFLOP/s fp32

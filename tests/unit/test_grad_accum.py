@@ -10,7 +10,7 @@ from harness.config.choices import Precision
 from harness.config.schema import grad_accum_precision
 from harness.errors import ConfigError
 from harness.model.memory import memory_estimate
-from harness.model.perfmodel import comm_traffic
+from harness.model.traffic import comm_traffic
 from harness.plan import deepspeed_config, merge_user_deepspeed
 from harness.references import record_config
 

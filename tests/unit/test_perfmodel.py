@@ -21,8 +21,9 @@ from harness.model.flops import llama_param_count
 from harness.model.memory import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
 from harness.model.params import IDEAL, PARAMS
-from harness.model.perfmodel import (collective_time, comm_traffic, efficiency_for_step_time, executed_flops_per_step,
-                                     overlap_summary, predict, sweep_configs, with_split)
+from harness.model.perfmodel import (efficiency_for_step_time, executed_flops_per_step, overlap_summary, predict,
+                                     sweep_configs, with_split)
+from harness.model.traffic import collective_time, comm_traffic
 
 GB = 1e9
 PSI_8B = 8_030_261_248          # llama-8b (Llama-3-8B shape)
