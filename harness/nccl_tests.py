@@ -17,7 +17,8 @@ from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
 from .errors import HarnessError
 from .launch.local import LaunchResult
-from .nccl_tests_output import ParsedOutput, parse_file
+from .nccl_tests_json import parse_file
+from .nccl_tests_output import ParsedOutput
 from .plan import RunSpec
 from .record import ResultRecord, collective_record, environment, measured, status_of, validate_record, write_record
 

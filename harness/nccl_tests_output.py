@@ -7,22 +7,16 @@ Formats read (where each comes from: tests/data/nccl_tests/README.md):
 - text, layout "new" (v2.13+): redop and root on every op (-1 when the op has none), "#wrong"
   columns (elements that failed the check, N/A without -c), optional timestamp and per-iteration
   columns;
-- JSON written by `-J FILE.json` (src/util.cu, JSON_FILE_VERSION 1 and 2), layout "json".
+- JSON written by `-J FILE.json`: harness/nccl_tests_json.py (with parse_file, which reads either).
 Rows keep what nccl-tests printed (time in us, GB/s = 1e9 B/s); a row cut short is dropped, never
-repaired. Which collective it is: harness.nccl_tests_infer. I/O only in parse_file; no torch.
+repaired. Which collective it is: harness.nccl_tests_infer. No I/O; no torch.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
-from typing import Any, Optional, Union
-
-from contract.fingerprint import ENV_PREFIXES
+from typing import Any, Optional
 
 from .collectives import Placement, Row
 from .errors import HarnessError
@@ -108,14 +102,14 @@ class ParsedOutput:
 
 # --- shared helpers ---------------------------------------------------------------------------
 
-def _nccl_version_of(code: int) -> str:
+def nccl_version_of(code: int) -> str:
     """NCCL_VERSION_CODE -> "2.21.5" (major*10000+minor*100+patch since 2.9, *1000 before)."""
     if code >= 10000:
         return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
     return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
-def _num_ranks(ranks: list[tuple[int, int]]) -> Optional[int]:
+def num_ranks_of(ranks: list[tuple[int, int]]) -> Optional[int]:
     """Ranks per communicator from (rank, group) pairs: all of 0..N-1 seen once, equal groups."""
     ids = sorted(r for r, _ in ranks)
     if not ids or ids != list(range(len(ids))):
@@ -124,7 +118,7 @@ def _num_ranks(ranks: list[tuple[int, int]]) -> Optional[int]:
     return sizes.popitem()[1] if len(set(sizes.values())) == 1 else None
 
 
-def _finite(value: Any, what: str) -> float:
+def finite_number(value: Any, what: str) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -200,17 +194,17 @@ def _parse_row(tokens: list[str], cols: _Columns, where: str) -> tuple[Row, Opti
         for _ in cols.placement:
             tok, pending = (pending, None) if pending is not None else (take(), None)
             values.append(tok)
-        time_us, alg, bus = (_finite(v, f"{where}: {place} {n}") for v, n in zip(values[:3], cols.placement))
+        time_us, alg, bus = (finite_number(v, f"{where}: {place} {n}") for v, n in zip(values[:3], cols.placement))
         wrong_tok = values[3]
         if cols.layout == "old":
-            errs.append(None if wrong_tok == "N/A" else _finite(wrong_tok.rstrip("*"), f"{where}: error"))
+            errs.append(None if wrong_tok == "N/A" else finite_number(wrong_tok.rstrip("*"), f"{where}: error"))
             wrong = None
         else:
             if wrong_tok != "N/A" and not re.fullmatch(r"\d+|\d(?:\.\d+)?e\+\d+", wrong_tok):  # %g of a count
                 raise HarnessError(f"{where}: {place} #wrong {wrong_tok!r} is not a count")
             wrong = None if wrong_tok == "N/A" else int(float(wrong_tok))
         for v, n in zip(values[4:], cols.placement[4:]):
-            _finite(v, f"{where}: {place} {n}")
+            finite_number(v, f"{where}: {place} {n}")
         places.append(Placement(time_us, alg, bus, wrong))
     if cols.timestamp:
         take(), take()
@@ -265,7 +259,7 @@ def parse_text(text: str, source: str = "<text>", op: Optional[str] = None) -> P
             starting.update(b.group(1) for b in BINARY_NAME.finditer(m.group(1)))
         elif m := _TESTS_VERSION.match(body):
             out.nccl_tests_version = m.group(1)
-            out.nccl_version = out.nccl_version or _nccl_version_of(int(m.group(2)))
+            out.nccl_version = out.nccl_version or nccl_version_of(int(m.group(2)))
         elif m := _NTHREAD.match(body):
             g = [int(x) if x and x.isdigit() else x for x in m.groups()]
             out.run_config = RunConfig(g[0], g[1], g[2], g[3], g[4] if g[5] == "factor" else None,
@@ -292,144 +286,6 @@ def parse_text(text: str, source: str = "<text>", op: Optional[str] = None) -> P
                            "('#  size  count  type ...') found")
     out.layout, out.rows, out.errors, out.failures = cols.layout, rows, errors, failures
     out.complete = footer and out.num_dropped_rows == 0
-    out.num_ranks, out.devices, out.hosts = _num_ranks(ranks), devices, sorted(set(hosts))
+    out.num_ranks, out.devices, out.hosts = num_ranks_of(ranks), devices, sorted(set(hosts))
     out.op, out.op_inferred = resolve_op(starting or binaries, op, source, rows, out.num_ranks)
     return out
-
-
-# --- JSON (-J) --------------------------------------------------------------------------------
-
-def _json_prefix(text: str, source: str) -> tuple[dict[str, Any], int]:
-    """The top-level keys of a JSON document cut short, each value only if whole, the "results"
-    list element by element; and 1 if it ends inside a result object. Nothing is invented."""
-    dec = json.JSONDecoder()
-    ws = re.compile(r"\s*")
-    out: dict[str, Any] = {}
-    partial = 0
-    pos = ws.match(text, 0).end()
-    if not text.startswith("{", pos):
-        raise HarnessError(f"{source}: not nccl-tests output: neither text nor a JSON object")
-    pos += 1
-    try:
-        while True:
-            pos = ws.match(text, pos).end()
-            key, pos = dec.raw_decode(text, pos)
-            pos = ws.match(text, pos).end()
-            if not text.startswith(":", pos):
-                break
-            pos = ws.match(text, pos + 1).end()
-            if key == "results" and text.startswith("[", pos):
-                out[key] = items = []
-                pos += 1
-                while True:
-                    pos = ws.match(text, pos).end()
-                    if text.startswith("]", pos):
-                        pos += 1
-                        break
-                    try:
-                        item, pos = dec.raw_decode(text, pos)
-                    except json.JSONDecodeError:
-                        partial = int(text.startswith("{", pos))
-                        raise
-                    items.append(item)
-                    pos = ws.match(text, pos).end()
-                    if text.startswith(",", pos):
-                        pos += 1
-            else:
-                out[key], pos = dec.raw_decode(text, pos)
-            pos = ws.match(text, pos).end()
-            if not text.startswith(",", pos):
-                break
-            pos += 1
-    except json.JSONDecodeError:
-        pass
-    return out, partial
-
-
-def _placement(obj: Any, what: str) -> Placement:
-    if not isinstance(obj, dict):
-        raise HarnessError(f"{what}: expected an object, got {obj!r}")
-    time_key = "time" if "time" in obj else "cpu_time"
-    vals = [_finite(obj.get(k), f"{what}.{k}") for k in (time_key, "alg_bw", "bus_bw")]
-    wrong = obj.get("nwrong")
-    return Placement(*vals, None if wrong is None else int(round(_finite(wrong, f"{what}.nwrong"))))
-
-
-def parse_json(obj_or_text: Union[str, bytes, dict], source: str = "<json>",
-               op: Optional[str] = None) -> ParsedOutput:
-    """The JSON nccl-tests writes with -J FILE.json (src/util.cu). A document cut short keeps its
-    complete result objects (those carrying "actual_iterations", written last in a row)."""
-    cut, dropped = False, 0
-    if isinstance(obj_or_text, (str, bytes)):
-        text = obj_or_text.decode("utf-8", "replace") if isinstance(obj_or_text, bytes) else obj_or_text
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            (obj, dropped), cut = _json_prefix(text, source), True
-    else:
-        obj = obj_or_text
-    if not isinstance(obj, dict) or not isinstance(obj.get("version"), int) or not (
-            {"config", "results", "nccl_version"} & obj.keys()):
-        raise HarnessError(f"{source}: not nccl-tests output: a JSON document without nccl-tests' "
-                           "'version' and 'config'/'results' keys")
-    args = [str(a) for a in obj.get("args") or []]
-    names = {m.group(1) for m in BINARY_NAME.finditer(os.path.basename(args[0]))} if args else set()
-    out = ParsedOutput(source, "", "json", [], False, args=args, num_dropped_rows=dropped)
-    results = obj.get("results", [])
-    if not isinstance(results, list):
-        raise HarnessError(f"{source}: 'results' is not a list")
-    for i, r in enumerate(results):
-        what = f"{source}: results[{i}]"
-        if not isinstance(r, dict) or "actual_iterations" not in r:
-            out.num_dropped_rows += 1  # cut short: finalize closed it, or the file ends in it
-            continue
-        try:
-            root = int(str(r.get("root", "-1")).strip())
-            row = Row(int(r["size"]), int(r["count"]), str(r["type"]), str(r["redop"]), root,
-                      _placement(r.get("out_of_place"), f"{what}.out_of_place"),
-                      _placement(r.get("in_place"), f"{what}.in_place"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HarnessError(f"{what}: not an nccl-tests result: {exc!r}") from None
-        out.rows.append(row)
-    avg = obj.get("average_bus_bandwidth")
-    if isinstance(avg, dict):
-        out.avg_busbw_gbps = _finite(avg.get("bandwidth"), f"{source}: average_bus_bandwidth")
-        out.avg_busbw_failed = avg.get("okay") == "false"
-    oob = obj.get("out_of_bounds")
-    out.out_of_bounds = int(oob["count"]) if isinstance(oob, dict) and "count" in oob else None
-    out.complete = not cut and isinstance(avg, dict) and out.num_dropped_rows == 0
-    cfg = obj.get("config") if isinstance(obj.get("config"), dict) else {}
-    devs = [d for d in cfg.get("devices", []) if isinstance(d, dict)]
-    out.devices = [str(d.get("device_info")) for d in devs]
-    out.hosts = sorted({str(d.get("hostname")) for d in devs})
-    if {"nthreads", "ngpus"} <= cfg.keys():
-        out.run_config = RunConfig(cfg["nthreads"], cfg["ngpus"], cfg.get("minimum_bytes", 0),
-                                   cfg.get("maximum_bytes", 0), cfg.get("step_factor"), cfg.get("step_bytes"),
-                                   cfg.get("warmup_iters", 0), cfg.get("iterations", 0),
-                                   cfg.get("aggregated_iterations"), cfg.get("validation", 0), cfg.get("graph"))
-        if devs:  # one device entry per process (util.cu parses the first Rank line of each)
-            procs = sum(1 for d in devs if d.get("group") == devs[0].get("group"))
-            out.num_ranks = cfg["nthreads"] * cfg["ngpus"] * procs
-    if isinstance(obj.get("nccl_version"), int):
-        out.nccl_version = _nccl_version_of(obj["nccl_version"])
-    out.op, out.op_inferred = resolve_op(names, op, source, out.rows, out.num_ranks, json=True)
-    env = [str(e).partition("=") for e in obj.get("env") or []]
-    out.env = {k: v for k, _, v in env if k.startswith(ENV_PREFIXES)}
-    out.failures = [str(e) for e in obj.get("errors") or [] if e]
-    try:
-        t0, t1 = (datetime.strptime(obj[k], "%Y-%m-%d %H:%M:%S") for k in ("start_time", "end_time"))
-        out.wall_s = max(0.0, (t1 - t0).total_seconds())
-    except (KeyError, TypeError, ValueError):
-        pass
-    return out
-
-
-def parse_file(path: Union[str, Path], op: Optional[str] = None) -> ParsedOutput:
-    """A saved nccl-tests output: JSON (-J) when it starts with '{', else text."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise HarnessError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if text.lstrip().startswith("{"):
-        return parse_json(text, str(path), op)
-    return parse_text(text, str(path), op)

@@ -17,7 +17,8 @@ from harness.collectives import Placement, Row, busbw_factor
 from harness.errors import HarnessError
 from harness.nccl_tests import cli, import_files, records_from_output
 from harness.nccl_tests_command import binary_for, command
-from harness.nccl_tests_output import ErrorValue, parse_file, parse_json, parse_text
+from harness.nccl_tests_json import parse_file, parse_json
+from harness.nccl_tests_output import ErrorValue, parse_text
 from harness.record import validate_record
 
 DATA = REPO_ROOT / "tests" / "data" / "nccl_tests"

@@ -13,7 +13,7 @@ from unit_helpers import REPO_ROOT
 from harness.errors import HarnessError
 from harness.nccl_tests import cli, import_files, records_from_output
 from harness.nccl_tests_infer import op_of_file_name
-from harness.nccl_tests_output import parse_file
+from harness.nccl_tests_json import parse_file
 from harness.record import validate_record
 
 DATA = REPO_ROOT / "tests" / "data" / "nccl_tests"
