@@ -5,8 +5,9 @@ from pathlib import Path
 
 from ..config.compose import compose
 from ..errors import HarnessError
+from .outcome import check_resume, default_out
 from .report import write_outputs
-from .tuner import Tuner, check_resume, default_out
+from .tuner import Tuner
 
 
 def cli(args: list[str]) -> int:

@@ -30,7 +30,6 @@ one at a time as before, the model re-predicting after each.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,19 +37,18 @@ from typing import Any, Optional
 
 from ..config.choices import Device, LauncherKind, SearchStrategy
 from ..config.compose import compose
-from ..config.schema import REPO_ROOT, BenchConfig, to_dict
+from ..config.schema import BenchConfig, to_dict
 from ..errors import HarnessError
 from ..model.calibration import calibrate
 from ..model.perfmodel import predict
-from ..plan import safe_name
 from ..record import write_json_atomic
 from ..references import load_references
 from . import parity, search, space
 from .confirm import Confirmation, confirm
+from .outcome import (STATE_FILE, allreduce_busbw, by_prediction, parity_text, pick_record, pred_text, predicted_oom,
+                      samples_per_s)
 from .space import Candidate
 from .trials import Trial, TrialRunner, TrialSpec, trial_key
-
-STATE_FILE = "tune.json"
 
 
 @dataclass
@@ -113,7 +111,7 @@ class Tuner:
         for i in fresh:
             sp = specs[i]
             print(f"\n[tune step {step}] {sp.label}" + (f" ({sp.role})" if sp.role != "search" else "")
-                  + (f": predicted {_pred_text(sp.prediction)}" if sp.prediction else ""), flush=True)
+                  + (f": predicted {pred_text(sp.prediction)}" if sp.prediction else ""), flush=True)
         if len(fresh) > 1:
             print(f"[tune step {step}] {len(fresh)} trials launched together"
                   + (" (one Slurm job array)" if self.batched else ""), flush=True)
@@ -372,67 +370,3 @@ class Tuner:
 def _measured(t: Trial | TrialSpec, specs: list[TrialSpec], trials: list[Trial]) -> Trial | TrialSpec:
     """The trial that measured `t`, when `t` is one of these specs (the same object)."""
     return next((done for sp, done in zip(specs, trials) if sp is t), t)
-
-
-def by_prediction(cands: list[Candidate], pred_of: dict[str, Optional[dict[str, Any]]]) -> list[Candidate]:
-    """Best predicted throughput first (candidates without a prediction keep their order, last)."""
-    return sorted(cands, key=lambda c: -((pred_of.get(c.key) or {}).get("samples_per_s") or 0.0))
-
-
-def pick_record(done: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
-    """The record a trial is judged on: the all-reduce of a collective sweep, else the only one."""
-    for path, rec in done:
-        if rec.get("benchmark") == "all_reduce":
-            return path, rec
-    return done[0]
-
-
-def samples_per_s(rec: dict[str, Any]) -> Optional[float]:
-    m = rec.get("metrics", {}).get("samples_per_s")
-    return m["value"] if rec.get("status") == "ok" and m else None
-
-
-def allreduce_busbw(rec: dict[str, Any]) -> Optional[float]:
-    m = rec.get("metrics", {}).get("avg_busbw_gbps")
-    return m["value"] if rec.get("status") == "ok" and m else None
-
-
-def predicted_oom(pred: Optional[dict[str, Any]]) -> bool:
-    return bool(pred) and "memory" in pred and not pred["memory"]["fits"]
-
-
-def _pred_text(p: Optional[dict[str, Any]]) -> str:
-    if not p or "memory" not in p:
-        return "n/a"
-    return f"{p['samples_per_s']:.3g} samples/s, {p['memory']['total_gib']:.2f} GiB"
-
-
-def parity_text(p: Optional[dict[str, Any]]) -> str:
-    if not p or p.get("ok") is None:
-        return "n/a"
-    return f"{'ok' if p['ok'] else 'FAIL'} (max rel. diff {p['max_rel_diff']:.1e} over {p['num_steps']} steps)"
-
-
-def default_out(cfg: BenchConfig) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return REPO_ROOT / "results" / f"tune-{safe_name(cfg.platform.name)}-{safe_name(cfg.workload.name)}-{stamp}"
-
-
-def check_resume(out: Path, cfg: BenchConfig, base: list[str]) -> None:
-    """OUT may hold only a tune of the same platform, workload and (non-tune) overrides."""
-    path = out / STATE_FILE
-    if not path.exists():
-        if out.exists() and any(out.iterdir()):
-            raise HarnessError(f"out={out} is not empty and holds no {STATE_FILE}: choose a new out= (a tune "
-                               "writes its own folder)")
-        return
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path} is unreadable ({exc}); choose a new out=") from None
-    mine = {"platform": cfg.platform.name, "workload": cfg.workload.name, "overrides": base}
-    theirs = {k: state.get(k) for k in mine}
-    if theirs != mine:
-        raise HarnessError(f"out={out} holds a different tune ({theirs}); this one is {mine}. Resume it with "
-                           "the same arguments, or choose a new out=")
-    print(f"resuming the tune in {out}: finished trials are reused", flush=True)

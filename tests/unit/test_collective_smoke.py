@@ -129,7 +129,7 @@ def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path
     from harness.nightly import series
     from harness.references import references_from_records
     from harness.report.summary import collective_table, summary
-    from harness.tune.tuner import allreduce_busbw
+    from harness.tune.outcome import allreduce_busbw
 
     dicts = [r.to_dict() for r in smoke]
     assert compare(dicts, []) == []                     # no verdict: nothing to compare

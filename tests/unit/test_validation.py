@@ -131,7 +131,7 @@ def test_tune_step2_on_model2_keeps_every_measured_cell_and_predicts_the_papers_
     from harness.model.perfmodel import predict
     from harness.references import load_references
     from harness.tune import space
-    from harness.tune.tuner import by_prediction, predicted_oom
+    from harness.tune.outcome import by_prediction, predicted_oom
 
     refs = load_references()
     base = ["suite=single", "platform=roce-h100", "workload=llama-8b-kd"]
