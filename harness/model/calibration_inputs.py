@@ -4,7 +4,6 @@ where a record ran, the configuration it measured, and the computation efficienc
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -12,40 +11,19 @@ from typing import Any, Iterable, Optional
 from ..config.choices import GradientCollective
 from ..config.schema import BenchConfig, ZeroConfig
 from ..errors import HarnessError
+from ..record_files import load_records as load_result_records
 from .calibration_types import BusbwCurve, Calibration
 from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step
 
-RECORD_KINDS = ("training", "collective")
-
 
 def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Result records from files and folders (a folder's *.json; JSON that is not a record, such
-    as suite.json, and unreadable files inside a folder are skipped). A named path that does not
-    exist, or a named file that is not readable JSON, is an error."""
-    records: list[dict[str, Any]] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            files, named = sorted(path.glob("*.json")), False
-        elif path.is_file():
-            files, named = [path], True
-        else:
-            raise HarnessError(f"--records {path}: no such file or folder")
-        for f in files:
-            try:
-                data = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                if named:
-                    raise HarnessError(f"--records {f}: not a readable JSON file: {exc}") from None
-                continue
-            if is_record(data):
-                records.append(data)
-    return records
-
-
-def is_record(data: Any) -> bool:
-    return (isinstance(data, dict) and data.get("kind") in RECORD_KINDS
-            and all(k in data for k in ("platform", "status", "config", "metrics")))
+    """Result records from files and folders (record_files.load_records: a named file that is not a
+    record is an error; a folder's JSON that is not one, such as a tune's state, is skipped)."""
+    try:
+        return load_result_records(paths).dicts()
+    except HarnessError as exc:
+        raise HarnessError(f"--records {exc}") from None
 
 
 def num_ranks(record: dict[str, Any]) -> Optional[int]:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from unit_helpers import schema_valid
 from harness.errors import HarnessError
 from harness.model.calibration import calibrate
 from harness.model.check import check_step_times, record_config
@@ -237,9 +238,9 @@ def test_cli_against_prints_model_vs_measured_and_fails_above_the_limit(capsys, 
     z1 = _training(cluster, platform="cpu-cluster", compute_s=0.3, step_time_s=0.6, run_id="01-z1-mb4-ga2",
                    overrides=overrides)
     for op in ("all_reduce", "all_gather"):
-        (runs / f"00-{op}.json").write_text(json.dumps(_collective(op, 0.12)))
-    (runs / "01.json").write_text(json.dumps(z1))
-    (single / "02.json").write_text(json.dumps(_training(cluster, compute_s=0.3, run_id="cpu-z1")))
+        (runs / f"00-{op}.json").write_text(json.dumps(schema_valid(_collective(op, 0.12))))
+    (runs / "01.json").write_text(json.dumps(schema_valid(z1)))
+    (single / "02.json").write_text(json.dumps(schema_valid(_training(cluster, compute_s=0.3, run_id="cpu-z1"))))
     assert main(["model", "--against", str(runs), "--compute-records", str(single)]) == 0
     out = capsys.readouterr().out
     assert "01-z1-mb4-ga2" in out and "measured on platform cpu" in out and "|error| median" in out

@@ -10,7 +10,7 @@ import json
 import math
 
 import pytest
-from unit_helpers import REPO_ROOT
+from unit_helpers import REPO_ROOT, schema_valid
 
 from harness.config.choices import GradientCollective, OptimizerImpl, Precision
 from harness.config.schema import WorkloadConfig
@@ -560,7 +560,7 @@ def test_calibrate_from_reference_entries(composed):
 def test_load_records_skips_what_is_not_a_record(tmp_path, tiny_cfg):
     (tmp_path / "suite.json").write_text(json.dumps({"suite": "x", "runs": []}))
     (tmp_path / "broken.json").write_text("{not json")
-    (tmp_path / "r.json").write_text(json.dumps(_training_record(tiny_cfg)))
+    (tmp_path / "r.json").write_text(json.dumps(schema_valid(_training_record(tiny_cfg))))
     assert [r["kind"] for r in load_records([tmp_path])] == ["training"]
     with pytest.raises(HarnessError, match="no such file"):
         load_records([tmp_path / "missing"])
@@ -574,7 +574,7 @@ def test_cli_breakdown_sweep_and_bad_tokens(capsys, tmp_path, tiny_cfg):
     from harness.__main__ import main
 
     flops = executed_flops_per_step(tiny_cfg)
-    (tmp_path / "r.json").write_text(json.dumps(_training_record(tiny_cfg, compute_s=flops / (0.3 * 1e11))))
+    (tmp_path / "r.json").write_text(json.dumps(schema_valid(_training_record(tiny_cfg, compute_s=flops / (0.3 * 1e11)))))
     assert main(["model", "workload=llama-tiny", "--records", str(tmp_path), "zero=stage1", "--tokens", "1e8"]) == 0
     out = capsys.readouterr().out
     for text in ("memory per rank", "optimizer", "all_reduce", "fits", "efficiency 0.300", "measured",
