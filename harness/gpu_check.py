@@ -36,7 +36,8 @@ from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch.local import LocalLauncher
 from .model.memory import memory_estimate
-from .record import NOT_RECORDS, write_json_atomic
+from .record import write_json_atomic
+from .record_files import load_records
 
 SUITE = "gpu-check"
 OVERHEAD_RUN = "z2"
@@ -190,8 +191,7 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
     out, planned = plan_suite(overrides)
     print(f"gpu-check: {detected.count} x {detected.name} -> platform {planned[0].cfg.platform.name}", flush=True)
     rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]))
-    records = {path.stem: json.loads(path.read_text(encoding="utf-8"))
-               for path in sorted(out.glob("*.json")) if path.name not in NOT_RECORDS}
+    records = {path.stem: rec.to_dict() for path, rec in load_records([out]).records}
     target = next((p for p in planned if p.run.name == OVERHEAD_RUN), None)
     plain = None
     if target is not None and records.get(target.run.run_id, {}).get("status") == "ok":

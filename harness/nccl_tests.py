@@ -4,7 +4,6 @@ output (parsed by harness.nccl_tests_output) into records, import saved outputs.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from dataclasses import asdict
 from datetime import datetime
@@ -21,6 +20,7 @@ from .nccl_tests_json import parse_file
 from .nccl_tests_output import ParsedOutput
 from .plan import RunSpec
 from .record import ResultRecord, collective_record, environment, measured, status_of, validate_record, write_record
+from .record_files import load_record
 
 # --- records ----------------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ def cli(args: list[str]) -> int:
     out = ns.out or REPO_ROOT / "results" / f"{datetime.now():%Y%m%d-%H%M%S}-nccl-tests"
     worst = 0
     for path in import_files(ns.files, out, ns.platform, ns.op):
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        rec = load_record(path).to_dict()
         worst = max(worst, 0 if rec["status"] == "ok" else 3)
         inferred = rec["config"].get("op_inferred")
         print(f"{path}: {rec['benchmark']}, {len(rec['rows'])} rows, {rec['status']}"

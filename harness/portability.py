@@ -30,6 +30,7 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from .errors import HarnessError
+from .record_files import load_records
 from .references import load_references
 
 CITATION = ('S. J. Pennycook, J. D. Sewall, V. W. Lee, "Implications of a metric for performance '
@@ -220,28 +221,10 @@ def observations_from_references(refs: list, benchmark: str) -> list[Observation
 
 
 def _record_files(paths: list[Path]) -> list[tuple[Path, dict]]:
-    """(path, record) of every file given and every record (*.json with run_id) under a folder."""
-    found = []
-    for path in paths:
-        if path.is_dir():
-            files, explicit = sorted(path.rglob("*.json")), False
-        elif path.is_file():
-            files, explicit = [path], True
-        else:
-            raise HarnessError(f"--records {path}: no such file or folder")
-        for f in files:
-            try:
-                data = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise HarnessError(f"--records {f}: not a JSON result record: {exc}") from None
-            is_record = isinstance(data, dict) and {"run_id", "benchmark", "platform", "status",
-                                                    "metrics"} <= data.keys()
-            if not is_record and explicit:
-                raise HarnessError(f"--records {f}: not a result record (schemas/record.schema.json: "
-                                   "needs run_id, benchmark, platform, status, metrics)")
-            if is_record:
-                found.append((f, data))
-    return found
+    """(path, record) of every file given and every record under a folder (record_files.load_records:
+    a named file that is not a valid record is an error; a folder's other JSON files are skipped)."""
+    loaded = load_records(paths, recursive=True, heading="--records: not a JSON result record")
+    return [(path, rec.to_dict()) for path, rec in loaded.records]
 
 
 def observations_from_records(paths: list[Path], benchmark: Optional[str]) -> list[Observation]:

@@ -29,7 +29,8 @@ from contract.metrics import METRICS, tolerances_for
 from .compare import machine_of
 from .config.schema import CONF_DIR
 from .errors import HarnessError
-from .record import NOT_RECORDS, validate_record, write_json_atomic
+from .record import validate_record, write_json_atomic
+from .record_files import read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)
 
@@ -83,23 +84,22 @@ def _nonfinite(value: Any, path: str) -> list[str]:
 
 
 def read_records(paths: list[Path]) -> tuple[list[tuple[str, Any]], list[str]]:
-    """(name, parsed JSON) of every record file (folders: every *.json but suite.json), and the
-    files that could not be read. NaN/Infinity tokens are parsed (and rejected by check_records)."""
+    """(name, parsed JSON) of every record file (record_files: a folder's *.json but suite.json and
+    the other files beside records), and every problem reading them: submit reports them all at once
+    (check_records judges each record against the schema). NaN/Infinity tokens are parsed, to be refused."""
     files: list[Path] = []
     problems: list[str] = []
     for path in paths:
-        if path.is_dir():
-            files += sorted(p for p in path.glob("*.json") if p.name not in NOT_RECORDS)
-        elif path.is_file():
-            files.append(path)
-        else:
-            problems.append(f"{path}: no such file or folder")
+        try:
+            files += [f for f, _ in record_files([path])]
+        except HarnessError as exc:
+            problems.append(str(exc))
     loaded = []
     for f in files:
         try:
-            loaded.append((str(f), json.loads(f.read_text(encoding="utf-8"))))
-        except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad UTF-8
-            problems.append(f"{f}: not a readable JSON file: {exc}")
+            loaded.append((str(f), read_json(f)))
+        except HarnessError as exc:
+            problems.append(str(exc))
     if not files and not problems:
         problems.append(f"no result records in {', '.join(map(str, paths))}")
     return loaded, problems

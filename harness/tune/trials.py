@@ -6,7 +6,6 @@ interruption left without a record."""
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -17,6 +16,7 @@ from ..bench import execute, plan_runs, prepare_container
 from ..config.compose import compose
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
+from ..record_files import Loaded, load_records
 
 
 @lru_cache(maxsize=512)
@@ -93,13 +93,9 @@ class TrialRunner:
         """Records already in the step's folder, by trial key: [(path relative to OUT, record)]."""
         found: dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]] = {}
         folder = self.step_dir(step)
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                continue
-            if isinstance(rec, dict) and "run_id" in rec and "overrides" in rec:
-                found.setdefault(trial_key(rec["overrides"]), []).append((str(path.relative_to(self.out)), rec))
+        loaded = load_records([folder]) if folder.is_dir() else Loaded()
+        for path, rec in loaded.records:
+            found.setdefault(trial_key(rec.overrides), []).append((str(path.relative_to(self.out)), rec.to_dict()))
         return found
 
     def run(self, step: int | str, name: str, overrides: list[str]) -> list[tuple[str, dict[str, Any]]]:

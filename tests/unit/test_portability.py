@@ -12,6 +12,7 @@ from harness.errors import HarnessError
 from harness.portability import (Observation, application_efficiency, cli, observations_from_references, pennycook,
                                  portability)
 from harness.references import REFERENCE_DIR, load_references
+from unit_helpers import schema_valid
 
 PLATFORMS = ["ib-a100", "roce-a100", "roce-h100"]
 PAPER = "A. Perez Dieguez et al., SC'25 PMBS (slides)"
@@ -146,13 +147,13 @@ def test_unknown_status_row_when_platform_has_no_result(tmp_path):
 # --- from records ------------------------------------------------------------------------------
 
 def record(platform, stage, mb, ga, status="ok", **metrics):
-    return {"schema_version": "1.0", "run_id": f"{platform}-z{stage}-mb{mb}-ga{ga}", "kind": "training",
+    return schema_valid({"schema_version": "1.0", "run_id": f"{platform}-z{stage}-mb{mb}-ga{ga}", "kind": "training",
             "benchmark": "llama-tiny", "platform": platform, "status": status,
             "reason": None if status == "ok" else "CUDA out of memory",
             "config": {"workload": {"micro_batch_size": mb, "grad_acc_steps": ga}, "zero": {"stage": stage}},
             "overrides": [], "environment": {}, "microsteps": [],
             "metrics": {k: {"value": v, "unit": "%" if k == "mfu_pct" else "samples/s"}
-                        for k, v in metrics.items()} if status == "ok" else {}}
+                        for k, v in metrics.items()} if status == "ok" else {}})
 
 
 @pytest.fixture

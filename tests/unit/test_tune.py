@@ -11,6 +11,7 @@ from harness.config.schema import TuneConfig
 from harness.errors import ConfigError, HarnessError
 from harness.tune import parity, search, space
 from harness.tune.space import Candidate
+from unit_helpers import schema_valid
 
 
 # ---- spaces ------------------------------------------------------------------------------------
@@ -207,7 +208,8 @@ class FakeWorld:
             busbw = 1.0 + (0.5 if env.get("NCCL_PROTO") == "Simple" else 0) + (0.2 if env.get("NCCL_ALGO") == "Tree" else 0)
             recs = [{"run_id": f"{rid}-{op}", "kind": "collective", "benchmark": op, "status": "ok",
                      "overrides": overrides, "metrics": {"avg_busbw_gbps": {"value": busbw, "unit": "GB/s"}},
-                     "rows": [], "platform": "cpu", "config": {}, "environment": {}}
+                     "rows": [{"size_bytes": 1024, "out_of_place": {"busbw_gbps": busbw}, "in_place": None}],
+                     "platform": "cpu", "config": {}, "environment": {}}
                     for op in cfg.collective.ops]
         else:
             oom = cfg.workload.micro_batch_size >= self.oom_mb
@@ -218,7 +220,7 @@ class FakeWorld:
                                                                   "unit": "samples/s"}},
                      "steps": [] if oom else [{"mode": "throughput", "loss": 8.0 - i * 0.1} for i in range(4)]}]
         out = []
-        for r in recs:
+        for r in map(schema_valid, recs):
             path = folder / f"{r['run_id']}.json"
             path.write_text(json.dumps(r))
             out.append((str(path.relative_to(runner.out)), r))
