@@ -13,19 +13,19 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import date
-from typing import Any
 
 from contract.metrics import tolerances_for
 
 from .compare import Group, compare, group_records, load_records
 from .errors import HarnessError
+from .record import ResultRecord
 from .references import REFERENCE_METRICS, Provenance, Reference, references_from_records
 from .report.verdicts import config_label, distinguishing_keys
 
 SOURCE = "compare --against"
 
 
-def load_side(paths: list[str], side: str) -> list[dict[str, Any]]:
+def load_side(paths: list[str], side: str) -> list[ResultRecord]:
     """The records of one side ('NEW' or '--against'), or an error naming the side and the path."""
     try:
         return load_records(paths)
@@ -33,33 +33,33 @@ def load_side(paths: list[str], side: str) -> list[dict[str, Any]]:
         raise HarnessError(f"{side}: {exc}") from None
 
 
-def references_of(old: list[dict[str, Any]]) -> list[Reference]:
+def references_of(old: list[ResultRecord]) -> list[Reference]:
     """The OLD records as references: each platform with its own tolerances."""
     today = date.today().isoformat()
     refs: list[Reference] = []
-    for platform in sorted({r["platform"] for r in old}):
-        mine = [r for r in old if r["platform"] == platform]
+    for platform in sorted({r.platform for r in old}):
+        mine = [r for r in old if r.platform == platform]
         system = f"the --against records of {platform}"
         refs += references_from_records(mine, source=SOURCE, submitter=SOURCE, date=today, system=system,
                                         tolerance_pct=tolerances_for(platform))
-        refs += [ref for g in group_records(mine) if not any(r["status"] == "ok" for r in g.records)
+        refs += [ref for g in group_records(mine) if not any(r.status == "ok" for r in g.records)
                  for ref in status_references(g, today, system)]
     return refs
 
 
 def status_references(g: Group, today: str, system: str) -> list[Reference]:
     """An OLD configuration that never ended ok (oom, error, ...): its status, one per metric."""
-    status = "/".join(sorted({r["status"] for r in g.records}))
+    status = "/".join(sorted({r.status for r in g.records}))
     tolerance = tolerances_for(g.platform)
-    env = g.records[0]["environment"]
+    env = g.records[0].environment
     return [Reference(g.platform, g.benchmark, g.config, metric, None, "", direction,
                       tolerance.get(metric, tolerance["default"]), status,
                       provenance=Provenance(SOURCE, SOURCE, today, system, env, env.get("suite_commit"),
-                                            note="runs: " + ", ".join(r["run_id"] for r in g.records)))
+                                            note="runs: " + ", ".join(r.run_id for r in g.records)))
             for metric, direction in REFERENCE_METRICS.get(g.kind, {}).items()]
 
 
-def unmatched(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[Group]:
+def unmatched(old: list[ResultRecord], new: list[ResultRecord]) -> list[Group]:
     """OLD configurations that no NEW result matches (harness.compare.matches, on the OLD config)."""
     new_groups = group_records(new)
     return [g for g in group_records(old)

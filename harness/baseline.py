@@ -22,6 +22,7 @@ from contract.metrics import tolerances_for
 from .compare import Verdict, compare, machine_of
 from .errors import HarnessError
 from .history import History
+from .record import ResultRecord
 from .references import record_config, references_from_records
 
 BASELINE_RUNS = 5
@@ -37,10 +38,10 @@ def store_url(history: str, out: Path) -> Optional[str]:
     return history
 
 
-def machine_key(records: list[dict[str, Any]]) -> Optional[str]:
+def machine_key(records: list[ResultRecord]) -> Optional[str]:
     """The machine the records ran on (the first that says), else 'host <name>'."""
     for rec in records:
-        env = rec.get("environment") or {}
+        env = rec.environment
         if env.get("machine"):
             return machine_of(env) or f"host {env.get('host') or '?'}"
     return None
@@ -61,7 +62,7 @@ class BaselineResult:
     note: str = ""
 
 
-def judge(records: list[dict[str, Any]], verdicts: list[Verdict], history: str, out: Path) -> BaselineResult:
+def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, out: Path) -> BaselineResult:
     """Judge what the references did not against this machine's earlier bench runs, then keep these
     records as its newest run. A store that cannot be opened is a note, never a failed bench."""
     url = store_url(history, out)
@@ -71,17 +72,17 @@ def judge(records: list[dict[str, Any]], verdicts: list[Verdict], history: str, 
         result.note = "history=none: nothing kept" if url is None else ""
         return result
     judged = {_key(v.platform, v.benchmark, v.config) for v in verdicts if v.verdict not in UNJUDGED + ("missing",)}
-    todo = [r for r in records if _key(r["platform"], r["benchmark"], record_config(r)) not in judged]
+    todo = [r for r in records if _key(r.platform, r.benchmark, record_config(r)) not in judged]
     result.unjudged = len(todo)
     try:
         store = History(url)
-        platform = records[0]["platform"]
+        platform = records[0].platform
         kept = [(d, rec) for d, rec in store.bench_records(machine, platform, BASELINE_RUNS + 1)
                 if d != str(Path(out).resolve())]                        # a folder collected again is not its own baseline
         folders = list(dict.fromkeys(d for d, _ in kept))[-BASELINE_RUNS:]
         earlier = [rec for d, rec in kept if d in folders]
         if todo and earlier:
-            dates = sorted(str(rec.get("created_utc") or "")[:10] for rec in earlier)
+            dates = sorted(str(rec.created_utc or "")[:10] for rec in earlier)
             result.earlier_runs, result.first = len(folders), dates[0] or None
             refs = references_from_records(earlier, source=f"this machine's baseline ({machine})",
                                            submitter="bench", date=dates[-1] or "unknown", system=machine,

@@ -283,11 +283,10 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     against this machine's earlier bench runs (harness/baseline.py; `history`: the config key),
     printed and written as compare.md; `bench`'s exit status does not depend on them:
     `python -m harness compare` and the nightly job decide that."""
-    dicts = [r.to_dict() for r in records]
-    verdicts = compare(dicts, load_references())
+    verdicts = compare(records, load_references())
     counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows
-    base = judge(dicts, verdicts, history, out)
-    machine = load_line(dicts)
+    base = judge(records, verdicts, history, out)
+    machine = load_line(records)
     text = baseline_text(base, verdict_table(base.verdicts, ref_name="baseline"))
     print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts, missing="summary")
           + (f"\n\n{text}" if text else ""))

@@ -37,6 +37,7 @@ from contract.fingerprint import COMPARED
 
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
+from .record import ResultRecord
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
 
@@ -89,15 +90,15 @@ class Group:
     benchmark: str
     kind: str
     config: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[ResultRecord]
 
 
-def group_records(records: list[dict[str, Any]]) -> list[Group]:
+def group_records(records: list[ResultRecord]) -> list[Group]:
     groups: dict[tuple, Group] = {}
     for rec in records:
         cfg = record_config(rec)
-        key = (rec["platform"], rec["benchmark"], json.dumps(cfg, sort_keys=True))
-        groups.setdefault(key, Group(rec["platform"], rec["benchmark"], rec["kind"], cfg, [])).records.append(rec)
+        key = (rec.platform, rec.benchmark, json.dumps(cfg, sort_keys=True))
+        groups.setdefault(key, Group(rec.platform, rec.benchmark, rec.kind, cfg, [])).records.append(rec)
     return list(groups.values())
 
 
@@ -275,24 +276,24 @@ def _best(refs: list[Reference]) -> Reference:
     return max(refs, key=lambda r: len(r.config))
 
 
-def compare(records: list[dict[str, Any]], references: list[Reference], min_samples: int = 2) -> list[Verdict]:
+def compare(records: list[ResultRecord], references: list[Reference], min_samples: int = 2) -> list[Verdict]:
     verdicts: list[Verdict] = []
     used: set[tuple] = set()
     for g in group_records(records):
         base = {"platform": g.platform, "benchmark": g.benchmark, "config": g.config,
-                "run_ids": [r["run_id"] for r in g.records]}
+                "run_ids": [r.run_id for r in g.records]}
         applicable = [r for r in references if matches(r, g)]
-        ok = [r for r in g.records if r["status"] == "ok"]
-        statuses = sorted({r["status"] for r in g.records})
+        ok = [r for r in g.records if r.status == "ok"]
+        statuses = sorted({r.status for r in g.records})
         metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
         for metric in metrics:
             refs = [r for r in applicable if r.metric == metric]
             ref = _best(refs) if refs else None
             if ref:
                 used.add(ref.key())
-            env = g.records[-1]["environment"]
-            samples = [r["metrics"][metric]["value"] for r in ok if metric in r["metrics"]]
-            units = {r["metrics"][metric]["unit"] for r in ok if metric in r["metrics"]}
+            env = g.records[-1].environment
+            samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
+            units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
             if ref is None:
                 if samples or not ok:
                     verdicts.append(Verdict(**base, metric=metric, verdict="new", unit=next(iter(units), None),
@@ -307,7 +308,7 @@ def compare(records: list[dict[str, Any]], references: list[Reference], min_samp
                 if ref.status == now:
                     verdicts.append(Verdict(**base, metric=metric, verdict="pass", reason=f"status {now}, as the reference", **fig))
                 else:
-                    reasons = "; ".join(r["reason"] for r in g.records if r.get("reason"))
+                    reasons = "; ".join(r.reason for r in g.records if r.reason)
                     verdicts.append(Verdict(**base, metric=metric, verdict="status changed", **fig,
                                             reason=f"{ref.status} -> {now}" + (f": {reasons}" if reasons else ""),
                                             environment_diff=environment_diff(ref.provenance and ref.provenance.environment, env)))
@@ -340,10 +341,10 @@ def compare(records: list[dict[str, Any]], references: list[Reference], min_samp
     return verdicts
 
 
-def load_records(paths: list[str]) -> list[dict[str, Any]]:
+def load_records(paths: list[str]) -> list[ResultRecord]:
     """Result records from files and folders (record_files.load_records): any file that is not a
     valid record stops the comparison, every one named."""
-    records = load_result_records(paths, strict=True, heading="cannot compare").dicts()
+    records = [rec for _, rec in load_result_records(paths, strict=True, heading="cannot compare").records]
     if not records:
         raise HarnessError(f"no result records in {', '.join(map(str, paths))}")
     return records

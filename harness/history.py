@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Optional
 
 from .errors import HarnessError
+from .record import ResultRecord
 
 DEFAULT_URL = "sqlite:///results/history.sqlite"
+
+
+def _record(text: str, where: str) -> ResultRecord:
+    """A stored record read back through the one validator (ResultRecord.from_dict)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise HarnessError(f"{where}: not readable JSON: {exc}") from None
+    return ResultRecord.from_dict(data, where)
 
 
 def _now() -> str:
@@ -78,12 +88,12 @@ class History:
             c.execute(self.nights.update().where(self.nights.c.night == night, self.nights.c.platform == platform)
                       .values(finished_utc=_now()))
 
-    def add_run(self, night: str, platform: str, repeat: int, record: dict[str, Any]) -> None:
+    def add_run(self, night: str, platform: str, repeat: int, record: ResultRecord) -> None:
         with self.engine.begin() as c:
             c.execute(self.runs.insert().values(night=night, platform=platform, repeat=repeat,
-                                                run_id=record["run_id"], benchmark=record["benchmark"],
-                                                status=record["status"], created_utc=_now(),
-                                                record=json.dumps(record)))
+                                                run_id=record.run_id, benchmark=record.benchmark,
+                                                status=record.status, created_utc=_now(),
+                                                record=json.dumps(record.to_dict())))
 
     def finished(self, night: str, platform: str) -> set[tuple[int, str]]:
         """(repeat, run_id) of the runs this night already stored."""
@@ -92,14 +102,14 @@ class History:
                 self.runs.c.night == night, self.runs.c.platform == platform)).all()
         return {(r.repeat, r.run_id) for r in rows}
 
-    def records(self, platform: str, nights: Optional[list[str]] = None) -> list[tuple[str, dict[str, Any]]]:
+    def records(self, platform: str, nights: Optional[list[str]] = None) -> list[tuple[str, ResultRecord]]:
         """(night, record) of the platform's runs, oldest night first; only the given nights if any."""
         query = self.sa.select(self.runs.c.night, self.runs.c.record).where(self.runs.c.platform == platform)
         if nights is not None:
             query = query.where(self.runs.c.night.in_(nights))
         with self.engine.connect() as c:
             rows = c.execute(query.order_by(self.runs.c.night, self.runs.c.repeat, self.runs.c.run_id)).all()
-        return [(r.night, json.loads(r.record)) for r in rows]
+        return [(r.night, _record(r.record, f"history run of night {r.night}")) for r in rows]
 
     def earlier_nights(self, platform: str, night: str, count: int) -> list[str]:
         """The last `count` finished nights of the platform before `night`, oldest first."""
@@ -109,7 +119,7 @@ class History:
                 self.nights.c.finished_utc.is_not(None)).order_by(self.nights.c.night.desc()).limit(count)).all()
         return sorted(r.night for r in rows)
 
-    def add_bench(self, machine: str, platform: str, out_dir: str, records: list[dict[str, Any]]) -> None:
+    def add_bench(self, machine: str, platform: str, out_dir: str, records: list[ResultRecord]) -> None:
         """One bench invocation's records, in one transaction (all or none); a folder stored before
         (collected again) is replaced."""
         now, bench = _now(), self.bench_runs.c
@@ -118,10 +128,10 @@ class History:
                                                      bench.out_dir == out_dir))
             for rec in records:
                 c.execute(self.bench_runs.insert().values(
-                    machine=machine, platform=platform, out_dir=out_dir, run_id=rec["run_id"],
-                    benchmark=rec["benchmark"], status=rec["status"], created_utc=now, record=json.dumps(rec)))
+                    machine=machine, platform=platform, out_dir=out_dir, run_id=rec.run_id,
+                    benchmark=rec.benchmark, status=rec.status, created_utc=now, record=json.dumps(rec.to_dict())))
 
-    def bench_records(self, machine: str, platform: str, last: int) -> list[tuple[str, dict[str, Any]]]:
+    def bench_records(self, machine: str, platform: str, last: int) -> list[tuple[str, ResultRecord]]:
         """(out_dir, record) of the machine's last `last` bench invocations on the platform, oldest first."""
         bench = self.bench_runs.c
         with self.engine.connect() as c:
@@ -134,4 +144,4 @@ class History:
                              .where(bench.machine == machine, bench.platform == platform,
                                     bench.out_dir.in_([o.out_dir for o in outs]))
                              .order_by(bench.created_utc, bench.run_id)).all()
-        return [(r.out_dir, json.loads(r.record)) for r in rows]
+        return [(r.out_dir, _record(r.record, f"history run of {r.out_dir}")) for r in rows]

@@ -21,7 +21,6 @@ import shutil
 import statistics
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from contract.metrics import tolerances_for
 
@@ -31,12 +30,13 @@ from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
+from .record import ResultRecord
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records
 from .report.nightly import write_reports
 from .report.verdicts import verdict_text
 
 
-def baseline_references(earlier: list[tuple[str, dict[str, Any]]], platform: str, nights: list[str]):
+def baseline_references(earlier: list[tuple[str, ResultRecord]], platform: str, nights: list[str]):
     """The rolling baseline: earlier nights' runs aggregated like a submission (median, samples);
     its fingerprint is the last good night's, so a regression shows what changed since then."""
     records = [rec for _, rec in earlier]
@@ -45,24 +45,24 @@ def baseline_references(earlier: list[tuple[str, dict[str, Any]]], platform: str
                                    system=platform, tolerance_pct=tolerances_for(platform)) if records else []
 
 
-def series(history: list[tuple[str, dict[str, Any]]]) -> dict[str, list[tuple[str, float]]]:
+def series(history: list[tuple[str, ResultRecord]]) -> dict[str, list[tuple[str, float]]]:
     """Per (benchmark, configuration, metric): the median over each night's repeats, oldest first."""
     values: dict[str, dict[str, list[float]]] = {}
     for night, rec in history:
-        if rec["status"] != "ok":
+        if rec.status != "ok":
             continue
         cfg = record_config(rec)
         label = ",".join(f"{k}={v}" for k, v in cfg.items() if k in ("zero_stage", "micro_batch_size",
                                                                        "grad_acc_steps", "max_bytes"))
-        for metric in REFERENCE_METRICS.get(rec["kind"], {}):
-            if metric in rec["metrics"]:
-                name = f"{rec['platform']}/{rec['benchmark']} {label} {metric}"
-                values.setdefault(name, {}).setdefault(night, []).append(rec["metrics"][metric]["value"])
+        for metric in REFERENCE_METRICS.get(rec.kind, {}):
+            if metric in rec.metrics:
+                name = f"{rec.platform}/{rec.benchmark} {label} {metric}"
+                values.setdefault(name, {}).setdefault(night, []).append(rec.metrics[metric]["value"])
     return {name: [(night, statistics.median(v)) for night, v in sorted(nights.items())]
             for name, nights in sorted(values.items())}
 
 
-def run_night(overrides: list[str], *, night: str, repeats: int, store: History, out: Path) -> list[dict[str, Any]]:
+def run_night(overrides: list[str], *, night: str, repeats: int, store: History, out: Path) -> list[ResultRecord]:
     """Every repeat of the suite; runs the store already holds for this night are skipped."""
     done: set[tuple[int, str]] = set()
     records = []
@@ -81,8 +81,8 @@ def run_night(overrides: list[str], *, night: str, repeats: int, store: History,
                 shutil.rmtree(p.run.run_dir)
             print(f"[night {night} repeat {repeat + 1}/{repeats}]", flush=True)
             for record in execute([p], out / f"repeat-{repeat}"):
-                store.add_run(night, platform, repeat, record.to_dict())
-                records.append(record.to_dict())
+                store.add_run(night, platform, repeat, record)
+                records.append(record)
     return records
 
 

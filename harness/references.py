@@ -23,6 +23,7 @@ from contract.metrics import reference_metrics
 from .config.choices import Precision
 from .config.schema import REPO_ROOT, ZeroConfig, grad_accum_precision, to_dict
 from .errors import HarnessError
+from .record import ResultRecord
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "reference.schema.json"
@@ -157,11 +158,11 @@ def record_grad_accum(cfg: dict[str, Any]) -> str:
                                 None if w["grad_accum_dtype"] is None else Precision(w["grad_accum_dtype"])).value
 
 
-def record_config(record: dict[str, Any]) -> dict[str, Any]:
+def record_config(record: ResultRecord) -> dict[str, Any]:
     """The configuration key of a record: what a reference of it is matched on."""
-    cfg = record["config"]
-    key: dict[str, Any] = {"nodes": cfg["platform"]["nodes"], "num_ranks": record["environment"].get("num_ranks")}
-    if record["kind"] == "training":
+    cfg = record.config
+    key: dict[str, Any] = {"nodes": cfg["platform"]["nodes"], "num_ranks": record.environment.get("num_ranks")}
+    if record.kind == "training":
         key.update(zero_stage=cfg["zero"]["stage"], micro_batch_size=cfg["workload"]["micro_batch_size"],
                    grad_acc_steps=cfg["workload"]["grad_acc_steps"], seq_len=cfg["workload"]["seq_len"],
                    precision=cfg["workload"]["precision"],
@@ -181,34 +182,34 @@ def record_config(record: dict[str, Any]) -> dict[str, Any]:
     else:
         c = cfg["collective"]
         key.update(min_bytes=c["min_bytes"], max_bytes=c["max_bytes"], dtype=c["dtype"], redop=c["redop"],
-                   source=record.get("source"))
+                   source=record.source)
     return key
 
 
-def references_from_records(records: list[dict[str, Any]], *, source: str, submitter: str, date: str,
+def references_from_records(records: list[ResultRecord], *, source: str, submitter: str, date: str,
                             system: str, tolerance_pct: dict[str, float]) -> list[Reference]:
     """One reference per (platform, benchmark, configuration, metric) over repeated ok records:
     the median as value, every run's value as samples, the first run's fingerprint and commit."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[ResultRecord]] = {}
     for rec in records:
-        if rec["status"] != "ok":
+        if rec.status != "ok":
             continue
-        key = (rec["platform"], rec["benchmark"], json.dumps(record_config(rec), sort_keys=True), rec["kind"])
+        key = (rec.platform, rec.benchmark, json.dumps(record_config(rec), sort_keys=True), rec.kind)
         groups.setdefault(key, []).append(rec)
     refs = []
     for (platform, benchmark, config, kind), recs in sorted(groups.items()):
         for metric, direction in REFERENCE_METRICS[kind].items():
-            samples = tuple(r["metrics"][metric]["value"] for r in recs if metric in r["metrics"])
+            samples = tuple(r.metrics[metric]["value"] for r in recs if metric in r.metrics)
             if not samples:
                 continue
-            env = recs[0]["environment"]
+            env = recs[0].environment
             refs.append(Reference(
                 platform=platform, benchmark=benchmark, config=json.loads(config), metric=metric,
-                value=statistics.median(samples), unit=recs[0]["metrics"][metric]["unit"],
+                value=statistics.median(samples), unit=recs[0].metrics[metric]["unit"],
                 direction=direction, tolerance_pct=tolerance_pct.get(metric, tolerance_pct["default"]),
                 samples=samples,
                 provenance=Provenance(source=source, submitter=submitter, date=date, system=system,
                                       environment=env, suite_commit=env.get("suite_commit"),
                                       note=f"median of {len(samples)} runs; runs: "
-                                           + ", ".join(r["run_id"] for r in recs))))
+                                           + ", ".join(r.run_id for r in recs))))
     return refs

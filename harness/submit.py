@@ -29,7 +29,7 @@ from contract.metrics import METRICS, tolerances_for
 from .compare import machine_of
 from .config.schema import CONF_DIR
 from .errors import HarnessError
-from .record import validate_record, write_json_atomic
+from .record import ResultRecord, validate_record, write_json_atomic
 from .record_files import read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)
@@ -178,7 +178,7 @@ def check_records(records: list[tuple[str, Any]], *, min_repeats: int, system: O
         if validate_record(rec):
             continue  # already reported; its configuration key is not trustworthy
         try:
-            config = json.dumps(record_config(rec), sort_keys=True)
+            config = json.dumps(record_config(ResultRecord.from_dict(rec, name)), sort_keys=True)
         except (KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{name}: config lacks what identifies the configuration: {exc!r}")
             continue
@@ -261,7 +261,7 @@ def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace:
         raise SubmissionRejected(problems)
     platform = records[0][1]["platform"]
     tolerances = tolerances_for(platform)
-    new = references_from_records([r for _, r in records], source=SOURCE, submitter=submitter,
+    new = references_from_records([ResultRecord.from_dict(r, name) for name, r in records], source=SOURCE, submitter=submitter,
                                   date=today or Date.today().isoformat(), system=system, tolerance_pct=tolerances)
     path = Path(reference_file) if reference_file is not None else Path(reference_dir) / f"{platform}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

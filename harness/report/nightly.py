@@ -18,6 +18,7 @@ from typing import Any
 
 from ..atomic import write_bytes_atomic
 from ..compare import Verdict
+from ..record import ResultRecord
 from .verdicts import change_text, environment_text, verdict_table, verdict_text
 
 COMPARISONS = {"references": "against the reference table",
@@ -49,8 +50,8 @@ def config_label(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
 
-def _failed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("status") != "ok"]
+def _failed(records: list[ResultRecord]) -> list[ResultRecord]:
+    return [r for r in records if r.status != "ok"]
 
 
 # ----------------------------------------------------------------------------- charts
@@ -89,9 +90,9 @@ def trend_png(series: str, points: list[tuple[str, float]], night: str) -> bytes
     return _png(fig)
 
 
-def microstep_png(record: dict[str, Any]) -> bytes:
+def microstep_png(record: ResultRecord) -> bytes:
     """Stacked compute/communication bars (ms) per micro-step of the first profiled step."""
-    steps = record["microsteps"][0]
+    steps = record.microsteps[0]
     index = [m["index"] for m in steps]
     compute_ms = [m["compute_s"] * 1e3 for m in steps]
     comm_ms = [m["comm_s"] * 1e3 for m in steps]
@@ -102,7 +103,7 @@ def microstep_png(record: dict[str, Any]) -> bytes:
     ax.set_xticks(index)
     ax.set_xlabel("micro-step (first profiled optimizer step)")
     ax.set_ylabel("time (ms)")
-    ax.set_title(f"{record['run_id']} ({record['platform']}/{record['benchmark']})", fontsize=10)
+    ax.set_title(f"{record.run_id} ({record.platform}/{record.benchmark})", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return _png(fig)
@@ -111,14 +112,14 @@ def microstep_png(record: dict[str, Any]) -> bytes:
 # ----------------------------------------------------------------------------- documents
 
 def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict]],
-                     records: list[dict[str, Any]]) -> str:
+                     records: list[ResultRecord]) -> str:
     parts = [f"# Nightly report: {platform}, {night}",
              "\n".join(f"- {summary_line(name, vs)}" for name, vs in verdicts.items())]
     for name, vs in verdicts.items():
         parts += [f"## Verdicts {COMPARISONS.get(name, name)}", verdict_table(vs, markdown=True) if vs else "none"]
     failed = _failed(records)
     parts.append("## Failed runs")
-    parts.append("\n".join(f"- {r['run_id']} ({r['benchmark']}): {r['status']}: {r.get('reason')}" for r in failed)
+    parts.append("\n".join(f"- {r.run_id} ({r.benchmark}): {r.status}: {r.reason}" for r in failed)
                  or "none")
     return "\n\n".join(parts) + "\n"
 
@@ -146,7 +147,7 @@ def _img(png: bytes, alt: str) -> str:
             f"<figcaption>{html.escape(alt)}</figcaption></figure>")
 
 
-def nightly_html(platform: str, night: str, verdicts: dict[str, list[Verdict]], records: list[dict[str, Any]],
+def nightly_html(platform: str, night: str, verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
                  history: dict[str, list[tuple[str, float]]]) -> str:
     esc = html.escape
     title = esc(f"Nightly report: {platform}, {night}")
@@ -161,13 +162,13 @@ def nightly_html(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
     failed = _failed(records)
     parts.append("<h2>Failed runs</h2>")
     parts.append(_html_table(["run", "benchmark", "status", "reason"],
-                             [("failed", [r["run_id"], r["benchmark"], r["status"], str(r.get("reason"))])
+                             [("failed", [r.run_id, r.benchmark, r.status, str(r.reason)])
                               for r in failed]) if failed else "<p>none</p>")
     parts.append('<h2>Trends</h2><div class="charts">')
     parts += [_img(trend_png(name, points, night), name) for name, points in history.items()]
     parts.append('</div><h2>Micro-step breakdown</h2><div class="charts">')
-    parts += [_img(microstep_png(r), f"micro-steps of {r['run_id']}") for r in records
-              if r.get("kind", "training") == "training" and r.get("microsteps")]
+    parts += [_img(microstep_png(r), f"micro-steps of {r.run_id}") for r in records
+              if r.kind == "training" and r.microsteps]
     parts.append("</div></body></html>")
     return "\n".join(parts) + "\n"
 
@@ -194,7 +195,7 @@ def junit_xml(platform: str, verdicts: dict[str, list[Verdict]]) -> bytes:
 
 
 def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[str, list[Verdict]],
-                  records: list[dict[str, Any]], history: dict[str, list[tuple[str, float]]]) -> dict[str, Path]:
+                  records: list[ResultRecord], history: dict[str, list[tuple[str, float]]]) -> dict[str, Path]:
     """Write nightly.md, nightly.html and junit.xml into out_dir; {"markdown"|"html"|"junit": path}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from ..compare import machine_of
+from ..record import ResultRecord
 from ..references import REFERENCE_METRICS
 from .summary import fmt, text_table
 
@@ -200,10 +201,10 @@ def environment_text(diff: dict[str, Any]) -> str:
     return "; ".join(parts) or "nothing in the fingerprint"
 
 
-def load_line(records: list[dict[str, Any]]) -> str:
+def load_line(records: list[ResultRecord]) -> str:
     """The machine the records ran on and how busy it was: 'ran on AMD EPYC (2 CPUs) (host vm);
     other work during the measured steps: 0.05-1.30 CPUs (median 0.10) over 13 runs'."""
-    envs = [r.get("environment") or {} for r in records]
+    envs = [r.environment for r in records]
     machines = sorted({machine_of(e) or "an unrecorded machine" for e in envs if e.get("machine")})
     hosts = sorted({h for e in envs for h in (e.get("hosts") or [])})
     other = [l["other_cpus"] for e in envs for l in [e.get("load") or {}] if isinstance(l.get("other_cpus"), (int, float))]

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from harness.ab import references_of  # noqa: E402
 from harness.compare import compare, load_records  # noqa: E402
+from harness.record import ResultRecord  # noqa: E402
 from harness.references import load_references  # noqa: E402
 
 SLOWDOWN = 0.6
@@ -156,9 +157,19 @@ def on_cluster(work: Path, repeats: int, extra: list[str], before: str, after: s
                     subprocess.run([sys.executable, "-m", "harness", "bench", "platform=cpu-cluster", f"out={out}",
                                     *BASE, *extra], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
                 sides[side].append(str(out))
-        return load_records(sides["old"]), load_records(sides["new"])
+        return _load(sides["old"]), _load(sides["new"])
     finally:
         subprocess.run(testbed + ["down", "--name", CLUSTER], cwd=REPO_ROOT, capture_output=True, text=True)
+
+
+def _load(paths: list[str]) -> list[dict[str, Any]]:
+    """Records as dicts, for the cases to edit."""
+    return [r.to_dict() for r in load_records(paths)]
+
+
+def _typed(records: list[dict[str, Any]]) -> list[ResultRecord]:
+    """Edited records, validated again, as compare takes them."""
+    return [ResultRecord.from_dict(r, f"record {r.get('run_id')}") for r in records]
 
 
 def slowed(rec: dict[str, Any], factor: float) -> dict[str, Any]:
@@ -187,7 +198,7 @@ def names_exactly(diff: dict[str, Any], expected: set[str]) -> bool:
 
 
 def judge(case: Case, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Outcome:
-    verdicts = compare(new, references_of(old))
+    verdicts = compare(_typed(new), references_of(_typed(old)))
     flagged = [v for v in verdicts if v.verdict in ("regression", "not comparable")]
     named = sorted({json.dumps(sorted(v.environment_diff)) for v in flagged if v.verdict == "regression"})
     kinds = sorted({v.verdict for v in verdicts})
@@ -212,8 +223,8 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
             if bench(out, BASE + extra) not in (0,):
                 raise SystemExit(f"the {side} bench failed: see {out}.log")
             sides[side].append(out)
-    old = load_records([str(p) for p in sides["old"]])
-    same = load_records([str(p) for p in sides["same"]]) if edit_source == "same" else old
+    old = _load([str(p) for p in sides["old"]])
+    same = _load([str(p) for p in sides["same"]]) if edit_source == "same" else old
     outcomes = []
     for n, case in enumerate(cases):
         if case.cluster:
@@ -227,7 +238,7 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
                 out = work / f"case{n}-{i}"
                 bench(out, BASE + extra + case.overrides, case.neighbours)
                 outs.append(str(out))
-            new, base = load_records(outs), old
+            new, base = _load(outs), old
         else:
             new = [slowed(r, SLOWDOWN) if case.slow else copy.deepcopy(r) for r in same]
             for r in new:
@@ -251,10 +262,10 @@ def false_alarms(work: Path, pairs: int) -> tuple[list[tuple[int, int, int]], li
     for i in range(pairs + 1):
         path = work / f"suite-{i}"
         bench(path, ["history=none"])
-        runs.append(load_records([str(path)]))
-        against_refs.append(sum(v.verdict == "regression" for v in compare(runs[i], shipped)))
+        runs.append(_load([str(path)]))
+        against_refs.append(sum(v.verdict == "regression" for v in compare(_typed(runs[i]), shipped)))
         if i:
-            verdicts = compare(runs[i], references_of(runs[i - 1]))
+            verdicts = compare(_typed(runs[i]), references_of(_typed(runs[i - 1])))
             regressions = [v for v in verdicts if v.verdict == "regression"]
             beyond = [v for v in verdicts if v.worse_pct is not None and v.tolerance_pct is not None
                       and abs(v.worse_pct) > v.tolerance_pct]

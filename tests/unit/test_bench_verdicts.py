@@ -50,7 +50,7 @@ def test_bench_prints_one_line_for_the_references_it_did_not_run(tmp_path, monke
 
 
 def test_the_nightly_still_lists_each_missing_reference():
-    verdicts = compare([ran(i, v).to_dict() for i, v in enumerate([21.8, 22.1, 22.3])], table())
+    verdicts = compare([ran(i, v) for i, v in enumerate([21.8, 22.1, 22.3])], table())
     text = nightly_markdown("cpu", "2026-05-10", {"references": verdicts}, [])
     assert text.count("| missing |") == 27
     assert "had no result" not in text

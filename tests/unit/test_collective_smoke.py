@@ -132,10 +132,10 @@ def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path
     from harness.tune.outcome import allreduce_busbw
 
     dicts = [r.to_dict() for r in smoke]
-    assert compare(dicts, []) == []                     # no verdict: nothing to compare
-    assert references_from_records(dicts, source="s", submitter="t", date="2026-11-23", system="x",
+    assert compare(smoke, []) == []                     # no verdict: nothing to compare
+    assert references_from_records(smoke, source="s", submitter="t", date="2026-11-23", system="x",
                                    tolerance_pct={"default": 10.0}) == []
-    assert series([("2026-11-23", d) for d in dicts]) == {}
+    assert series([("2026-11-23", r) for r in smoke]) == {}
     assert busbw_curves(dicts, h100_cfg) == {}          # the performance model gets no curve
     assert all(allreduce_busbw(d) is None for d in dicts)
     png = tmp_path / "busbw.png"

@@ -11,6 +11,7 @@ import pytest
 from harness.compare import bootstrap_interval, compare, decide, environment_diff
 from harness.config.schema import REPO_ROOT
 from harness.references import Provenance, Reference
+from unit_helpers import typed
 
 ENV = {"python": "3.11.7", "torch": "2.13.0", "deepspeed": "0.19.8", "transformers": "5.23.0",
        "nccl": "2.21.5", "driver": "550.54", "cuda": "12.4", "gpu_model": "H100", "gpu_count": 16,
@@ -102,44 +103,44 @@ def verdict_of(verdicts, metric="samples_per_s"):
 def test_a_regression_names_what_changed_in_the_environment():
     env = {**ENV, "nccl": "2.23.4", "env": {"NCCL_ALGO": "Tree"}}
     recs = [record(i, env=env, samples_per_s=(v, "samples/s")) for i, v in enumerate(noisy(70, 5, 1, 3))]
-    v = verdict_of(compare(recs, [reference(noisy(100, 5, 1, 4))]))
+    v = verdict_of(compare(typed(recs), [reference(noisy(100, 5, 1, 4))]))
     assert v.verdict == "regression"
     assert v.environment_diff == {"nccl": ["2.21.5", "2.23.4"], "env.NCCL_ALGO": ["Ring", "Tree"]}
 
 
 def test_status_changes_both_ways_and_same_status_passes():
     oom = [record(1, status="oom")]
-    v = verdict_of(compare(oom, [reference([100.0, 101.0])]))
+    v = verdict_of(compare(typed(oom), [reference([100.0, 101.0])]))
     assert v.verdict == "status changed" and v.reason.startswith("ok -> oom") and "out of memory" in v.reason
     ok = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([90.0, 91.0])]
-    assert verdict_of(compare(ok, [reference([], status="oom")])).verdict == "status changed"
-    assert verdict_of(compare(oom, [reference([], status="oom")])).verdict == "pass"
+    assert verdict_of(compare(typed(ok), [reference([], status="oom")])).verdict == "status changed"
+    assert verdict_of(compare(typed(oom), [reference([], status="oom")])).verdict == "pass"
 
 
 def test_a_metric_the_results_lack_is_missing_and_a_unit_mismatch_is_named():
     recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([100.0, 101.0])]
     for r in recs:
         del r["metrics"]["mfu_pct"]
-    v = verdict_of(compare(recs, [reference([1.0, 1.0], metric="mfu_pct", unit="%")]), "mfu_pct")
+    v = verdict_of(compare(typed(recs), [reference([1.0, 1.0], metric="mfu_pct", unit="%")]), "mfu_pct")
     assert v.verdict == "missing"
     recs = [record(i, peak_mem_gib=(v, "GB")) for i, v in enumerate([10.0, 10.0])]
-    v = verdict_of(compare(recs, [reference([10.0, 10.0], metric="peak_mem_gib", unit="GiB", direction="lower")]),
+    v = verdict_of(compare(typed(recs), [reference([10.0, 10.0], metric="peak_mem_gib", unit="GiB", direction="lower")]),
                    "peak_mem_gib")
     assert v.verdict == "insufficient data" and "unit mismatch" in v.reason
 
 
 def test_new_results_and_references_without_results():
     recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([100.0, 101.0])]
-    assert verdict_of(compare(recs, [])).verdict == "new"
+    assert verdict_of(compare(typed(recs), [])).verdict == "new"
     other = reference([50.0, 51.0], config={**CONFIG, "micro_batch_size": 128})
-    verdicts = compare(recs, [other])
+    verdicts = compare(typed(recs), [other])
     assert {v.verdict for v in verdicts if v.metric == "samples_per_s"} == {"new", "missing"}
 
 
 def test_a_published_reference_matches_on_the_keys_it_has():
     published = reference([92.35], config={"zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 4}, env=None)
     recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([60.0, 61.0, 59.0])]
-    v = verdict_of(compare(recs, [published]))
+    v = verdict_of(compare(typed(recs), [published]))
     assert v.verdict == "regression"
     assert v.environment_diff == {"reference": "no environment fingerprint (a published figure)"}
     assert environment_diff(ENV, ENV) == {}
@@ -151,11 +152,11 @@ def test_a_published_reference_of_a_checkpointed_run_judges_only_checkpointed_ru
     published = reference([92.35], config={"zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 4,
                                            "seq_len": 512, "activation_checkpointing": True}, env=None)
     plain = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([60.0, 61.0, 59.0])]
-    verdicts = [v for v in compare(plain, [published]) if v.metric == "samples_per_s"]
+    verdicts = [v for v in compare(typed(plain), [published]) if v.metric == "samples_per_s"]
     assert sorted((v.verdict, bool(v.run_ids)) for v in verdicts) == [("missing", False), ("new", True)]
     checkpointed = [{**r, "config": {**r["config"], "workload": {**r["config"]["workload"], "activation_checkpointing": True}}}
                     for r in plain]
-    assert verdict_of(compare(checkpointed, [published])).verdict == "regression"
+    assert verdict_of(compare(typed(checkpointed), [published])).verdict == "regression"
 
 
 def test_the_command_exits_1_on_regression_and_honours_fail_on(tmp_path):
@@ -251,7 +252,7 @@ def test_a_regression_on_a_slower_link_says_so():
     now = cluster_env(node("node1"), node("node2", 0.25))
     recs = [record(i, env=now, samples_per_s=(v, "samples/s")) for i, v in enumerate(noisy(30, 5, 1, 3))]
     ref = reference(noisy(100, 5, 1, 4), env=cluster_env(node("node1"), node("node2")))
-    v = verdict_of(compare(recs, [ref]))
+    v = verdict_of(compare(typed(recs), [ref]))
     assert v.verdict == "regression" and v.environment_diff == {"links.node2/eth0": [1.0, 0.25]}
 
 

@@ -13,6 +13,7 @@ from harness.model.memory import memory_estimate
 from harness.model.traffic import comm_traffic
 from harness.plan import deepspeed_config, merge_user_deepspeed
 from harness.references import record_config
+from unit_helpers import typed
 
 
 def _accum(cfg) -> str:
@@ -74,11 +75,11 @@ def _record(cfg, **workload) -> dict:
 
 def test_references_match_on_the_accumulation_only_where_it_differs_from_the_model_dtype(composed):
     cfg = composed(["platform=h100", "workload=llama-8b", "zero=stage2"])
-    assert record_config(_record(cfg))["grad_accum_dtype"] == "fp32"       # unset: fp32 under ZeRO-2
+    assert record_config(typed([_record(cfg)])[0])["grad_accum_dtype"] == "fp32"       # unset: fp32 under ZeRO-2
     old = _record(cfg)
     del old["config"]["workload"]["grad_accum_dtype"]                       # a record from before the field
-    assert "grad_accum_dtype" not in record_config(old)                     # ran in the model's dtype
-    assert "grad_accum_dtype" not in record_config(_record(cfg, grad_accum_dtype="bf16"))
+    assert "grad_accum_dtype" not in record_config(typed([old])[0])                     # ran in the model's dtype
+    assert "grad_accum_dtype" not in record_config(typed([_record(cfg, grad_accum_dtype="bf16")])[0])
 
 
 def test_the_memory_model_holds_fp32_gradient_partitions_and_bf16_optimizer_buffers(composed):

@@ -13,6 +13,7 @@ from harness.config.compose import compose
 from harness.errors import ConfigError
 from harness.references import Reference
 from harness.report.verdicts import verdict_table
+from unit_helpers import schema_valid, typed
 
 LAPTOP = {"python": "3.11.7", "torch": "2.13.0", "env": {}, "suite_commit": "abc", "host": "laptop",
           "num_ranks": 16, "machine": {"cpu": {"model": "Intel Core i7-1185G7", "logical_cpus": 8}}}
@@ -21,15 +22,15 @@ LAPTOP = {"python": "3.11.7", "torch": "2.13.0", "env": {}, "suite_commit": "abc
 def run(samples_per_s: float, i: int = 0, env: dict = LAPTOP) -> dict:
     rec = record(i, env=copy.deepcopy(env), samples_per_s=(samples_per_s, "samples/s"))
     rec["created_utc"] = f"2026-11-2{i}T10:00:00+00:00"
-    return rec
+    return schema_valid(rec)
 
 
 def bench(tmp_path, n: int, samples_per_s: float, references: list[Reference] = ()):
     out = tmp_path / f"bench{n}"
     out.mkdir(parents=True)
     records = [run(samples_per_s, n)]
-    verdicts = compare(records, list(references))
-    return judge(records, verdicts, "auto", out), verdicts
+    verdicts = compare(typed(records), list(references))
+    return judge(typed(records), verdicts, "auto", out), verdicts
 
 
 def test_the_first_bench_is_the_baseline_and_the_second_is_judged_against_it(tmp_path):
@@ -79,16 +80,16 @@ def test_other_machines_keep_their_own_baselines(tmp_path):
     bench(tmp_path, 1, 20.0)
     other = {**LAPTOP, "machine": {"cpu": {"model": "Apple M3", "logical_cpus": 8}}}
     records = [run(5.0, 2, env=other)]
-    result = judge(records, compare(records, []), "auto", tmp_path / "other")
+    result = judge(typed(records), compare(typed(records), []), "auto", tmp_path / "other")
     assert all(v.verdict == "new" for v in result.verdicts), "the M3 has no baseline yet; the i7's is not its"
 
 
 def test_history_none_keeps_nothing_and_an_unusable_store_is_a_note_not_a_failure(tmp_path):
     records = [run(20.0)]
-    none = judge(records, compare(records, []), "none", tmp_path / "a")
+    none = judge(typed(records), compare(typed(records), []), "none", tmp_path / "a")
     assert none.verdicts == [] and "nothing kept" in baseline_text(none, "")
     assert not (tmp_path / "history.sqlite").exists()
-    broken = judge(records, compare(records, []), "nosuchdriver://x", tmp_path / "b")
+    broken = judge(typed(records), compare(typed(records), []), "nosuchdriver://x", tmp_path / "b")
     assert "history store not used" in baseline_text(broken, "")
 
 
@@ -96,8 +97,8 @@ def test_where_the_store_is_and_what_a_machine_is_called(tmp_path):
     assert store_url("auto", tmp_path / "results" / "x") == f"sqlite:///{tmp_path / 'results' / 'history.sqlite'}"
     assert store_url("none", tmp_path) is None
     assert store_url("postgresql://h/db", tmp_path) == "postgresql://h/db"
-    assert machine_key([run(1.0)]) == "Intel Core i7-1185G7 (8 CPUs)"
-    assert machine_key([run(1.0, env={**LAPTOP, "machine": {"cpu": {"model": "x86_64"}}})]) == "host laptop"
+    assert machine_key(typed([run(1.0)])) == "Intel Core i7-1185G7 (8 CPUs)"
+    assert machine_key(typed([run(1.0, env={**LAPTOP, "machine": {"cpu": {"model": "x86_64"}}})])) == "host laptop"
 
 
 def test_the_history_key_is_checked():

@@ -13,6 +13,7 @@ from harness.compare import commits_between, environment_diff
 from harness.config.schema import REPO_ROOT
 from harness.nodes import load_during
 from harness.report.verdicts import environment_text, load_line
+from unit_helpers import typed
 
 STAT = "cpu  100 5 50 1000 20 3 2 0 7 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n"
 
@@ -97,6 +98,6 @@ def test_the_suite_commit_is_named_with_the_commits_between_when_the_checkout_ha
 
 def test_the_bench_says_where_it_ran_and_how_busy_the_machine_was():
     recs = [{"environment": {**env({"other_cpus": x}), "hosts": ["vm"]}} for x in (0.1, 0.05, 1.3)]
-    assert load_line(recs) == ("ran on AMD EPYC (2 CPUs) (host vm); other work during the measured steps: "
+    assert load_line(typed(recs)) == ("ran on AMD EPYC (2 CPUs) (host vm); other work during the measured steps: "
                                "0.05-1.30 CPUs (median 0.10) over 3 record(s)")
-    assert load_line([{"environment": {}}]) == "ran on an unrecorded machine"
+    assert load_line(typed([{"environment": {}}])) == "ran on an unrecorded machine"

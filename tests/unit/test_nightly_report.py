@@ -11,6 +11,7 @@ import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 from harness.compare import VERDICTS, Verdict
 from harness.report.nightly import _ORDER, microstep_png, trend_png, write_reports
+from unit_helpers import schema_valid, typed
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CFG = {"zero_stage": 1, "micro_batch_size": 2, "grad_acc_steps": 4}
@@ -39,7 +40,7 @@ def _verdicts() -> dict[str, list[Verdict]]:
     return {"references": references, "baseline": baseline}
 
 
-def _records() -> list[dict]:
+def _records() -> list:
     micro = [{"index": i, "total_s": 0.05 + 0.02 * (i == 3), "compute_s": 0.04, "comm_s": 0.01 + 0.02 * (i == 3),
               "collectives": [{"op": "all_reduce", "bytes": 1 << 20, "time_s": 0.01, "phase": "backward"}]}
              for i in range(4)]
@@ -49,7 +50,7 @@ def _records() -> list[dict]:
     oom = {"run_id": "z3-mb8-ga1", "kind": "training", "platform": "cpu", "benchmark": "llama-tiny",
            "status": "oom", "reason": "CUDA out of memory <tried 2 GiB>", "metrics": {}, "microsteps": [],
            "environment": {}}
-    return [ok, oom]
+    return typed([schema_valid(ok), schema_valid(oom)])
 
 
 def _history() -> dict[str, list[tuple[str, float]]]:
@@ -139,15 +140,15 @@ def test_a_night_on_a_slower_link_than_the_baseline_nights_names_the_link(tmp_pa
     from harness.nightly import baseline_references
     from harness.nodes import links
 
-    def record(run_id: str, node2_gbps: float, busbw: float) -> dict:
+    def record(run_id: str, node2_gbps: float, busbw: float):
         nodes = [node("node1"), node("node2", node2_gbps)]
-        return {"run_id": run_id, "kind": "collective", "platform": "cpu", "benchmark": "all_reduce",
+        return typed([schema_valid({"run_id": run_id, "kind": "collective", "platform": "cpu", "benchmark": "all_reduce",
                 "status": "ok", "reason": None, "source": "builtin", "microsteps": [],
                 "config": {"platform": {"nodes": 2}, "collective": {"min_bytes": 1 << 20, "max_bytes": 1 << 26,
                                                                    "dtype": "float", "redop": "sum"}},
                 "metrics": {"avg_busbw_gbps": {"value": busbw, "unit": "GB/s"}},
                 "environment": {"num_ranks": 2, "num_nodes": 2, "host": "node1", "nodes": nodes,
-                                "machine": nodes[0]["machine"], "links": links(nodes), "env": {}}}
+                                "machine": nodes[0]["machine"], "links": links(nodes), "env": {}}})])[0]
 
     nights = ["2026-05-08", "2026-05-09"]
     earlier = [(night, record(f"{night}-{i}", 1.0, 0.118 + 0.001 * i)) for night in nights for i in range(3)]

@@ -8,6 +8,7 @@ from test_compare import ENV, record, reference
 
 from harness.compare import VERDICTS, compare, machine_of
 from harness.report.verdicts import verdict_table
+from unit_helpers import typed
 
 
 def cpu_env(model: str, cpus: int = 2) -> dict:
@@ -31,7 +32,7 @@ def test_the_machine_is_what_speed_rests_on_and_unknown_when_the_fingerprint_doe
 def _verdicts(ref_env: dict, run_env: dict, factor: float = 0.5) -> list:
     ref = reference([100.0, 101.0, 99.0], env=ref_env)
     runs = [record(i, env=run_env, samples_per_s=(v * factor, "samples/s")) for i, v in enumerate([100.0, 99.5, 100.5])]
-    return [v for v in compare(runs, [ref]) if v.metric == "samples_per_s"]
+    return [v for v in compare(typed(runs), [ref]) if v.metric == "samples_per_s"]
 
 
 def test_another_cpu_is_not_comparable_and_names_both_machines():

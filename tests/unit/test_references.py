@@ -11,6 +11,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.references import (REFERENCE_DIR, load_file, load_references, references_from_records, select,
                                 validate_reference_file)
+from unit_helpers import typed
 
 SOURCES = REFERENCE_DIR / "sources" / "sc25-pmbs"
 
@@ -131,7 +132,7 @@ def test_references_from_repeated_records_take_the_median_and_keep_every_sample(
                 "environment": {"num_ranks": 2, "suite_commit": "abc", "torch": "2.13.0"},
                 "metrics": {"samples_per_s": {"value": sps, "unit": "samples/s"}}}
     recs = [record("a", 10.0), record("b", 14.0), record("c", 11.0), {**record("d", 99.0), "status": "oom"}]
-    (ref,) = references_from_records(recs, source="suite", submitter="me", date="2026-11-21", system="x",
+    (ref,) = references_from_records(typed(recs), source="suite", submitter="me", date="2026-11-21", system="x",
                                      tolerance_pct={"default": 20.0})
     assert ref.value == 11.0 and sorted(ref.samples) == [10.0, 11.0, 14.0]
     assert ref.config["zero_stage"] == 2 and "zero" not in ref.config  # unset knobs are not part of the key
@@ -153,7 +154,7 @@ def test_every_run_of_the_default_cpu_suite_has_cpu_references():
                "source": "builtin"}
         benchmarks = p.run.spec.ops if kind == "collective" else [p.cfg.workload.name]
         for benchmark in benchmarks:
-            group = Group("cpu", benchmark, kind, record_config(rec), [])
+            group = Group("cpu", benchmark, kind, record_config(typed([rec])[0]), [])
             found = {r.metric for r in refs if matches(r, group)}
             wanted = {"avg_busbw_gbps"} if kind == "collective" else {"samples_per_s", "peak_mem_gib", "mfu_pct"}
             assert wanted <= found, (p.run.run_id, benchmark, sorted(found))
@@ -170,7 +171,7 @@ def test_only_knobs_away_from_their_default_enter_the_key():
                "config": {"platform": {"nodes": 1}, "zero": {"stage": 1, **zero},
                           "workload": {"micro_batch_size": 2, "grad_acc_steps": 4, "seq_len": 128,
                                        "precision": "fp32"}}}
-        return record_config(rec).get("zero")
+        return record_config(typed([rec])[0]).get("zero")
 
     assert key(gradient_collective="all_reduce", overlap_comm=None) is None  # as records made before the field
     assert key(gradient_collective="reduce_scatter") == {"gradient_collective": "reduce_scatter"}
@@ -211,7 +212,7 @@ def planned_groups(overrides):
         if p.cfg.kind.value != "training":
             continue
         rec = {"config": p.run.config, "environment": {"num_ranks": p.run.num_ranks}, "kind": "training"}
-        out.append((p.run.run_id, Group(p.cfg.platform.name, p.cfg.workload.name, "training", record_config(rec), [])))
+        out.append((p.run.run_id, Group(p.cfg.platform.name, p.cfg.workload.name, "training", record_config(typed([rec])[0]), [])))
     return out
 
 
@@ -256,7 +257,7 @@ def test_a_records_checkpointing_enters_its_key_and_is_off_when_the_record_preda
                "config": {"platform": {"nodes": 1}, "zero": {"stage": 1},
                           "workload": {"micro_batch_size": 2, "grad_acc_steps": 4, "seq_len": 128,
                                        "precision": "fp32", **workload}}}
-        return record_config(rec)["activation_checkpointing"]
+        return record_config(typed([rec])[0])["activation_checkpointing"]
 
     assert key() is False and key(activation_checkpointing=False) is False
     assert key(activation_checkpointing=True) is True
