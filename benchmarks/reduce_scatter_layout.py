@@ -104,6 +104,12 @@ class Window:
         return self.world_size * self.numel
 
 
+def _check_span(what: str, start: int, numel: int, n: int, size: int) -> None:
+    """ValueError unless elements [start, start + numel) lie in a flat group of n ranks x size."""
+    if numel < 0 or start < 0 or start + numel > n * size:
+        raise ValueError(f"{what}: elements [{start}, {start + numel}) outside the flat group of {n} x {size}")
+
+
 def plan_windows(spans: Sequence[tuple[int, int, int]], partition_numel: int, world_size: int,
                  window: int) -> list[Window]:
     """The windows of one parameter group that hold any of `spans` (parameter, first element in
@@ -115,9 +121,7 @@ def plan_windows(spans: Sequence[tuple[int, int, int]], partition_numel: int, wo
         raise ValueError(f"world_size={n}, partition_numel={p}, window={window}: need 1 <= window <= partition")
     by_window: dict[int, list[Segment]] = {}
     for param, start, numel in spans:
-        if numel < 0 or start < 0 or start + numel > n * p:
-            raise ValueError(f"parameter {param}: elements [{start}, {start + numel}) outside the flat group "
-                             f"of {n} x {p}")
+        _check_span(f"parameter {param}", start, numel, n, p)
         pos, end = start, start + numel
         while pos < end:
             r, within = divmod(pos, p)
@@ -183,9 +187,7 @@ def _partition_runs(spans: Sequence[tuple[int, int, int]], partition_numel: Sequ
     partition boundaries, in span order."""
     for group, start, numel in spans:
         size = partition_numel[group]
-        if numel < 0 or start < 0 or start + numel > n * size:
-            raise ValueError(f"group {group}: elements [{start}, {start + numel}) outside the flat group "
-                             f"of {n} x {size}")
+        _check_span(f"group {group}", start, numel, n, size)
         pos, end = start, start + numel
         while pos < end:
             dst, offset = divmod(pos, size)
