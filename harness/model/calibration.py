@@ -41,8 +41,9 @@ from typing import Any, Iterable, Optional
 
 from ..config.choices import Device
 from ..config.schema import BenchConfig
+from ..config.split import with_split
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, load_records,  # noqa: F401 (API)
-                                 record_efficiency, same_place, variant, workload_matches)
+                                 record_efficiency, same_place, workload_matches, zero_from_knobs)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
 from .compute_calibration import calibrate_on_machine
 from .params import PARAMS, ModelParams
@@ -126,8 +127,8 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
             continue
         mb, ga, stage = int(c["micro_batch_size"]), int(c["grad_acc_steps"]), int(c["zero_stage"])
         step_time = reference_step_time_s(r, world)
-        eff = efficiency_for_step_time(variant(cfg, mb, ga, stage, knobs=c.get("zero")), Calibration(busbw=curves),
-                                       step_time, params)
+        measured = with_split(cfg, stage, mb, ga, zero=zero_from_knobs(stage, c.get("zero")))
+        eff = efficiency_for_step_time(measured, Calibration(busbw=curves), step_time, params)
         if eff is not None:
             src = r.provenance.source if r.provenance else "no provenance"
             unstated = [k for k in ("seq_len", "activation_checkpointing") if k not in c]

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Optional
 
 from ..config.choices import GradientCollective
 from ..config.schema import BenchConfig, ZeroConfig
+from ..config.split import with_split
 from ..errors import HarnessError
 from ..record_files import load_records as load_result_records
 from .calibration_types import BusbwCurve, Calibration
@@ -82,20 +83,13 @@ def zero_from_knobs(stage: int, knobs: Optional[dict[str, Any]]) -> ZeroConfig:
     return z
 
 
-def variant(cfg: BenchConfig, mb: int, ga: int, stage: int, ckpt: Optional[bool] = None,
-             knobs: Optional[dict[str, Any]] = None) -> BenchConfig:
-    """cfg with another split, stage and ZeRO knobs (a measured configuration to invert: its own
-    knobs, never the predicted configuration's)."""
-    w = dataclasses.replace(cfg.workload, micro_batch_size=mb, grad_acc_steps=ga)
-    if ckpt is not None:
-        w.activation_checkpointing = ckpt
-    return dataclasses.replace(cfg, workload=w, zero=zero_from_knobs(stage, knobs))
-
-
 def record_variant(rec: dict[str, Any], cfg: BenchConfig) -> BenchConfig:
-    w = rec["config"]["workload"]
-    mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(rec["config"]["zero"]["stage"])
-    return variant(cfg, mb, ga, stage, bool(w.get("activation_checkpointing", False)), rec["config"]["zero"])
+    """cfg at a record's split, stage, activation checkpointing and ZeRO knobs (a measured configuration
+    to invert: its own knobs, never the predicted configuration's), validated (config.split)."""
+    w, z = rec["config"]["workload"], rec["config"]["zero"]
+    mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(z["stage"])
+    return with_split(cfg, stage, mb, ga, activation_checkpointing=bool(w.get("activation_checkpointing", False)),
+                      zero=zero_from_knobs(stage, z))
 
 
 def profile_efficiency(rec: dict[str, Any], cfg: BenchConfig) -> Optional[float]:

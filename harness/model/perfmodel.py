@@ -18,11 +18,12 @@ Pure functions (no I/O); formulas are stated where they are used, with their sou
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..config.choices import Device
 from ..config.schema import BenchConfig
+from ..config.split import with_split  # also imported from here by reference_results/sources/sc25-pmbs
 from ..config.teacher import teacher_workload
 from ..errors import HarnessError
 from .calibration_types import Calibration
@@ -229,15 +230,7 @@ def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: 
     return hi
 
 
-def with_split(cfg: BenchConfig, stage: int, micro_batch_size: int) -> BenchConfig:
-    """cfg with another ZeRO stage and (micro-batch, grad-acc) split at the same C."""
-    w = cfg.workload
-    return replace(cfg, zero=replace(cfg.zero, stage=stage),
-                   workload=replace(w, micro_batch_size=micro_batch_size,
-                                    grad_acc_steps=w.samples_per_step // micro_batch_size))
-
-
 def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3)) -> list[BenchConfig]:
-    """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C."""
+    """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C, each validated."""
     c = cfg.workload.samples_per_step
     return [with_split(cfg, s, mb) for s in stages for mb in range(1, c + 1) if c % mb == 0]

@@ -23,12 +23,13 @@ from typing import Any, Callable, Optional
 
 from ..config.choices import GradientCollective
 from ..config.schema import REPO_ROOT, BenchConfig
+from ..config.split import with_split
 from ..errors import HarnessError
 from ..references import Reference, load_file
 from .calibration import calibrate, is_outlier
 from .memory import memory_estimate
 from .params import PARAMS, ModelParams
-from .perfmodel import Prediction, predict, with_split
+from .perfmodel import Prediction, predict
 from .traffic import comm_traffic
 
 PUBLISHED = REPO_ROOT / "reference_results" / "sc25-pmbs.json"

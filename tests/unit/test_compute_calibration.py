@@ -8,12 +8,13 @@ import json
 import pytest
 
 from unit_helpers import schema_valid
+from harness.config.split import with_split
 from harness.errors import HarnessError
 from harness.model.calibration import calibrate
 from harness.model.check import check_step_times, record_config
 from harness.model.comm_layout import prefetch_exposed
 from harness.model.compute_calibration import Machine, record_machine
-from harness.model.perfmodel import executed_flops_per_step, predict, with_split
+from harness.model.perfmodel import executed_flops_per_step, predict
 from harness.model.traffic import comm_traffic
 
 EPYC, XEON = "AMD EPYC 7763 64-Core Processor", "Intel Xeon Platinum 8480+"

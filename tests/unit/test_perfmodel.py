@@ -14,6 +14,7 @@ from unit_helpers import REPO_ROOT, schema_valid
 
 from harness.config.choices import GradientCollective, OptimizerImpl, Precision
 from harness.config.schema import WorkloadConfig
+from harness.config.split import with_split
 from harness.errors import HarnessError
 from harness.model.calibration import DEFAULT_EFFICIENCY, BusbwCurve, Calibration, calibrate, load_records
 from harness.model.comm_layout import balanced_window_elements, pack, zero_partition_size
@@ -22,7 +23,7 @@ from harness.model.memory import (activation_estimate, deepspeed_zero2_estimate_
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
 from harness.model.params import IDEAL, PARAMS
 from harness.model.perfmodel import (efficiency_for_step_time, executed_flops_per_step, overlap_summary, predict,
-                                     sweep_configs, with_split)
+                                     sweep_configs)
 from harness.model.traffic import collective_time, comm_traffic
 
 GB = 1e9
