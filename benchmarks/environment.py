@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
-from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, RUNTIME_VAR
+from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, RANK_FIELDS, RUNTIME_VAR, build
 
 from .machine import machine
 
@@ -89,25 +89,26 @@ def fingerprint(world_size: int) -> dict[str, Any]:
     if cuda:
         v = torch.cuda.nccl.version()
         nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "deepspeed": _version("deepspeed"),
-        "transformers": _version("transformers"),
-        "datasets": _version("datasets"),
-        "cuda": torch.version.cuda if cuda else None,
-        "nccl": nccl,
-        "driver": _driver_version() if cuda else None,
-        "gpu_model": torch.cuda.get_device_name(0) if cuda else None,
-        "gpu_count": torch.cuda.device_count() if cuda else 0,   # on this node, as detected
-        "cpu_model": box["cpu"]["model"],   # /proc/cpuinfo's model name; None, never the architecture, when absent
-        "machine": box,
-        "os": platform.platform(),
-        "container_image": image,
-        "container_digest": digest,
-        "container_runtime": runtime,
-        "lock_mismatches": lock_mismatches(),
-        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-        "host": socket.gethostname(),
-        "world_size": world_size,
-    }
+    return build(
+        RANK_FIELDS,
+        python=platform.python_version(),
+        torch=torch.__version__,
+        deepspeed=_version("deepspeed"),
+        transformers=_version("transformers"),
+        datasets=_version("datasets"),
+        cuda=torch.version.cuda if cuda else None,
+        nccl=nccl,
+        driver=_driver_version() if cuda else None,
+        gpu_model=torch.cuda.get_device_name(0) if cuda else None,
+        gpu_count=torch.cuda.device_count() if cuda else 0,   # on this node, as detected
+        cpu_model=box["cpu"]["model"],   # /proc/cpuinfo's model name; None, never the architecture, when absent
+        machine=box,
+        os=platform.platform(),
+        container_image=image,
+        container_digest=digest,
+        container_runtime=runtime,
+        lock_mismatches=lock_mismatches(),
+        env={k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        host=socket.gethostname(),
+        world_size=world_size,
+    )

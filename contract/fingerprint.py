@@ -1,14 +1,49 @@
-"""The environment fingerprint's vocabulary: the variables the harness tells the ranks about their
-image, the environment variables a record keeps, and which fingerprint fields a comparison names
-when they change and a submission requires. The ranks fill the fingerprint
-(benchmarks/environment.py), the controller completes it (harness/record.py)."""
+"""The environment fingerprint's vocabulary and its one builder: the variables the harness tells the
+ranks about their image, the environment variables a record keeps, the fields each side fills (in
+the order a record holds them), and which fields a comparison names when they change and a
+submission requires. The ranks fill the fingerprint (benchmarks/environment.py), the controller
+completes it (harness/record.py), an imported nccl-tests output fills what its text says
+(harness/nccl_tests.py); all three build it with build(). Pure: no torch, no harness."""
 from __future__ import annotations
+
+from typing import Any
 
 IMAGE_VAR, DIGEST_VAR, RUNTIME_VAR = "SUITE_CONTAINER_IMAGE", "SUITE_CONTAINER_DIGEST", "SUITE_CONTAINER_RUNTIME"
 """What the harness tells the ranks about the image they run in."""
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_",
                 "FI_", "GLOO_SOCKET_IFNAME")
 """Environment variables a record keeps (environment.env): those that change what the ranks do."""
+
+FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets", "cuda", "nccl", "driver",
+          "gpu_model", "gpu_count", "cpu_model", "machine", "os", "container_image", "container_digest",
+          "container_runtime", "lock_mismatches", "env", "host", "world_size", "hosts", "suite_commit",
+          "nccl_tests", "num_ranks")
+"""Every field a builder fills, in the order a fingerprint holds them (the controller adds more
+afterwards: nodes, links, num_nodes, settings, load, ...; harness.record.environment)."""
+RANK_FIELDS = FIELDS[:FIELDS.index("world_size") + 1]
+"""What a rank knows (benchmarks.environment.fingerprint): everything torch and its node tell it."""
+CONTROLLER_FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets", "cuda", "nccl", "driver",
+                     "gpu_model", "gpu_count", "container_image", "container_digest", "env", "host")
+"""What the controller starts from without torch (harness.record.controller_environment); the
+ranks' own view, when they report it, overrides it."""
+IMPORTED_FIELDS = ("python", "torch", "deepspeed", "transformers", "cuda", "nccl", "driver", "gpu_model",
+                   "gpu_count", "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks")
+"""What a record of an imported nccl-tests output holds (harness.nccl_tests.records_from_output):
+what the output's text says, None for what it cannot."""
+VIEWS = {"rank": RANK_FIELDS, "controller": CONTROLLER_FIELDS, "imported": IMPORTED_FIELDS}
+
+
+def build(fields: tuple[str, ...], **facts: Any) -> dict[str, Any]:
+    """The fingerprint holding `fields` (one of the views above), in FIELDS' order: each field as
+    given in facts, None (unknown) when not given. A fact or field outside the view is an error."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"not fingerprint fields: {', '.join(unknown)}")
+    outside = sorted(set(facts) - set(fields))
+    if outside:
+        raise ValueError(f"facts outside this fingerprint's fields: {', '.join(outside)}")
+    return {k: facts.get(k) for k in FIELDS if k in fields}
+
 
 COMPARED = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "python",
             "container_image", "container_digest", "container_runtime", "gpu_model", "gpu_count", "num_nodes",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from contract.collectives import OPS
+from contract.fingerprint import IMPORTED_FIELDS, build
 
 from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from .config.schema import REPO_ROOT, BenchConfig
@@ -54,12 +55,12 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
     """One collective record (harness.record.collective_record) of a parsed output."""
     status, reason = _status(parsed)
     models = sorted(set(parsed.devices))
-    env = {"python": None, "torch": None, "deepspeed": None, "transformers": None,
-           "cuda": parsed.cuda_version, "nccl": parsed.nccl_version, "driver": None,
-           "gpu_model": " + ".join(models) or None,
-           "gpu_count": parsed.num_ranks or (len(parsed.devices) if parsed.layout != "json" else 0),
-           "container_image": None, "env": dict(parsed.env), "hosts": list(parsed.hosts),
-           "suite_commit": None, "nccl_tests": parsed.nccl_tests_version, "num_ranks": parsed.num_ranks}
+    # what the output cannot say (python, torch, the driver, the image, the suite commit) stays None
+    env = build(IMPORTED_FIELDS, cuda=parsed.cuda_version, nccl=parsed.nccl_version,
+                gpu_model=" + ".join(models) or None,
+                gpu_count=parsed.num_ranks or (len(parsed.devices) if parsed.layout != "json" else 0),
+                env=dict(parsed.env), hosts=list(parsed.hosts), nccl_tests=parsed.nccl_tests_version,
+                num_ranks=parsed.num_ranks)
     config = {"op": parsed.op, "op_inferred": parsed.op_inferred, "source_file": source_file,
               "layout": parsed.layout, "num_ranks": parsed.num_ranks, "args": parsed.args,
               "nccl_tests": asdict(parsed.run_config) if parsed.run_config else None,

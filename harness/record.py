@@ -23,7 +23,7 @@ from typing import Any, Optional
 import jsonschema
 
 from contract import events as ev
-from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR
+from contract.fingerprint import CONTROLLER_FIELDS, DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, build
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
@@ -134,11 +134,9 @@ def _version(dist: str) -> Optional[str]:
 
 def controller_environment() -> dict[str, Any]:
     """What the controller knows without importing torch; ranks' own view overrides it."""
-    return {"python": py_platform.python_version(), "torch": _version("torch"),
-            "deepspeed": _version("deepspeed"), "transformers": _version("transformers"),
-            "datasets": _version("datasets"), "cuda": None, "nccl": None, "driver": None,
-            "gpu_model": None, "gpu_count": 0, "container_image": None, "container_digest": None,
-            "env": {}, "host": socket.gethostname()}
+    return build(CONTROLLER_FIELDS, python=py_platform.python_version(), torch=_version("torch"),
+                 deepspeed=_version("deepspeed"), transformers=_version("transformers"),
+                 datasets=_version("datasets"), gpu_count=0, env={}, host=socket.gethostname())
 
 
 SETTINGS = ("measure.inject_delay_s", "measure.warmup_steps", "measure.steps", "platform.launcher")

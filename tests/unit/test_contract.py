@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contract import collectives as vocab
+from contract import fingerprint as fp
 from harness import nccl_tests_infer
 from harness.config import validate
 from harness.errors import ConfigError, HarnessError
@@ -60,3 +61,16 @@ def test_portability_takes_a_direction_from_the_registry_and_refuses_an_unknown_
     assert direction_of("step_time_s", []) == "lower" and direction_of("avg_busbw_gbps", []) == "higher"
     with pytest.raises(HarnessError, match="'joules_per_token' is not registered"):
         direction_of("joules_per_token", [])
+
+
+def test_the_fingerprint_builder_keeps_one_order_fills_none_and_refuses_what_a_view_lacks():
+    for view in fp.VIEWS.values():   # each view is declared in the one order a fingerprint holds
+        assert list(view) == [k for k in fp.FIELDS if k in view]
+        assert list(fp.build(view)) == list(view) and set(fp.build(view).values()) == {None}
+    assert list(fp.build(("host", "python"), host="h")) == ["python", "host"]
+    assert fp.build(fp.CONTROLLER_FIELDS, gpu_count=0)["gpu_count"] == 0
+    with pytest.raises(ValueError, match="facts outside this fingerprint's fields: world_size"):
+        fp.build(fp.CONTROLLER_FIELDS, world_size=2)
+    with pytest.raises(ValueError, match="not fingerprint fields: colour"):
+        fp.build(("python", "colour"))
+    assert set(fp.REQUIRED) <= set(fp.FIELDS) and set(fp.REQUIRED_CUDA) <= set(fp.RANK_FIELDS)
