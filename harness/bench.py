@@ -10,7 +10,7 @@ from typing import Optional
 import yaml
 
 from contract import events as ev
-from contract.fingerprint import DIGEST_VAR, IMAGE_VAR
+from contract.fingerprint import IMAGE_VAR
 from contract.spec import SPEC_FILE, CollectiveSpec
 
 from .atomic import write_bytes_atomic, write_text_atomic
@@ -21,7 +21,7 @@ from .config.choices import ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
 from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
 from .errors import HarnessError
-from .launch.container import Wrapper, check_image, image_digest
+from .launch.container import ImageDigests, Wrapper
 from .launch.local import LaunchResult, LocalLauncher
 from .launch.preflight import check as preflight_check
 from .launch.slurm import SlurmLauncher
@@ -54,9 +54,12 @@ def default_out(cfg: BenchConfig) -> Path:
     return REPO_ROOT / "results" / f"{stamp}-{safe_name(cfg.platform.name)}"
 
 
-def plan_suite(overrides: list[str], multirun: bool = False, out: Optional[Path] = None) -> tuple[Path, list[PlannedRun]]:
+def plan_suite(overrides: list[str], multirun: bool = False, out: Optional[Path] = None,
+               images: Optional[ImageDigests] = None) -> tuple[Path, list[PlannedRun]]:
     """Compose and validate every run of the suite (of every multirun combination) before
-    anything is launched. `out`: the results folder, whatever out= says (collect re-plans a dry run)."""
+    anything is launched. `out`: the results folder, whatever out= says (collect re-plans a dry run).
+    `images` (checked_images()): each container image checked and its digest in the runs' environment;
+    without it (`plan`, collect's re-planning) no image is looked at and the runs name none."""
     jobs = multirun_expand(overrides, multirun)
     first = compose(jobs[0])
     out = out or (Path(first.out).resolve() if first.out else default_out(first))
@@ -66,22 +69,23 @@ def plan_suite(overrides: list[str], multirun: bool = False, out: Optional[Path]
         base = first if job is jobs[0] else compose(job)
         if not base.suite.runs:
             name = base.workload.name if base.kind == RunKind.training else f"collectives-{base.collective.name}"
-            planned += plan_runs(base, name + tag, len(planned), job, out)
+            planned += plan_runs(base, name + tag, len(planned), job, out, images)
         for entry in base.suite.runs:
             run_overrides = merge_overrides(job, [f"kind={entry.kind.value}", *entry.overrides])
             try:
                 cfg = compose(run_overrides)
             except HarnessError as exc:
                 raise HarnessError(f"suite {base.suite.name}, run {entry.name}: {exc}") from None
-            planned += plan_runs(cfg, entry.name + tag, len(planned), run_overrides, out)
+            planned += plan_runs(cfg, entry.name + tag, len(planned), run_overrides, out, images)
     return out, planned
 
 
-def plan_runs(cfg: BenchConfig, name: str, index: int, overrides: list[str], out: Path) -> list[PlannedRun]:
+def plan_runs(cfg: BenchConfig, name: str, index: int, overrides: list[str], out: Path,
+              images: Optional[ImageDigests] = None) -> list[PlannedRun]:
     if cfg.kind == RunKind.collective and cfg.collective.source == "nccl-tests":
-        runs = plan_nccl_tests_runs(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR)
+        runs = plan_nccl_tests_runs(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR, images)
     else:
-        runs = [plan_run(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR)]
+        runs = [plan_run(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR, images)]
     return [PlannedRun(cfg, run) for run in runs]
 
 
@@ -118,23 +122,10 @@ def image_of(platform: PlatformConfig, run: RunSpec) -> Optional[str]:
     return run.env.get(IMAGE_VAR) if platform.container.runtime != ContainerRuntime.none else None
 
 
-def prepare_container(planned: list[PlannedRun], dry_run: bool) -> None:
-    """Check each image before anything launches, and tell the ranks its digest."""
-    digests: dict[str, Optional[str]] = {}
-    for p in planned:
-        c, image = p.cfg.platform.container, image_of(p.cfg.platform, p.run)
-        if image is None:
-            continue
-        if image not in digests:
-            try:
-                check_image(c, image, local_runtime=p.cfg.platform.launcher == LauncherKind.local)
-            except HarnessError as exc:
-                if not dry_run:
-                    raise
-                print(f"note (dry run): {exc}")
-            digests[image] = image_digest(c, image, CACHE_DIR)
-        if digests[image]:
-            p.run.env[DIGEST_VAR] = digests[image]
+def checked_images(dry_run: bool = False) -> ImageDigests:
+    """For planning what will launch: each image checked before anything launches (a dry run prints
+    a failed check as a note), its digest told to the ranks."""
+    return ImageDigests(CACHE_DIR, dry_run)
 
 
 def slurm_launcher(p: PlannedRun, out: Path, progress: dict[str, Progress]) -> SlurmLauncher:
@@ -309,9 +300,8 @@ def write_results(records: list[ResultRecord], out: Path, suite: str, overrides:
 def bench(args: list[str]) -> int:
     dry = DRY_RUN in args
     multirun, overrides = split_flag([a for a in args if a != DRY_RUN])
-    out, planned = plan_suite(overrides, multirun)
+    out, planned = plan_suite(overrides, multirun, images=checked_images(dry))
     refuse_existing_results(out, planned)
-    prepare_container(planned, dry)
     out.mkdir(parents=True, exist_ok=True)
     if dry:
         scripts = dry_run(planned, out, multirun, overrides)

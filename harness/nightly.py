@@ -24,7 +24,7 @@ from pathlib import Path
 
 from contract.metrics import tolerances_for
 
-from .bench import execute, plan_suite, prepare_container
+from .bench import checked_images, execute, plan_suite
 from .compare import VERDICTS, compare, parse_fail_on
 from .config.compose import compose
 from .config.schema import REPO_ROOT
@@ -67,8 +67,7 @@ def run_night(overrides: list[str], *, night: str, repeats: int, store: History,
     done: set[tuple[int, str]] = set()
     records = []
     for repeat in range(repeats):
-        _, planned = plan_suite(overrides + [f"out={out / f'repeat-{repeat}'}"])
-        prepare_container(planned, dry_run=False)
+        _, planned = plan_suite(overrides + [f"out={out / f'repeat-{repeat}'}"], images=checked_images())
         platform = planned[0].cfg.platform.name
         if repeat == 0:
             store.start_night(night, platform, planned[0].cfg.suite.name, str(out))

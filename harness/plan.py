@@ -1,5 +1,6 @@
 """Planning: BenchConfig -> DeepSpeed config -> TrainSpec -> RunSpec. Pure but for reading the user's
-DeepSpeed JSON (deepspeed_config=): no other I/O, no processes."""
+DeepSpeed JSON (deepspeed_config=) and, when the caller passes an ImageDigests, its check of each
+container image: no other I/O, no processes. A RunSpec is final once planned: nothing adds to it later."""
 from __future__ import annotations
 
 import copy
@@ -14,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from contract.collectives import DTYPE_BYTES
+from contract.fingerprint import DIGEST_VAR
 from contract.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
 
 from .collectives import sizes
-from .config.choices import ContainerRuntime, Device, OptimizerImpl, Precision, RunKind
+from .config.choices import ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
 from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
 from .config.teacher import checkpoint_files, teacher_workload
 from .errors import ConfigError
-from .launch.container import container_env, resolve_image
+from .launch.container import ImageDigests, container_env, resolve_image
 from .nccl_tests_command import binary_for, command
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
@@ -177,8 +179,9 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
         distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value)
 
 
-def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, str]:
-    """Environment shared by every rank of a run (per-rank variables are the launcher's)."""
+def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> dict[str, str]:
+    """Environment shared by every rank of a run (per-rank variables are the launcher's). `images`:
+    checks the run's container image and gives its digest (without it, no check and no digest)."""
     # The interpreter's own bin first: DeepSpeed JIT-builds with the first `ninja` on PATH, and a
     # build log written by another ninja version makes it rebuild from scratch (1-2 min a run).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
@@ -190,11 +193,14 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, st
            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
            "TRITON_CACHE_DIR": str(cache_dir / "triton")}
-    c = cfg.platform.container
+    c, digest = cfg.platform.container, None
     if c.runtime == ContainerRuntime.none:
         env["PATH"] = path
-    else:  # the image's own PATH; it is told which image it is (the digest is added at launch)
-        env.update(container_env(c, resolve_image(c, repo_root), None))
+    else:  # the image's own PATH; it is told which image it is, and its digest where `images` knows it
+        image = resolve_image(c, repo_root)
+        env.update(container_env(c, image, None))
+        if images is not None:
+            digest = images.digest(c, image, local_runtime=cfg.platform.launcher == LauncherKind.local)
     if cfg.platform.device == Device.cpu:
         env["DS_ACCELERATOR"] = "cpu"
         env["OMP_NUM_THREADS"] = str(cfg.platform.cpu_threads)
@@ -203,6 +209,8 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path) -> dict[str, st
         env["DS_ACCELERATOR"] = "cuda"
     env.update({k: str(v) for k, v in cfg.platform.nccl_env.items()})
     env.update({k: str(v) for k, v in cfg.nccl_env.items()})
+    if digest:  # last: it wins over a same-named nccl_env entry
+        env[DIGEST_VAR] = digest
     return env
 
 
@@ -221,7 +229,7 @@ def collective_spec(cfg: BenchConfig, run_id: str) -> CollectiveSpec:
 
 
 def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_dir: Path,
-             repo_root: Path, cache_dir: Path) -> RunSpec:
+             repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> RunSpec:
     run_id = f"{index:02d}-{safe_name(name)}"
     run_dir = out_dir / "runs" / run_id
     config = to_dict(cfg)
@@ -241,7 +249,7 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
         spec, module = train_spec(cfg, run_id, ds), "benchmarks.train"
     return RunSpec(run_id=run_id, name=name,
                    argv=[sys.executable, "-m", module, "--run-dir", str(run_dir)],
-                   env=rank_env(cfg, repo_root, cache_dir), num_ranks=cfg.platform.world_size,
+                   env=rank_env(cfg, repo_root, cache_dir, images), num_ranks=cfg.platform.world_size,
                    timeout_s=cfg.measure.timeout_s, run_dir=run_dir, spec=spec, config=config,
                    overrides=list(overrides))
 
@@ -264,7 +272,7 @@ def merge_overrides(base: list[str], run: list[str]) -> list[str]:
 
 
 def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_dir: Path,
-                         repo_root: Path, cache_dir: Path) -> list[RunSpec]:
+                         repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> list[RunSpec]:
     """One run per op of the real nccl-tests binaries: one process driving the node's GPUs (-g).
     A missing binary is an error before anything launches."""
     c, p = cfg.collective, cfg.platform
@@ -275,7 +283,7 @@ def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: lis
             where = f"collective.nccl_tests_dir={c.nccl_tests_dir!r}" if c.nccl_tests_dir else "PATH"
             raise ConfigError(f"collective.source='nccl-tests' but the {op} binary is not in {where}; "
                               "build nccl-tests (make) and set collective.nccl_tests_dir, or use source=builtin")
-        base = plan_run(cfg, f"{name}-{op}", index + offset, overrides, out_dir, repo_root, cache_dir)
+        base = plan_run(cfg, f"{name}-{op}", index + offset, overrides, out_dir, repo_root, cache_dir, images)
         base.spec.ops = [op]
         argv = command(binary, min_bytes=c.min_bytes, max_bytes=c.max_bytes, step_factor=c.step_factor,
                        step_bytes=c.step_bytes, gpus_per_proc=p.gpus_per_node, iters=c.iters,

@@ -1,5 +1,5 @@
 """Running ranks inside the suite's image: the wrapper command, the image's digest, and checks
-made before anything launches.
+made before anything launches (ImageDigests, which planning asks).
 
 The repository and the output folder are mounted at the same paths inside the container, so a
 rank's `--run-dir` and PYTHONPATH mean the same thing on both sides. Apptainer passes the
@@ -123,6 +123,28 @@ def image_digest(c: ContainerConfig, image: str, cache_dir: Path) -> Optional[st
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+class ImageDigests:
+    """The container images of what is being planned: each checked once (check_image) the first
+    time a run asks for it, and its digest (image_digest) handed to planning, which tells the ranks.
+    `dry_run`: a failed check is printed as a note instead of stopping."""
+
+    def __init__(self, cache_dir: Path, dry_run: bool = False):
+        self.cache_dir, self.dry_run = cache_dir, dry_run
+        self.known: dict[str, Optional[str]] = {}
+
+    def digest(self, c: ContainerConfig, image: str, local_runtime: bool) -> Optional[str]:
+        """The image's digest, None when it cannot be known here; checked before its first answer."""
+        if image not in self.known:
+            try:
+                check_image(c, image, local_runtime=local_runtime)
+            except HarnessError as exc:
+                if not self.dry_run:
+                    raise
+                print(f"note (dry run): {exc}")
+            self.known[image] = image_digest(c, image, self.cache_dir)
+        return self.known[image]
 
 
 def stop_containers(c: ContainerConfig, names: list[str]) -> None:

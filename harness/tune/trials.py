@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bench import execute, plan_runs, prepare_container
+from ..bench import checked_images, execute, plan_runs
 from ..config.compose import compose
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
@@ -107,16 +107,15 @@ class TrialRunner:
         array (bench.array_groups), locally one after the other. Each trial's records, in order."""
         folder = self.step_dir(step)
         index = len(list((folder / "runs").iterdir())) if (folder / "runs").is_dir() else 0
-        planned, ids = [], []
+        planned, ids, images = [], [], checked_images()
         for name, overrides in trials:
-            mine = plan_runs(self.compose(overrides), name, index, overrides, folder)
+            mine = plan_runs(self.compose(overrides), name, index, overrides, folder, images)
             index += len(mine)
             planned += mine
             ids.append([i for p in mine for i in p.run.record_ids()])
         for p in planned:
             if p.run.run_dir.exists():  # an interrupted attempt: no record, start afresh
                 shutil.rmtree(p.run.run_dir)
-        prepare_container(planned, dry_run=False)
         folder.mkdir(parents=True, exist_ok=True)
         records = {r.run_id: r for r in execute(planned, folder, multirun=True)}
         out = []

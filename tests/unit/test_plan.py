@@ -252,3 +252,74 @@ def test_ranks_keep_the_callers_pythonpath_after_the_repository(composed, tmp_pa
     assert rank_env(cfg, REPO_ROOT, tmp_path)["PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/opt/site-a", "/opt/site-b"])
     monkeypatch.delenv("PYTHONPATH")
     assert rank_env(cfg, REPO_ROOT, tmp_path)["PYTHONPATH"] == str(REPO_ROOT)
+
+
+# --- container images: checked and their digest known while planning ---------------------------
+
+def _sif(tmp_path):
+    import hashlib
+
+    sif = tmp_path / "bench.sif"
+    sif.write_bytes(b"not really an image" * 1000)
+    return sif, "sha256:" + hashlib.sha256(sif.read_bytes()).hexdigest()
+
+
+def test_a_planned_containerised_run_already_holds_its_images_digest(composed, tmp_path):
+    """The RunSpec is final when planned: the image was checked and its digest is in the ranks'
+    environment (it used to be patched in afterwards, by bench.prepare_container)."""
+    from contract.fingerprint import DIGEST_VAR, IMAGE_VAR
+    from harness.launch.container import ImageDigests
+
+    sif, digest = _sif(tmp_path)
+    cfg = composed(["platform=roce-h100", f"platform.container.image={sif}"])
+    run = plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, CACHE, ImageDigests(tmp_path / "cache"))
+    assert run.env[IMAGE_VAR] == str(sif) and run.env[DIGEST_VAR] == digest
+    # without an image check (`plan`, collect's re-planning) nothing is looked at: no digest
+    assert DIGEST_VAR not in plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, CACHE).env
+
+
+def test_every_run_of_a_suite_is_planned_with_the_digest(composed, tmp_path):
+    from contract.fingerprint import DIGEST_VAR
+    from harness.bench import plan_suite
+    from harness.launch.container import ImageDigests
+
+    sif, digest = _sif(tmp_path)
+    overrides = ["platform=roce-h100", f"platform.container.image={sif}", f"out={tmp_path / 'out'}"]
+    _, planned = plan_suite(overrides, images=ImageDigests(tmp_path / "cache"))
+    assert len(planned) > 1 and all(p.run.env[DIGEST_VAR] == digest for p in planned)
+    _, unchecked = plan_suite(overrides)
+    assert not any(DIGEST_VAR in p.run.env for p in unchecked)
+
+
+def test_a_missing_image_stops_planning_but_is_a_note_in_a_dry_run(composed, tmp_path, capsys):
+    from contract.fingerprint import DIGEST_VAR
+    from harness.errors import HarnessError
+    from harness.launch.container import ImageDigests
+
+    cfg = composed(["platform=roce-h100", f"platform.container.image={tmp_path / 'missing.sif'}"])
+    with pytest.raises(HarnessError, match="no image at"):
+        plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, CACHE, ImageDigests(tmp_path / "cache"))
+    images = ImageDigests(tmp_path / "cache", dry_run=True)
+    runs = [plan_run(cfg, f"x{i}", i, [], tmp_path / "out", REPO_ROOT, CACHE, images) for i in range(2)]
+    assert capsys.readouterr().out.count("note (dry run): platform.container.image=") == 1, "once per image"
+    assert not any(DIGEST_VAR in r.env for r in runs)
+
+
+def test_no_code_assigns_into_a_planned_runs_environment():
+    """Only planning writes a RunSpec's env (rank_env builds it): no `x.env[...] = ...` nor
+    `x.env.update(...)` anywhere in the harness."""
+    import ast
+
+    found = []
+    for path in sorted((REPO_ROOT / "harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            hits = [t for t in targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute)
+                    and t.value.attr == "env"]
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("update", "setdefault", "pop", "clear", "__setitem__")
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "env"):
+                hits.append(node)
+            found += [f"{path.relative_to(REPO_ROOT)}:{n.lineno}" for n in hits]
+    assert found == []
