@@ -17,7 +17,7 @@ from .atomic import write_bytes_atomic, write_text_atomic
 from .baseline import baseline_text, judge
 from .collectives import Row, format_table
 from .compare import compare
-from .config.choices import ContainerRuntime, Device, LauncherKind, RunKind
+from .config.choices import CollectiveSource, ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
 from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
 from .errors import HarnessError
@@ -82,7 +82,7 @@ def plan_suite(overrides: list[str], multirun: bool = False, out: Optional[Path]
 
 def plan_runs(cfg: BenchConfig, name: str, index: int, overrides: list[str], out: Path,
               images: Optional[ImageDigests] = None) -> list[PlannedRun]:
-    if cfg.kind == RunKind.collective and cfg.collective.source == "nccl-tests":
+    if cfg.kind == RunKind.collective and cfg.collective.source == CollectiveSource["nccl-tests"]:
         runs = plan_nccl_tests_runs(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR, images)
     else:
         runs = [plan_run(cfg, name, index, overrides, out, REPO_ROOT, CACHE_DIR, images)]

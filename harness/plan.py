@@ -222,9 +222,9 @@ def collective_spec(cfg: BenchConfig, run_id: str) -> CollectiveSpec:
     c, p = cfg.collective, cfg.platform
     return CollectiveSpec(
         run_id=run_id, platform=p.name, device=p.device.value, dist_backend=p.dist_backend,
-        ops=list(c.ops), sizes=sizes(c.min_bytes, c.max_bytes, c.step_factor, c.step_bytes,
-                                      DTYPE_BYTES[c.dtype], p.world_size),
-        dtype=c.dtype, redop=c.redop, root=c.root, warmup_iters=c.warmup_iters, iters=c.iters,
+        ops=[op.value for op in c.ops], sizes=sizes(c.min_bytes, c.max_bytes, c.step_factor, c.step_bytes,
+                                                    DTYPE_BYTES[c.dtype.value], p.world_size),
+        dtype=c.dtype.value, redop=c.redop.value, root=c.root, warmup_iters=c.warmup_iters, iters=c.iters,
         check=c.check, in_place=c.in_place)
 
 
@@ -277,7 +277,7 @@ def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: lis
     A missing binary is an error before anything launches."""
     c, p = cfg.collective, cfg.platform
     runs = []
-    for offset, op in enumerate(c.ops):
+    for offset, op in enumerate(o.value for o in c.ops):
         binary = binary_for(op, c.nccl_tests_dir)
         if binary is None:
             where = f"collective.nccl_tests_dir={c.nccl_tests_dir!r}" if c.nccl_tests_dir else "PATH"
@@ -287,6 +287,7 @@ def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: lis
         base.spec.ops = [op]
         argv = command(binary, min_bytes=c.min_bytes, max_bytes=c.max_bytes, step_factor=c.step_factor,
                        step_bytes=c.step_bytes, gpus_per_proc=p.gpus_per_node, iters=c.iters,
-                       warmup_iters=c.warmup_iters, check=c.check, dtype=c.dtype, redop=c.redop)
+                       warmup_iters=c.warmup_iters, check=c.check, dtype=c.dtype.value,
+                       redop=c.redop.value)
         runs.append(dataclasses.replace(base, argv=argv, num_ranks=1, output="nccl-tests"))
     return runs

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from contract.collectives import DTYPES, OPS, REDOPS
+
 
 class Fabric(str, Enum):
     ib = "ib"
@@ -58,3 +60,13 @@ class SearchStrategy(str, Enum):
 class RunKind(str, Enum):
     training = "training"
     collective = "collective"
+
+
+# The collective vocabulary is contract.collectives' (the ranks read it too); these are its choices as
+# str Enums, built from it so the names live in one place. A member's name is its value, as a user
+# writes it (collective.source=nccl-tests), so the functional form: "nccl-tests" is no identifier.
+CollectiveOp = Enum("CollectiveOp", {op: op for op in OPS}, type=str)
+CollectiveDtype = Enum("CollectiveDtype", {d: d for d in DTYPES}, type=str)
+CollectiveRedop = Enum("CollectiveRedop", {r: r for r in REDOPS}, type=str)
+CollectiveSource = Enum("CollectiveSource", {s: s for s in ("builtin", "nccl-tests")}, type=str)
+"""builtin: the suite's torch.distributed sweep; nccl-tests: the real binaries."""

@@ -12,8 +12,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from .choices import (ContainerRuntime, DataSource, Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl,
-                      Precision, RunKind, SearchStrategy)
+from .choices import (CollectiveDtype, CollectiveOp, CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource,
+                      Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl, Precision, RunKind,
+                      SearchStrategy)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -224,7 +225,8 @@ class ZeroConfig:
 @dataclass
 class CollectiveConfig:
     name: str = MISSING
-    ops: list[str] = field(default_factory=lambda: ["all_reduce", "all_gather", "reduce_scatter"])
+    ops: list[CollectiveOp] = field(
+        default_factory=lambda: [CollectiveOp.all_reduce, CollectiveOp.all_gather, CollectiveOp.reduce_scatter])
     """Collectives to sweep: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, sendrecv."""
     min_bytes: int = 1024
     """Smallest message (nccl-tests -b), bytes of the full buffer."""
@@ -238,9 +240,9 @@ class CollectiveConfig:
     """Untimed iterations per size (nccl-tests -w)."""
     iters: int = 20
     """Timed iterations per size (nccl-tests -n); time = slowest rank's average."""
-    dtype: str = "float32"
+    dtype: CollectiveDtype = CollectiveDtype.float32
     """float32, float16, bfloat16, float64, int32, int64, int8, uint8 (nccl-tests -d)."""
-    redop: str = "sum"
+    redop: CollectiveRedop = CollectiveRedop.sum
     """sum, prod, max, min, avg (nccl-tests -o); avg needs NCCL."""
     root: int = 0
     """Root rank of broadcast and reduce."""
@@ -248,7 +250,7 @@ class CollectiveConfig:
     """Check every size's result (the #wrong columns; nccl-tests -c)."""
     in_place: bool = True
     """Also measure in-place where the op allows it."""
-    source: str = "builtin"
+    source: CollectiveSource = CollectiveSource.builtin
     """builtin: torch.distributed sweep (gloo on CPU, nccl on GPU); nccl-tests: the real binaries."""
     nccl_tests_dir: Optional[str] = None
     """Folder of the nccl-tests binaries (all_reduce_perf ...); None looks on PATH."""

@@ -9,10 +9,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from contract.collectives import DTYPES, OPS, REDOPS
+from contract.collectives import OPS
 
 from ..errors import ConfigError
-from .choices import ContainerRuntime, DataSource, Device, GradientCollective, LauncherKind, Precision, RunKind
+from .choices import (CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource, Device, GradientCollective,
+                      LauncherKind, Precision, RunKind)
 from .nccl_env import normalise_nccl_env, validate_nccl_env
 from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig
 from .teacher import teacher_workload, validate_checkpoint
@@ -230,14 +231,11 @@ def validate_distill(w: WorkloadConfig, p: PlatformConfig) -> None:
     validate_checkpoint(d.teacher.checkpoint, t)
 
 
-COLLECTIVE_SOURCES = ("builtin", "nccl-tests")
-
-
 def validate_collective(cfg: BenchConfig) -> None:
 
     c = cfg.collective
-    unknown = [op for op in c.ops if op not in OPS]
-    _check(not unknown and bool(c.ops), "collective.ops", list(c.ops), f"valid collectives: {', '.join(OPS)}")
+    ops = [op.value for op in c.ops]  # each one of OPS, as dtype, redop and source are theirs: their types say so
+    _check(bool(ops), "collective.ops", ops, f"valid collectives: {', '.join(OPS)}")
     _check(c.min_bytes >= 1, "collective.min_bytes", c.min_bytes, "must be >= 1 byte")
     _check(c.min_bytes <= c.max_bytes, "collective.min_bytes", c.min_bytes,
            f"must not exceed collective.max_bytes={c.max_bytes}")
@@ -246,21 +244,17 @@ def validate_collective(cfg: BenchConfig) -> None:
            "must be > 1 when step_bytes is 0")
     _check(c.iters >= 1, "collective.iters", c.iters, "must be >= 1")
     _check(c.warmup_iters >= 0, "collective.warmup_iters", c.warmup_iters, "must be >= 0")
-    _check(c.dtype in DTYPES, "collective.dtype", c.dtype, f"valid: {', '.join(DTYPES)}")
-    _check(c.redop in REDOPS, "collective.redop", c.redop, f"valid: {', '.join(REDOPS)}")
-    _check(c.source in COLLECTIVE_SOURCES, "collective.source", c.source,
-           f"valid: {', '.join(COLLECTIVE_SOURCES)}")
     _check(0 <= c.root < cfg.platform.world_size, "collective.root", c.root,
            f"must be a rank in 0..{cfg.platform.world_size - 1}")
     if cfg.kind == RunKind.collective:
-        if cfg.platform.world_size == 1 and c.source == "builtin":  # a smoke run: no bus bandwidth
+        if cfg.platform.world_size == 1 and c.source == CollectiveSource.builtin:  # a smoke run: no bus bandwidth
             _check(c.check, "collective.check", c.check,
                    "a one-rank collective sweep is a smoke run (no bus bandwidth can be measured): "
                    "its correctness check is what it measures; set collective.check=true")
-            _check(cfg.platform.device != Device.cpu or "sendrecv" not in c.ops, "collective.ops",
-                   list(c.ops), "gloo cannot send to its own rank: a one-rank sweep on the cpu device "
+            _check(cfg.platform.device != Device.cpu or "sendrecv" not in ops, "collective.ops",
+                   ops, "gloo cannot send to its own rank: a one-rank sweep on the cpu device "
                    "cannot run sendrecv; drop it from collective.ops")
         if cfg.platform.device == Device.cpu:
-            _check(c.redop != "avg", "collective.redop", "avg", "gloo has no avg; valid: sum, prod, max, min")
-            _check(c.source == "builtin", "collective.source", c.source,
+            _check(c.redop != CollectiveRedop.avg, "collective.redop", "avg", "gloo has no avg; valid: sum, prod, max, min")
+            _check(c.source == CollectiveSource.builtin, "collective.source", c.source.value,
                    "nccl-tests needs GPUs; the cpu platform runs the builtin sweep")

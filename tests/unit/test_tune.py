@@ -210,7 +210,7 @@ class FakeWorld:
                      "overrides": overrides, "metrics": {"avg_busbw_gbps": {"value": busbw, "unit": "GB/s"}},
                      "rows": [{"size_bytes": 1024, "out_of_place": {"busbw_gbps": busbw}, "in_place": None}],
                      "platform": "cpu", "config": {}, "environment": {}}
-                    for op in cfg.collective.ops]
+                    for op in (o.value for o in cfg.collective.ops)]
         else:
             oom = cfg.workload.micro_batch_size >= self.oom_mb
             recs = [{"run_id": rid, "kind": "training", "benchmark": cfg.workload.name,
