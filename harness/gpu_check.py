@@ -36,7 +36,7 @@ from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch.local import LocalLauncher
 from .model.memory import memory_estimate
-from .record import write_json_atomic
+from .record import ResultRecord, write_json_atomic
 from .record_files import load_records
 
 SUITE = "gpu-check"
@@ -112,12 +112,12 @@ class Summary:
         return dataclasses.asdict(self)
 
 
-def _value(rec: dict[str, Any], metric: str) -> Optional[float]:
-    m = rec.get("metrics", {}).get(metric)
+def _value(rec: ResultRecord, metric: str) -> Optional[float]:
+    m = rec.metrics.get(metric)
     return m.get("value") if isinstance(m, dict) else None
 
 
-def summarise(records: dict[str, dict[str, Any]], planned: list[PlannedRun], platform: str, device: str,
+def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platform: str, device: str,
               plain: Optional[dict[str, Any]]) -> Summary:
     """Per training run: status, ZeRO stage, samples/s, MFU, measured peak beside the memory
     model's, profile-mode overhead; per collective: smoke or busbw, wrong elements; the plain
@@ -130,17 +130,17 @@ def summarise(records: dict[str, dict[str, Any]], planned: list[PlannedRun], pla
             est = memory_estimate(p.cfg)
             measured = _value(rec, "peak_mem_gib")
             s.training.append({
-                "run": p.run.name, "zero": p.cfg.zero.stage, "status": rec["status"], "reason": rec.get("reason"),
+                "run": p.run.name, "zero": p.cfg.zero.stage, "status": rec.status, "reason": rec.reason,
                 "micro_batch_size": p.cfg.workload.micro_batch_size, "grad_acc_steps": p.cfg.workload.grad_acc_steps,
                 "samples_per_s": _value(rec, "samples_per_s"), "mfu_pct": _value(rec, "mfu_pct"),
                 "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": not est.fits,
                 "peak_error_pct": (100 * (est.total_gib - measured) / measured) if measured else None,
                 "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct")})
             continue
-        smoke = rec.get("smoke")
-        rows = rec.get("rows") or (smoke or {}).get("rows") or []
+        smoke = rec.smoke
+        rows = rec.rows or (smoke or {}).get("rows") or []
         wrong = sum((r[k] or {}).get("num_wrong") or 0 for r in rows for k in ("out_of_place", "in_place"))
-        s.collectives.append({"op": rec["benchmark"], "status": rec["status"], "smoke": bool(smoke),
+        s.collectives.append({"op": rec.benchmark, "status": rec.status, "smoke": bool(smoke),
                               "sizes": len(rows), "num_wrong": wrong, "avg_busbw_gbps": _value(rec, "avg_busbw_gbps")})
     if plain is not None:
         harness = next((t for t in s.training if t["run"] == OVERHEAD_RUN), None)
@@ -191,10 +191,11 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
     out, planned = plan_suite(overrides)
     print(f"gpu-check: {detected.count} x {detected.name} -> platform {planned[0].cfg.platform.name}", flush=True)
     rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]))
-    records = {path.stem: rec.to_dict() for path, rec in load_records([out]).records}
+    records = {path.stem: rec for path, rec in load_records([out]).records}
     target = next((p for p in planned if p.run.name == OVERHEAD_RUN), None)
     plain = None
-    if target is not None and records.get(target.run.run_id, {}).get("status") == "ok":
+    ran = records.get(target.run.run_id) if target is not None else None
+    if target is not None and ran is not None and ran.status == "ok":
         print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
         plain = plain_loop(target, out)
     s = summarise(records, planned, planned[0].cfg.platform.name, f"{detected.count} x {detected.name}", plain)

@@ -143,12 +143,12 @@ def cli(args: list[str]) -> int:
     out = ns.out or REPO_ROOT / "results" / f"{datetime.now():%Y%m%d-%H%M%S}-nccl-tests"
     worst = 0
     for path in import_files(ns.files, out, ns.platform, ns.op):
-        rec = load_record(path).to_dict()
-        worst = max(worst, 0 if rec["status"] == "ok" else 3)
-        inferred = rec["config"].get("op_inferred")
-        print(f"{path}: {rec['benchmark']}, {len(rec['rows'])} rows, {rec['status']}"
-              + (f" ({rec['reason']})" if rec["reason"] else "")
-              + (f"; op {rec['benchmark']} {inferred}" if inferred else ""))
+        rec = load_record(path)
+        worst = max(worst, 0 if rec.status == "ok" else 3)
+        inferred = rec.config.get("op_inferred")
+        print(f"{path}: {rec.benchmark}, {len(rec.rows or [])} rows, {rec.status}"
+              + (f" ({rec.reason})" if rec.reason else "")
+              + (f"; op {rec.benchmark} {inferred}" if inferred else ""))
     return worst
 
 

@@ -30,6 +30,7 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from .errors import HarnessError
+from .record import ResultRecord
 from .record_files import load_records
 from .references import load_references
 
@@ -220,11 +221,11 @@ def observations_from_references(refs: list, benchmark: str) -> list[Observation
     return out
 
 
-def _record_files(paths: list[Path]) -> list[tuple[Path, dict]]:
+def _record_files(paths: list[Path]) -> list[tuple[Path, ResultRecord]]:
     """(path, record) of every file given and every record under a folder (record_files.load_records:
     a named file that is not a valid record is an error; a folder's other JSON files are skipped)."""
     loaded = load_records(paths, recursive=True, heading="--records: not a JSON result record")
-    return [(path, rec.to_dict()) for path, rec in loaded.records]
+    return loaded.records
 
 
 def observations_from_records(paths: list[Path], benchmark: Optional[str]) -> list[Observation]:
@@ -232,26 +233,26 @@ def observations_from_records(paths: list[Path], benchmark: Optional[str]) -> li
     is not ok makes its application unsupported on its platform."""
     out = []
     for path, rec in _record_files(paths):
-        if benchmark is not None and rec["benchmark"] != benchmark:
+        if benchmark is not None and rec.benchmark != benchmark:
             continue
-        cfg = rec.get("config") or {}
+        cfg = rec.config or {}
         w, z = cfg.get("workload") or {}, cfg.get("zero") or {}
         label, ident = application_of({"zero_stage": z.get("stage"), "micro_batch_size": w.get("micro_batch_size"),
                                        "grad_acc_steps": w.get("grad_acc_steps")}
                                       if w or z else {})
-        metrics = rec.get("metrics") or {}
+        metrics = rec.metrics or {}
         names = set(metrics) | {DEFAULT_METRIC, MFU_METRIC}
         for name in sorted(names):
-            ok = rec["status"] == "ok" and name in metrics
-            out.append(Observation(label, ident, rec["platform"], name,
+            ok = rec.status == "ok" and name in metrics
+            out.append(Observation(label, ident, rec.platform, name,
                                    float(metrics[name]["value"]) if ok else None,
-                                   rec["status"] if rec["status"] != "ok" else ("ok" if ok else "no data"),
+                                   rec.status if rec.status != "ok" else ("ok" if ok else "no data"),
                                    f"record: {path}"))
     return out
 
 
 def _record_benchmarks(paths: list[Path]) -> list[str]:
-    return sorted({rec["benchmark"] for _, rec in _record_files(paths) if rec.get("kind", "training") == "training"})
+    return sorted({rec.benchmark for _, rec in _record_files(paths) if rec.kind == "training"})
 
 
 # --- report ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from unit_helpers import typed
 
 from harness.bench import plan_suite
 from harness.config.choices import RunKind
@@ -69,6 +70,7 @@ def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_l
                              "metrics": {}, "smoke": {"reason": "one rank", "rows": smoke_rows}},
                ids["z0"]: _training(ids["z0"]), ids["z2"]: _training(ids["z2"], samples=98.0),
                ids["z3"]: _training(ids["z3"], status="oom")}
+    records = dict(zip(records, typed(list(records.values()))))
     s = summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", {"ok": True, "samples_per_s": 100.0})
     assert [t["zero"] for t in s.training] == [0, 2, 3]
     z0 = s.training[0]
