@@ -96,8 +96,8 @@ import sys, time
 from testbed.cluster import EmulatedCluster
 c = EmulatedCluster(sys.argv[1], num_nodes=2, link="1gbit")
 c.start()
-print(" ".join(str(p) for p in c.daemons.values()), flush=True)
-try:
+try:  # the pids are printed inside: a Ctrl-C sent once they are read lands where `finally` runs
+    print(" ".join(str(p) for p in c.daemons.values()), flush=True)
     time.sleep(600)
 finally:
     c.stop()
@@ -116,9 +116,9 @@ def test_an_interrupted_user_tears_it_down(emulated_cluster):
     name = f"in{os.getpid() % 10**6}"
     proc, daemons = _start_owner(name)
     proc.send_signal(signal.SIGINT)   # Ctrl-C: KeyboardInterrupt, the `finally` stops the cluster
-    proc.communicate(timeout=60)
-    assert not any(pid_alive(p) for p in daemons)
-    assert left_behind(name) == []
+    _, err = proc.communicate(timeout=60)
+    assert not any(pid_alive(p) for p in daemons), err
+    assert left_behind(name) == [], err
 
 
 def test_a_killed_user_is_cleaned_up_by_the_next_start(emulated_cluster):
