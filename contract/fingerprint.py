@@ -30,7 +30,6 @@ IMPORTED_FIELDS = ("python", "torch", "deepspeed", "transformers", "cuda", "nccl
                    "gpu_count", "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks")
 """What a record of an imported nccl-tests output holds (harness.nccl_tests.records_from_output):
 what the output's text says, None for what it cannot."""
-VIEWS = {"rank": RANK_FIELDS, "controller": CONTROLLER_FIELDS, "imported": IMPORTED_FIELDS}
 
 
 def build(fields: tuple[str, ...], **facts: Any) -> dict[str, Any]:

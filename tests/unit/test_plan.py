@@ -2,7 +2,9 @@
 RunSpec of a run and how suite overrides combine with the command line's."""
 from __future__ import annotations
 
+import ast
 import copy
+import hashlib
 import json
 import os
 import sys
@@ -11,10 +13,13 @@ import warnings
 import pytest
 from unit_helpers import REPO_ROOT
 
+from contract.fingerprint import DIGEST_VAR, IMAGE_VAR
 from contract.spec import TrainSpec
+from harness.bench import plan_suite
 from harness.config.choices import Precision
 from harness.config.compose import compose
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
+from harness.launch.container import ImageDigests
 from harness.plan import deepspeed_config, merge_overrides, merge_user_deepspeed, plan_run
 
 CACHE = REPO_ROOT / ".cache"
@@ -257,8 +262,6 @@ def test_ranks_keep_the_callers_pythonpath_after_the_repository(composed, tmp_pa
 # --- container images: checked and their digest known while planning ---------------------------
 
 def _sif(tmp_path):
-    import hashlib
-
     sif = tmp_path / "bench.sif"
     sif.write_bytes(b"not really an image" * 1000)
     return sif, "sha256:" + hashlib.sha256(sif.read_bytes()).hexdigest()
@@ -267,9 +270,6 @@ def _sif(tmp_path):
 def test_a_planned_containerised_run_already_holds_its_images_digest(composed, tmp_path):
     """The RunSpec is final when planned: the image was checked and its digest is in the ranks'
     environment (it used to be patched in afterwards, by bench.prepare_container)."""
-    from contract.fingerprint import DIGEST_VAR, IMAGE_VAR
-    from harness.launch.container import ImageDigests
-
     sif, digest = _sif(tmp_path)
     cfg = composed(["platform=roce-h100", f"platform.container.image={sif}"])
     run = plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, CACHE, ImageDigests(tmp_path / "cache"))
@@ -279,10 +279,6 @@ def test_a_planned_containerised_run_already_holds_its_images_digest(composed, t
 
 
 def test_every_run_of_a_suite_is_planned_with_the_digest(composed, tmp_path):
-    from contract.fingerprint import DIGEST_VAR
-    from harness.bench import plan_suite
-    from harness.launch.container import ImageDigests
-
     sif, digest = _sif(tmp_path)
     overrides = ["platform=roce-h100", f"platform.container.image={sif}", f"out={tmp_path / 'out'}"]
     _, planned = plan_suite(overrides, images=ImageDigests(tmp_path / "cache"))
@@ -292,10 +288,6 @@ def test_every_run_of_a_suite_is_planned_with_the_digest(composed, tmp_path):
 
 
 def test_a_missing_image_stops_planning_but_is_a_note_in_a_dry_run(composed, tmp_path, capsys):
-    from contract.fingerprint import DIGEST_VAR
-    from harness.errors import HarnessError
-    from harness.launch.container import ImageDigests
-
     cfg = composed(["platform=roce-h100", f"platform.container.image={tmp_path / 'missing.sif'}"])
     with pytest.raises(HarnessError, match="no image at"):
         plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, CACHE, ImageDigests(tmp_path / "cache"))
@@ -308,8 +300,6 @@ def test_a_missing_image_stops_planning_but_is_a_note_in_a_dry_run(composed, tmp
 def test_no_code_assigns_into_a_planned_runs_environment():
     """Only planning writes a RunSpec's env (rank_env builds it): no `x.env[...] = ...` nor
     `x.env.update(...)` anywhere in the harness."""
-    import ast
-
     found = []
     for path in sorted((REPO_ROOT / "harness").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
