@@ -49,9 +49,6 @@ class Loaded:
     skipped: list[str] = field(default_factory=list)
     """'file: why' of every folder member that is not a record (strict=False)."""
 
-    def dicts(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for _, r in self.records]
-
 
 def load_records(paths: Iterable[str | Path], *, recursive: bool = False, strict: bool = False,
                  heading: str = "not records") -> Loaded:

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Optional
 from ..config.choices import Device
 from ..config.schema import BenchConfig
 from ..config.split import with_split
+from ..record import ResultRecord
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, load_records,  # noqa: F401 (API)
                                  record_efficiency, same_place, workload_matches, zero_from_knobs)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
@@ -50,8 +51,8 @@ from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time
 
 
-def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optional[list] = None,
-              params: ModelParams = PARAMS, compute_records: Optional[list[dict[str, Any]]] = None) -> Calibration:
+def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optional[list] = None,
+              params: ModelParams = PARAMS, compute_records: Optional[list[ResultRecord]] = None) -> Calibration:
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
     ignored) and, when no training record qualifies, from `references` (harness.references.Reference
     list, e.g. load_references()); with compute_records, the efficiency from those alone (another
@@ -62,13 +63,12 @@ def calibrate(records: list[dict[str, Any]], cfg: BenchConfig, references: Optio
     found: list[tuple[int, int, float]] = []
     modes: set[str] = set()
     for rec in records:
-        if (rec.get("kind") != "training" or rec.get("status") != "ok" or not same_place(rec, cfg)
-                or rec.get("benchmark") != cfg.workload.name or not workload_matches(rec.get("config") or {}, cfg)):
+        if (rec.kind != "training" or rec.status != "ok" or not same_place(rec, cfg)
+                or rec.benchmark != cfg.workload.name or not workload_matches(rec.config, cfg)):
             continue
         try:
             got = record_efficiency(rec, cfg, curves, params)
-            w = rec["config"]["workload"]
-            key = (int(rec["config"]["zero"]["stage"]), int(w["micro_batch_size"]))
+            key = (int(rec.config["zero"]["stage"]), int(rec.config["workload"]["micro_batch_size"]))
         except (KeyError, TypeError, ValueError):  # a record without the fields a training record has
             continue
         if got is not None:

@@ -12,50 +12,51 @@ from ..config.choices import GradientCollective
 from ..config.schema import BenchConfig, ZeroConfig
 from ..config.split import with_split
 from ..errors import HarnessError
+from ..record import ResultRecord
 from ..record_files import load_records as load_result_records
 from .calibration_types import BusbwCurve, Calibration
 from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step
 
 
-def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+def load_records(paths: Iterable[str | Path]) -> list[ResultRecord]:
     """Result records from files and folders (record_files.load_records: a named file that is not a
     record is an error; a folder's JSON that is not one, such as a tune's state, is skipped)."""
     try:
-        return load_result_records(paths).dicts()
+        return [rec for _, rec in load_result_records(paths).records]
     except HarnessError as exc:
         raise HarnessError(f"--records {exc}") from None
 
 
-def num_ranks(record: dict[str, Any]) -> Optional[int]:
-    env = record.get("environment") or {}
+def num_ranks(record: ResultRecord) -> Optional[int]:
+    env = record.environment
     if env.get("num_ranks"):
         return int(env["num_ranks"])
-    p = (record.get("config") or {}).get("platform") or {}
+    p = record.config.get("platform") or {}
     if p.get("gpus_per_node") and p.get("nodes"):
         return int(p["gpus_per_node"]) * int(p["nodes"])
     return None
 
 
-def same_place(record: dict[str, Any], cfg: BenchConfig) -> bool:
-    return record.get("platform") == cfg.platform.name and num_ranks(record) == cfg.platform.world_size
+def same_place(record: ResultRecord, cfg: BenchConfig) -> bool:
+    return record.platform == cfg.platform.name and num_ranks(record) == cfg.platform.world_size
 
 
-def busbw_curves(records: list[dict[str, Any]], cfg: BenchConfig) -> dict[str, BusbwCurve]:
+def busbw_curves(records: list[ResultRecord], cfg: BenchConfig) -> dict[str, BusbwCurve]:
     """Curves from the ok collective records of cfg's platform and world size: per op and size,
     the median over records of the mean busbw of a row's placements."""
     by_op: dict[str, dict[int, list[float]]] = {}
     ids: dict[str, list[str]] = {}
     for rec in records:
-        if rec.get("kind") != "collective" or rec.get("status") != "ok" or not same_place(rec, cfg):
+        if rec.kind != "collective" or rec.status != "ok" or not same_place(rec, cfg):
             continue
-        op = rec.get("benchmark")
-        for row in rec.get("rows") or []:
+        op = rec.benchmark
+        for row in rec.rows or []:
             values = [row[k]["busbw_gbps"] for k in ("out_of_place", "in_place")
                       if row.get(k) and row[k].get("busbw_gbps", 0) > 0]
             if values:
                 by_op.setdefault(op, {}).setdefault(int(row["size_bytes"]), []).append(statistics.fmean(values))
-        ids.setdefault(op, []).append(str(rec.get("run_id", "?")))
+        ids.setdefault(op, []).append(rec.run_id)
     curves = {}
     for op, sizes in by_op.items():
         points = tuple((s, statistics.median(v)) for s, v in sorted(sizes.items()))
@@ -83,32 +84,32 @@ def zero_from_knobs(stage: int, knobs: Optional[dict[str, Any]]) -> ZeroConfig:
     return z
 
 
-def record_variant(rec: dict[str, Any], cfg: BenchConfig) -> BenchConfig:
+def record_variant(rec: ResultRecord, cfg: BenchConfig) -> BenchConfig:
     """cfg at a record's split, stage, activation checkpointing and ZeRO knobs (a measured configuration
     to invert: its own knobs, never the predicted configuration's), validated (config.split)."""
-    w, z = rec["config"]["workload"], rec["config"]["zero"]
+    w, z = rec.config["workload"], rec.config["zero"]
     mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(z["stage"])
     return with_split(cfg, stage, mb, ga, activation_checkpointing=bool(w.get("activation_checkpointing", False)),
                       zero=zero_from_knobs(stage, z))
 
 
-def profile_efficiency(rec: dict[str, Any], cfg: BenchConfig) -> Optional[float]:
+def profile_efficiency(rec: ResultRecord, cfg: BenchConfig) -> Optional[float]:
     """FLOPs executed per rank per optimizer step / (median profile-mode compute_s of a step x
     cfg's declared peak); None without profile micro-steps."""
     variant = record_variant(rec, cfg)
-    profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.get("microsteps") or [] if step]
+    profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.microsteps if step]
     if not profiled or statistics.median(profiled) <= 0:
         return None
     peak = variant.platform.peak_tflops[variant.workload.precision.value] * 1e12
     return executed_flops_per_step(variant) / (statistics.median(profiled) * peak)
 
 
-def record_efficiency(rec: dict[str, Any], cfg: BenchConfig, curves: dict[str, BusbwCurve],
+def record_efficiency(rec: ResultRecord, cfg: BenchConfig, curves: dict[str, BusbwCurve],
                        params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
     eff = profile_efficiency(rec, cfg)
     if eff is not None:
         return eff, "profile"
-    step = (rec.get("metrics") or {}).get("step_time_s", {}).get("value")
+    step = rec.metrics.get("step_time_s", {}).get("value")
     if not step:
         return None
     variant = record_variant(rec, cfg)

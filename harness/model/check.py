@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 from ..config.choices import RunKind
 from ..config.schema import BenchConfig
 from ..errors import HarnessError
+from ..record import ResultRecord
 from .calibration import calibrate
 from .params import PARAMS, ModelParams
 from .perfmodel import predict
@@ -51,24 +52,23 @@ class StepTimeCheck:
         return asdict(self)
 
 
-def _key(rec: dict[str, Any]) -> tuple:
-    return rec.get("platform"), rec.get("run_id"), rec.get("created_utc")
+def _key(rec: ResultRecord) -> tuple:
+    return rec.platform, rec.run_id, rec.created_utc
 
 
-def record_config(rec: dict[str, Any], compose: Callable[[list[str]], BenchConfig]) -> BenchConfig:
+def record_config(rec: ResultRecord, compose: Callable[[list[str]], BenchConfig]) -> BenchConfig:
     """The configuration a training record ran: its stored command-line overrides composed again
     (out= dropped), checked against the resolved configuration it stores (split, stage, sequence)."""
-    overrides = [o for o in rec.get("overrides") or [] if not o.split("=", 1)[0].lstrip("+~") == "out"]
-    name = rec.get("run_id", "?")
+    overrides = [o for o in rec.overrides if not o.split("=", 1)[0].lstrip("+~") == "out"]
+    name = rec.run_id
     try:
         cfg = compose(overrides)
     except HarnessError as exc:
         raise HarnessError(f"record {name}: its overrides {overrides} no longer compose: {exc}") from None
-    stored = rec.get("config") or {}
-    w, z = stored.get("workload") or {}, stored.get("zero") or {}
+    w, z = rec.config.get("workload") or {}, rec.config.get("zero") or {}
     got = {"platform": cfg.platform.name, "micro_batch_size": cfg.workload.micro_batch_size,
            "grad_acc_steps": cfg.workload.grad_acc_steps, "seq_len": cfg.workload.seq_len, "stage": cfg.zero.stage}
-    want = {"platform": rec.get("platform"), "micro_batch_size": w.get("micro_batch_size"),
+    want = {"platform": rec.platform, "micro_batch_size": w.get("micro_batch_size"),
             "grad_acc_steps": w.get("grad_acc_steps"), "seq_len": w.get("seq_len"), "stage": z.get("stage")}
     differ = [f"{k} {want[k]} (recomposed: {got[k]})" for k in got if want[k] != got[k]]
     if differ or cfg.kind != RunKind.training:
@@ -77,14 +77,14 @@ def record_config(rec: dict[str, Any], compose: Callable[[list[str]], BenchConfi
     return cfg
 
 
-def checkable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def checkable(records: list[ResultRecord]) -> list[ResultRecord]:
     """The ok training records that state a measured step time."""
-    return [r for r in records if r.get("kind") == "training" and r.get("status") == "ok"
-            and ((r.get("metrics") or {}).get("step_time_s") or {}).get("value")]
+    return [r for r in records if r.kind == "training" and r.status == "ok"
+            and (r.metrics.get("step_time_s") or {}).get("value")]
 
 
-def check_step_times(runs: list[tuple[dict[str, Any], BenchConfig]], records: list[dict[str, Any]],
-                     compute_records: Optional[list[dict[str, Any]]] = None, references: Optional[list] = None,
+def check_step_times(runs: list[tuple[ResultRecord, BenchConfig]], records: list[ResultRecord],
+                     compute_records: Optional[list[ResultRecord]] = None, references: Optional[list] = None,
                      params: ModelParams = PARAMS) -> list[StepTimeCheck]:
     """(training record, its configuration) -> the model's step time against the measured one.
     Calibrated as `python -m harness model` does (harness.model.calibration.calibrate): busbw curves from
@@ -97,18 +97,18 @@ def check_step_times(runs: list[tuple[dict[str, Any], BenchConfig]], records: li
     compute = None if compute_records is None else [r for r in compute_records if _key(r) not in checked]
     out = []
     for rec, cfg in runs:
-        step = (rec.get("metrics") or {}).get("step_time_s") or {}
+        step = rec.metrics.get("step_time_s") or {}
         measured = step.get("value")
         if not measured:
-            raise HarnessError(f"record {rec.get('run_id', '?')}: no measured step_time_s (status {rec.get('status')})")
+            raise HarnessError(f"record {rec.run_id}: no measured step_time_s (status {rec.status})")
         pred = predict(cfg, calibrate(pool, cfg, references, params, compute_records=compute), params=params)
-        load = (((rec.get("environment") or {}).get("machine") or {}).get("cpu") or {}).get("load_avg_1_5_15")
+        load = ((rec.environment.get("machine") or {}).get("cpu") or {}).get("load_avg_1_5_15")
         out.append(StepTimeCheck(
-            run_id=str(rec.get("run_id", "?")), platform=cfg.platform.name, zero_stage=cfg.zero.stage,
+            run_id=rec.run_id, platform=cfg.platform.name, zero_stage=cfg.zero.stage,
             micro_batch_size=cfg.workload.micro_batch_size, grad_acc_steps=cfg.workload.grad_acc_steps,
             predicted_step_time_s=pred.step_time_s, measured_step_time_s=float(measured),
             error_pct=(pred.step_time_s - measured) / measured * 100, compute_s=pred.compute_s,
             exposed_comm_s=pred.exposed_comm_s, measured_p10_s=step.get("p10"), measured_p90_s=step.get("p90"),
             load_avg_1m=load[0] if load else None, efficiency_source=pred.efficiency_source,
-            busbw_sources=tuple(sorted({c.source for c in pred.comm})), out=(rec.get("config") or {}).get("out")))
+            busbw_sources=tuple(sorted({c.source for c in pred.comm})), out=rec.config.get("out")))
     return out

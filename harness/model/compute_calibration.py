@@ -25,6 +25,7 @@ from typing import Any, Optional
 from ..config.choices import Device
 from ..config.schema import BenchConfig
 from ..errors import HarnessError
+from ..record import ResultRecord
 from .calibration_inputs import (above_peak, efficiency_by_mb, num_ranks, profile_efficiency, same_place,
                                  workload_matches)
 from .calibration_types import BusbwCurve, Calibration
@@ -57,12 +58,12 @@ def _node_machine(device: str, machine: dict[str, Any], gpu_model: Optional[str]
     return Machine(device, str(model), cpu.get("usable_cpus") if device == "cpu" else None) if model else None
 
 
-def record_machine(record: dict[str, Any]) -> Optional[Machine]:
+def record_machine(record: ResultRecord) -> Optional[Machine]:
     """The Machine a record states, None when it states no device model. A record with every
     node's machine (environment.nodes) states one machine only when all its nodes are alike (else
     the models joined with ' | ', which matches no single machine)."""
-    env = record.get("environment") or {}
-    device = ((record.get("config") or {}).get("platform") or {}).get("device")
+    env = record.environment
+    device = (record.config.get("platform") or {}).get("device")
     device = device or ("cuda" if env.get("gpu_model") else "cpu")
     seen = {m for m in (_node_machine(device, n.get("machine") or {}, None) for n in env.get("nodes") or []
                         if isinstance(n, dict)) if m is not None}
@@ -76,7 +77,7 @@ def record_machine(record: dict[str, Any]) -> Optional[Machine]:
     return found
 
 
-def platform_machine(records: list[dict[str, Any]], cfg: BenchConfig) -> Machine:
+def platform_machine(records: list[ResultRecord], cfg: BenchConfig) -> Machine:
     """The one machine the records of cfg's platform and world size (any kind) ran on."""
     machines = {m for m in (record_machine(r) for r in records if same_place(r, cfg)) if m is not None}
     where = f"platform {cfg.platform.name} with {cfg.platform.world_size} ranks"
@@ -90,10 +91,10 @@ def platform_machine(records: list[dict[str, Any]], cfg: BenchConfig) -> Machine
     return machines.pop()
 
 
-def _not_comparable(rec: dict[str, Any], cfg: BenchConfig, machine: Machine) -> Optional[str]:
+def _not_comparable(rec: ResultRecord, cfg: BenchConfig, machine: Machine) -> Optional[str]:
     """Why a compute record cannot calibrate cfg's computation (None: it can)."""
     found = record_machine(rec)
-    if rec.get("benchmark") != cfg.workload.name or not workload_matches(rec.get("config") or {}, cfg):
+    if rec.benchmark != cfg.workload.name or not workload_matches(rec.config, cfg):
         return f"not {cfg.workload.name} at seq {cfg.workload.seq_len} {cfg.workload.precision.value}"
     if num_ranks(rec) != cfg.platform.world_size:
         return f"not {cfg.platform.world_size} ranks"
@@ -102,7 +103,7 @@ def _not_comparable(rec: dict[str, Any], cfg: BenchConfig, machine: Machine) -> 
     return None
 
 
-def calibrate_on_machine(compute_records: list[dict[str, Any]], records: list[dict[str, Any]], cfg: BenchConfig,
+def calibrate_on_machine(compute_records: list[ResultRecord], records: list[ResultRecord], cfg: BenchConfig,
                          curves: dict[str, BusbwCurve]) -> Calibration:
     """The efficiency from the profile-mode compute of training records of any platform that ran on
     the machine of cfg's platform (platform_machine of `records`), same world size and workload; the
@@ -110,16 +111,16 @@ def calibrate_on_machine(compute_records: list[dict[str, Any]], records: list[di
     in the source with the reason; none qualifying is an error."""
     machine = platform_machine(records, cfg)
     found: list[tuple[int, int, float]] = []
-    used: list[dict[str, Any]] = []
+    used: list[ResultRecord] = []
     left_out: Counter[str] = Counter()
     for rec in compute_records:
-        if rec.get("kind") != "training" or rec.get("status") != "ok":
+        if rec.kind != "training" or rec.status != "ok":
             continue
         why, eff = _not_comparable(rec, cfg, machine), None
         if why is None:
             try:
                 eff = profile_efficiency(rec, cfg)
-                key = (int(rec["config"]["zero"]["stage"]), int(rec["config"]["workload"]["micro_batch_size"]))
+                key = (int(rec.config["zero"]["stage"]), int(rec.config["workload"]["micro_batch_size"]))
             except (KeyError, TypeError, ValueError):  # a record without the fields a training record has
                 eff = None
             why = None if eff is not None else "no profile-mode compute"
@@ -137,8 +138,8 @@ def calibrate_on_machine(compute_records: list[dict[str, Any]], records: list[di
     by_mb, where = efficiency_by_mb(found, cfg.zero.stage, prefer_stage)
     if prefer_stage and any(stage == cfg.zero.stage for stage, _, _ in found):   # what by_mb took
         used = [r for r, (stage, _, _) in zip(used, found) if stage == cfg.zero.stage]
-    platforms = ", ".join(sorted({str(r.get("platform")) for r in used}))
-    names = sorted({str(r.get("run_id", "?")) for r in used})
+    platforms = ", ".join(sorted({r.platform for r in used}))
+    names = sorted({r.run_id for r in used})
     ids = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
     source = (f"measured on platform {platforms}, the machine of {cfg.platform.name} ({machine}): {where} training "
               f"runs, profile-mode compute, FLOPs over {cfg.platform.name}'s declared peak ({ids})"

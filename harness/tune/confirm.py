@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from ..compare import bootstrap_interval, worse_pct
 from ..plan import safe_name
+from ..record import ResultRecord
 from .trials import Trial, TrialSpec, trial_key
 
 STEP = "confirm"
@@ -137,8 +138,8 @@ def counts(t: Trial) -> bool:
     return t.status == "ok" and t.value is not None and (t.parity is None or t.parity.get("ok") is not False)
 
 
-def _run_index(entry: tuple[str, dict[str, Any]]) -> int:
-    head = str(entry[1].get("run_id", "")).split("-", 1)[0]
+def _run_index(entry: tuple[str, ResultRecord]) -> int:
+    head = entry[1].run_id.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
 
 
@@ -158,7 +159,7 @@ def confirm(tuner, winner: Trial) -> Confirmation:
     print(f"\n[tune confirm] {winner.label} against the default, {repeats} interleaved pairs"
           + (f"; {len(todo)} runs to launch" + (" (one Slurm job array)" if tuner.batched and len(todo) > 1 else "")
              if todo else ": every run reused"), flush=True)
-    fresh: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []
+    fresh: list[tuple[str, list[tuple[str, ResultRecord]]]] = []
     if todo:
         rounds = {DEFAULT: len(found[DEFAULT]), WINNER: len(found[WINNER])}
         names = []

@@ -11,6 +11,7 @@ from typing import Any, Optional
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 from ..plan import safe_name
+from ..record import ResultRecord
 from .space import Candidate
 
 STATE_FILE = "tune.json"
@@ -21,22 +22,22 @@ def by_prediction(cands: list[Candidate], pred_of: dict[str, Optional[dict[str, 
     return sorted(cands, key=lambda c: -((pred_of.get(c.key) or {}).get("samples_per_s") or 0.0))
 
 
-def pick_record(done: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
+def pick_record(done: list[tuple[str, ResultRecord]]) -> tuple[str, ResultRecord]:
     """The record a trial is judged on: the all-reduce of a collective sweep, else the only one."""
     for path, rec in done:
-        if rec.get("benchmark") == "all_reduce":
+        if rec.benchmark == "all_reduce":
             return path, rec
     return done[0]
 
 
-def samples_per_s(rec: dict[str, Any]) -> Optional[float]:
-    m = rec.get("metrics", {}).get("samples_per_s")
-    return m["value"] if rec.get("status") == "ok" and m else None
+def samples_per_s(rec: ResultRecord) -> Optional[float]:
+    m = rec.metrics.get("samples_per_s")
+    return m["value"] if rec.status == "ok" and m else None
 
 
-def allreduce_busbw(rec: dict[str, Any]) -> Optional[float]:
-    m = rec.get("metrics", {}).get("avg_busbw_gbps")
-    return m["value"] if rec.get("status") == "ok" and m else None
+def allreduce_busbw(rec: ResultRecord) -> Optional[float]:
+    m = rec.metrics.get("avg_busbw_gbps")
+    return m["value"] if rec.status == "ok" and m else None
 
 
 def predicted_oom(pred: Optional[dict[str, Any]]) -> bool:

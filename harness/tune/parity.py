@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..config.choices import Precision
+from ..record import ResultRecord
 
 
 def default_tolerance(precision: Precision) -> float:
@@ -40,15 +41,15 @@ class Parity:
                 "tolerance": self.tolerance}
 
 
-def losses(record: dict[str, Any]) -> list[float]:
+def losses(record: ResultRecord) -> list[float]:
     """Losses of the throughput-mode steps (warm-up included), in order: the first steps of training."""
-    return [s["loss"] for s in record.get("steps", []) if s.get("mode") == "throughput" and "loss" in s]
+    return [s["loss"] for s in record.steps if s.get("mode") == "throughput" and "loss" in s]
 
 
-def check(record: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> Parity:
+def check(record: ResultRecord, baseline: ResultRecord, tolerance: float) -> Parity:
     mine, ref = losses(record), losses(baseline)
     n = min(len(mine), len(ref))
-    if record.get("status") != "ok" or baseline.get("status") != "ok" or n == 0:
+    if record.status != "ok" or baseline.status != "ok" or n == 0:
         return Parity(None, None, 0, tolerance)
     diffs = []
     for a, b in zip(mine[:n], ref[:n]):

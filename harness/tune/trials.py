@@ -16,6 +16,7 @@ from ..bench import checked_images, execute, plan_runs
 from ..config.compose import compose
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
+from ..record import ResultRecord
 from ..record_files import Loaded, load_records
 
 
@@ -89,20 +90,20 @@ class TrialRunner:
         """OUT/step<N>/ for a step; a str is a folder under OUT (the confirmation's, confirm/<winner>)."""
         return self.out / (step if isinstance(step, str) else f"step{step}")
 
-    def existing(self, step: int | str) -> dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]]:
+    def existing(self, step: int | str) -> dict[tuple[str, ...], list[tuple[str, ResultRecord]]]:
         """Records already in the step's folder, by trial key: [(path relative to OUT, record)]."""
-        found: dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]] = {}
+        found: dict[tuple[str, ...], list[tuple[str, ResultRecord]]] = {}
         folder = self.step_dir(step)
         loaded = load_records([folder]) if folder.is_dir() else Loaded()
         for path, rec in loaded.records:
-            found.setdefault(trial_key(rec.overrides), []).append((str(path.relative_to(self.out)), rec.to_dict()))
+            found.setdefault(trial_key(rec.overrides), []).append((str(path.relative_to(self.out)), rec))
         return found
 
-    def run(self, step: int | str, name: str, overrides: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    def run(self, step: int | str, name: str, overrides: list[str]) -> list[tuple[str, ResultRecord]]:
         """Launch one trial as an ordinary run; its records (path relative to OUT, record)."""
         return self.run_many(step, [(name, overrides)])[0]
 
-    def run_many(self, step: int | str, trials: list[tuple[str, list[str]]]) -> list[list[tuple[str, dict[str, Any]]]]:
+    def run_many(self, step: int | str, trials: list[tuple[str, list[str]]]) -> list[list[tuple[str, ResultRecord]]]:
         """Launch trials (name, overrides) together, as bench launches a sweep: under Slurm one job
         array (bench.array_groups), locally one after the other. Each trial's records, in order."""
         folder = self.step_dir(step)
@@ -122,7 +123,7 @@ class TrialRunner:
         for (name, _), mine in zip(trials, ids):
             if not any(i in records for i in mine):
                 raise HarnessError(f"trial {name} produced no record")
-            out.append([(str((folder / f"{i}.json").relative_to(self.out)), records[i].to_dict())
+            out.append([(str((folder / f"{i}.json").relative_to(self.out)), records[i])
                         for i in mine if i in records])
         return out
 

@@ -41,7 +41,7 @@ from ..config.schema import BenchConfig, to_dict
 from ..errors import HarnessError
 from ..model.calibration import calibrate
 from ..model.perfmodel import predict
-from ..record import write_json_atomic
+from ..record import ResultRecord, write_json_atomic
 from ..references import load_references
 from . import parity, search, space
 from .confirm import Confirmation, confirm
@@ -83,10 +83,10 @@ class Tuner:
         self.runner = TrialRunner(out)
         self.steps: list[StepResult] = []
         self.baseline: Optional[Trial] = None
-        self.baseline_record: Optional[dict[str, Any]] = None
+        self.baseline_record: Optional[ResultRecord] = None
         """The default configuration's record: every training trial's losses are checked against it."""
         self.tolerance = self.tune.loss_tolerance or parity.default_tolerance(self.cfg.workload.precision)
-        self.calibration_records: list[dict[str, Any]] = []
+        self.calibration_records: list[ResultRecord] = []
         self.references: Optional[list] = None
         self.confirmation: Optional[Confirmation] = None
         """The winner re-measured against the default, interleaved: what decides the configuration kept."""
@@ -119,19 +119,19 @@ class Tuner:
             done.update(zip(fresh, self.runner.run_many(step, [(specs[i].label, specs[i].overrides) for i in fresh])))
         return [self.judge(sp, done[i], reused=i not in fresh) for i, sp in enumerate(specs)]
 
-    def judge(self, sp: TrialSpec, done: list[tuple[str, dict[str, Any]]], reused: bool) -> Trial:
+    def judge(self, sp: TrialSpec, done: list[tuple[str, ResultRecord]], reused: bool) -> Trial:
         main = pick_record(done)
         rec = main[1]
-        value_of = samples_per_s if rec["kind"] == "training" else allreduce_busbw
-        t = Trial(step=sp.step, label=sp.label, params=sp.params, overrides=sp.overrides, status=rec["status"],
-                  value=value_of(rec), unit="GB/s" if sp.step == 1 else "samples/s", reason=rec.get("reason"),
+        value_of = samples_per_s if rec.kind == "training" else allreduce_busbw
+        t = Trial(step=sp.step, label=sp.label, params=sp.params, overrides=sp.overrides, status=rec.status,
+                  value=value_of(rec), unit="GB/s" if sp.step == 1 else "samples/s", reason=rec.reason,
                   records=[p for p, _ in done], reused=reused, role=sp.role, prediction=sp.prediction,
-                  wall_s=float(rec.get("wall_s") or 0.0))
-        if rec["kind"] == "training":
+                  wall_s=float(rec.wall_s or 0.0))
+        if rec.kind == "training":
             self.calibration_records.append(rec)
             if sp.role == "default":  # the reference of every other training trial's losses
                 self.baseline_record = rec
-            elif self.baseline_record is not None and self.baseline_record["status"] == "ok":
+            elif self.baseline_record is not None and self.baseline_record.status == "ok":
                 t.parity = parity.check(rec, self.baseline_record, self.tolerance).to_dict()
         else:
             self.calibration_records.extend(r for _, r in done)

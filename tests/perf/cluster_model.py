@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import psutil
 
@@ -45,6 +45,7 @@ from harness.config.compose import compose  # noqa: E402
 from harness.model.calibration import load_records  # noqa: E402
 from harness.model.check import check_step_times, checkable, record_config  # noqa: E402
 from harness.model.text import format_checks  # noqa: E402
+from harness.record import ResultRecord  # noqa: E402
 
 
 class OtherLoad:
@@ -78,12 +79,12 @@ class OtherLoad:
             self.samples.append((time.time(), max(other, 0.0) / (now - self._last)))
         self._seen, self._last, self._wall_last = seen, now, time.time()
 
-    def during(self, rec: dict[str, Any]) -> Optional[float]:
+    def during(self, rec: ResultRecord) -> Optional[float]:
         """Mean over the record's run: from created_utc - wall_s to created_utc."""
         try:
-            end = datetime.datetime.fromisoformat(rec["created_utc"]).timestamp()
-            start = end - float(rec.get("wall_s") or 0.0)
-        except (KeyError, TypeError, ValueError):
+            end = datetime.datetime.fromisoformat(rec.created_utc).timestamp()
+            start = end - float(rec.wall_s or 0.0)
+        except (TypeError, ValueError):
             return None
         xs = [v for t, v in self.samples if start <= t <= end + 2]
         return statistics.fmean(xs) if xs else None
@@ -142,17 +143,17 @@ class ClusterModelCheck:
                 raise BenchFailed(f"bench on {side} exited {rc}: see {log}")
             self.dirs[side].append(d)
 
-    def quiet(self) -> dict[str, list[dict[str, Any]]]:
+    def quiet(self) -> dict[str, list[ResultRecord]]:
         """The records of both sides whose run saw at most max_other_cpus of other work (printed)."""
-        kept: dict[str, list[dict[str, Any]]] = {"cpu": [], "cluster": []}
+        kept: dict[str, list[ResultRecord]] = {"cpu": [], "cluster": []}
         print(f"other work during each training run (CPUs' worth; above {self.max_other_cpus:g}: left out):")
         for side, folders in self.dirs.items():
             for d in folders:
                 for rec in load_records([d]):
-                    busy = self.load.during(rec) if rec.get("kind") == "training" else 0.0
+                    busy = self.load.during(rec) if rec.kind == "training" else 0.0
                     quiet = busy is not None and busy <= self.max_other_cpus
-                    if rec.get("kind") == "training":
-                        print(f"  {d.name}/{rec.get('run_id')}: {'-' if busy is None else f'{busy:.2f}'}"
+                    if rec.kind == "training":
+                        print(f"  {d.name}/{rec.run_id}: {'-' if busy is None else f'{busy:.2f}'}"
                               + ("" if quiet else "  LEFT OUT"))
                     if quiet:
                         kept[side].append(rec)
@@ -160,7 +161,7 @@ class ClusterModelCheck:
 
     def configurations(self) -> set[str]:
         """The cluster's training configurations (run ids), quiet or not."""
-        return {rec["run_id"] for d in self.dirs["cluster"] for rec in checkable(load_records([d]))}
+        return {rec.run_id for d in self.dirs["cluster"] for rec in checkable(load_records([d]))}
 
     def verdicts(self) -> list[Verdict]:
         """Per configuration with a quiet run on the cluster (and quiet calibration runs): the

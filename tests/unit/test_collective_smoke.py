@@ -131,20 +131,19 @@ def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path
     from harness.report.summary import collective_table, summary
     from harness.tune.outcome import allreduce_busbw
 
-    dicts = [r.to_dict() for r in smoke]
     assert compare(smoke, []) == []                     # no verdict: nothing to compare
     assert references_from_records(smoke, source="s", submitter="t", date="2026-11-23", system="x",
                                    tolerance_pct={"default": 10.0}) == []
     assert series([("2026-11-23", r) for r in smoke]) == {}
-    assert busbw_curves(dicts, h100_cfg) == {}          # the performance model gets no curve
-    assert all(allreduce_busbw(d) is None for d in dicts)
+    assert busbw_curves(smoke, h100_cfg) == {}          # the performance model gets no curve
+    assert all(allreduce_busbw(r) is None for r in smoke)
     png = tmp_path / "busbw.png"
     plot_collectives(smoke, h100_cfg, png)             # no point to draw: no picture
     assert not png.exists() and all(r.plot is None for r in smoke)
     table = collective_table(smoke)
     assert all(line.split()[4:6] == ["-", "-"] for line in table.splitlines()[2:])  # peak, avg busbw
     assert "all_reduce" in summary(smoke, markdown=True)
-    rows = [Row.from_dict(r) for r in dicts[0]["smoke"]["rows"]]
+    rows = [Row.from_dict(r) for r in smoke[0].smoke["rows"]]
     text = format_table("all_reduce", rows, 1)
     assert "# Avg bus bandwidth    : N/A" in text and "# Out of bounds values : 0 OK" in text
     assert " 0.00 " not in text                          # no bandwidth column printed as 0

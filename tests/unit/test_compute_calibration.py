@@ -3,11 +3,12 @@
 small synthetic records, the cpu-cluster platform predicted from the cpu platform's compute."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from unit_helpers import schema_valid
+from unit_helpers import as_record, typed
 from harness.config.split import with_split
 from harness.errors import HarnessError
 from harness.model.calibration import calibrate
@@ -37,21 +38,21 @@ def _training(cfg, *, platform="cpu", stage=1, mb=4, compute_s=None, step_time_s
     ga = w.samples_per_step // mb
     micro = [[{"index": i, "total_s": compute_s / ga, "compute_s": compute_s / ga, "comm_s": 0.0, "collectives": []}
               for i in range(ga)]] * 2 if compute_s else []
-    return {"kind": "training", "platform": platform, "benchmark": benchmark, "status": "ok", "run_id": run_id,
+    return as_record({"kind": "training", "platform": platform, "benchmark": benchmark, "status": "ok", "run_id": run_id,
             "created_utc": "2026-11-24T00:00:00+00:00", "environment": _env(**env),
             "overrides": overrides or [], "microsteps": micro,
             "config": {"platform": {"device": device},
                        "workload": {"micro_batch_size": mb, "grad_acc_steps": ga, "seq_len": w.seq_len,
                                     "precision": w.precision.value, "activation_checkpointing": False},
                        "zero": {"stage": stage}},
-            "metrics": {"step_time_s": {"value": step_time_s, "p10": step_time_s * 0.9, "p90": step_time_s * 1.1}}}
+            "metrics": {"step_time_s": {"value": step_time_s, "p10": step_time_s * 0.9, "p90": step_time_s * 1.1}}})
 
 
 def _collective(op="all_reduce", busbw=0.12, platform="cpu-cluster", **env):
     rows = [{"size_bytes": s, "out_of_place": {"busbw_gbps": b}, "in_place": {"busbw_gbps": b}}
             for s, b in ((1 << 20, busbw), (16 << 20, busbw))]
-    return {"kind": "collective", "platform": platform, "benchmark": op, "status": "ok", "run_id": f"c-{op}",
-            "environment": _env(**env), "config": {}, "metrics": {}, "rows": rows}
+    return as_record({"kind": "collective", "platform": platform, "benchmark": op, "status": "ok", "run_id": f"c-{op}",
+                      "environment": _env(**env), "config": {}, "metrics": {}, "rows": rows})
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_the_source_names_the_platform_machine_and_runs(cluster):
     cal = calibrate([_collective()], cluster, compute_records=[
         _training(cluster, compute_s=_compute_for(cluster, 0.4), run_id="02-z1-mb4-ga2"),
         _training(cluster, stage=2, compute_s=_compute_for(cluster, 0.2), run_id="04-z2-mb4-ga2"),
-        {**_training(cluster, compute_s=1.0), "status": "error"},          # not ok: not even counted
+        dataclasses.replace(_training(cluster, compute_s=1.0), status="error"),   # not ok: not even counted
         _collective(platform="cpu")])                                        # not training: ignored
     src = cal.efficiency_source
     assert src.startswith("measured on platform cpu, the machine of cpu-cluster (cpu: AMD EPYC 7763 64-Core "
@@ -151,7 +152,7 @@ def test_without_compute_records_another_platforms_runs_never_calibrate(cluster)
 ])
 def test_record_machine(env, expected):
     device = "cuda" if env.get("gpu_model") else "cpu"
-    assert record_machine({"environment": env, "config": {"platform": {"device": device}}}) == expected
+    assert record_machine(typed([{"environment": env, "config": {"platform": {"device": device}}}])[0]) == expected
 
 
 # ---- ZeRO-3 on gloo: the async parameter gathers overlap -----------------------------------------
@@ -225,7 +226,7 @@ def test_record_config_recomposes_the_run_and_refuses_a_mismatch(composed):
     got = record_config(rec, compose)
     assert seen == [[o for o in overrides if not o.startswith("out=")]]
     assert (got.zero.stage, got.workload.micro_batch_size, got.workload.grad_acc_steps) == (2, 2, 4)
-    rec["config"]["workload"]["micro_batch_size"] = 4
+    rec.config["workload"]["micro_batch_size"] = 4
     with pytest.raises(HarnessError, match="micro_batch_size 4 .recomposed: 2."):
         record_config(rec, compose)
 
@@ -239,9 +240,9 @@ def test_cli_against_prints_model_vs_measured_and_fails_above_the_limit(capsys, 
     z1 = _training(cluster, platform="cpu-cluster", compute_s=0.3, step_time_s=0.6, run_id="01-z1-mb4-ga2",
                    overrides=overrides)
     for op in ("all_reduce", "all_gather"):
-        (runs / f"00-{op}.json").write_text(json.dumps(schema_valid(_collective(op, 0.12))))
-    (runs / "01.json").write_text(json.dumps(schema_valid(z1)))
-    (single / "02.json").write_text(json.dumps(schema_valid(_training(cluster, compute_s=0.3, run_id="cpu-z1"))))
+        (runs / f"00-{op}.json").write_text(json.dumps(_collective(op, 0.12).to_dict()))
+    (runs / "01.json").write_text(json.dumps(z1.to_dict()))
+    (single / "02.json").write_text(json.dumps(_training(cluster, compute_s=0.3, run_id="cpu-z1").to_dict()))
     assert main(["model", "--against", str(runs), "--compute-records", str(single)]) == 0
     out = capsys.readouterr().out
     assert "01-z1-mb4-ga2" in out and "measured on platform cpu" in out and "|error| median" in out

@@ -6,7 +6,7 @@ import dataclasses
 import warnings
 
 import pytest
-import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
+from unit_helpers import typed
 
 from harness.config.choices import GradientCollective
 from harness.config.schema import ZeroConfig
@@ -56,7 +56,7 @@ def test_measured_split_has_its_own_c_knobs_and_checkpointing(tiny_cfg):
 
 
 def test_record_variant_refuses_an_invalid_record(tiny_cfg):
-    rec = {"config": {"workload": {"micro_batch_size": 2, "grad_acc_steps": 4}, "zero": {"stage": 7}}}
+    (rec,) = typed([{"config": {"workload": {"micro_batch_size": 2, "grad_acc_steps": 4}, "zero": {"stage": 7}}}])
     with pytest.raises(ConfigError, match="zero.stage=7"):
         record_variant(rec, tiny_cfg)
 

@@ -10,7 +10,7 @@ import json
 import math
 
 import pytest
-from unit_helpers import REPO_ROOT, schema_valid
+from unit_helpers import REPO_ROOT, as_record
 
 from harness.config.choices import GradientCollective, OptimizerImpl, Precision
 from harness.config.schema import WorkloadConfig
@@ -501,20 +501,20 @@ def _training_record(cfg, *, stage=1, mb=2, compute_s=None, step_time_s=1.0, pla
     ga = w.samples_per_step // mb
     micro = [[{"index": i, "total_s": compute_s / ga, "compute_s": compute_s / ga, "comm_s": 0.0, "collectives": []}
               for i in range(ga)]] if compute_s else []
-    return {"kind": "training", "platform": platform, "benchmark": benchmark, "status": "ok", "run_id": "r",
+    return as_record({"kind": "training", "platform": platform, "benchmark": benchmark, "status": "ok", "run_id": "r",
             "environment": {"num_ranks": ranks},
             "config": {"workload": {"micro_batch_size": mb, "grad_acc_steps": ga, "seq_len": w.seq_len,
                                     "precision": w.precision.value, "activation_checkpointing": False},
                        "zero": {"stage": stage}},
-            "metrics": {"step_time_s": {"value": step_time_s}}, "microsteps": micro}
+            "metrics": {"step_time_s": {"value": step_time_s}}, "microsteps": micro})
 
 
 def _collective_record(op, points, platform="cpu", ranks=2):
     rows = [{"size_bytes": s, "count": s // 4, "dtype": "float", "redop": "sum", "root": -1,
              "out_of_place": {"time_us": 1.0, "algbw_gbps": b, "busbw_gbps": b, "num_wrong": 0},
              "in_place": {"time_us": 1.0, "algbw_gbps": b, "busbw_gbps": 3 * b, "num_wrong": 0}} for s, b in points]
-    return {"kind": "collective", "platform": platform, "benchmark": op, "status": "ok", "run_id": f"c-{op}",
-            "environment": {"num_ranks": ranks}, "config": {}, "metrics": {}, "rows": rows}
+    return as_record({"kind": "collective", "platform": platform, "benchmark": op, "status": "ok", "run_id": f"c-{op}",
+                      "environment": {"num_ranks": ranks}, "config": {}, "metrics": {}, "rows": rows})
 
 
 def test_calibrate_from_profile_microsteps_and_collectives(tiny_cfg):
@@ -561,8 +561,8 @@ def test_calibrate_from_reference_entries(composed):
 def test_load_records_skips_what_is_not_a_record(tmp_path, tiny_cfg):
     (tmp_path / "suite.json").write_text(json.dumps({"suite": "x", "runs": []}))
     (tmp_path / "broken.json").write_text("{not json")
-    (tmp_path / "r.json").write_text(json.dumps(schema_valid(_training_record(tiny_cfg))))
-    assert [r["kind"] for r in load_records([tmp_path])] == ["training"]
+    (tmp_path / "r.json").write_text(json.dumps(_training_record(tiny_cfg).to_dict()))
+    assert [r.kind for r in load_records([tmp_path])] == ["training"]
     with pytest.raises(HarnessError, match="no such file"):
         load_records([tmp_path / "missing"])
     with pytest.raises(HarnessError, match="not a readable JSON"):
@@ -575,7 +575,7 @@ def test_cli_breakdown_sweep_and_bad_tokens(capsys, tmp_path, tiny_cfg):
     from harness.__main__ import main
 
     flops = executed_flops_per_step(tiny_cfg)
-    (tmp_path / "r.json").write_text(json.dumps(schema_valid(_training_record(tiny_cfg, compute_s=flops / (0.3 * 1e11)))))
+    (tmp_path / "r.json").write_text(json.dumps(_training_record(tiny_cfg, compute_s=flops / (0.3 * 1e11)).to_dict()))
     assert main(["model", "workload=llama-tiny", "--records", str(tmp_path), "zero=stage1", "--tokens", "1e8"]) == 0
     out = capsys.readouterr().out
     for text in ("memory per rank", "optimizer", "all_reduce", "fits", "efficiency 0.300", "measured",

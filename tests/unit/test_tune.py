@@ -11,7 +11,7 @@ from harness.config.schema import TuneConfig
 from harness.errors import ConfigError, HarnessError
 from harness.tune import parity, search, space
 from harness.tune.space import Candidate
-from unit_helpers import schema_valid
+from unit_helpers import as_record, typed
 
 
 # ---- spaces ------------------------------------------------------------------------------------
@@ -143,8 +143,8 @@ def test_bayes_never_repeats_or_runs_excluded_and_covers_the_space():
 
 # ---- loss parity -------------------------------------------------------------------------------
 def _rec(losses, status="ok"):
-    return {"status": status, "steps": [{"mode": "throughput", "loss": v} for v in losses]
-            + [{"mode": "profile", "loss": 99.0}]}
+    return typed([{"status": status, "steps": [{"mode": "throughput", "loss": v} for v in losses]
+                   + [{"mode": "profile", "loss": 99.0}]}])[0]
 
 
 @pytest.mark.parametrize("mine, ref, tol, ok", [
@@ -220,9 +220,9 @@ class FakeWorld:
                                                                   "unit": "samples/s"}},
                      "steps": [] if oom else [{"mode": "throughput", "loss": 8.0 - i * 0.1} for i in range(4)]}]
         out = []
-        for r in map(schema_valid, recs):
-            path = folder / f"{r['run_id']}.json"
-            path.write_text(json.dumps(r))
+        for r in map(as_record, recs):
+            path = folder / f"{r.run_id}.json"
+            path.write_text(json.dumps(r.to_dict()))
             out.append((str(path.relative_to(runner.out)), r))
         return out
 

@@ -80,6 +80,14 @@ def schema_valid(record: dict) -> dict:
     return out
 
 
+def as_record(sketch: dict):
+    """A record sketch made whole (schema_valid) and read back as the loader reads it: the typed
+    ResultRecord the calibration, the model check and the tuner take."""
+    from harness.record import ResultRecord
+
+    return ResultRecord.from_dict(schema_valid(sketch))
+
+
 def typed(records: list) -> list:
     """Record sketches as the typed records compare, references and the history store take. Not
     validated (a test may sketch a record the schema would refuse, e.g. one lacking a metric): the
