@@ -26,10 +26,10 @@ FIXED_TOP = {"flops"}
 # what the environment holds that is the same for one configuration on any machine
 ENV_KEPT = {"settings", "world_size", "num_nodes", "num_ranks"}
 ENV_VARS_KEPT = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
-# floats that are not masked (losses) agree to this: the ranks compute in fp32, and a CPU of another
-# vector width (AVX2 against AVX-512) sums a softmax in another order. A distillation's KL, a small
-# difference of O(1) terms, then moves by ~1e-7 absolute: 0.0255530 against 0.0255531 (3e-6 relative)
-# on a 2-core AVX2 EPYC against the golden form written on another box, the same code on both.
+# floats that are not masked (losses) agree to this: the ranks compute in fp32, and another CPU (another
+# vector width: torch picks its kernels by it) sums a softmax in another order. A distillation's KL, a
+# small difference of O(1) terms, then moves by ~1e-7 absolute: 0.0255530 against 0.0255531 (3e-6
+# relative) on a 2-core AVX2-only EPYC against the golden form written on another box, same code.
 FLOAT_TOLERANCE = {"rel_tol": 1e-6, "abs_tol": 1e-6}
 # overrides that say where a run wrote, not what it ran
 PLACE_OVERRIDES = ("out=", "history=")

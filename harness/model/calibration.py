@@ -44,7 +44,8 @@ from ..config.schema import BenchConfig
 from ..config.split import with_split
 from ..record import ResultRecord
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, load_records,  # noqa: F401 (API)
-                                 record_efficiency, same_place, workload_matches, zero_from_knobs)
+                                 record_efficiency, same_place, stage_and_micro_batch, workload_matches,
+                                 zero_from_knobs)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
 from .compute_calibration import calibrate_on_machine
 from .params import PARAMS, ModelParams
@@ -68,7 +69,7 @@ def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optiona
             continue
         try:
             got = record_efficiency(rec, cfg, curves, params)
-            key = (int(rec.config["zero"]["stage"]), int(rec.config["workload"]["micro_batch_size"]))
+            key = stage_and_micro_batch(rec)
         except (KeyError, TypeError, ValueError):  # a record without the fields a training record has
             continue
         if got is not None:

@@ -84,6 +84,12 @@ def zero_from_knobs(stage: int, knobs: Optional[dict[str, Any]]) -> ZeroConfig:
     return z
 
 
+def stage_and_micro_batch(rec: ResultRecord) -> tuple[int, int]:
+    """The ZeRO stage and micro-batch size a training record ran (KeyError/TypeError/ValueError when
+    its free-form config lacks them)."""
+    return int(rec.config["zero"]["stage"]), int(rec.config["workload"]["micro_batch_size"])
+
+
 def record_variant(rec: ResultRecord, cfg: BenchConfig) -> BenchConfig:
     """cfg at a record's split, stage, activation checkpointing and ZeRO knobs (a measured configuration
     to invert: its own knobs, never the predicted configuration's), validated (config.split)."""

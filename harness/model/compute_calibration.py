@@ -27,7 +27,7 @@ from ..config.schema import BenchConfig
 from ..errors import HarnessError
 from ..record import ResultRecord
 from .calibration_inputs import (above_peak, efficiency_by_mb, num_ranks, profile_efficiency, same_place,
-                                 workload_matches)
+                                 stage_and_micro_batch, workload_matches)
 from .calibration_types import BusbwCurve, Calibration
 
 
@@ -120,7 +120,7 @@ def calibrate_on_machine(compute_records: list[ResultRecord], records: list[Resu
         if why is None:
             try:
                 eff = profile_efficiency(rec, cfg)
-                key = (int(rec.config["zero"]["stage"]), int(rec.config["workload"]["micro_batch_size"]))
+                key = stage_and_micro_batch(rec)
             except (KeyError, TypeError, ValueError):  # a record without the fields a training record has
                 eff = None
             why = None if eff is not None else "no profile-mode compute"

@@ -126,7 +126,7 @@ class Tuner:
         t = Trial(step=sp.step, label=sp.label, params=sp.params, overrides=sp.overrides, status=rec.status,
                   value=value_of(rec), unit="GB/s" if sp.step == 1 else "samples/s", reason=rec.reason,
                   records=[p for p, _ in done], reused=reused, role=sp.role, prediction=sp.prediction,
-                  wall_s=float(rec.wall_s or 0.0))
+                  wall_s=float(rec.wall_s))
         if rec.kind == "training":
             self.calibration_records.append(rec)
             if sp.role == "default":  # the reference of every other training trial's losses

@@ -83,7 +83,7 @@ class OtherLoad:
         """Mean over the record's run: from created_utc - wall_s to created_utc."""
         try:
             end = datetime.datetime.fromisoformat(rec.created_utc).timestamp()
-            start = end - float(rec.wall_s or 0.0)
+            start = end - rec.wall_s
         except (TypeError, ValueError):
             return None
         xs = [v for t, v in self.samples if start <= t <= end + 2]
