@@ -27,6 +27,7 @@ from .references import record_config, references_from_records
 
 BASELINE_RUNS = 5
 UNJUDGED = ("new", "not comparable")
+STORE_REMEDY = "set history=<another SQLAlchemy URL>, or history=none to keep no history"
 
 
 def store_url(history: str, out: Path) -> Optional[str]:
@@ -75,7 +76,7 @@ def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, ou
     todo = [r for r in records if _key(r.platform, r.benchmark, record_config(r)) not in judged]
     result.unjudged = len(todo)
     try:
-        store = History(url)
+        store = History(url, remedy=STORE_REMEDY)
         platform = records[0].platform
         kept = [(d, rec) for d, rec in store.bench_records(machine, platform, BASELINE_RUNS + 1)
                 if d != str(Path(out).resolve())]                        # a folder collected again is not its own baseline
@@ -90,7 +91,7 @@ def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, ou
             result.verdicts = [v for v in compare(todo, refs) if v.verdict != "missing"]
         store.add_bench(machine, platform, str(Path(out).resolve()), records)
     except HarnessError as exc:
-        result.note = f"history store not used: {exc}"
+        result.note = f"history store not used: {str(exc).removeprefix('history store ')}"
     return result
 
 

@@ -31,7 +31,7 @@ from .multirun import split_flag
 from .nccl_tests import nccl_tests_record
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
 from .record import ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic, write_record
-from .references import load_references
+from .references import read_references
 from .report.plot import busbw_plot
 from .report.summary import Progress, summary
 from .report.verdicts import load_line, verdict_counts, verdict_table
@@ -274,16 +274,21 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     against this machine's earlier bench runs (harness/baseline.py; `history`: the config key),
     printed and written as compare.md; `bench`'s exit status does not depend on them:
     `python -m harness compare` and the nightly job decide that."""
-    verdicts = compare(records, load_references())
+    tables = read_references()  # a table that does not parse is left out and named, never the end of a bench
+    verdicts = compare(records, tables.references)
     counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows
+    left_out = "".join(f"reference table left out: {e.line()}; fix it or move it out of reference_results/\n\n"
+                       for e in tables.unreadable)
     base = judge(records, verdicts, history, out)
     machine = load_line(records)
     text = baseline_text(base, verdict_table(base.verdicts, ref_name="baseline"))
-    print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n" + verdict_table(verdicts, missing="summary")
+    print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n{left_out}"
+          + verdict_table(verdicts, missing="summary")
           + (f"\n\n{text}" if text else ""))
     md = baseline_text(base, verdict_table(base.verdicts, markdown=True, ref_name="baseline"))
     table = verdict_table(verdicts, markdown=True, missing="summary")
-    write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{machine}\n\n{counts}\n\n{table}\n"
+    write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{machine}\n\n{counts}\n\n"
+                                            f"{left_out}{table}\n"
                                             + (f"\n# This machine's baseline\n\n{md}\n" if md else "")).encode("utf-8"))
 
 

@@ -10,13 +10,43 @@ its own, the earlier bench runs of that machine are its baseline (harness/baseli
 from __future__ import annotations
 
 import json
+import re
+from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Iterator, Optional
 
 from .errors import HarnessError
 from .record import ResultRecord
 
 DEFAULT_URL = "sqlite:///results/history.sqlite"
+ANOTHER_STORE = "name another store"
+"""What to do about a store that cannot be used, besides moving a damaged file aside: callers say it
+with their own option (bench: history=..., the nightly: --store ...)."""
+
+
+def store_file(url: str) -> Optional[str]:
+    """The file of a SQLite store; None for an in-memory one, any other database or a URL that does not parse."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return parsed.database
+
+
+def store_name(url: str) -> str:
+    """How a message names a store: a SQLite store by its file, any other by its URL without the password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return store_file(url) or make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
 def _record(text: str, where: str) -> ResultRecord:
@@ -33,11 +63,16 @@ def _now() -> str:
 
 
 class History:
-    def __init__(self, url: str = DEFAULT_URL):
+    """The store at `url`. Whatever the database says on opening, reading or writing (not a database,
+    locked, read-only, a driver missing) is a HarnessError naming the store and what to do (`remedy`:
+    the caller's option for another store); the store itself is left as it is, never recreated, and
+    each write is one transaction, so a failed one leaves nothing half-written."""
+
+    def __init__(self, url: str = DEFAULT_URL, remedy: str = ANOTHER_STORE):
         import sqlalchemy as sa
-        from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
         self.sa = sa
+        self.name, self.file, self.remedy = store_name(url), store_file(url), remedy
         meta = sa.MetaData()
         self.nights = sa.Table(
             "nights", meta,
@@ -67,15 +102,33 @@ class History:
             sa.Column("status", sa.String(16), nullable=False),
             sa.Column("created_utc", sa.String(32), nullable=False),
             sa.Column("record", sa.Text, nullable=False))
-        try:
+        with self._errors_named():
             self.engine = sa.create_engine(url)
             meta.create_all(self.engine)
-        except (ArgumentError, NoSuchModuleError, OperationalError) as exc:
-            raise HarnessError(f"history store {url!r} cannot be opened: {exc}") from None
+
+    @contextmanager
+    def _errors_named(self) -> Iterator[None]:
+        """The one place where what the database (or its driver) raises becomes the user's message."""
+        from sqlalchemy.exc import DatabaseError, SQLAlchemyError
+
+        try:
+            yield
+        except (SQLAlchemyError, ImportError) as exc:
+            cause = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            if self.file and type(exc) is DatabaseError:   # sqlite3.DatabaseError: not a database, malformed
+                raise HarnessError(f"history store {self.name} is not readable ({cause}); it is left as it is: "
+                                   f"move it aside (a new store starts there), or {self.remedy}") from None
+            raise HarnessError(f"history store {self.name} cannot be used ({cause}): {self.remedy}") from None
+
+    @contextmanager
+    def _db(self, write: bool = False) -> Iterator:
+        """A connection; for a write, one transaction (committed whole or rolled back)."""
+        with self._errors_named(), (self.engine.begin() if write else self.engine.connect()) as c:
+            yield c
 
     def start_night(self, night: str, platform: str, suite: str, out_dir: str) -> bool:
         """Register a night; False when it was registered before (a resumed night)."""
-        with self.engine.begin() as c:
+        with self._db(write=True) as c:
             found = c.execute(self.sa.select(self.nights.c.night).where(
                 self.nights.c.night == night, self.nights.c.platform == platform)).first()
             if found is None:
@@ -84,12 +137,12 @@ class History:
         return found is None
 
     def finish_night(self, night: str, platform: str) -> None:
-        with self.engine.begin() as c:
+        with self._db(write=True) as c:
             c.execute(self.nights.update().where(self.nights.c.night == night, self.nights.c.platform == platform)
                       .values(finished_utc=_now()))
 
     def add_run(self, night: str, platform: str, repeat: int, record: ResultRecord) -> None:
-        with self.engine.begin() as c:
+        with self._db(write=True) as c:
             c.execute(self.runs.insert().values(night=night, platform=platform, repeat=repeat,
                                                 run_id=record.run_id, benchmark=record.benchmark,
                                                 status=record.status, created_utc=_now(),
@@ -97,7 +150,7 @@ class History:
 
     def finished(self, night: str, platform: str) -> set[tuple[int, str]]:
         """(repeat, run_id) of the runs this night already stored."""
-        with self.engine.connect() as c:
+        with self._db() as c:
             rows = c.execute(self.sa.select(self.runs.c.repeat, self.runs.c.run_id).where(
                 self.runs.c.night == night, self.runs.c.platform == platform)).all()
         return {(r.repeat, r.run_id) for r in rows}
@@ -107,13 +160,13 @@ class History:
         query = self.sa.select(self.runs.c.night, self.runs.c.record).where(self.runs.c.platform == platform)
         if nights is not None:
             query = query.where(self.runs.c.night.in_(nights))
-        with self.engine.connect() as c:
+        with self._db() as c:
             rows = c.execute(query.order_by(self.runs.c.night, self.runs.c.repeat, self.runs.c.run_id)).all()
-        return [(r.night, _record(r.record, f"history run of night {r.night}")) for r in rows]
+        return [(r.night, _record(r.record, f"{self.name}: run of night {r.night}")) for r in rows]
 
     def earlier_nights(self, platform: str, night: str, count: int) -> list[str]:
         """The last `count` finished nights of the platform before `night`, oldest first."""
-        with self.engine.connect() as c:
+        with self._db() as c:
             rows = c.execute(self.sa.select(self.nights.c.night).where(
                 self.nights.c.platform == platform, self.nights.c.night < night,
                 self.nights.c.finished_utc.is_not(None)).order_by(self.nights.c.night.desc()).limit(count)).all()
@@ -123,7 +176,7 @@ class History:
         """One bench invocation's records, in one transaction (all or none); a folder stored before
         (collected again) is replaced."""
         now, bench = _now(), self.bench_runs.c
-        with self.engine.begin() as c:
+        with self._db(write=True) as c:
             c.execute(self.bench_runs.delete().where(bench.machine == machine, bench.platform == platform,
                                                      bench.out_dir == out_dir))
             for rec in records:
@@ -134,7 +187,7 @@ class History:
     def bench_records(self, machine: str, platform: str, last: int) -> list[tuple[str, ResultRecord]]:
         """(out_dir, record) of the machine's last `last` bench invocations on the platform, oldest first."""
         bench = self.bench_runs.c
-        with self.engine.connect() as c:
+        with self._db() as c:
             outs = c.execute(self.sa.select(bench.out_dir, self.sa.func.min(bench.created_utc).label("at"))
                              .where(bench.machine == machine, bench.platform == platform)
                              .group_by(bench.out_dir).order_by(self.sa.desc("at")).limit(last)).all()
@@ -144,4 +197,4 @@ class History:
                              .where(bench.machine == machine, bench.platform == platform,
                                     bench.out_dir.in_([o.out_dir for o in outs]))
                              .order_by(bench.created_utc, bench.run_id)).all()
-        return [(r.out_dir, _record(r.record, f"history run of {r.out_dir}")) for r in rows]
+        return [(r.out_dir, _record(r.record, f"{self.name}: run of {r.out_dir}")) for r in rows]

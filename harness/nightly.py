@@ -114,7 +114,7 @@ def cli(args: list[str]) -> int:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         (REPO_ROOT / url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{REPO_ROOT / url[len('sqlite:///'):]}"
-    store = History(url)
+    store = History(url, remedy="pass --store <another SQLAlchemy URL>")  # stops before any run
     run_night([o for o in overrides if not o.startswith("out=")], night=ns.night, repeats=ns.repeats,
               store=store, out=out)
     tonight = [rec for _, rec in store.records(platform, [ns.night])]

@@ -115,24 +115,62 @@ def validate_reference_file(data: Any) -> list[str]:
     return problems
 
 
+class ReferenceFileError(HarnessError):
+    """A reference file that does not parse (not readable, not JSON, not the schema), named with its problems."""
+
+    def __init__(self, path: Path, problem: str, details: tuple[str, ...] = ()):
+        self.path, self.problem, self.details = Path(path), problem, details
+        super().__init__(f"{path}: {problem}" + (":\n  " + "\n  ".join(details) if details else ""))
+
+    def line(self) -> str:
+        """The file and its problem in one line: the first detail, and how many more."""
+        more = f" (and {len(self.details) - 1} more)" if len(self.details) > 1 else ""
+        return f"{self.path}: {self.problem}" + (f": {self.details[0]}{more}" if self.details else "")
+
+
+@dataclass(frozen=True)
+class ReferenceTables:
+    """What the reference files hold: every reference of the files that parse, and those that do not."""
+    references: list[Reference]
+    unreadable: list[ReferenceFileError]
+    """Files left out, each with its problem (`line()` says it in one line)."""
+
+
 def load_file(path: Path) -> list[Reference]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path}: not a readable reference file: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, bytes that are not UTF-8
+        raise ReferenceFileError(path, f"not a readable reference file: {exc}") from None
     problems = validate_reference_file(data)
     if problems:
-        raise HarnessError(f"{path}: invalid reference file:\n  " + "\n  ".join(problems))
+        raise ReferenceFileError(path, "invalid reference file", tuple(problems))
     return [Reference.from_dict(e) for e in data["references"]]
 
 
+def _files(paths: Optional[list[Path]]) -> list[Path]:
+    return sorted(paths) if paths is not None else sorted(REFERENCE_DIR.glob("*.json"))
+
+
 def load_references(paths: Optional[list[Path]] = None) -> list[Reference]:
-    """Every reference in the given files (default: all of reference_results/*.json)."""
-    files = sorted(paths) if paths is not None else sorted(REFERENCE_DIR.glob("*.json"))
+    """Every reference in the given files (default: all of reference_results/*.json); a file that
+    does not parse stops it (ReferenceFileError, naming the file)."""
     refs: list[Reference] = []
-    for path in files:
+    for path in _files(paths):
         refs.extend(load_file(path))
     return refs
+
+
+def read_references(paths: Optional[list[Path]] = None) -> ReferenceTables:
+    """Like load_references, but a file that does not parse is left out and named (for `bench`, whose
+    runs are done by then: one bad table must not cost the verdicts of the others)."""
+    refs: list[Reference] = []
+    unreadable: list[ReferenceFileError] = []
+    for path in _files(paths):
+        try:
+            refs.extend(load_file(path))
+        except ReferenceFileError as exc:
+            unreadable.append(exc)
+    return ReferenceTables(refs, unreadable)
 
 
 def select(refs: list[Reference], **criteria: Any) -> list[Reference]:

@@ -6,7 +6,7 @@ import harness.bench
 from harness.bench import compare_with_references
 from harness.compare import compare
 from harness.record import ResultRecord
-from harness.references import Provenance, Reference
+from harness.references import Provenance, Reference, ReferenceTables
 from harness.report.nightly import nightly_markdown
 
 CONFIG = {"nodes": 1, "num_ranks": 2, "zero_stage": 2, "micro_batch_size": 4, "grad_acc_steps": 2, "seq_len": 128,
@@ -38,7 +38,7 @@ def table() -> list[Reference]:
 
 
 def test_bench_prints_one_line_for_the_references_it_did_not_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(harness.bench, "load_references", lambda paths=None: table())
+    monkeypatch.setattr(harness.bench, "read_references", lambda paths=None: ReferenceTables(table(), []))
     compare_with_references([ran(i, v) for i, v in enumerate([21.8, 22.1, 22.3])], tmp_path)
     printed = capsys.readouterr().out
     for text in (printed, (tmp_path / "compare.md").read_text()):
