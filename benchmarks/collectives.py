@@ -22,6 +22,7 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn, Optional
 
 import torch
@@ -32,7 +33,7 @@ from contract.collectives import DTYPES as VOCABULARY_DTYPES
 from contract.collectives import NCCL_TYPES
 from contract.spec import SPEC_FILE, CollectiveSpec
 
-from .environment import fingerprint, first_on_node, node_view
+from .environment import announce
 from .failure import run_rank
 from .machine import LoadWindow
 
@@ -259,11 +260,8 @@ def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int,
     return {"time_us": time_us, "num_wrong": wrong}
 
 
-def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
-    if rank == 0:
-        log.emit(ev.ENVIRONMENT, fingerprint(n))
-    elif first_on_node():  # every other node's machine, in this rank's own event log
-        log.emit(ev.NODE, node_view())
+def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path) -> None:
+    announce(log, rank, n, run_dir, spec.device)  # the probe, then the ranks' view
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if spec.device == "cuda":
         device = torch.device("cuda", local_rank)
@@ -300,7 +298,7 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int) -> None:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     run_rank(argv, __doc__.splitlines()[0],
-             lambda run_dir, log, rank, n: run(CollectiveSpec.load(run_dir / SPEC_FILE), log, rank, n))
+             lambda run_dir, log, rank, n: run(CollectiveSpec.load(run_dir / SPEC_FILE), log, rank, n, run_dir))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+from contract import events as ev
 from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, RANK_FIELDS, RUNTIME_VAR, build
 
 from .machine import machine
+from .probe import node_probe
 
 LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
 
@@ -74,16 +76,28 @@ def first_on_node() -> bool:
     return os.environ.get("LOCAL_RANK") in (None, "0")
 
 
-def node_view() -> dict[str, Any]:
-    """This node's machine as this rank sees it: {host, machine} (benchmarks/machine.py)."""
-    return {"host": socket.gethostname(), "machine": machine()}
+def node_view(probe: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """This node's machine as this rank sees it: {host, machine} (benchmarks/machine.py), its
+    capability probe (benchmarks/probe.py) as machine.probe."""
+    return {"host": socket.gethostname(), "machine": {**machine(), "probe": probe}}
 
 
-def fingerprint(world_size: int) -> dict[str, Any]:
+def announce(log: ev.EventLog, rank: int, world_size: int, run_dir: Path, device: str) -> None:
+    """Before anything can fail, so that every record has the ranks' view: this node's probe
+    (measured by its first rank once per bench, the others wait for it), then rank 0's fingerprint
+    (ENVIRONMENT), or the NODE event of every other node's first rank."""
+    probe = node_probe(run_dir.parent.parent, device, first_on_node())
+    if rank == 0:
+        log.emit(ev.ENVIRONMENT, fingerprint(world_size, probe))
+    elif first_on_node():  # every other node's machine, in this rank's own event log
+        log.emit(ev.NODE, node_view(probe))
+
+
+def fingerprint(world_size: int, probe: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     import torch
 
     cuda = torch.cuda.is_available()
-    box = machine()
+    box = {**machine(), "probe": probe}
     image, digest, runtime = container_of()
     nccl = None
     if cuda:

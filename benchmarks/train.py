@@ -20,7 +20,7 @@ from typing import Iterator, NoReturn
 from contract import events as ev
 from contract.spec import SPEC_FILE, TrainSpec
 
-from .environment import fingerprint, first_on_node, node_view
+from .environment import announce
 from .failure import run_rank
 from .instrument import CommTracer, MicrostepClock
 from .machine import LoadWindow
@@ -188,17 +188,15 @@ def setup_teacher(spec: TrainSpec, device):
     return build_teacher(spec.distill, spec.deepspeed, device, spec.seed)
 
 
-def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int) -> None:
+def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: Path) -> None:
     import deepspeed.comm.comm as ds_comm
     import torch
 
     from .distill import distillation_loss
 
-    if rank == 0:  # before anything can fail, so that every record has the ranks' view
-        log.emit(ev.ENVIRONMENT, fingerprint(world_size))
+    announce(log, rank, world_size, run_dir, spec.device)  # the probe, then the ranks' view
+    if rank == 0:
         _emit_hyperparameters(log, spec, world_size)
-    elif first_on_node():  # every other node's machine, in this rank's own event log
-        log.emit(ev.NODE, node_view())
     engine, device, num_params = setup(spec)
     teacher = setup_teacher(spec, device)
     if rank == 0:
@@ -292,7 +290,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     def body(run_dir: Path, log: ev.EventLog, rank: int, world_size: int) -> None:
         spec = TrainSpec.load(run_dir / SPEC_FILE)
         limit_cpu_memory(spec.cpu_mem_limit_gib)
-        run(spec, log, rank, world_size)
+        run(spec, log, rank, world_size, run_dir)
 
     run_rank(argv, __doc__.splitlines()[0], body)
 

@@ -30,6 +30,8 @@ _ALL = (
     Metric("peak_mem_gib", "GiB", "lower", (0, 1e4, True), "training", tolerance_pct=5.0),
     Metric("mfu_pct", "%", "higher", (0, 100, True), "training"),
     Metric("mfu_with_teacher_pct", "%", "higher", (0, 100, True), "training"),
+    Metric("matmul_eff_pct", "%", "higher", (0, 1000, True), "training"),
+    # model FLOP/s over the matmul rate the machine's probe measured (harness/probe.py): comparable across machines
     Metric("tokens_per_s_per_device", "tokens/s", "higher"),
     Metric("profile_step_time_s", "s", "lower"),
     Metric("instrumentation_overhead_pct", "%", "lower"),

@@ -2,7 +2,8 @@
 
 Verdicts: pass, regression, improvement, new (no reference), missing (a reference with no result),
 status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data, not comparable (the
-reference was measured on other hardware: machine_of).
+reference's machine measured otherwise than this run's: machines_apart, harness/probe.py; the
+efficiency against each machine's own measured matmul rate is judged across them all the same).
 
 Decision (per metric): the relative change of the median of this run's samples against the
 reference, signed so that positive is worse (direction-aware), with a bootstrap 95% interval
@@ -16,7 +17,7 @@ that resamples both sides (a side with one sample is fixed; seeded, so verdicts 
                the values cannot be compared (zero or absent reference, unit mismatch, no
                finite sample).
 Attribution: with a regression or a status change, the difference between the environment
-fingerprint of the reference and of this run (driver, CUDA, NCCL, PyTorch, DeepSpeed,
+fingerprint of the reference and of this run, the machine first and the suite's commit last (driver, CUDA, NCCL, PyTorch, DeepSpeed,
 transformers, container image, NCCL variables, node count), each node's hardware (`hardware`:
 CPU model, cores, memory, GPU count and model; never load or clocks) and each node interface's
 link rate (`links.node2/eth0: [1.0, 0.25]`), the settings outside the configuration key
@@ -37,6 +38,7 @@ from contract.fingerprint import COMPARED
 
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
+from .probe import node_probes, not_comparable, probe_diff
 from .record import ResultRecord
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
@@ -44,6 +46,11 @@ from .references import REFERENCE_METRICS, Reference, record_config
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
             "not comparable")
 BOOTSTRAP_ROUNDS = 2000
+HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
+"""Fingerprint fields of COMPARED that are the machine, listed before the software in a diff."""
+ACROSS_MACHINES = ("matmul_eff_pct",)
+"""Metrics judged even between machines that are not comparable (said so in the reason): the
+efficiency against each machine's own measured matmul rate, where a software slowdown still shows."""
 
 
 def parse_fail_on(text: str) -> set[str]:
@@ -158,21 +165,26 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     """What changed between the reference's fingerprint and this run's: {key: [reference, now]}."""
     if not reference_env:
         return {"reference": "no environment fingerprint (a published figure)"}
-    diff = {k: [reference_env.get(k), current_env.get(k)] for k in COMPARED
-            if reference_env.get(k) != current_env.get(k)}
-    ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
-    diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
-                 if ref_vars.get(k) != cur_vars.get(k)})
+    diff: dict[str, Any] = {}
     ref_nodes, cur_nodes = _node_machines(reference_env), _node_machines(current_env)
-    if ref_nodes and cur_nodes:
+    if ref_nodes and cur_nodes:   # the hardware and the machine's state first
         diff.update(_by_node("machine", ".", {h: hardware(m) for h, m in ref_nodes.items()},
                              {h: hardware(m) for h, m in cur_nodes.items()}))
+    diff.update(probe_diff(reference_env, current_env))
+    hardware_first = sorted(COMPARED, key=lambda k: k not in HARDWARE_FIELDS)
+    diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
+                 if k in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
     ref_links, cur_links = reference_env.get("links"), current_env.get("links")
     if isinstance(ref_links, dict) and isinstance(cur_links, dict):  # both sides read their links
         diff.update(_by_node("links", "/", _per_host(ref_links), _per_host(cur_links)))
+    diff.update(_load_diff(reference_env.get("load"), current_env.get("load"), current_env))
+    diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
+                 if k not in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
+    ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
+    diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
+                 if ref_vars.get(k) != cur_vars.get(k)})
     ref_set, cur_set = reference_env.get("settings") or {}, current_env.get("settings") or {}
     diff.update({k: [ref_set[k], cur_set[k]] for k in sorted(set(ref_set) & set(cur_set)) if ref_set[k] != cur_set[k]})
-    diff.update(_load_diff(reference_env.get("load"), current_env.get("load"), current_env))
     diff.update(_commit_diff(reference_env.get("suite_commit"), current_env.get("suite_commit")))
     return diff
 
@@ -235,6 +247,19 @@ def machine_of(env: Optional[dict[str, Any]]) -> Optional[str]:
     if not model or model in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
         return None
     return f"{model} ({hw['logical_cpus']} CPUs)"
+
+
+def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> Optional[str]:
+    """'not comparable: ...' when the reference's machine cannot judge this run's, else None: by the
+    two capability probes where this run has one (harness/probe.py), and by the machines' names (a
+    name alike proves nothing; names that differ are two machines)."""
+    taken_on, run_on = machine_of(reference_env), machine_of(current_env)
+    named = (f"reference taken on {taken_on}, this run on {run_on}"
+             if taken_on and run_on and taken_on != run_on else None)
+    measured = not_comparable(reference_env, current_env) if node_probes(current_env) else None
+    if measured and named:
+        return f"{measured}; {named}"
+    return measured or (f"not comparable: {named}" if named else None)
 
 
 def _node_machines(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -321,13 +346,14 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
                 verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", **fig,
                                         reason=f"unit mismatch: results in {sorted(units)}, reference in {ref.unit!r}"))
                 continue
-            taken_on, run_on = machine_of(ref.provenance and ref.provenance.environment), machine_of(env)
-            if taken_on and run_on and taken_on != run_on:
+            apart = machines_apart(ref.provenance and ref.provenance.environment, env)
+            if apart and metric not in ACROSS_MACHINES:
                 verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
-                                        value=statistics.median(samples), num_samples=len(samples),
-                                        reason=f"not comparable: reference taken on {taken_on}, this run on {run_on}"))
+                                        value=statistics.median(samples), num_samples=len(samples), reason=apart))
                 continue
             verdict, reason, figures = decide(samples, ref, min_samples)
+            if apart:   # an efficiency: judged across the two machines, and said so
+                reason = f"across machines ({apart.removeprefix('not comparable: ')}): {reason}"
             diff = environment_diff(ref.provenance and ref.provenance.environment, env) if verdict == "regression" else {}
             verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=reason, **fig, **figures,
                                     num_samples=len(samples), environment_diff=diff))

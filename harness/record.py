@@ -36,8 +36,10 @@ from .launch.local import LaunchResult
 from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
 from .plan import RunSpec
+from .probe import efficiency_pct, node_probes
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+"""1.1: environment.machine.probe (and each node's), the capability probe; metrics.matmul_eff_pct. A 1.0 record stays valid."""
 NOT_RECORDS = ("suite.json", "gpu-check.json")
 """JSON files a results folder holds beside its records (the suite's index, gpu-check's summary)."""
 SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
@@ -238,7 +240,8 @@ def _rank_failures(run_dir: Path, events: list[dict]) -> list[dict]:
 
 
 def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_params: Optional[int],
-                    teacher: Optional[dict] = None) -> tuple[dict[str, dict], Optional[dict]]:
+                    teacher: Optional[dict] = None, probes: Optional[list[dict]] = None
+                    ) -> tuple[dict[str, dict], Optional[dict]]:
     w, world = cfg.workload, cfg.platform.world_size
     timed = [s["step_time_s"] for s in steps if s["mode"] == "throughput" and not s["warmup"]]
     profiled = [s["step_time_s"] for s in steps if s["mode"] == "profile"]
@@ -263,8 +266,13 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
                      "num_params": fm.num_params, "num_matmul_params": fm.num_matmul_params,
                      "peak_tflops_per_device": peak, "dtype": w.precision.value,
                      "source": "PaLM (Chowdhery et al. 2022) appendix B; peak declared by the platform"}
-            if teacher:
-                tm = forward_flops_per_token(teacher_workload(w), teacher["num_params"])
+            tm = forward_flops_per_token(teacher_workload(w), teacher["num_params"]) if teacher else None
+            parts = [(fm.flops_per_token, w.precision.value)] + ([(tm.flops_per_token, teacher["dtype"])] if tm else [])
+            eff = efficiency_pct(tokens_per_s, parts, probes or [], world // max(cfg.platform.nodes, 1),
+                                 cfg.platform.cpu_threads)
+            if eff:   # against what this machine measured, not what its platform declares
+                out["matmul_eff_pct"] = measured("matmul_eff_pct", eff[0], "throughput", **eff[1])
+            if tm:
                 with_teacher = fm.flops_per_token + tm.flops_per_token
                 out["mfu_with_teacher_pct"] = measured("mfu_with_teacher_pct",
                                                        mfu_pct(tokens_per_s / world, with_teacher, peak), "throughput")
@@ -304,11 +312,13 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
     num_params = next((e["value"] for e in events if e["key"] == ev.NUM_PARAMS), None)
     teacher = next((e["value"] for e in events if e["key"] == ev.TEACHER), None)
     status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
-    metrics, flops = compute_metrics(cfg, steps, ranks, num_params, teacher) if status == "ok" else ({}, None)
+    env = environment(run, cfg, events, ranks, launch)
+    metrics, flops = (compute_metrics(cfg, steps, ranks, num_params, teacher, node_probes(env)) if status == "ok"
+                      else ({}, None))
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run.run_id, kind="training", benchmark=cfg.workload.name,
         platform=cfg.platform.name, status=status, reason=reason, config=run.config,
-        overrides=run.overrides, environment=environment(run, cfg, events, ranks, launch), metrics=metrics,
+        overrides=run.overrides, environment=env, metrics=metrics,
         microsteps=[s["microsteps"] for s in steps if s["mode"] == "profile"], name=run.name,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
         steps=[{"index": s["index"], "mode": s["mode"], "warmup": s["warmup"],

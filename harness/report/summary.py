@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from contract import events as ev
 
 from ..record import ResultRecord
+from ..probe import summary_line
 
 
 class Progress:
@@ -132,8 +133,14 @@ def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
     return text_table(headers + ["collectives (last profiled step)"], rows, markdown)
 
 
+def probe_lines(records: list[ResultRecord]) -> list[str]:
+    """The capability probe of each machine the records ran on, one line each (harness/probe.py)."""
+    lines = [summary_line(r.environment) for r in records]
+    return list(dict.fromkeys(line for line in lines if line))
+
+
 def summary(records: list[ResultRecord], markdown: bool = False) -> str:
-    parts = []
+    parts = probe_lines(records)
     h = "## " if markdown else ""
     collectives = [r for r in records if r.kind == "collective"]
     records = [r for r in records if r.kind == "training"]

@@ -1,0 +1,222 @@
+"""The capability probe: what a node measurably is, measured in the ranks' own environment (inside
+the container, under the launcher) once per node per bench, before the first run measures.
+
+A machine is known by what it measures, not by its name: two hosts named "AMD EPYC" may differ by
+60x in bf16 matmul (AVX-512 BF16 or not), a GPU at a lowered power cap or on a PCIe link trained
+at x8 carries the same name as a healthy one. The probe records:
+- dense matmul throughput per dtype the suite runs (cpu: fp32, bf16, one thread, so per core;
+  cuda: fp32 with TF32 off, bf16, fp16, on the rank's GPU), each at a size on its plateau (SIZE;
+  the rate at half that size is kept beside it as the check), REPEATS timed repeats: best (the
+  figure compared), median and spread ((max - min) / median);
+- memory bandwidth: a STREAM-like triad a = b + s*c (3 arrays of TRIAD_BYTES; on cpu one thread,
+  as a busy neighbour on another core moves an all-core triad 4x), best of REPEATS;
+- on cpu, the ISA that picks torch's kernels: torch's CPU capability (ATEN_CPU_CAPABILITY lowers
+  it), the avx2 / avx512f / avx512_bf16 / amx flags of /proc/cpuinfo, and the frequency governor;
+- on cuda, the node's GPUs as `nvidia-smi -q` describes them (benchmarks/gpu_state.py: clocks,
+  power draw and limit, throttle reasons, ECC, PCIe link, persistence, MIG);
+- other work on the machine during the probe (CPUs' worth), so a busier box is named as such.
+
+One process per node computes it (the first rank on the node) and writes PROBE_DIR/<host>.json in
+the bench's output folder; the node's other ranks wait for that file (they would otherwise compete
+for the cores), later runs of the same bench read it. Versioned (PROBE_SCHEMA); a record without a
+probe (an older record) stays valid and is "machine not measured" to a comparison.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .gpu_state import query
+from .machine import busy_cpu_s, own_cpu_s
+from .network import read_stripped
+
+PROBE_SCHEMA = "1"
+PROBE_DIR = "probes"
+REPEATS = 5
+SIZE = {"cpu": 512, "cuda": 8192}
+"""The product's side: at the plateau on the CPUs and GPUs measured (half_size_ratio shows it)."""
+REPEAT_S = {"cpu": 0.12, "cuda": 0.05}
+"""Each repeat runs products for at least this long."""
+TRIAD_BYTES = {"cpu": 32 * 2**20, "cuda": 1 * 2**30}
+DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+WAIT_S = 300.0
+"""How long a node's other ranks wait for its probe before going on without one."""
+
+
+def _timed(fn: Callable[[], None], sync: Callable[[], None], min_s: float) -> tuple[int, float]:
+    """(calls, seconds) of fn repeated for at least min_s (at least once), synchronised at both ends."""
+    sync()
+    t0, n = time.perf_counter(), 0
+    while True:
+        fn()
+        n += 1
+        if n % 4 == 0 or n == 1:
+            sync()
+            dt = time.perf_counter() - t0
+            if dt >= min_s:
+                return n, dt
+
+
+def _figure(rates: list[float], unit: str, **more: Any) -> dict[str, Any]:
+    med = statistics.median(rates)
+    return {"best": round(max(rates), 3), "median": round(med, 3), "unit": unit,
+            "spread_pct": round(100.0 * (max(rates) - min(rates)) / med, 2) if med else None,
+            "repeats": len(rates), **more}
+
+
+def matmul(dtype_name: str, device: str) -> dict[str, Any]:
+    """GFLOP/s of an n x n product in this dtype (per core on cpu: one thread). n is fixed per device
+    (SIZE) so that two machines are measured alike; the rate at n/2 is measured too, and its ratio
+    to the rate at n (half_size_ratio) shows the plateau was reached (near 1 or above)."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def rates(n: int, repeats: int, min_s: float) -> list[float]:
+        a, b = (torch.randn(n, n, device=dev).to(dtype) for _ in range(2))
+        torch.mm(a, b)                                   # warm-up: kernel choice, caches
+        out = []
+        for _ in range(repeats):
+            calls, dt = _timed(lambda: torch.mm(a, b), sync, min_s)
+            out.append(2.0 * n**3 * calls / dt / 1e9)
+        return out
+
+    n = SIZE[device]
+    half = max(rates(n // 2, 3, REPEAT_S[device] / 4))
+    full = rates(n, REPEATS, REPEAT_S[device])
+    return _figure(full, "GFLOP/s", n=n, half_size_ratio=round(half / max(full), 3))
+
+
+def triad(device: str) -> dict[str, Any]:
+    """GB/s of a = b + s*c over three float32 arrays (STREAM's triad: 3 x bytes moved per pass)."""
+    import torch
+
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    count = TRIAD_BYTES[device] // 4
+    a, b, c = (torch.rand(count, device=dev) for _ in range(3))
+    torch.add(b, c, alpha=3.0, out=a)
+    rates = []
+    for _ in range(REPEATS):
+        calls, dt = _timed(lambda: torch.add(b, c, alpha=3.0, out=a), sync, REPEAT_S[device])
+        rates.append(3.0 * 4 * count * calls / dt / 1e9)
+    return _figure(rates, "GB/s", array_mib=TRIAD_BYTES[device] // 2**20)
+
+
+def cpu_flags(cpuinfo: Optional[str] = None) -> set[str]:
+    text = read_stripped(Path("/proc/cpuinfo")) if cpuinfo is None else cpuinfo
+    m = re.search(r"^(flags|Features)\s*:\s*(.*)$", text or "", re.M)
+    return set(m.group(2).split()) if m else set()
+
+
+def isa_class(capability: Optional[str], flags: dict[str, bool]) -> str:
+    """What picks the CPU kernels, as one comparable string: torch's capability and the bf16/AMX
+    units ('AVX2', 'AVX512 +avx512_bf16 +amx_bf16', 'DEFAULT')."""
+    extras = [f"+{f}" for f in ("avx512_bf16", "amx_bf16") if flags.get(f)]
+    return " ".join([capability or "unknown", *extras])
+
+
+def isa() -> dict[str, Any]:
+    import torch
+
+    flags = cpu_flags()
+    has = {f: f in flags for f in ISA_FLAGS}
+    capability = torch.backends.cpu.get_cpu_capability()
+    return {"torch_cpu_capability": capability, "flags": has, "class": isa_class(capability, has),
+            "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
+            "governor": read_stripped(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"))}
+
+
+def measure(device: str) -> dict[str, Any]:
+    """The whole probe of this node (seconds): see the module's docstring."""
+    import torch
+
+    t0, busy0, own0 = time.monotonic(), busy_cpu_s(), own_cpu_s()
+    out: dict[str, Any] = {"schema_version": PROBE_SCHEMA, "host": socket.gethostname(),
+                           "boot_id": read_stripped(Path("/proc/sys/kernel/random/boot_id")), "device": device}
+    threads = torch.get_num_threads()
+    if device == "cuda":
+        out["gpu_name"] = torch.cuda.get_device_name(0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        out["matmul"] = {d: matmul(d, device) for d in DTYPES[device]}
+        out["gpus"] = query()
+    else:
+        out["isa"] = isa()
+        torch.set_num_threads(1)
+        try:
+            out["matmul"] = {d: matmul(d, device) for d in DTYPES[device]}
+        finally:
+            torch.set_num_threads(threads)
+        out["matmul_threads"] = 1
+    out["usable_cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if device == "cpu":   # one core's bandwidth: a neighbour on another core leaves it be (all cores: it does not)
+        torch.set_num_threads(1)
+    try:
+        out["triad"] = triad(device)
+    finally:
+        torch.set_num_threads(threads)
+    out["triad_threads"] = 1 if device == "cpu" else None
+    wall = time.monotonic() - t0
+    busy1 = busy_cpu_s()
+    if busy0 is not None and busy1 is not None and wall > 0:
+        out["other_cpus"] = round(max(0.0, (busy1 - busy0) - (own_cpu_s() - own0)) / wall, 3)
+    else:
+        out["other_cpus"] = None
+    out["took_s"] = round(wall, 2)
+    return out
+
+
+def probe_path(out_dir: Path, host: Optional[str] = None) -> Path:
+    return out_dir / PROBE_DIR / f"{host or socket.gethostname()}.json"
+
+
+def _read(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema_version") else None
+
+
+def node_probe(out_dir: Path, device: str, first_on_node: bool, wait_s: float = WAIT_S) -> Optional[dict[str, Any]]:
+    """This node's probe for the bench whose output folder is out_dir: measured by the first rank
+    on the node if no run of this bench measured it yet (same host, same boot), else read; the
+    other ranks wait for it. A probe that fails is {"error": ...}: the run goes on, unmeasured."""
+    path = probe_path(out_dir)
+    boot = read_stripped(Path("/proc/sys/kernel/random/boot_id"))
+    found = _read(path)
+    if found and found.get("boot_id") == boot:
+        return found
+    if not first_on_node:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            found = _read(path)
+            if found and found.get("boot_id") == boot:
+                return found
+        return None
+    try:
+        result = measure(device)
+    except Exception as exc:  # noqa: BLE001 - a probe that fails is recorded, never a failed run
+        result = {"schema_version": PROBE_SCHEMA, "host": socket.gethostname(), "boot_id": boot,
+                  "device": device, "error": f"{type(exc).__name__}: {exc}"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+    return result
+
+
+if __name__ == "__main__":   # python -m benchmarks.probe [cpu|cuda]: this node's probe, printed
+    import sys
+
+    print(json.dumps(measure(sys.argv[1] if len(sys.argv) > 1 else "cpu"), indent=1))

@@ -1,0 +1,208 @@
+"""What the capability probe (benchmarks/probe.py) tells the controller: whether two machines are
+comparable, in words when they are not; what a training run achieved against the matmul rates its
+machine measured (matmul_eff_pct: its model FLOPs at those rates, a teacher's in its own dtype, over
+the time taken); the probe's one line in the run summary.
+
+Comparable, by measurement: the two records' probes agree on the device and, on cpu, on the ISA
+class that picks torch's kernels, the GPUs' state (power limit, throttling, PCIe link, ECC,
+persistence, MIG: benchmarks/gpu_state.py) does not differ, and each figure (best of the probe's
+repeats) lies within its tolerance (TOLERANCE_PCT, measured: see the README's "Machines" section).
+A reference whose record carries no probe is "machine not measured"; a run without one (a record
+from before the probe) is judged by the machines' names as before (harness.compare.machine_of).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from benchmarks.gpu_state import state_differences
+
+TOLERANCE_PCT = {"matmul": 20.0, "triad": 35.0}
+"""How far a probe figure may differ (|now/ref - 1|, percent) between two runs of one machine.
+Measured on the cpu platform's 2-core AMD EPYC (AVX2), 18 probes back to back, some beside other
+work: fp32 matmul best-of-5 72.6-83.7 GFLOP/s per core (max/min 1.15), bf16 1.03-1.19 (1.16);
+one core's triad, quiet, 18.6-22.1 GB/s (1.19). A box that lacks AVX-512 differs by 2x in fp32 and
+60x in bf16; a power-capped or throttled GPU by more than a fifth (README, "Machines")."""
+FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
+UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
+
+
+def probe_of(machine: Any) -> Optional[dict[str, Any]]:
+    """The probe of a machine dict (environment.machine or a node's), None when it has none or
+    it failed."""
+    probe = machine.get("probe") if isinstance(machine, dict) else None
+    if not isinstance(probe, dict) or probe.get("error") or not isinstance(probe.get("matmul"), dict):
+        return None
+    return probe
+
+
+def node_probes(env: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every node's probe of a fingerprint (rank 0's node only, for a record without nodes)."""
+    env = env if isinstance(env, dict) else {}
+    nodes = env.get("nodes") or [{"machine": env.get("machine")}]
+    return [p for p in (probe_of(n.get("machine")) for n in nodes if isinstance(n, dict)) if p]
+
+
+def _best(probe: dict[str, Any], *path: str) -> Optional[float]:
+    node: Any = probe
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    value = node.get("best") if isinstance(node, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _num(x: float) -> str:
+    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
+
+
+def isa_words(ref: dict[str, Any], cur: dict[str, Any]) -> Optional[str]:
+    """Why two CPUs' ISA classes differ, in words; None when they are the same class."""
+    a, b = ref.get("isa") or {}, cur.get("isa") or {}
+    if a.get("class") == b.get("class"):
+        return None
+    words = []
+    if b.get("torch_cpu_capability") == "DEFAULT" != a.get("torch_cpu_capability"):
+        env = b.get("aten_cpu_capability_env")
+        words.append("torch's vectorised CPU kernels are off here (CPU capability DEFAULT"
+                     + (f", ATEN_CPU_CAPABILITY={env})" if env else ")"))
+    elif a.get("torch_cpu_capability") == "DEFAULT" != b.get("torch_cpu_capability"):
+        words.append("the reference ran torch's non-vectorised CPU kernels (CPU capability DEFAULT)")
+    fa, fb = a.get("flags") or {}, b.get("flags") or {}
+    lacks = [w for f, w in FLAG_WORDS.items() if fa.get(f) and not fb.get(f)]
+    has = [w for f, w in FLAG_WORDS.items() if fb.get(f) and not fa.get(f)]
+    if lacks:
+        words.append(f"this CPU lacks {', '.join(lacks)}")
+    if has:
+        words.append(f"the reference's CPU lacked {', '.join(has)}")
+    detail = "; ".join(words) or "another kernel set"
+    return f"ISA {b.get('class')} vs {a.get('class')}: {detail}"
+
+
+def _busier(ref: dict[str, Any], cur: dict[str, Any]) -> str:
+    a, b = ref.get("other_cpus"), cur.get("other_cpus")
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= 0.5:
+        return f"; other work during the probe {b:.1f} vs {a:.1f} CPUs ({'busier' if b > a else 'quieter'} here)"
+    return ""
+
+
+def differences(ref: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    """What makes two probes not comparable, in words ('bf16 matmul 1.2 vs 79 GFLOP/s per core: this
+    CPU lacks AVX-512 BF16'); [] when they are comparable. Numbers read 'now vs reference'."""
+    if ref.get("device") != cur.get("device"):
+        return [f"device {cur.get('device')} vs {ref.get('device')}"]
+    device = cur.get("device") or "cpu"
+    isa = isa_words(ref, cur) if device == "cpu" else None
+    out = []
+    for dtype in sorted(set(ref["matmul"]) & set(cur["matmul"]), key=("fp32", "bf16", "fp16").index):
+        a, b = _best(ref, "matmul", dtype), _best(cur, "matmul", dtype)
+        if a and b and abs(b / a - 1) * 100 > TOLERANCE_PCT["matmul"]:
+            out.append(f"{dtype} matmul {_num(b)} vs {_num(a)} {UNIT_WORDS.get(device, 'GFLOP/s')}")
+    a, b = _best(ref, "triad"), _best(cur, "triad")
+    if a and b and abs(b / a - 1) * 100 > TOLERANCE_PCT["triad"]:
+        out.append(f"memory bandwidth (triad) {_num(b)} vs {_num(a)} GB/s")
+    if device == "cuda":
+        out += state_differences(ref.get("gpus") or [], cur.get("gpus") or [])
+        if ref.get("gpu_name") != cur.get("gpu_name"):
+            out.insert(0, f"GPU {cur.get('gpu_name')} vs {ref.get('gpu_name')}")
+    if isa:
+        head, detail = isa.split(": ", 1)
+        out = [f"{'; '.join(out)}: {detail} ({head})" if out else isa]
+    elif out:
+        out[-1] += _busier(ref, cur)
+    return out
+
+
+def probe_diff(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> dict[str, list]:
+    """The machine-state part of a "what changed" ({key: [reference, now]}): the ISA class, each
+    probe figure beyond its tolerance, the GPUs' state in words; rank 0's node against the
+    reference's. {} when either side has no probe."""
+    ref, cur = node_probes(reference_env), node_probes(current_env)
+    if not ref or not cur:
+        return {}
+    a, b = ref[0], cur[0]
+    out: dict[str, list] = {}
+    if (a.get("isa") or {}).get("class") != (b.get("isa") or {}).get("class"):
+        out["probe.isa"] = [(a.get("isa") or {}).get("class"), (b.get("isa") or {}).get("class")]
+    for dtype in sorted(set(a["matmul"]) & set(b["matmul"])):
+        x, y = _best(a, "matmul", dtype), _best(b, "matmul", dtype)
+        if x and y and abs(y / x - 1) * 100 > TOLERANCE_PCT["matmul"]:
+            out[f"probe.{dtype}_matmul_gflops"] = [x, y]
+    x, y = _best(a, "triad"), _best(b, "triad")
+    if x and y and abs(y / x - 1) * 100 > TOLERANCE_PCT["triad"]:
+        out["probe.triad_gbps"] = [x, y]
+    if b.get("device") == "cuda":
+        words = state_differences(a.get("gpus") or [], b.get("gpus") or [])
+        if words:
+            out["probe.gpu_state"] = [None, "; ".join(words)]
+    return out
+
+
+def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[str]:
+    """Why a reference measured on reference_env cannot judge a run on current_env ('not comparable:
+    ...'), None when it can. Only for a run that carries a probe (see the module's docstring)."""
+    current = node_probes(current_env)
+    if not current:
+        return None
+    reference = node_probes(reference_env)
+    if not reference:
+        return "not comparable: machine not measured (the reference carries no capability probe)"
+    words: list[str] = []
+    for i, probe in enumerate(current):   # each node against the reference's node of the same host, else its first
+        ref = next((r for r in reference if r.get("host") == probe.get("host")), reference[0])
+        for w in differences(ref, probe):
+            label = f"node {probe.get('host')}: " if len(current) > 1 else ""
+            if w not in words and f"{label}{w}" not in words:
+                words.append(f"{label}{w}")
+    return f"not comparable: {'; '.join(words)}" if words else None
+
+
+def capacity_gflops(probes: list[dict[str, Any]], dtype: str, ranks_per_node: int,
+                    threads_per_rank: int) -> Optional[float]:
+    """The run's measured matmul capacity, GFLOP/s over all its nodes: on cpu the per-core rate
+    times the cores the ranks can use (min(usable CPUs, ranks x threads)); on cuda the GPU's rate
+    times the GPUs used per node. None when a node's probe lacks the dtype."""
+    total = 0.0
+    for p in probes:
+        rate = _best(p, "matmul", dtype)
+        if rate is None:
+            return None
+        if p.get("device") == "cuda":
+            total += rate * ranks_per_node
+        else:
+            usable = p.get("usable_cpus") or ranks_per_node * threads_per_rank
+            total += rate * min(usable, ranks_per_node * threads_per_rank)
+    return total or None
+
+
+def efficiency_pct(tokens_per_s: float, parts: list[tuple[float, str]], probes: list[dict[str, Any]],
+                   ranks_per_node: int, threads_per_rank: int) -> Optional[tuple[float, dict[str, Any]]]:
+    """(matmul_eff_pct, its inputs): the time the run's model FLOPs would take at the matmul rates
+    its machines measured, over the time they took. `parts`: (FLOPs per token, dtype) of each part
+    (the student's training, a teacher's forward in its own dtype). None without a probe of a dtype."""
+    ideal_s_per_token, rates = 0.0, {}
+    for flops_per_token, dtype in parts:
+        capacity = capacity_gflops(probes, dtype, ranks_per_node, threads_per_rank)
+        if not capacity:
+            return None
+        rates[dtype] = round(capacity, 3)
+        ideal_s_per_token += flops_per_token / (capacity * 1e9)
+    return 100.0 * tokens_per_s * ideal_s_per_token, {"measured_gflops": rates,
+                                                       "source": "model FLOPs at the probe's matmul rates / time taken"}
+
+
+def summary_line(env: Optional[dict[str, Any]]) -> Optional[str]:
+    """The probe in one line: 'probe (vm, 3.3 s): AVX2; fp32 matmul 80, bf16 1.2 GFLOP/s per core
+    (spread 3 %, 2 %); triad 30 GB/s'."""
+    probes = node_probes(env)
+    if not probes:
+        return None
+    p = probes[0]
+    device = p.get("device") or "cpu"
+    mm = p["matmul"]
+    rates = ", ".join(f"{d} {_num(_best(p, 'matmul', d) or 0)}" for d in mm)
+    spreads = ", ".join(f"{(mm[d] or {}).get('spread_pct', 0):.0f} %" for d in mm)
+    head = (p.get("isa") or {}).get("class") if device == "cpu" else p.get("gpu_name")
+    triad = _best(p, "triad")
+    more = f" (+{len(probes) - 1} node(s))" if len(probes) > 1 else ""
+    took = max(x.get("took_s") or 0 for x in probes)
+    return (f"probe ({p.get('host')}{more}, {took:.1f} s a node): {head}; matmul {rates} "
+            f"{UNIT_WORDS.get(device, 'GFLOP/s')} (spread {spreads}); triad {_num(triad or 0)} GB/s")

@@ -1,0 +1,124 @@
+"""Machines are known by what they measure (issue 26): the capability probe in a record decides
+whether a reference can judge a run; the differing figure is said in words; a reference without a
+probe is "machine not measured"; the efficiency against each machine's own measured matmul rate
+is judged across machines, and said so."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+from test_compare import ENV, record, reference
+from test_not_comparable import cpu_env
+
+from benchmarks.probe import cpu_flags, isa_class
+from harness.compare import compare, environment_diff
+from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, probe_diff, summary_line
+from unit_helpers import typed
+
+CPUINFO_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
+CPUINFO_SPR = "processor\t: 0\nflags\t\t: fpu avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+
+
+def probe(isa: str = "AVX2", fp32: float = 80.0, bf16: float = 1.2, triad: float = 30.0, other: float = 0.0,
+          flags: str = CPUINFO_AVX2, aten: str | None = None, host: str = "vm") -> dict:
+    has = {f: f in cpu_flags(flags) for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
+    return {"schema_version": "1", "host": host, "device": "cpu", "took_s": 3.3, "usable_cpus": 2,
+            "isa": {"torch_cpu_capability": isa, "flags": has, "class": isa_class(isa, has),
+                    "aten_cpu_capability_env": aten, "governor": None},
+            "matmul": {"fp32": {"best": fp32, "median": fp32, "spread_pct": 3.0, "unit": "GFLOP/s", "n": 512},
+                       "bf16": {"best": bf16, "median": bf16, "spread_pct": 2.0, "unit": "GFLOP/s", "n": 512}},
+            "triad": {"best": triad, "median": triad, "spread_pct": 8.0, "unit": "GB/s"}, "other_cpus": other}
+
+
+def env_with(p: dict | None, model: str = "AMD EPYC") -> dict:
+    env = copy.deepcopy(cpu_env(model))
+    env["machine"]["probe"] = p
+    return env
+
+
+def test_isa_class_reads_torch_capability_and_the_bf16_units():
+    assert cpu_flags(CPUINFO_AVX2) >= {"avx2", "fma"} and "avx512f" not in cpu_flags(CPUINFO_AVX2)
+    spr = {f: f in cpu_flags(CPUINFO_SPR) for f in ("avx512f", "avx512_bf16", "amx_bf16")}
+    assert isa_class("AVX512", spr) == "AVX512 +avx512_bf16 +amx_bf16"
+    assert isa_class("DEFAULT", {}) == "DEFAULT"
+
+
+@pytest.mark.parametrize("ref,cur,words", [
+    (probe(), probe(fp32=84.0, bf16=1.15, triad=26.0), []),                      # within every tolerance
+    (probe("AVX512", fp32=160.0, bf16=79.0, flags=CPUINFO_SPR), probe(),
+     ["fp32 matmul 80 vs 160 GFLOP/s per core; bf16 matmul 1.2 vs 79 GFLOP/s per core: "
+      "this CPU lacks AVX-512, AVX-512 BF16, AMX (bf16 tiles) (ISA AVX2 vs AVX512 +avx512_bf16 +amx_bf16)"]),
+    (probe(), probe("DEFAULT", aten="default"),
+     ["ISA DEFAULT vs AVX2: torch's vectorised CPU kernels are off here (CPU capability DEFAULT, "
+      "ATEN_CPU_CAPABILITY=default)"]),
+    (probe(), probe(fp32=50.0, other=2.0),
+     ["fp32 matmul 50 vs 80 GFLOP/s per core; other work during the probe 2.0 vs 0.0 CPUs (busier here)"]),
+    (probe(), probe(triad=12.0), ["memory bandwidth (triad) 12 vs 30 GB/s"]),
+], ids=["same box", "AVX-512 BF16 reference", "ATEN_CPU_CAPABILITY=default", "busier", "slower memory"])
+def test_two_probes_differ_by_measured_figures_in_words(ref, cur, words):
+    assert differences(ref, cur) == words
+
+
+def _verdicts(ref_env: dict, run_env: dict, factor: float = 0.5, metric: str = "samples_per_s") -> list:
+    unit = "samples/s" if metric == "samples_per_s" else "%"
+    ref = reference([100.0, 101.0, 99.0], env=ref_env, metric=metric, unit=unit)
+    runs = [record(i, env=run_env, **{metric: (v * factor, unit)})
+            for i, v in enumerate([100.0, 99.5, 100.5])]
+    return [v for v in compare(typed(runs), [ref]) if v.metric == metric]
+
+
+def test_a_slower_box_of_the_same_name_is_not_comparable_never_a_regression():
+    fast = env_with(probe("AVX512", fp32=160.0, bf16=79.0, flags=CPUINFO_SPR))
+    (v,) = _verdicts(fast, env_with(probe()))
+    assert v.verdict == "not comparable"
+    assert "bf16 matmul 1.2 vs 79 GFLOP/s per core" in v.reason and "this CPU lacks AVX-512, AVX-512 BF16" in v.reason
+
+
+def test_a_reference_without_a_probe_is_machine_not_measured():
+    (v,) = _verdicts(cpu_env("AMD EPYC"), env_with(probe()))
+    assert v.verdict == "not comparable" and v.reason.startswith("not comparable: machine not measured")
+    assert not_comparable(ENV, env_with(probe())).startswith("not comparable: machine not measured")
+
+
+def test_the_same_measured_machine_is_judged_and_a_run_without_a_probe_by_name_as_before():
+    assert [v.verdict for v in _verdicts(env_with(probe()), env_with(probe(fp32=78.0)))] == ["regression"]
+    assert [v.verdict for v in _verdicts(cpu_env("AMD EPYC"), cpu_env("AMD EPYC"))] == ["regression"]
+
+
+def test_the_efficiency_is_judged_across_machines_and_says_so():
+    fast = env_with(probe("AVX512", fp32=160.0, bf16=79.0, flags=CPUINFO_SPR))
+    (v,) = _verdicts(fast, env_with(probe()), metric="matmul_eff_pct")
+    assert v.verdict == "regression" and v.reason.startswith("across machines (fp32 matmul 80 vs 160")
+    (same,) = _verdicts(fast, env_with(probe()), factor=1.0, metric="matmul_eff_pct")
+    assert same.verdict == "pass" and "across machines" in same.reason
+
+
+def test_what_changed_names_the_machine_first_and_the_suite_commit_last():
+    ref = {**env_with(probe()), "torch": "2.12.0", "suite_commit": "aaaa"}
+    cur = {**env_with(probe("DEFAULT", triad=12.0)), "torch": "2.13.0", "suite_commit": "bbbb"}
+    keys = list(environment_diff(ref, cur))
+    assert keys[:2] == ["probe.isa", "probe.triad_gbps"] and keys[-1] == "suite_commit" and "torch" in keys
+    assert probe_diff(ref, cur)["probe.isa"] == ["AVX2", "DEFAULT"]
+
+
+def test_capacity_counts_the_cores_the_ranks_can_use_and_gpus_per_node():
+    assert capacity_gflops([probe()], "fp32", ranks_per_node=2, threads_per_rank=1) == pytest.approx(160.0)
+    assert capacity_gflops([probe()], "fp32", ranks_per_node=2, threads_per_rank=16) == pytest.approx(160.0)
+    gpu = {**probe(), "device": "cuda"}
+    assert capacity_gflops([gpu, gpu], "bf16", ranks_per_node=8, threads_per_rank=1) == pytest.approx(2 * 8 * 1.2)
+    assert capacity_gflops([probe()], "fp16", 2, 1) is None
+
+
+def test_the_summary_line_says_the_isa_rates_and_time():
+    line = summary_line(env_with(probe()))
+    assert line == ("probe (vm, 3.3 s a node): AVX2; matmul fp32 80, bf16 1.2 GFLOP/s per core (spread 3 %, 2 %); "
+                    "triad 30 GB/s")
+    assert summary_line(env_with(None)) is None and summary_line(env_with({"error": "boom"})) is None
+
+
+def test_the_efficiency_weighs_each_part_by_its_own_dtype_rate():
+    # 1 GFLOP a token of fp32 training at 2 x 80 GFLOP/s, plus 0.1 GFLOP of a bf16 teacher at 2 x 1.2
+    eff, inputs = efficiency_pct(10.0, [(1e9, "fp32"), (1e8, "bf16")], [probe()], 2, 1)
+    assert eff == pytest.approx(100 * 10.0 * (1e9 / 160e9 + 1e8 / 2.4e9))
+    assert inputs["measured_gflops"] == {"fp32": 160.0, "bf16": 2.4}
+    assert efficiency_pct(10.0, [(1e9, "fp16")], [probe()], 2, 1) is None
