@@ -31,6 +31,7 @@ from .multirun import split_flag
 from .record import validate_record
 from .record_files import read_json
 from .references import load_references
+from .report.legend import item
 from .report.verdicts import verdict_table, verdicts_json
 from .tune import command as tune_command
 
@@ -120,7 +121,8 @@ def cmd_compare(args: list[str]) -> int:
                            "given, --reference against reference tables; give one")
     if ns.against:
         verdicts, left = against(ns.results, ns.against, ns.min_samples)
-        table = verdict_table(verdicts, missing="summary", ref_name="OLD") + (f"\n  {left}" if left else "")
+        table = verdict_table(verdicts, missing="summary", ref_name="OLD")
+        table += "".join(f"\n{line}" for line in item(left, markdown=False)) if left else ""   # wrapped to 120
     else:
         verdicts = compare.compare(compare.load_records(ns.results), load_references(ns.reference), ns.min_samples)
         table, left = verdict_table(verdicts, missing="summary"), ""

@@ -32,6 +32,7 @@ from .errors import HarnessError
 from .history import DEFAULT_URL, History
 from .record import ResultRecord
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records
+from .report.legend import grouped
 from .report.nightly import write_reports
 from .report.verdicts import verdict_text
 
@@ -129,10 +130,11 @@ def cli(args: list[str]) -> int:
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})
         print(f"night {ns.night} vs {kind}: {counts}")
-    for kind, vs in failing.items():
-        for v in vs:
-            print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
-            if v.environment_diff:
-                print(f"    what changed: {v.environment_diff}")
+    for kind, vs in failing.items():   # what changed once, under the verdicts that share it
+        for _, group in grouped(vs, lambda v: json.dumps(v.environment_diff, sort_keys=True, default=str)):
+            for v in group:
+                print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
+            if group[0].environment_diff:
+                print(f"    what changed: {group[0].environment_diff}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))
     return 1 if any(failing.values()) else 0

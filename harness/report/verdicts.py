@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from ..compare import machine_of
 from ..record import ResultRecord
 from ..references import REFERENCE_METRICS
+from .legend import config_key, config_labels, grouped, item, legend_lines, rows_text
 from .summary import fmt, text_table
 
 VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data", "not comparable", "improvement", "new",
@@ -20,7 +22,7 @@ RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (sampl
                 "memory inverted), so below 1x is worse: step time 1.07 -> 2.56 s is 0.42x (2.39x slower), "
                 "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
 SHOWN_KEYS = ("zero_stage", "micro_batch_size", "grad_acc_steps", "seq_len")
-"""Configuration keys with a column of their own; every other key that tells rows apart is listed in full."""
+"""Configuration keys said first in a configuration's label; every other key that tells rows apart follows in full."""
 def _direction(v) -> str:
     """'higher' or 'lower' is better: from the verdict's own numbers where they moved, else the metric."""
     if v.worse_pct and v.value is not None and v.reference:
@@ -148,41 +150,119 @@ def verdict_counts(verdicts: list, missing: str = "summary") -> str:
     return ", ".join(f"{counts[k]} {k}" for k in VERDICT_ORDER if counts[k]) or "no verdicts"
 
 
+def value_text(x: Any) -> str:
+    """A figure in a verdict table: three decimals below 1,000, fewer above (a million tokens/s needs none)."""
+    if not isinstance(x, float) or not math.isfinite(x):
+        return fmt(x)
+    return fmt(x, 3 if abs(x) < 1e3 else 2 if abs(x) < 1e4 else 1 if abs(x) < 1e5 else 0)
+
+
+def why_text(v) -> str:
+    """The verdict's cause in words, without the figures the table shows: 'point estimate out of
+    tolerance, interval is not', 'ok -> oom: rank 0: ...', 'reference taken on X, this run on Y'."""
+    why = v.reason.split("gain ", 1)[0].rstrip(" ;:") if v.worse_pct is not None and "gain " in v.reason else v.reason
+    return why.removeprefix("not comparable: ")
+
+
 def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows", ref_name: str = "reference") -> str:
-    """Verdicts of harness.compare, regressions and status changes first, with attribution.
-    missing: 'rows' lists each reference that had no result (the nightly, whose suite planned the
-    runs); 'summary' puts them in one line (bench, compare); 'omit' leaves them out."""
+    """Verdicts of harness.compare, regressions and status changes first: a row per configuration
+    and metric, the configuration named by a label (c1, c2, ...) said in full once below, then each
+    problem with its cause and what changed, said once for the rows that share it. The terminal form
+    fits legend.WIDTH (120) columns; the Markdown form adds the platform/benchmark, unit and
+    tolerance columns. missing: 'rows' lists each reference that had no result (the nightly, whose
+    suite planned the runs); 'summary' puts them in one line (bench, compare); 'omit' leaves them out."""
     shown = verdicts if missing == "rows" else _judged(verdicts)
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
-    ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), v.platform, v.benchmark,
-                                          json.dumps(v.config, sort_keys=True, default=str), v.metric))
-    varying, common = distinguishing_keys([v.config for v in ranked])
-    cells = 4 if varying else 3   # "other config" only when some other key tells rows apart
-    rows = [[v.verdict, f"{v.platform}/{v.benchmark}", *config_cells(v.config, varying)[:cells], v.metric,
-             fmt(v.value, 3), fmt(v.reference, 3), v.unit or "-", change_text(v), interval_text(v),
-             f"{v.num_samples}/{v.num_reference_samples}"] for v in ranked]
+    ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), _config_order(v), v.metric))
+    keys = [config_key(v.platform, v.benchmark, v.config) for v in ranked]
+    labels = config_labels([config_key(v.platform, v.benchmark, v.config) for v in sorted(ranked, key=_config_order)])
+    row_labels = [labels[k] for k in keys]
     ref = "ref" if ref_name == "reference" else ref_name
-    text = text_table(["verdict", "platform/benchmark", *["ZeRO", "mb x ga", "seq", "other config"][:cells], "metric",
-                   "now", ref_name, "unit", f"now/{ref}", "95% interval", f"n now/{ref}"], rows, markdown)
-    item = "- " if markdown else "  "
+    units = {(v.metric, v.unit) for v in ranked if v.unit}
+    unit_column = markdown or len(units) > len({m for m, _ in units})   # else one line of units per metric
+    headers = ["verdict", *(["platform/benchmark"] if markdown else []), "config" if markdown else "cfg", "metric",
+               "now", ref_name, *(["unit"] if unit_column else []), f"now/{ref}", "95% interval",
+               *(["tolerance", f"n now/{ref}"] if markdown else ["n"])]
+    rows = [[v.verdict, *([f"{v.platform}/{v.benchmark}"] if markdown else []), label, v.metric, value_text(v.value),
+             value_text(v.reference), *([v.unit or "-"] if unit_column else []), change_text(v), interval_text(v),
+             *([tolerance_text(v)] if markdown else []), f"{v.num_samples}/{v.num_reference_samples}"]
+            for v, label in zip(ranked, row_labels)]
+    text = text_table(headers, rows, markdown)
+    varying, common = distinguishing_keys([v.config or {} for v in ranked])
+    texts = {k: f"{v.platform}/{v.benchmark} {config_label(v.config or {}, varying)}".strip()
+             for k, v in zip(keys, ranked)}
+    lines = legend_lines(labels, texts, " ".join(f"{k}={val}" for k, val in common.items()), markdown)
     since = "the reference" if ref == "ref" else ref_name
-    lines = [item + RATIO_LEGEND.format(ref=ref, name=since)]
-    if common:
-        lines.append(f"{item}every row: " + " ".join(f"{k}={val}" for k, val in common.items()))
+    lines += problem_lines(ranked, row_labels, since, markdown)
+    lines += item(RATIO_LEGEND.format(ref=ref, name=since) + ("" if markdown else f"; n: samples now/{ref}"), markdown)
+    if not markdown:
+        if not unit_column and units:
+            lines += item("units: " + "; ".join(f"{m} {u}" for m, u in sorted(units)), markdown)
+        lines += tolerance_lines(ranked, row_labels, ref)
     if missing == "summary" and unrun_line(verdicts):
-        lines.append(f"{item}{unrun_line(verdicts)}")
-    apart = Counter(v.reason for v in verdicts if v.verdict == "not comparable")
-    lines += [f"{item}{n} verdict{'s' if n > 1 else ''} {reason} (references are per machine)"
-              for reason, n in apart.items()]
-    for v in ranked:
-        if v.verdict in ("regression", "status changed", "insufficient data", "missing"):
-            label = config_label(v.config, varying)
-            lines.append(f"{item}{v.verdict}: {v.platform}/{v.benchmark} {label + ' ' if label else ''}{v.metric}: "
-                         f"{verdict_text(v)}")
-        if v.verdict in ("regression", "status changed"):
-            lines.append(f"{'  - ' if markdown else '      '}what changed since {since}: "
-                         f"{environment_text(v.environment_diff)}")
+        lines += item(unrun_line(verdicts), markdown)
     return text + "\n\n" + "\n".join(lines)
+
+
+def _config_order(v) -> tuple:
+    """Platform, benchmark, then the ZeRO stage, micro-batch, grad-acc and sequence length as numbers."""
+    config = v.config or {}
+    shown = [(0, x, "") if isinstance(x, (int, float)) else (1, 0, str(x)) for x in (config.get(k) for k in SHOWN_KEYS)]
+    return v.platform, v.benchmark, *shown, config_key(v.platform, v.benchmark, config)
+
+
+PROBLEMS = ("regression", "status changed", "insufficient data", "missing", "not comparable")
+"""The verdicts whose cause is said below the table."""
+CHANGED = ("regression", "status changed")
+"""The verdicts that say what changed in the environment."""
+
+
+def problem_lines(ranked: list, labels: list[str], since: str, markdown: bool) -> list[str]:
+    """Each problem's cause in words, once for the rows that share it: 'regression, all 29 rows: what
+    changed since the reference: ...'; 'insufficient data, c4 avg_busbw_gbps: point estimate out of
+    tolerance, interval is not'. Rows that share what changed are one group, whatever their verdict."""
+    metrics = [v.metric for v in ranked]
+    problems = [i for i, v in enumerate(ranked) if v.verdict in PROBLEMS]
+
+    def where(rows: list[int]) -> str:
+        kinds = {ranked[i].verdict for i in rows}
+        return rows_text(rows, [i for i in problems if ranked[i].verdict in kinds], labels, metrics)
+
+    def cause(verdict: str, rows: list[int], why: str) -> str:
+        note = " (references are per machine)" if verdict == "not comparable" else ""
+        return f"{verdict}, {where(rows)}" + (f": {why}{note}" if why else "")
+
+    def changed(i: int) -> str | None:
+        return environment_text(ranked[i].environment_diff) if ranked[i].verdict in CHANGED else None
+
+    lines: list[str] = []
+    for env, rows in grouped(problems, changed):
+        causes = grouped(rows, lambda i: (ranked[i].verdict, why_text(ranked[i])))
+        if env is None:
+            lines += [line for (verdict, why), rs in causes for line in item(cause(verdict, rs, why), markdown)]
+            continue
+        if len(causes) == 1:
+            ((verdict, why), rs), = causes
+            what = f"what changed since {since}: {env}"
+            lines += item(f"{cause(verdict, rs, why)}{'; ' if why else ': '}{what}", markdown)
+            continue
+        lines += item(f"what changed since {since}, for {len(rows)} rows: {env}", markdown)
+        lines += [line for (verdict, why), rs in causes for line in item(cause(verdict, rs, why), markdown, 1)]
+    return lines
+
+
+def tolerance_lines(ranked: list, labels: list[str], ref: str = "ref") -> list[str]:
+    """The band of now/ref a pass lies in, once per band: '[0.85x, 1.15x] samples_per_s, ...'."""
+    metrics = [v.metric for v in ranked]
+    scope = [i for i, v in enumerate(ranked) if v.tolerance_pct is not None]
+    bands = grouped(scope, lambda i: tolerance_text(ranked[i]))
+    if not bands:
+        return []
+    if len(bands) == 1:
+        return item(f"tolerance (the now/{ref} a pass lies in): {bands[0][0]} in every row that has one", False)
+    return item(f"tolerance (the now/{ref} a pass lies in): " + "; ".join(
+        f"{band} {re.sub(r' [(][0-9]+ rows?[)]$', '', rows_text(rows, scope, labels, metrics, by_metric=True))}"
+        for band, rows in bands), False)
 
 
 def environment_text(diff: dict[str, Any]) -> str:

@@ -99,7 +99,8 @@ def test_old_without_new_is_one_line_and_new_without_old_is_new(tmp_path, capsys
     assert rc == 0
     assert out.count("no counterpart in NEW") == 1 and "missing" not in out
     rows = [line.split() for line in out.splitlines()[2:] if line.startswith(("new ", "pass "))]
-    assert {r[2] for r in rows} == {"1", "2"}, "the ZeRO column tells the configurations apart"
+    assert {r[1] for r in rows} == {"c1", "c2"}, "a label tells the configurations apart"
+    assert "c1  cpu/llama-tiny ZeRO-1 " in out and "c2  cpu/llama-tiny ZeRO-2 " in out, "each label once in full below"
 
 
 def test_a_configuration_that_ran_out_of_memory_before_and_runs_now_is_a_status_change(tmp_path):

@@ -175,20 +175,34 @@ def test_every_change_reads_as_the_ratio_of_the_better_is_higher_quantity(metric
     assert lo < float(change.split("x")[0]) < hi
 
 
+def legend(text: str, label: str) -> str:
+    """The legend entry of a configuration label below a verdict table ('  c1  cpu/llama-tiny ...' and
+    its wrapped lines on the terminal, '- c1: ...' in Markdown), its lines joined."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == [label] or line.startswith(f"- {label}: "))
+    entry = [lines[at]]
+    for line in lines[at + 1:]:
+        if not line.startswith("    "):   # the next entry or note (a wrapped line is indented further)
+            break
+        entry.append(line)
+    return " ".join(line.strip() for line in entry)
+
+
 def test_two_rows_differing_only_in_zero_stage_are_told_apart():
     from harness.report.verdicts import verdict_table
 
     z2 = _verdict("samples_per_s", "samples/s", "higher", 22.0, 13.8)
     z3 = _verdict("samples_per_s", "samples/s", "higher", 22.0, 13.8, config={**CONFIG, "zero_stage": 3})
     for markdown in (False, True):
-        rows = table_rows(verdict_table([z2, z3], markdown=markdown), "verdict", markdown)
+        text = verdict_table([z2, z3], markdown=markdown)
+        rows = table_rows(text, "verdict", markdown)
         assert len(rows) == 2 and rows[0] != rows[1]
         cells = [[c.strip() for c in (r.strip("|").split("|") if markdown else r.split("  ")) if c.strip()]
                  for r in rows]
-        assert [c[2] for c in cells] == ["2", "3"], "the ZeRO stage has its own column, right after the benchmark"
-    text = verdict_table([z2, z3])
-    assert "regression: cpu/llama-tiny ZeRO-2 mb 4 x ga 2 seq 128 samples_per_s" in text
-    assert "regression: cpu/llama-tiny ZeRO-3 mb 4 x ga 2 seq 128 samples_per_s" in text
+        labels = [c[2 if markdown else 1] for c in cells]
+        assert labels == ["c1", "c2"], "each configuration has a label of its own"
+        assert "ZeRO-2 mb 4 x ga 2 seq 128" in legend(text, "c1") and "ZeRO-3 mb 4 x ga 2 seq 128" in legend(text, "c2")
+    assert "regression, all 2 rows: what changed since the reference" in verdict_table([z2, z3])
 
 
 def test_other_keys_that_tell_rows_apart_are_shown_in_full_and_the_rest_once():
@@ -197,8 +211,9 @@ def test_other_keys_that_tell_rows_apart_are_shown_in_full_and_the_rest_once():
     knobs = {**CONFIG, "zero": {**CONFIG["zero"], "overlap_comm": True}}
     text = verdict_table([_verdict("samples_per_s", "samples/s", "higher", 22.0, 21.0, verdict="pass"),
                           _verdict("samples_per_s", "samples/s", "higher", 22.0, 21.0, config=knobs, verdict="pass")])
-    rows = table_rows(text, "verdict", markdown=False)
-    assert sorted("zero.overlap_comm=True" in r for r in rows) == [False, True]
-    assert all("precision" not in r for r in rows), "a key the same in every row is said once, not per row"
-    assert "every row: activation_checkpointing=False nodes=1 num_ranks=2 precision=fp32 " \
-           "zero.stage3_max_live_parameters=2000000 zero.stage3_prefetch_bucket_size=200000" in text
+    assert sorted("zero.overlap_comm=True" in legend(text, label) for label in ("c1", "c2")) == [False, True]
+    assert all("precision" not in r for r in table_rows(text, "verdict", markdown=False))
+    assert sum("precision" in line for line in text.splitlines()) == 1, "a key the same in every row is said once"
+    assert "every configuration: activation_checkpointing=False nodes=1 num_ranks=2 precision=fp32 " \
+           "zero.stage3_max_live_parameters=2000000 zero.stage3_prefetch_bucket_size=200000" in " ".join(
+               line.strip() for line in text.splitlines())
