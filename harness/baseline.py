@@ -27,6 +27,8 @@ from .references import record_config, references_from_records
 
 BASELINE_RUNS = 5
 UNJUDGED = ("new", "not comparable")
+ACROSS = "across machines"
+"""The start of the reason of a verdict judged between two machines that differ (harness/compare.py)."""
 STORE_REMEDY = "set history=<another SQLAlchemy URL>, or history=none to keep no history"
 
 
@@ -72,7 +74,8 @@ def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, ou
     if url is None or machine is None or not records:
         result.note = "history=none: nothing kept" if url is None else ""
         return result
-    judged = {_key(v.platform, v.benchmark, v.config) for v in verdicts if v.verdict not in UNJUDGED + ("missing",)}
+    judged = {_key(v.platform, v.benchmark, v.config) for v in verdicts   # an efficiency judged across machines
+              if v.verdict not in UNJUDGED + ("missing",) and not v.reason.startswith(ACROSS)}   # is no judgment of this one
     todo = [r for r in records if _key(r.platform, r.benchmark, record_config(r)) not in judged]
     result.unjudged = len(todo)
     try:

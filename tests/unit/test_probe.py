@@ -122,3 +122,27 @@ def test_the_efficiency_weighs_each_part_by_its_own_dtype_rate():
     assert eff == pytest.approx(100 * 10.0 * (1e9 / 160e9 + 1e8 / 2.4e9))
     assert inputs["measured_gflops"] == {"fp32": 160.0, "bf16": 2.4}
     assert efficiency_pct(10.0, [(1e9, "fp16")], [probe()], 2, 1) is None
+
+
+def test_a_box_the_references_cannot_judge_is_judged_against_its_own_first_bench(tmp_path):
+    """Issue 26 item 4: on another box the shipped references are not comparable, their efficiency
+    is judged across machines, and the second bench is judged against this box's first."""
+    from harness.baseline import judge
+    from unit_helpers import schema_valid
+
+    fast = env_with(probe("AVX512", fp32=160.0, bf16=79.0, flags=CPUINFO_SPR))
+    refs = [reference([100.0, 101.0, 99.0], env=fast),
+            reference([50.0, 51.0, 49.0], env=fast, metric="matmul_eff_pct", unit="%")]
+    results = []
+    for n in (1, 2):
+        out = tmp_path / f"bench{n}"
+        out.mkdir()
+        rec = schema_valid(record(n, env=env_with(probe()), samples_per_s=(40.0, "samples/s"),
+                                  matmul_eff_pct=(50.0, "%")))
+        rec["created_utc"] = f"2026-11-2{n}T10:00:00+00:00"
+        verdicts = compare(typed([rec]), refs)
+        assert {v.metric: v.verdict for v in verdicts if v.metric in ("samples_per_s", "matmul_eff_pct")} == \
+            {"samples_per_s": "not comparable", "matmul_eff_pct": "pass"}
+        results.append(judge(typed([rec]), verdicts, "auto", out))
+    assert results[0].unjudged == 1 and results[0].verdicts == []
+    assert {v.metric: v.verdict for v in results[1].verdicts}["samples_per_s"] == "pass"
