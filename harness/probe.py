@@ -16,12 +16,14 @@ from typing import Any, Optional
 
 from benchmarks.gpu_state import state_differences
 
-TOLERANCE_PCT = {"matmul": 20.0, "triad": 35.0}
+TOLERANCE_PCT = {"matmul": 20.0, "triad": 60.0}
 """How far a probe figure may differ (|now/ref - 1|, percent) between two runs of one machine.
-Measured on the cpu platform's 2-core AMD EPYC (AVX2), 18 probes back to back, some beside other
-work: fp32 matmul best-of-5 72.6-83.7 GFLOP/s per core (max/min 1.15), bf16 1.03-1.19 (1.16);
-one core's triad, quiet, 18.6-22.1 GB/s (1.19). A box that lacks AVX-512 differs by 2x in fp32 and
-60x in bf16; a power-capped or throttled GPU by more than a fifth (README, "Machines")."""
+Measured on the cpu platform's 2-core AMD EPYC VM (AVX2) over two hours, some probes beside other
+work: fp32 matmul (F.linear) best-of-5 65.5-83.7 GFLOP/s per core (max/min 1.28 across the
+session, 1.10 within a quarter hour); bf16 7.3-7.6 within a quarter hour; one core's triad
+14.3-22.1 GB/s (1.55: the VM's memory bandwidth moves with its neighbours). A box that lacks
+AVX-512 differs by 2x in fp32 matmul, a power-capped or throttled GPU by more than a fifth; the
+ISA class and the GPU state are compared exactly (README, "Machines")."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 
