@@ -174,3 +174,20 @@ def test_the_suite_starts_with_a_short_collective_sweep(default_suite):
     (plot,) = {r["plot"] for r in collectives.values()}
     assert (default_suite.out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"![busbw by message size]({plot})" in (default_suite.out / "summary.md").read_text()
+
+
+def test_the_first_bench_on_any_box_calls_no_regression_and_says_what_the_machine_measured(default_suite):
+    """Issue 26 items 1 and 4: a fresh clone's first bench prints its machine's probe (one line, its
+    time) and no regression against the shipped cpu references: on the box kind they came from they
+    are comparable and within tolerance; on another box they are "not comparable", naming why."""
+    out = default_suite.stdout
+    probe = [line for line in out.splitlines() if line.startswith("probe (")]
+    assert len(probe) == 1 and "GFLOP/s per core" in probe[0] and " s a node)" in probe[0], probe
+    compared = out[out.index("Compared with reference_results/"):]
+    rows = [line for line in compared.splitlines() if line.startswith("regression ")]
+    assert not rows, compared
+    for record in default_suite.records().values():
+        machine = record["environment"]["machine"]
+        assert machine["probe"]["matmul"]["fp32"]["best"] > 0 and machine["probe"]["isa"]["class"]
+        if record["kind"] == "training":
+            assert record["metrics"]["matmul_eff_pct"]["value"] > 0

@@ -88,6 +88,8 @@ def test_the_cpu_references_come_from_this_suite_with_their_fingerprint():
         assert ref.status == "ok" and ref.num_samples >= 1
         assert ref.provenance.environment["torch"].startswith("2.13.0")
         assert ref.provenance.suite_commit
+        probe = ref.provenance.environment["machine"]["probe"]   # issue 26: the machine, measured
+        assert probe["matmul"]["fp32"]["best"] > 0 and probe["isa"]["class"], ref.key()
         samples = sorted(ref.samples)
         assert samples[0] <= ref.value <= samples[-1]
     zero_stages = {r.config["zero_stage"] for r in refs if r.benchmark == "llama-tiny"}
