@@ -26,7 +26,7 @@ def test_the_second_bench_is_judged_against_the_first(tmp_path):
     lines = section[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("verdict"))   # the table's header
     rows = [line.split() for line in itertools.takewhile(str.strip, lines[start + 2:])]
-    assert len(rows) == 5, section[1]
+    assert len(rows) == 6, section[1]      # samples/s, tokens/s, step time, memory, MFU, matmul efficiency
     # one run a side: within the tolerance "pass", beyond it "insufficient data", never a regression
     assert all(row[0] in ("pass", "insufficient", "improvement") for row in rows), section[1]
     assert any(row[0] == "pass" and "peak_mem_gib" in row for row in rows), "memory moves by little"

@@ -111,6 +111,8 @@ class Verdict:
     predicted_s: float
     measured_s: float
     runs: int
+    spread_pct: float = 0.0
+    """How far apart the rounds' measured step times lay: (max - min) / median, percent (0 for one)."""
 
     @property
     def error_pct(self) -> float:
@@ -175,9 +177,13 @@ class ClusterModelCheck:
         by_run: dict[str, list] = {}
         for row in rows:
             by_run.setdefault(row.run_id, []).append(row)
-        return [Verdict(run_id, statistics.median(r.predicted_step_time_s for r in rs),
-                        statistics.median(r.measured_step_time_s for r in rs), len(rs))
-                for run_id, rs in sorted(by_run.items())]
+        out = []
+        for run_id, rs in sorted(by_run.items()):
+            measured = [r.measured_step_time_s for r in rs]
+            med = statistics.median(measured)
+            out.append(Verdict(run_id, statistics.median(r.predicted_step_time_s for r in rs), med, len(rs),
+                               100.0 * (max(measured) - min(measured)) / med if med else 0.0))
+        return out
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -206,7 +212,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"\nmedian over the quiet rounds (of {ns.rounds}):")
     for v in verdicts:
         print(f"  {v.run_id:<22} model {v.predicted_s:.3f} s  measured {v.measured_s:.3f} s  "
-              f"error {v.error_pct:+.1f} %  ({v.runs} run(s))")
+              f"error {v.error_pct:+.1f} %  ({v.runs} run(s), measured {v.spread_pct:.1f} % apart)")
     print(f"records in {out}")
     worst = max(abs(v.error_pct) for v in verdicts)
     return 1 if ns.max_error_pct is not None and worst > ns.max_error_pct else 0
