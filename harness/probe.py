@@ -16,14 +16,16 @@ from typing import Any, Optional
 
 from benchmarks.gpu_state import state_differences
 
-TOLERANCE_PCT = {"matmul": 20.0, "triad": 60.0}
-"""How far a probe figure may differ (|now/ref - 1|, percent) between two runs of one machine.
-Measured on the cpu platform's 2-core AMD EPYC VM (AVX2) over two hours, some probes beside other
-work: fp32 matmul (F.linear) best-of-5 65.5-83.7 GFLOP/s per core (max/min 1.28 across the
-session, 1.10 within a quarter hour); bf16 7.3-7.6 within a quarter hour; one core's triad
-14.3-22.1 GB/s (1.55: the VM's memory bandwidth moves with its neighbours). A box that lacks
-AVX-512 differs by 2x in fp32 matmul, a power-capped or throttled GPU by more than a fifth; the
-ISA class and the GPU state are compared exactly (README, "Machines")."""
+TOLERANCE_PCT = {"cpu": {"matmul": 40.0, "triad": 60.0}, "cuda": {"matmul": 15.0, "triad": 15.0}}
+"""How far a probe figure may differ (|now/ref - 1|, percent) between two runs of one machine, by device.
+cpu, measured on the cpu platform's 2-core AMD EPYC VM (AVX2) over three hours of this session: fp32
+matmul (F.linear) best-of-5 65.5-90.8 GFLOP/s per core (max/min 1.39; it drifts with the VM's host,
+and the runs' throughput with it), bf16 7.3-8.8, one core's triad 14.3-26.1 GB/s (1.83 at worst,
+1.55 on a quiet box). A box that lacks AVX-512 differs by 2x in fp32 matmul and the ISA class is
+compared exactly, so 40 % still parts them. cuda: not measured yet (no GPU lent to this suite's
+sessions so far; `make gpu-check` records the probe): datacentre GPUs at fixed clocks repeat a
+matmul within a few percent, and their power, clocks and link are compared exactly
+(benchmarks/gpu_state.py). README, "Machines"."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 
@@ -92,14 +94,15 @@ def differences(ref: dict[str, Any], cur: dict[str, Any]) -> list[str]:
     if ref.get("device") != cur.get("device"):
         return [f"device {cur.get('device')} vs {ref.get('device')}"]
     device = cur.get("device") or "cpu"
+    tolerance = TOLERANCE_PCT.get(device, TOLERANCE_PCT["cpu"])
     isa = isa_words(ref, cur) if device == "cpu" else None
     out = []
     for dtype in sorted(set(ref["matmul"]) & set(cur["matmul"]), key=("fp32", "bf16", "fp16").index):
         a, b = _best(ref, "matmul", dtype), _best(cur, "matmul", dtype)
-        if a and b and abs(b / a - 1) * 100 > TOLERANCE_PCT["matmul"]:
+        if a and b and abs(b / a - 1) * 100 > tolerance["matmul"]:
             out.append(f"{dtype} matmul {_num(b)} vs {_num(a)} {UNIT_WORDS.get(device, 'GFLOP/s')}")
     a, b = _best(ref, "triad"), _best(cur, "triad")
-    if a and b and abs(b / a - 1) * 100 > TOLERANCE_PCT["triad"]:
+    if a and b and abs(b / a - 1) * 100 > tolerance["triad"]:
         out.append(f"memory bandwidth (triad) {_num(b)} vs {_num(a)} GB/s")
     if device == "cuda":
         out += state_differences(ref.get("gpus") or [], cur.get("gpus") or [])
@@ -121,15 +124,16 @@ def probe_diff(reference_env: Optional[dict[str, Any]], current_env: Optional[di
     if not ref or not cur:
         return {}
     a, b = ref[0], cur[0]
+    tolerance = TOLERANCE_PCT.get(b.get("device") or "cpu", TOLERANCE_PCT["cpu"])
     out: dict[str, list] = {}
     if (a.get("isa") or {}).get("class") != (b.get("isa") or {}).get("class"):
         out["probe.isa"] = [(a.get("isa") or {}).get("class"), (b.get("isa") or {}).get("class")]
     for dtype in sorted(set(a["matmul"]) & set(b["matmul"])):
         x, y = _best(a, "matmul", dtype), _best(b, "matmul", dtype)
-        if x and y and abs(y / x - 1) * 100 > TOLERANCE_PCT["matmul"]:
+        if x and y and abs(y / x - 1) * 100 > tolerance["matmul"]:
             out[f"probe.{dtype}_matmul_gflops"] = [x, y]
     x, y = _best(a, "triad"), _best(b, "triad")
-    if x and y and abs(y / x - 1) * 100 > TOLERANCE_PCT["triad"]:
+    if x and y and abs(y / x - 1) * 100 > tolerance["triad"]:
         out["probe.triad_gbps"] = [x, y]
     if b.get("device") == "cuda":
         words = state_differences(a.get("gpus") or [], b.get("gpus") or [])

@@ -51,8 +51,8 @@ def test_isa_class_reads_torch_capability_and_the_bf16_units():
     (probe(), probe("DEFAULT", aten="default"),
      ["ISA DEFAULT vs AVX2: torch's vectorised CPU kernels are off here (CPU capability DEFAULT, "
       "ATEN_CPU_CAPABILITY=default)"]),
-    (probe(), probe(fp32=50.0, other=2.0),
-     ["fp32 matmul 50 vs 80 GFLOP/s per core; other work during the probe 2.0 vs 0.0 CPUs (busier here)"]),
+    (probe(), probe(fp32=40.0, other=2.0),
+     ["fp32 matmul 40 vs 80 GFLOP/s per core; other work during the probe 2.0 vs 0.0 CPUs (busier here)"]),
     (probe(), probe(triad=10.0), ["memory bandwidth (triad) 10 vs 30 GB/s"]),
 ], ids=["same box", "AVX-512 BF16 reference", "ATEN_CPU_CAPABILITY=default", "busier", "slower memory"])
 def test_two_probes_differ_by_measured_figures_in_words(ref, cur, words):
