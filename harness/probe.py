@@ -28,6 +28,7 @@ matmul within a few percent, and their power, clocks and link are compared exact
 (benchmarks/gpu_state.py). README, "Machines"."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
+DTYPE_ORDER = ("fp32", "bf16", "fp16")
 
 
 def probe_of(machine: Any) -> Optional[dict[str, Any]]:
@@ -88,22 +89,26 @@ def _busier(ref: dict[str, Any], cur: dict[str, Any]) -> str:
     return ""
 
 
+def moved(ref: dict[str, Any], cur: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(figure, reference, now) of each probe figure beyond its device's tolerance: 'fp32_matmul',
+    'bf16_matmul', ... in the suite's dtype order, then 'triad'."""
+    tolerance = TOLERANCE_PCT.get(cur.get("device") or "cpu", TOLERANCE_PCT["cpu"])
+    pairs = [(f"{d}_matmul", "matmul", _best(ref, "matmul", d), _best(cur, "matmul", d))
+             for d in DTYPE_ORDER if d in ref["matmul"] and d in cur["matmul"]]
+    pairs.append(("triad", "triad", _best(ref, "triad"), _best(cur, "triad")))
+    return [(name, a, b) for name, kind, a, b in pairs if a and b and abs(b / a - 1) * 100 > tolerance[kind]]
+
+
 def differences(ref: dict[str, Any], cur: dict[str, Any]) -> list[str]:
     """What makes two probes not comparable, in words ('bf16 matmul 1.2 vs 79 GFLOP/s per core: this
     CPU lacks AVX-512 BF16'); [] when they are comparable. Numbers read 'now vs reference'."""
     if ref.get("device") != cur.get("device"):
         return [f"device {cur.get('device')} vs {ref.get('device')}"]
     device = cur.get("device") or "cpu"
-    tolerance = TOLERANCE_PCT.get(device, TOLERANCE_PCT["cpu"])
     isa = isa_words(ref, cur) if device == "cpu" else None
-    out = []
-    for dtype in sorted(set(ref["matmul"]) & set(cur["matmul"]), key=("fp32", "bf16", "fp16").index):
-        a, b = _best(ref, "matmul", dtype), _best(cur, "matmul", dtype)
-        if a and b and abs(b / a - 1) * 100 > tolerance["matmul"]:
-            out.append(f"{dtype} matmul {_num(b)} vs {_num(a)} {UNIT_WORDS.get(device, 'GFLOP/s')}")
-    a, b = _best(ref, "triad"), _best(cur, "triad")
-    if a and b and abs(b / a - 1) * 100 > tolerance["triad"]:
-        out.append(f"memory bandwidth (triad) {_num(b)} vs {_num(a)} GB/s")
+    unit = UNIT_WORDS.get(device, "GFLOP/s")
+    out = [f"memory bandwidth (triad) {_num(b)} vs {_num(a)} GB/s" if name == "triad"
+           else f"{name.replace('_', ' ')} {_num(b)} vs {_num(a)} {unit}" for name, a, b in moved(ref, cur)]
     if device == "cuda":
         out += state_differences(ref.get("gpus") or [], cur.get("gpus") or [])
         if ref.get("gpu_name") != cur.get("gpu_name"):
@@ -118,23 +123,16 @@ def differences(ref: dict[str, Any], cur: dict[str, Any]) -> list[str]:
 
 def probe_diff(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> dict[str, list]:
     """The machine-state part of a "what changed" ({key: [reference, now]}): the ISA class, each
-    probe figure beyond its tolerance, the GPUs' state in words; rank 0's node against the
+    probe figure beyond its tolerance (moved), the GPUs' state in words; rank 0's node against the
     reference's. {} when either side has no probe."""
     ref, cur = node_probes(reference_env), node_probes(current_env)
     if not ref or not cur:
         return {}
     a, b = ref[0], cur[0]
-    tolerance = TOLERANCE_PCT.get(b.get("device") or "cpu", TOLERANCE_PCT["cpu"])
     out: dict[str, list] = {}
     if (a.get("isa") or {}).get("class") != (b.get("isa") or {}).get("class"):
         out["probe.isa"] = [(a.get("isa") or {}).get("class"), (b.get("isa") or {}).get("class")]
-    for dtype in sorted(set(a["matmul"]) & set(b["matmul"])):
-        x, y = _best(a, "matmul", dtype), _best(b, "matmul", dtype)
-        if x and y and abs(y / x - 1) * 100 > tolerance["matmul"]:
-            out[f"probe.{dtype}_matmul_gflops"] = [x, y]
-    x, y = _best(a, "triad"), _best(b, "triad")
-    if x and y and abs(y / x - 1) * 100 > tolerance["triad"]:
-        out["probe.triad_gbps"] = [x, y]
+    out.update({f"probe.{name}_{'gbps' if name == 'triad' else 'gflops'}": [x, y] for name, x, y in moved(a, b)})
     if b.get("device") == "cuda":
         words = state_differences(a.get("gpus") or [], b.get("gpus") or [])
         if words:
