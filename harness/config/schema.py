@@ -26,14 +26,13 @@ class ContainerConfig:
     """The image every rank runs in. Recorded in the fingerprint with its digest."""
     runtime: ContainerRuntime = ContainerRuntime.none
     """none: the host's Python (the venv); apptainer: `apptainer exec --nv`; docker or podman:
-    `run --gpus all --ipc=host --network=host --shm-size=...`."""
+    `run --gpus all --ipc=host --network=host`
+    (the host's IPC namespace: the ranks of a node share its /dev/shm, as DeepSpeed's shared-memory
+    collectives need, and its size, not the engine's 64 MB default)."""
     image: Optional[str] = None
     """Apptainer: a .sif path (or docker://... URI); docker/podman: an image reference."""
     binds: list[str] = field(default_factory=list)
     """Extra host paths to mount (`src[:dst]`); the repository and the output folder always are."""
-    shm_size: str = "16g"
-    """/dev/shm of docker/podman containers (their 64 MB default is smaller than DeepSpeed's
-    shared-memory buffer)."""
     python: str = "python"
     """The interpreter inside the image."""
     options: list[str] = field(default_factory=list)

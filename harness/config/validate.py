@@ -178,8 +178,6 @@ def validate_container(c: ContainerConfig) -> None:
         return
     _check(bool(c.image) and SCRIPT_SAFE.match(c.image) is not None, "platform.container.image", c.image,
            f"runtime {c.runtime.value} needs an image (a .sif path or an image reference, no spaces)")
-    _check(re.fullmatch(r"[0-9]+[kmgKMG]?", c.shm_size) is not None, "platform.container.shm_size",
-           c.shm_size, "a size such as 16g or 8192m")
     for b in c.binds:
         _check(bool(b) and SCRIPT_SAFE.match(b) is not None and b.split(":")[0].startswith("/"),
                "platform.container.binds", b, "absolute host paths `src[:dst]`, no spaces")

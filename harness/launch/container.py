@@ -22,6 +22,7 @@ from ..atomic import write_bytes_atomic
 from ..config.choices import ContainerRuntime
 from ..config.schema import ContainerConfig
 from ..errors import HarnessError
+from .engine import engine_args
 
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
               "SLURM_PROCID", "SLURM_NODEID")
@@ -63,8 +64,9 @@ def prefix(c: ContainerConfig, *, image: str, repo_root: Path, out_dir: Path, en
         for m in mounts:
             cmd += ["--bind", m]
         return cmd + ["--pwd", str(repo_root), *c.options, image]
-    cmd = [c.runtime.value, "run", "--rm", "--init", "--network=host", "--ipc=host",
-           f"--shm-size={c.shm_size}"] + (["--gpus", "all"] if cuda else [])
+    quirks = engine_args(c.runtime.value)   # runc on hybrid cgroups, ulimits within the host's (engine.py)
+    cmd = [c.runtime.value, *quirks.global_args, "run", "--rm", "--init", "--network=host", "--ipc=host",
+           *quirks.limit_args] + (["--gpus", "all"] if cuda else [])
     if name:
         cmd += ["--name", name]
     for m in mounts:

@@ -197,12 +197,12 @@ def test_docker_wraps_each_local_rank_with_gpus_ipc_shm_mounts_and_its_variables
     from harness.plan import plan_run
 
     cfg = composed(["platform=h100", "platform.container.runtime=docker",
-                    "platform.container.image=nvcr.io/acme/bench:1", "platform.container.shm_size=32g"])
+                    "platform.container.image=nvcr.io/acme/bench:1"])
     run = plan_run(cfg, "x", 0, [], tmp_path / "out", REPO_ROOT, tmp_path / "cache")
     wrapper = Wrapper(cfg.platform.container, "nvcr.io/acme/bench:1", REPO_ROOT, tmp_path / "out", cuda=True)
     (argv, env), *_ = LocalLauncher(wrapper=wrapper).commands(run, 29500)
     assert argv[:2] == ["docker", "run"]
-    for flag in ("--rm", "--ipc=host", "--network=host", "--shm-size=32g"):
+    for flag in ("--rm", "--ipc=host", "--network=host"):
         assert flag in argv
     assert argv[argv.index("--gpus") + 1] == "all"
     assert f"{REPO_ROOT}:{REPO_ROOT}" in argv and f"{tmp_path / 'out'}:{tmp_path / 'out'}" in argv

@@ -1,0 +1,81 @@
+"""What docker or podman need on this host to build and run at all, found by looking at the host
+(shared by `make containers` and the harness's rank wrapper, harness/launch/container.py):
+
+- podman's default OCI runtime, crun, refuses a host whose cgroups are in hybrid mode (cgroup v1
+  controllers plus a v2 `unified` mount): "cgroups in hybrid mode not supported". There
+  `--runtime runc` works (runc must be installed; if it is not, the message says so).
+- docker and podman set a container's open-files and process limits to their own defaults, which
+  fail with "setrlimit RLIMIT_NOFILE: Operation not permitted" where the defaults exceed this
+  host's hard limits (a container host, a tight login node). Passing this process's own limits
+  (`--ulimit nofile=SOFT:HARD --ulimit nproc=SOFT:HARD`) lies within them; nproc is also capped
+  at kernel.pid_max, the limit podman's conmon runs with (measured: 32768 works, 32769 fails with
+  "error setting rlimit type 6").
+- rootless podman is noted (it needs subuid/subgid ranges; a root-owned storage is not its own).
+Standard library only."""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+ENGINES = ("docker", "podman")
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    name: str
+    global_args: list[str] = field(default_factory=list)
+    """Before the subcommand (`podman --runtime runc run ...`)."""
+    limit_args: list[str] = field(default_factory=list)
+    """For `build` and `run` (`--ulimit ...`)."""
+    notes: list[str] = field(default_factory=list)
+    """Why each argument is there, for `make containers` to print."""
+    problem: Optional[str] = None
+    """Why the engine cannot run containers here (None: it can, with these arguments)."""
+
+
+def hybrid_cgroups(root: Path = Path("/sys/fs/cgroup")) -> bool:
+    """cgroup v1 controllers with a v2 hierarchy beside them (what crun refuses)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    kinds = {ln.split()[2] for ln in mounts if len(ln.split()) > 2 and ln.split()[1].startswith(str(root))}
+    return "cgroup" in kinds and "cgroup2" in kinds
+
+
+def pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 1 << 15
+
+
+def _limit(res: int, name: str, cap: int = 1 << 20) -> str:
+    soft, hard = resource.getrlimit(res)
+    hard = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+    soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
+    return f"{name}={soft}:{hard}"
+
+
+def engine_args(name: str, hybrid: Optional[bool] = None, which=shutil.which) -> EngineArgs:
+    """The arguments `name` needs on this host (see the module's text)."""
+    if name not in ENGINES:
+        return EngineArgs(name)
+    hybrid = hybrid_cgroups() if hybrid is None else hybrid
+    global_args, notes, problem = [], [], None
+    if name == "podman" and hybrid:
+        if which("runc") is None:
+            problem = ("this host's cgroups are in hybrid mode, which podman's default runtime crun refuses, "
+                       "and runc is not installed (apt-get install runc)")
+        else:
+            global_args = ["--runtime", "runc"]
+            notes.append("--runtime runc: cgroups in hybrid mode (crun refuses them)")
+    limits = ["--ulimit", _limit(resource.RLIMIT_NOFILE, "nofile"), "--ulimit", _limit(resource.RLIMIT_NPROC, "nproc", pid_max())]
+    notes.append(f"{' '.join(limits)}: this process's own limits (the engine's defaults may exceed the host's)")
+    if name == "podman" and os.geteuid() != 0:
+        notes.append("rootless podman: images live in this user's storage (~/.local/share/containers)")
+    return EngineArgs(name, global_args, limits, notes, problem)
