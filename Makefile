@@ -1,7 +1,7 @@
 # Build plumbing for the LLM-pretraining benchmark suite (GNU make).
 #
 #   make venv    create/refresh $(VENV) from requirements.lock
-#   make containers  regenerate the Apptainer .def files, build the images
+#   make containers  build the images (docker/podman; a wheelhouse, no network in the build)
 #   make bench   run the benchmark suite     (PLATFORM=cpu|h100|..., OUT=, ARGS=)
 #   make tune    find the fastest configuration (PLATFORM=, WORKLOAD=, OUT=, ARGS=)
 #   make test    run the test suite          (what .ci/run calls)
@@ -38,10 +38,15 @@ export SUITE_CLUSTER := $(CLUSTER)
 # Optional extra index for torch only, e.g. https://download.pytorch.org/whl/cpu
 # on a CPU-only host whose pip has no local CPU wheel (empty: pip's defaults).
 TORCH_INDEX_URL ?=
-# `make containers`: force an engine (apptainer, singularity, docker, podman;
-# empty: the first that works) and choose the images.
+# `make containers`: force an engine (docker, podman; empty: the first that works) and choose the
+# images (empty: every image whose base can be had here; one named that cannot be built fails).
 CONTAINER_ENGINE ?=
-CONTAINER_IMAGES ?= cpu gpu
+CONTAINER_IMAGES ?=
+# `make bench CONTAINER=podman` (or docker, apptainer): the ranks run in CONTAINER_IMAGE, the
+# checkout and the results bind-mounted; empty: the host venv (or the platform's container.* settings).
+CONTAINER ?=
+IMAGE_KIND = $(if $(filter cpu cpu-cluster,$(PLATFORM)),cpu,gpu)
+CONTAINER_IMAGE ?= $(if $(filter apptainer,$(CONTAINER)),build/containers/llm-pretrain-bench-$(IMAGE_KIND).sif,llm-pretrain-bench:$(IMAGE_KIND))
 
 LOCK := requirements.lock
 CONSTRAINTS := build/constraints.txt
@@ -60,7 +65,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv bench tune test perf submit nightly lock containers clean distclean validate-model gpu-check \
+.PHONY: help venv bench tune test perf submit nightly lock containers base-image clean distclean validate-model gpu-check \
 	cluster-up cluster-down cluster-shape cluster-status
 
 help:
@@ -79,8 +84,9 @@ help:
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash)"
-	@echo "  containers regenerate containers/Apptainer.*.def from the Dockerfiles, then build \$$CONTAINER_IMAGES"
-	@echo "             with the first engine that works (apptainer, singularity, docker, podman); none: only the .def files"
+	@echo "  containers build \$$CONTAINER_IMAGES with docker or podman from a hash-checked wheelhouse (no network in"
+	@echo "             the build; base pinned by digest, else the local one of base-image); a .sif where apptainer exists"
+	@echo "  base-image as root: a local Debian bookworm base with debootstrap, for where no base can be pulled (~70 s)"
 	@echo "  cluster-up     as root: an emulated cluster of \$$NODES nodes on this machine (network namespaces, links"
 	@echo "                 shaped to \$$LINK, a real Slurm); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
 	@echo "  cluster-shape  set every node link of the running cluster to \$$LINK (e.g. LINK=250mbit)"
@@ -101,7 +107,9 @@ help:
 	@echo "  NODES=$(NODES) LINK=$(LINK) CLUSTER=$(CLUSTER)   emulated cluster: nodes, link rate (tc: 1gbit, 250mbit, none), name"
 	@echo "  TORCH_INDEX_URL=$(TORCH_INDEX_URL)   optional index for the torch install only"
 	@echo "  CONTAINER_ENGINE=$(CONTAINER_ENGINE)   force a container engine for containers (fails if it does not work)"
-	@echo "  CONTAINER_IMAGES=$(CONTAINER_IMAGES)   images for containers"
+	@echo "  CONTAINER_IMAGES=$(CONTAINER_IMAGES)   images for containers (empty: every image whose base can be had)"
+	@echo "  CONTAINER=$(CONTAINER)   bench/tune/nightly: run the ranks in CONTAINER_IMAGE with this runtime (podman, docker, apptainer)"
+	@echo "  CONTAINER_IMAGE=$(CONTAINER_IMAGE)"
 	@echo "  TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS_DIR)"
 
 # The stamp is newer than the lock and pyproject.toml once the venv matches
@@ -132,11 +140,11 @@ venv: $(STAMP)
 
 # DS_ACCELERATOR is cleared: the harness sets it per platform.
 bench: venv
-	env -u DS_ACCELERATOR $(PY) -m harness bench platform=$(PLATFORM) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
+	env -u DS_ACCELERATOR $(PY) -m harness bench platform=$(PLATFORM) $(if $(CONTAINER),platform.container.runtime=$(CONTAINER) platform.container.image=$(CONTAINER_IMAGE)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # The three-step tuning method; the same OUT resumes an interrupted tune (python -m harness tune --help).
 tune: venv
-	env -u DS_ACCELERATOR $(PY) -m harness tune platform=$(PLATFORM) $(if $(WORKLOAD),workload=$(WORKLOAD)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
+	env -u DS_ACCELERATOR $(PY) -m harness tune platform=$(PLATFORM) $(if $(CONTAINER),platform.container.runtime=$(CONTAINER) platform.container.image=$(CONTAINER_IMAGE)) $(if $(WORKLOAD),workload=$(WORKLOAD)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # The performance model against every published SC'25 PMBS cell (harness/model/validation.py).
 validate-model: venv
@@ -164,7 +172,7 @@ submit: venv
 
 # The nightly regression job: exit status 1 when something regressed (see python -m harness nightly --help).
 nightly: venv
-	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
+	$(PY) -m harness nightly platform=$(PLATFORM) $(if $(CONTAINER),platform.container.runtime=$(CONTAINER) platform.container.image=$(CONTAINER_IMAGE)) $(if $(LAUNCHER),platform.launcher=$(LAUNCHER)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # An emulated multi-node cluster on this one machine (testbed/, standard library only, as root):
 # a network namespace per node with its own hostname, a routed switch, tc-shaped links, munged +
@@ -194,15 +202,17 @@ lock:
 	@# The venv is by construction what the new lock says.
 	@if [ -e $(STAMP) ]; then touch $(STAMP); fi
 
-# The Apptainer definitions are regenerated from the Dockerfiles first (always;
-# no engine needed), then the images are built with the first engine that
-# works: apptainer/singularity -> build/containers/llm-pretrain-bench-<image>.sif,
-# docker/podman -> llm-pretrain-bench:<image>.  No engine: says why each is
-# unusable and exits 0 (the .def files are still regenerated).  A forced
-# CONTAINER_ENGINE that does not work fails.  See containers/README.md.
+# The images, built for real (containers/recipes.py): the engine that works (runc on hybrid
+# cgroups, explicit ulimits), the Dockerfile's base pinned by digest or, where it cannot be pulled,
+# the local one of base-image, the wheelhouse of the lock (containers/wheelhouse.py, every hash
+# checked on the host; the build installs with --no-index), then a smoke run of the image and,
+# where apptainer exists, a .sif converted from the same image.  No engine that works: exit 2.
 containers: venv
 	$(PY) -m containers.image_check
 	$(PY) -m containers.recipes $(addprefix --image ,$(CONTAINER_IMAGES)) $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE))
+
+base-image: venv
+	$(PY) -m containers.base_image $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE)) $(if $(FORCE),--force)
 
 clean:
 	rm -rf results/ .cache/

@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from containers.lock import LOCK_PATH, REPO_ROOT, LockEntry, LockError, parse_lock
+from containers.wheelhouse import TARGETS
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Base:
     """A distribution image without Python: python3 comes from apt (the Dockerfile installs it)."""
     packages: tuple[tuple[str, str], ...] = ()
     """Python packages the base ships that the suite relies on (name, version)."""
+    ships_python3: bool = False
+    """A distribution base that already holds its python3 (the local base of `make base-image`)."""
 
 
 BASES: dict[str, Base] = {
@@ -51,6 +54,8 @@ BASE_PATTERNS: tuple[tuple[str, Base], ...] = (
      Base("NVIDIA CUDA on Ubuntu 22.04", "3.10.12", apt_python=True)),
     (r"(?:docker\.io/)?(?:library/)?ubuntu:24\.04", Base("Ubuntu 24.04", "3.12.3", apt_python=True)),
     (r"(?:docker\.io/)?(?:library/)?ubuntu:22\.04", Base("Ubuntu 22.04", "3.10.12", apt_python=True)),
+    (r"localhost/llm-pretrain-bench-base:bookworm",
+     Base("the local Debian bookworm base of `make base-image`", "3.11.2", apt_python=True, ships_python3=True)),
 )
 """Bases known by a pattern of pinned tags (the whole name must match); `{py}` is the tag's
 Python. A distribution's python3 is the version its release ships."""
@@ -114,12 +119,15 @@ def _instruction(line: str) -> tuple[str, str]:
 
 
 def base_image(name: str) -> Base:
+    """A known base by its pinned name; a digest (`NAME@sha256:...`) pins a known tag further."""
+    name = re.sub(r"@sha256:[0-9a-f]{64}$", "", name)
     if name in BASES:
         return BASES[name]
     for pattern, base in BASE_PATTERNS:
         m = re.fullmatch(pattern, name)
         if m:
-            return Base(base.what, base.python.format(**m.groupdict()), base.apt_python, base.packages)
+            return Base(base.what, base.python.format(**m.groupdict()), base.apt_python, base.packages,
+                        base.ships_python3)
     raise ImageCheckError(f"unknown base image {name!r}: its Python (and any torch it ships) is not known; add it "
                           "to BASES or BASE_PATTERNS in containers/image_stack.py (pinned tags only)")
 
@@ -190,9 +198,12 @@ class _Image:
             self.env[name] = _expand(value, self.env)
 
     def copy(self, args: str) -> None:
-        words = [w for w in shlex.split(args) if not w.startswith("--")]
+        words = [_expand(w, self.env) or w for w in shlex.split(args) if not w.startswith("--")]
         sources, dest = words[:-1], words[-1]
         for src in sources:
+            if src.startswith("build/wheelhouse"):   # containers/wheelhouse.py: the lock's pins, by file hash
+                self.files.update(wheelhouse_files(self.lock_text, dest.rstrip("/"), Path(src).name.split("+")[0]))
+                continue
             target = dest.rstrip("/") + "/" + Path(src).name if dest.endswith("/") or len(sources) > 1 else dest
             if src == "requirements.lock":
                 self.files[target] = self.lock_text
@@ -341,7 +352,8 @@ class _Image:
                                   + ": pip refuses to download it unverified")
                     continue
                 kept = stack.packages[key] = Installed(name, version, source)
-                if key == "torch" and no_deps and re.search(r"\+cu\d+$", version):
+                if key == "torch" and no_deps and re.search(r"\+cu\d+$", version) \
+                        and "wheelhouse/torch.txt" not in source:   # wheelhouse.py puts nvidia-*, triton there
                     self._problem(f"`{where}`: torch {version} is a CUDA build installed with --no-deps: its "
                                   "nvidia-* libraries are not in the lock; install torch with its dependencies")
             if key in constraints and not _same_public(kept.version, constraints[key]):
@@ -351,6 +363,21 @@ class _Image:
                 stack.notes.append(f"{name} {kept.version}: what it needs beyond the lock (a CUDA torch's nvidia-* "
                                    f"libraries and triton) comes from {index or 'PyPI'} through pip's resolver; "
                                    "the build's `pip check` covers it")
+
+
+def wheelhouse_files(lock_text: str, dest: str, image: str = "cpu") -> dict[str, str]:
+    """What a wheelhouse (containers/wheelhouse.py) of `image` COPY'd to `dest` holds for the check:
+    torch.txt, the lock's torch pin as the image's build (+cpu, +cu130), and requirements.txt, every
+    other pin; each pinned by the sha256 of its file in the wheelhouse (here a stand-in: the
+    wheelhouse is made, and checked, on the host)."""
+    entries = _lock_entries(lock_text, "requirements.lock")
+    stand_in = "--hash=sha256:" + "0" * 64
+    tag = TARGETS.get(image, {}).get("torch_tag")
+    line = {e.name: f"{e.name}=={e.version}" + (f"+{tag}" if tag and canonicalize_name(e.name) == "torch" else "")
+            + " " + (" ".join(f"--hash=sha256:{h}" for h in e.hashes) or stand_in) + "\n" for e in entries}
+    torch = [n for n in line if canonicalize_name(n) == "torch"]
+    return {f"{dest}/torch.txt": "".join(line[n] for n in torch),
+            f"{dest}/requirements.txt": "".join(v for n, v in line.items() if n not in torch)}
 
 
 def _lock_entries(text: str, where: str) -> list[LockEntry]:
@@ -379,10 +406,14 @@ def derive(dockerfile: Path, lock_path: Path = LOCK_PATH, context: Path = REPO_R
     image = _Image(dockerfile, Path(lock_path).read_text(encoding="utf-8"), Path(context))
     for keyword, args in instructions(dockerfile.read_text(encoding="utf-8")):
         if keyword == "FROM":
-            image.from_(args)
+            expanded = _expand(args, image.env)
+            if expanded is None:
+                raise ImageCheckError(f"FROM {args}: a build argument without a default")
+            image.from_(expanded)
             continue
         if image.stack is None:
-            if keyword == "ARG":
+            if keyword == "ARG":   # a build argument FROM may use (its default is what the check follows)
+                image.env_(args) if "=" in args else None
                 continue
             raise ImageCheckError(f"{keyword} before FROM")
         if keyword == "ENV":
@@ -398,6 +429,6 @@ def derive(dockerfile: Path, lock_path: Path = LOCK_PATH, context: Path = REPO_R
     if image.stack is None:
         raise ImageCheckError("no FROM instruction")
     stack = image.stack
-    if stack.base_info.apt_python and "python3" not in image.apt:
+    if stack.base_info.apt_python and not stack.base_info.ships_python3 and "python3" not in image.apt:
         stack.problems.append(f"{stack.base} has no Python and the Dockerfile does not apt-get install python3")
     return stack

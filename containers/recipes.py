@@ -1,97 +1,75 @@
-"""Apptainer definitions generated from the Dockerfiles, and the images built with whichever
-container engine works on this host (`make containers`).
+"""`make containers`: the suite's images built for real, with docker or podman, from a wheelhouse
+(no network in the build), on a base pinned by digest or made here; then an Apptainer .sif
+converted from each built image where apptainer exists.
 
-The Dockerfiles (containers/Dockerfile.<image>) are the one source. spython converts each into
-containers/Apptainer.<image>.def, and `convert` corrects what that conversion loses:
+For each image (cpu, gpu; containers/Dockerfile.<image>):
+1. the engine: docker or podman, the first whose `info` answers (`--engine`/CONTAINER_ENGINE
+   forces one), with what it needs on this host (harness/launch/engine.py: runc on hybrid
+   cgroups, explicit ulimits). None that works: one message per engine, exit 2.
+2. the base: the Dockerfile's pinned BASE_IMAGE when the engine has it or can pull it; else, for
+   the cpu image, the local debootstrap base (containers/base_image.py, made when missing); the
+   gpu image's CUDA base has no local stand-in, so it is not built and the reason is printed.
+3. the wheelhouse (containers/wheelhouse.py): every file of the lock, hash-checked on the host.
+4. `ENGINE build --build-arg BASE_IMAGE=... --build-arg WHEELHOUSE=... -t llm-pretrain-bench:<image>`,
+   also tagged with the lock's sha256 (`<image>-lock<12 hex>`); the engine's layer cache makes a
+   second build of the same lock on one machine reuse the installed stack (seconds).
+5. a smoke run of the built image (`python -c "import torch, deepspeed"`): an engine that builds
+   but cannot run stops here with its message.
+6. apptainer/singularity on PATH: `ENGINE save --format docker-archive` then
+   `apptainer build IMAGE.sif docker-archive:...`, so the .sif holds the same bits; not on PATH:
+   said, and nothing else.
 
-- ENV in %post: spython writes each Docker ENV as a bare `NAME=value` line in %post (a shell
-  variable, not exported: the commands of later RUN steps, pip among them, never see it). Here
-  it is `export NAME=value`, at the place where the Dockerfile sets it, as Docker does.
-- ENV in %environment: Apptainer passes the caller's environment into the container and then
-  sources %environment over it, so a plain `export` there would override a value the caller
-  set (the harness sets TORCH_EXTENSIONS_DIR to a writable cache of the bind-mounted checkout;
-  the image's /workspace/suite/.cache is read-only in a .sif). A literal value becomes a
-  default, `export NAME="${NAME:-value}"`: the caller's value wins, as `docker run -e NAME`
-  wins over ENV. A value with quotes or `$` stays a plain export.
-- %runscript: the Dockerfiles have no CMD/ENTRYPOINT, for which spython writes `exec /bin/bash`.
-  Here `apptainer run IMAGE.sif ARGS` is `python -m harness ARGS`, run from the WORKDIR (the
-  suite's copy needs the cd: `python -m harness` imports from the current directory).
-- %startscript: spython repeats the runscript there; the images are no services, so it is
-  dropped (an instance would run the harness with no arguments).
-- a header saying the file is generated, from which Dockerfile, and not to be edited.
-
-Apptainer's %files ignores .dockerignore, so the Dockerfiles COPY an explicit list of paths (a
-`COPY . ...` would become `%files . /workspace/suite` and copy .venv, .git and results).
-
-Usage, from the repository root with the venv's python (spython is in requirements.lock):
-  python -m containers.recipes              regenerate the .def files, then build the images
-  python -m containers.recipes --check      exit 1, naming each .def that differs from what its
-                                            Dockerfile generates now
-  python -m containers.recipes --no-build   regenerate only
-The engine: the first that works of apptainer, singularity, docker, podman; `--engine NAME`
-(or CONTAINER_ENGINE=NAME) forces one and fails when it does not work. Extra arguments for the
-build command: CONTAINER_BUILD_ARGS (e.g. "--fakeroot" for an unprivileged apptainer).
-"""
+--move NAME==VERSION builds the same recipe with that pin moved (a second image of a real library
+change: tag <image>-name-version); --env NAME=VALUE adds `ENV NAME=VALUE` on top of the built image
+(tag <image>-env-name-value): what an admin's edit of the image's environment would be."""
 from __future__ import annotations
 
 import argparse
-import difflib
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from spython.main.parse.parsers import DockerParser
-from spython.main.parse.writers import SingularityWriter
-from spython.version import __version__ as spython_version
+from containers import base_image, wheelhouse
+from containers.lock import REPO_ROOT
+from harness.launch.engine import EngineArgs, engine_args
 
-from containers.lock import write_text_atomic
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CONTAINERS_DIR = REPO_ROOT / "containers"
 IMAGES = ("cpu", "gpu")
 IMAGE_NAME = "llm-pretrain-bench"
 SIF_DIR = REPO_ROOT / "build" / "containers"
-"""apptainer/singularity builds: build/containers/llm-pretrain-bench-<image>.sif (the path the
+"""Built .sif files and docker archives: build/containers/llm-pretrain-bench-<tag>.sif (the path the
 platform configs use)."""
-RUNSCRIPT = "python -m harness"
-NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers"})
+NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs"})
 """Top-level entries of the repository the Dockerfiles deliberately leave out of the images;
 every other tracked entry must be COPY'd (tests/unit/test_containers.py checks)."""
-
+ENGINES = ("docker", "podman")
 SIF_ENGINES = ("apptainer", "singularity")
-DAEMON_ENGINES = ("docker", "podman")
-ENGINES = SIF_ENGINES + DAEMON_ENGINES
-"""In order of preference: the clusters run .sif images."""
 PROBE_TIMEOUT_S = 20.0
-KNOWN_SECTIONS = frozenset({"help", "setup", "files", "labels", "environment", "pre", "post", "runscript",
-                            "test", "startscript", "arguments"})
-_LITERAL_ENV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=([A-Za-z0-9_./:,+@%=-]*)$")
+PULL_TIMEOUT_S = 120.0
 
 
 class RecipeError(Exception):
-    """A Dockerfile the generator cannot convert faithfully, or a conversion that is not valid."""
+    """An image cannot be built here; the message says why."""
 
 
 def dockerfile_path(image: str) -> Path:
     return CONTAINERS_DIR / f"Dockerfile.{image}"
 
 
-def definition_path(image: str) -> Path:
-    return CONTAINERS_DIR / f"Apptainer.{image}.def"
-
-
-def sif_path(image: str) -> Path:
-    return SIF_DIR / f"{IMAGE_NAME}-{image}.sif"
-
-
 def docker_tag(image: str) -> str:
     return f"{IMAGE_NAME}:{image}"
+
+
+def sif_path(tag: str) -> Path:
+    return SIF_DIR / f"{IMAGE_NAME}-{tag}.sif"
 
 
 def _rel(path: Path) -> str:
@@ -99,157 +77,12 @@ def _rel(path: Path) -> str:
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
-# --- conversion --------------------------------------------------------------------------------
-
-def _export_env_in_post(layer) -> None:
-    """spython appends each ENV entry to both `install` (%post) and `environ`, in order: turn
-    the %post copies into exports, in place."""
-    pending = list(layer.environ)
-    for i, line in enumerate(layer.install):
-        if pending and line == pending[0]:
-            layer.install[i] = f"export {line}"
-            pending.pop(0)
-    if pending:
-        raise RecipeError(f"ENV {pending[0]!r} is not in spython's %post; the spython version "
-                          "changed how it converts ENV: update containers/recipes.py")
-
-
-def _default_env(entry: str) -> str:
-    m = _LITERAL_ENV.match(entry)
-    return f'{m[1]}="${{{m[1]}:-{m[2]}}}"' if m else entry
-
-
-def _is_section(line: str) -> bool:
-    """Apptainer opens a section at a line whose first word starts with %."""
-    words = line.split()
-    return bool(words) and words[0].startswith("%")
-
-
-def _drop_section(text: str, name: str) -> str:
-    out, skipping = [], False
-    for line in text.splitlines():
-        if _is_section(line):
-            skipping = line.split()[0] == f"%{name}"
-        if not skipping:
-            out.append(line)
-    return "\n".join(out)
-
-
-def _space_sections(text: str) -> str:
-    """A blank line before each section (spython writes none), for the reader."""
-    out: list[str] = []
-    for line in text.splitlines():
-        if _is_section(line) and out and out[-1].strip():
-            out.append("")
-        out.append(line)
-    return "\n".join(out)
-
-
-def _header(image: str) -> str:
-    return (f"# GENERATED by `make containers` (containers/recipes.py, spython {spython_version}) from\n"
-            f"# {_rel(dockerfile_path(image))}.  DO NOT EDIT: edit the Dockerfile, then run `make containers`;\n"
-            "# the unit tests fail while this file differs from what the Dockerfile generates.\n"
-            "# Build from the repository root (%files paths are relative to it), e.g.\n"
-            f"#   apptainer build {_rel(sif_path(image))} {_rel(definition_path(image))}\n"
-            "# Corrections to spython's conversion (see containers/recipes.py): ENV exported in\n"
-            "# %post where the Dockerfile sets it; %environment keeps a value the caller set;\n"
-            f"# %runscript runs `{RUNSCRIPT}` from the WORKDIR; no %startscript.\n")
-
-
-def sections(text: str) -> dict[str, list[str]]:
-    """{"header": [...], "post": [...], ...}: the lines of each section of a definition, as
-    Apptainer splits them (a line whose first word starts with % opens a section)."""
-    out: dict[str, list[str]] = {"header": []}
-    current = "header"
-    for line in text.splitlines():
-        if _is_section(line):
-            current = line.split()[0][1:]
-            if current not in KNOWN_SECTIONS:
-                raise RecipeError(f"line {line.strip()!r} opens an unknown section %{current} (a line of a "
-                                  "section whose first word starts with % opens a new one)")
-            if current in out:
-                raise RecipeError(f"section %{current} appears twice")
-            out[current] = []
-        else:
-            out[current].append(line)
-    return out
-
-
-def validate(text: str) -> None:
-    """What Apptainer would reject or misread: a missing header, %files from `.`, shell sections
-    that `sh -n` and `bash -n` do not parse."""
-    parts = sections(text)
-    header = [ln for ln in parts["header"] if ln.strip() and not ln.lstrip().startswith("#")]
-    if not header or not header[0].startswith("Bootstrap:"):
-        raise RecipeError("the definition does not start with a Bootstrap: header")
-    for line in parts.get("files", []):
-        if line.strip() and line.split()[0] in (".", "./"):
-            raise RecipeError(f"%files copies the whole build context ({line.strip()!r}); COPY an explicit "
-                              "list of paths in the Dockerfile (Apptainer ignores .dockerignore)")
-    for name in ("post", "environment", "runscript"):
-        body = "\n".join(parts.get(name, [])) + "\n"
-        for shell in ("sh", "bash"):
-            exe = shutil.which(shell)
-            if exe is None:
-                continue
-            done = subprocess.run([exe, "-n"], input=body, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RecipeError(f"%{name} is not valid {shell}: {done.stderr.strip()}")
-
-
-def convert(dockerfile: Path, image: str) -> str:
-    """The corrected Apptainer definition of `image` that `dockerfile` generates."""
-    dockerfile = Path(dockerfile)
-    num_stages = len(re.findall(r"^\s*FROM\s", dockerfile.read_text(encoding="utf-8"), flags=re.I | re.M))
-    if num_stages != 1:  # spython merges a second FROM without AS into the first stage
-        raise RecipeError(f"{_rel(dockerfile)}: {num_stages} FROM instructions; the generator "
-                          "handles single-stage Dockerfiles only")
-    parser = DockerParser(str(dockerfile))
-    layer = next(iter(parser.recipe.values()))
-    _export_env_in_post(layer)
-    layer.environ = [_default_env(e) for e in layer.environ]
-    text = SingularityWriter(parser.recipe).convert(runscript=RUNSCRIPT)
-    text = _space_sections(_drop_section(text, "startscript"))
-    text = _header(image) + text.rstrip("\n") + "\n"
-    try:
-        validate(text)
-    except RecipeError as e:
-        raise RecipeError(f"{_rel(dockerfile)}: {e}") from None
-    return text
-
-
-def generate(image: str, dockerfile: Optional[Path] = None) -> str:
-    """The definition of `image` from its Dockerfile (or from `dockerfile`, a copy of it)."""
-    return convert(dockerfile_path(image) if dockerfile is None else Path(dockerfile), image)
-
-
-def drift(images: Sequence[str] = IMAGES) -> list[str]:
-    """A message per committed .def that differs from what its Dockerfile generates now."""
-    problems = []
-    for image in images:
-        want, path = generate(image), definition_path(image)
-        have = path.read_text(encoding="utf-8") if path.is_file() else None
-        if have is None:
-            problems.append(f"{_rel(path)} is missing; run `make containers`")
-        elif have != want:
-            diff = "".join(difflib.unified_diff(have.splitlines(True), want.splitlines(True),
-                                                f"{_rel(path)} (committed)", f"{_rel(path)} (generated)", n=1))
-            problems.append(f"{_rel(path)} differs from what {_rel(dockerfile_path(image))} generates; "
-                            f"run `make containers`\n{diff}")
-    return problems
-
-
-def regenerate(images: Sequence[str] = IMAGES) -> list[str]:
-    """Write each .def whose content changed; one line per file saying what happened."""
-    done = []
-    for image in images:
-        text, path = generate(image), definition_path(image)
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            done.append(f"{_rel(path)}: up to date with {_rel(dockerfile_path(image))}")
-        else:
-            write_text_atomic(path, text)
-            done.append(f"{_rel(path)}: regenerated from {_rel(dockerfile_path(image))}")
-    return done
+def base_arg(dockerfile: Path) -> str:
+    """The default of the Dockerfile's `ARG BASE_IMAGE=` (its pinned base)."""
+    m = re.search(r"^ARG BASE_IMAGE=(\S+)", dockerfile.read_text(encoding="utf-8"), flags=re.M)
+    if m is None:
+        raise RecipeError(f"{_rel(dockerfile)}: no `ARG BASE_IMAGE=<pinned base>` before its FROM")
+    return m[1]
 
 
 # --- engines -----------------------------------------------------------------------------------
@@ -268,30 +101,26 @@ class EngineProbe:
 
 
 def probe(name: str, search_path: Optional[str] = None) -> EngineProbe:
-    """Whether engine `name` answers: apptainer/singularity `--version`; docker/podman `info`
-    (the CLI alone is not enough: a docker without a daemon cannot build). `search_path`
-    replaces PATH (tests use a folder of fake executables)."""
+    """Whether engine `name` answers `info` (a docker CLI without a daemon cannot build).
+    `search_path` replaces PATH (tests use a folder of fake executables)."""
     exe = shutil.which(name, path=search_path)
     if exe is None:
         return EngineProbe(name, None, False, "not found on PATH")
-    argv = [exe, "--version"] if name in SIF_ENGINES else [exe, "info"]
-    shown = f"`{name} {argv[1]}`"
     env = None if search_path is None else {**os.environ, "PATH": search_path}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
+        done = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
-        return EngineProbe(name, exe, False, f"CLI found at {exe} but {shown} did not answer "
+        return EngineProbe(name, exe, False, f"CLI found at {exe} but `{name} info` did not answer "
                                              f"within {PROBE_TIMEOUT_S:.0f} s")
     except OSError as e:
         return EngineProbe(name, exe, False, f"CLI found at {exe} but it cannot be run ({e})")
     if done.returncode != 0:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        why = f"{shown} failed, exit {done.returncode}" + (f": {said[-1].strip()}" if said else "")
+        why = f"`{name} info` failed, exit {done.returncode}" + (f": {said[-1].strip()}" if said else "")
         if name == "docker":
             return EngineProbe(name, exe, False, f"CLI found at {exe} but no daemon answers ({why})")
         return EngineProbe(name, exe, False, f"CLI found at {exe} but {why}")
-    version = (done.stdout.strip().splitlines() or ["answers"])[0] if name in SIF_ENGINES else "daemon answers"
-    return EngineProbe(name, exe, True, f"{exe}: {version}")
+    return EngineProbe(name, exe, True, f"{exe}: answers")
 
 
 @dataclass(frozen=True)
@@ -308,44 +137,146 @@ class EngineChoice:
         if self.forced:
             return "\n".join(lines + [f"error: CONTAINER_ENGINE={self.probes[0].name} does not work here; "
                                       "no image was built"])
-        return "\n".join(["no usable container engine; looked for " + ", ".join(ENGINES) + ":"]
+        return "\n".join(["error: no usable container engine; looked for " + ", ".join(ENGINES) + ":"]
                          + [f"  {ln}" for ln in lines]
-                         + ["only the Apptainer definitions were regenerated; no image was built"])
+                         + ["no image was built (Debian/Ubuntu: apt-get install podman runc)"])
 
 
 def choose_engine(forced: Optional[str] = None, search_path: Optional[str] = None) -> EngineChoice:
     """The first engine that works (in ENGINES order), or exactly `forced`."""
     if forced:
         if forced not in ENGINES:
-            raise RecipeError(f"CONTAINER_ENGINE={forced!r}: not an engine; valid: {', '.join(ENGINES)}")
+            raise RecipeError(f"CONTAINER_ENGINE={forced!r}: not an engine that builds images; valid: {', '.join(ENGINES)}")
         p = probe(forced, search_path)
         return EngineChoice(p if p.usable else None, (p,), True)
     probes = tuple(probe(name, search_path) for name in ENGINES)
     return EngineChoice(next((p for p in probes if p.usable), None), probes, False)
 
 
-def build_commands(engine: EngineProbe, image: str, extra: Sequence[str] = ()) -> list[list[str]]:
-    """argv lists, run from the repository root (the build context / %files base)."""
-    assert engine.path is not None
-    if engine.name in SIF_ENGINES:
-        return [[engine.path, "build", "--force", *extra, _rel(sif_path(image)), _rel(definition_path(image))]]
-    return [[engine.path, "build", *extra, "-f", _rel(dockerfile_path(image)), "-t", docker_tag(image), "."]]
+class Engine:
+    """One engine's commands, with the arguments this host needs (harness/launch/engine.py)."""
 
+    def __init__(self, probe_: EngineProbe, args: Optional[EngineArgs] = None):
+        assert probe_.path is not None
+        self.name, self.args = probe_.name, args or engine_args(probe_.name)
+        if self.args.problem:
+            raise RecipeError(f"{self.name}: {self.args.problem}")
+        self.cmd = [probe_.path, *self.args.global_args]
 
-def build(engine: EngineProbe, images: Sequence[str], extra: Sequence[str] = ()) -> int:
-    """Build each image in turn (output streamed); the first failure's exit status."""
-    for image in images:
-        if engine.name in SIF_ENGINES:
-            SIF_DIR.mkdir(parents=True, exist_ok=True)
-        for argv in build_commands(engine, image, extra):
+    def run(self, *args: str, timeout: Optional[float] = None, stream: bool = False, **kw) -> subprocess.CompletedProcess:
+        argv = [*self.cmd, *args]
+        if stream:
             print("+ " + shlex.join(argv), flush=True)
-            rc = subprocess.run(argv, cwd=REPO_ROOT).returncode
-            if rc != 0:
-                print(f"error: building the {image} image with {engine.name} failed (exit {rc})", file=sys.stderr)
-                return rc
-        built = _rel(sif_path(image)) if engine.name in SIF_ENGINES else docker_tag(image)
-        print(f"built {built}", flush=True)
-    return 0
+            return subprocess.run(argv, cwd=REPO_ROOT, timeout=timeout, **kw)
+        return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+
+    def inspect(self, ref: str, fmt: str = "{{.Id}}") -> Optional[str]:
+        done = self.run("image", "inspect", "--format", fmt, ref, timeout=60)
+        return done.stdout.strip() or None if done.returncode == 0 else None
+
+    def available(self, ref: str) -> tuple[bool, str]:
+        """Whether `ref` is here or can be pulled now (and why not)."""
+        if self.inspect(ref):
+            return True, "present"
+        try:
+            done = self.run("pull", ref, timeout=PULL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return False, f"`{self.name} pull` did not finish within {PULL_TIMEOUT_S:.0f} s"
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        return done.returncode == 0, "pulled" if done.returncode == 0 else (said[-1].strip() if said else f"exit {done.returncode}")
+
+
+# --- building ----------------------------------------------------------------------------------
+
+@dataclass
+class Built:
+    tag: str
+    image_id: str
+    base: str
+    seconds: float
+    size_mb: float
+    sif: Optional[str] = None
+
+    def line(self) -> str:
+        return (f"built {self.tag}: id {self.image_id[:19]}, {self.size_mb:.0f} MB, base {self.base}, "
+                f"{self.seconds:.0f} s" + (f"; {self.sif}" if self.sif else ""))
+
+
+def _base_for(engine: Engine, image: str, dockerfile: Path) -> str:
+    pinned = base_arg(dockerfile)
+    ok, why = engine.available(pinned)
+    if ok:
+        return pinned
+    if image != "cpu":
+        raise RecipeError(f"the {image} image's base {pinned} cannot be pulled here ({why}); it has no local "
+                          f"stand-in, so the {image} image is not built (its wheelhouse would be made by "
+                          f"`python -m containers.wheelhouse --image {image}` on a host that can build it)")
+    print(f"base {pinned}: cannot be pulled here ({why}); using the local debootstrap base {base_image.BASE_NAME}",
+          flush=True)
+    try:
+        base_image.make(engine.name)
+    except base_image.BaseImageError as e:
+        raise RecipeError(f"no base for the cpu image: {pinned} cannot be pulled ({why}) and the local base "
+                          f"cannot be made: {e}") from None
+    return base_image.BASE_NAME
+
+
+def build_image(engine: Engine, image: str, moves: Sequence[wheelhouse.Move] = (),
+                env: Sequence[str] = (), extra: Sequence[str] = ()) -> Built:
+    t0 = time.monotonic()
+    dockerfile = dockerfile_path(image)
+    base = _base_for(engine, image, dockerfile)
+    house = wheelhouse.ensure(image, moves, torch_index_url=os.environ.get("TORCH_INDEX_URL") or None)
+    lock_sha = json.loads((house / wheelhouse.MANIFEST).read_text(encoding="utf-8"))["lock_sha256"]
+    tag = docker_tag(wheelhouse.folder_name(image, moves).replace("+", "-"))   # a tag allows [A-Za-z0-9_.-]
+    argv = ["build", *engine.args.limit_args, *extra,
+            "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"BASE_ID={engine.inspect(base) or 'unknown'}",
+            "--build-arg", f"LOCK_SHA256={lock_sha}", "--build-arg", f"WHEELHOUSE={_rel(house)}",
+            "-f", _rel(dockerfile), "-t", tag, "-t", f"{tag}-lock{lock_sha[:12]}", "."]
+    if engine.run(*argv, stream=True).returncode != 0:
+        raise RecipeError(f"building the {image} image with {engine.name} failed (its output is above)")
+    for assignment in env:
+        tag = _with_env(engine, tag, assignment)
+    smoke = engine.run("run", "--rm", *engine.args.limit_args, tag, "python", "-c",
+                       "import torch, deepspeed; print(torch.__version__, deepspeed.__version__)", timeout=300)
+    if smoke.returncode != 0:
+        said = (smoke.stderr.strip() or smoke.stdout.strip()).splitlines()
+        raise RecipeError(f"{engine.name} built {tag} but cannot run it: {said[-1] if said else smoke.returncode}")
+    size = engine.inspect(tag, "{{.Size}}") or "0"
+    return Built(tag, engine.inspect(tag) or "?", base, time.monotonic() - t0, int(size) / 1e6)
+
+
+def _with_env(engine: Engine, tag: str, assignment: str) -> str:
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=([A-Za-z0-9_./:,+@%=-]*)", assignment)
+    if m is None:
+        raise RecipeError(f"--env {assignment!r}: expected NAME=VALUE (letters, digits, ./:,+@%=- in the value)")
+    new = re.sub(r"[^A-Za-z0-9_.:-]", "-", f"{tag}-env-{m[1].lower()}-{m[2]}").replace("_", "-")
+    recipe = f"FROM {tag}\nENV {m[1]}={m[2]}\nLABEL llm-pretrain-bench.env.{m[1]}=\"{m[2]}\"\n"
+    done = engine.run("build", *engine.args.limit_args, "-t", new, "-f", "-", ".", input=recipe.encode(), stream=True)
+    if done.returncode != 0:
+        raise RecipeError(f"adding ENV {assignment} to {tag} failed")
+    return new
+
+
+def to_sif(engine: Engine, built: Built, search_path: Optional[str] = None) -> str:
+    """The .sif converted from the built image where apptainer/singularity exists, else why not."""
+    exe = next((shutil.which(n, path=search_path) for n in SIF_ENGINES if shutil.which(n, path=search_path)), None)
+    name = built.tag.split(":", 1)[1]
+    archive = SIF_DIR / f"{IMAGE_NAME}-{name}.tar"
+    if exe is None:
+        return (f"apptainer: not installed here, no .sif made; where it is, `make containers` runs "
+                f"`{engine.name} save --format docker-archive -o {_rel(archive)} {built.tag}` and "
+                f"`apptainer build {_rel(sif_path(name))} docker-archive:{_rel(archive)}`")
+    SIF_DIR.mkdir(parents=True, exist_ok=True)
+    if engine.run("save", "--format", "docker-archive", "-o", str(archive), built.tag, stream=True).returncode != 0:
+        raise RecipeError(f"{engine.name} save of {built.tag} failed")
+    argv = [exe, "build", "--force", str(sif_path(name)), f"docker-archive:{archive}"]
+    print("+ " + shlex.join(argv), flush=True)
+    if subprocess.run(argv, cwd=REPO_ROOT).returncode != 0:
+        raise RecipeError(f"{Path(exe).name} build of {_rel(sif_path(name))} from {_rel(archive)} failed")
+    archive.unlink()
+    built.sif = _rel(sif_path(name))
+    return f"{Path(exe).name}: {built.sif} from the same image ({built.image_id[:19]})"
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -353,38 +284,40 @@ def build(engine: EngineProbe, images: Sequence[str], extra: Sequence[str] = ())
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m containers.recipes", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true",
-                    help="compare the committed .def files with what the Dockerfiles generate; exit 1 on a difference")
-    ap.add_argument("--no-build", action="store_true", help="regenerate the .def files only")
     ap.add_argument("--image", action="append", choices=IMAGES,
-                    help="image to build (repeatable; default: all). The .def files are always all regenerated")
+                    help="image to build (repeatable). Default: every image; one whose base cannot be had here "
+                         "is skipped with the reason (named with --image, it fails)")
     ap.add_argument("--engine", default=os.environ.get("CONTAINER_ENGINE") or None,
                     help=f"force an engine ({', '.join(ENGINES)}); default: $CONTAINER_ENGINE, else the first that works")
+    ap.add_argument("--move", action="append", default=[], metavar="NAME==VERSION",
+                    help="build with this pin of the lock moved to another release (tag <image>-name-version)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="add ENV NAME=VALUE on top of the built image (tag ...-env-name-value)")
     ns = ap.parse_args(argv)
-    if ns.engine and ns.engine not in ENGINES:
-        print(f"error: CONTAINER_ENGINE={ns.engine!r}: not an engine; valid: {', '.join(ENGINES)}", file=sys.stderr)
-        return 2
     try:
-        if ns.check:
-            problems = drift()
-            for p in problems:
-                print(f"error: {p}", file=sys.stderr)
-            if not problems:
-                print("containers: the .def files match the Dockerfiles")
-            return 1 if problems else 0
-        for line in regenerate():
-            print(line)
-        if ns.no_build:
-            return 0
+        moves = [wheelhouse.Move.parse(m) for m in ns.move]
         choice = choose_engine(ns.engine)
-    except RecipeError as e:
+        print(choice.report(), file=sys.stderr if choice.engine is None else sys.stdout)
+        if choice.engine is None:
+            return 2
+        engine = Engine(choice.engine)
+    except (RecipeError, wheelhouse.WheelhouseError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(choice.report(), file=sys.stderr if choice.forced and choice.engine is None else sys.stdout)
-    if choice.engine is None:
-        return 2 if choice.forced else 0
+    for note in engine.args.notes:
+        print(f"{engine.name}: {note}")
     extra = shlex.split(os.environ.get("CONTAINER_BUILD_ARGS", ""))
-    return build(choice.engine, ns.image or IMAGES, extra)
+    failed = 0
+    for image in ns.image or IMAGES:
+        try:
+            built = build_image(engine, image, moves, ns.env, extra)
+            said = to_sif(engine, built)
+            print(built.line())
+            print(said)
+        except (RecipeError, wheelhouse.WheelhouseError) as e:
+            print(f"{'error' if ns.image else 'not built'}: {e}", file=sys.stderr)
+            failed += 1 if ns.image else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
-"""The container recipes (containers/recipes.py: Apptainer .def files generated from the
-Dockerfiles, engine detection) and the hashed lock (containers/lock.py).
+"""The images (containers/recipes.py: engine detection, the base, the build; wheelhouse.py;
+harness/launch/engine.py: what an engine needs on this host) and the hashed lock
+(containers/lock.py).
 
-No network and no container engine: definitions are regenerated in memory and compared with the
-committed files; engines are probed through a PATH holding fake executables; PyPI is a fake
-fetch function. Commands a user types run in a copy of containers/ under tmp_path, never
-against the real checkout's files.
+No network and no container engine: engines are probed through a PATH holding fake executables;
+PyPI is a fake fetch function. Building and running the image for real is
+tests/integration/test_image.py.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tomllib
@@ -19,18 +21,10 @@ import pytest
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 from unit_helpers import REPO_ROOT, VENV_PYTHON
 
-from containers import lock, recipes
+from containers import image_stack, lock, recipes, wheelhouse
+from harness.launch import engine
 
 LOCK_TEXT = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
-
-
-def generated(image: str) -> dict[str, list[str]]:
-    return recipes.sections(recipes.generate(image))
-
-
-def body(lines: list[str]) -> list[str]:
-    """Non-blank, non-comment lines of a section."""
-    return [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def fake_exe(folder: Path, name: str, script: str) -> Path:
@@ -41,135 +35,36 @@ def fake_exe(folder: Path, name: str, script: str) -> Path:
     return path
 
 
-def repo_copy(tmp_path: Path) -> Path:
-    """A repository holding only containers/ (tools, Dockerfiles, committed .def files)."""
-    root = tmp_path / "repo"
-    shutil.copytree(REPO_ROOT / "containers", root / "containers",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    return root
-
-
-def run_recipes(root: Path, *args: str, path: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m containers.recipes ARGS` as a user runs it, in the copy at `root`."""
+def run_recipes(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m containers.recipes ARGS` as a user runs it."""
     env = {k: v for k, v in os.environ.items() if k != "CONTAINER_ENGINE"}
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([VENV_PYTHON, "-m", "containers.recipes", *args], cwd=root, env=env,
+    return subprocess.run([VENV_PYTHON, "-m", "containers.recipes", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-# --- the .def files follow the Dockerfiles ----------------------------------------------------
-
-@pytest.mark.parametrize("image", recipes.IMAGES)
-def test_committed_definition_is_what_the_dockerfile_generates(image):
-    path = recipes.definition_path(image)
-    assert path.is_file(), f"{path.relative_to(REPO_ROOT)} is missing; run `make containers`"
-    want = recipes.generate(image)
-    have = path.read_text(encoding="utf-8")
-    assert have == want, "\n".join(recipes.drift([image]))
-
-
-def test_check_names_the_definition_whose_dockerfile_changed(tmp_path):
-    root = repo_copy(tmp_path)
-    assert run_recipes(root, "--check").returncode == 0
-
-    dockerfile = root / "containers" / "Dockerfile.gpu"
-    text = dockerfile.read_text()
-    dockerfile.write_text(text.replace("ENV PYTHONUNBUFFERED=1", "ENV PYTHONUNBUFFERED=1 \\\n    NCCL_DEBUG=WARN", 1))
-    done = run_recipes(root, "--check")
-    assert done.returncode == 1
-    assert "containers/Apptainer.gpu.def differs from what containers/Dockerfile.gpu generates" in done.stderr
-    assert "run `make containers`" in done.stderr
-    assert "Apptainer.cpu.def" not in done.stderr
-    assert "+export NCCL_DEBUG=WARN" in done.stderr  # the diff shows what changed
-
-    assert run_recipes(root, "--no-build").returncode == 0  # what `make containers` does first
-    assert run_recipes(root, "--check").returncode == 0
-    assert "export NCCL_DEBUG=WARN" in (root / "containers" / "Apptainer.gpu.def").read_text()
-
-
-def test_check_fails_on_a_hand_edited_or_missing_definition(tmp_path):
-    root = repo_copy(tmp_path)
-    definition = root / "containers" / "Apptainer.cpu.def"
-    definition.write_text(definition.read_text().replace("exec python -m harness", "exec python3 -m harness"))
-    done = run_recipes(root, "--check")
-    assert done.returncode == 1 and "containers/Apptainer.cpu.def differs" in done.stderr
-    definition.unlink()
-    done = run_recipes(root, "--check")
-    assert done.returncode == 1 and "containers/Apptainer.cpu.def is missing" in done.stderr
+def copied(image: str) -> list[tuple[str, str]]:
+    """(source, destination) of each COPY of the suite in the Dockerfile."""
+    out = []
+    for keyword, args in image_stack.instructions(recipes.dockerfile_path(image).read_text()):
+        if keyword == "COPY":
+            words = args.split()
+            out += [(src, words[-1]) for src in words[:-1]]
+    return out
 
 
 @pytest.mark.parametrize("image", recipes.IMAGES)
-def test_definition_has_the_generated_header(image):
-    head = recipes.generate(image).splitlines()[:3]
-    assert head[0].startswith("# GENERATED by `make containers`")
-    assert f"containers/Dockerfile.{image}" in head[1] and "DO NOT EDIT" in head[1]
-
-
-# --- corrections to spython's conversion ------------------------------------------------------
-
-def dockerfile_env(image: str) -> dict[str, str]:
-    """NAME=value of the Dockerfile's ENV instructions (continuation lines joined)."""
-    text = re.sub(r"\\\n\s*", " ", recipes.dockerfile_path(image).read_text())
-    env = {}
-    for line in text.splitlines():
-        if line.startswith("ENV "):
-            env.update(word.split("=", 1) for word in line.split()[1:])
-    return env
-
-
-@pytest.mark.parametrize("image", recipes.IMAGES)
-def test_env_is_exported_in_post_where_the_dockerfile_sets_it(image):
-    post = body(generated(image)["post"])
-    env = dockerfile_env(image)
-    assert env, "the Dockerfile sets no ENV: the test would prove nothing"
-    for name, value in env.items():
-        assert f"export {name}={value}" in post, f"{name} is not exported in %post"
-        assert f"{name}={value}" not in post, f"a bare {name}=... in %post is not seen by child processes"
-    if image == "cpu":  # ENV PIP_NO_CACHE_DIR precedes the RUN that installs the lock
-        first_pip = next(i for i, ln in enumerate(post) if "pip install" in ln)
-        assert post.index("export PIP_NO_CACHE_DIR=1") < first_pip
-
-
-@pytest.mark.parametrize("image", recipes.IMAGES)
-def test_environment_keeps_the_callers_value_and_defaults_to_the_images(image):
-    """Apptainer sources %environment over the caller's environment: the harness's
-    TORCH_EXTENSIONS_DIR (a writable cache) must survive it, and be the image's when unset."""
-    script = "\n".join(generated(image)["environment"]) + '\nprintf %s "$TORCH_EXTENSIONS_DIR"\n'
-    env = {"PATH": os.environ["PATH"]}
-    unset = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert unset.stdout == dockerfile_env(image)["TORCH_EXTENSIONS_DIR"]
-    caller = subprocess.run(["sh", "-c", script], env={**env, "TORCH_EXTENSIONS_DIR": "/host/cache"},
-                            capture_output=True, text=True, check=True)
-    assert caller.stdout == "/host/cache"
-
-
-@pytest.mark.parametrize("image", recipes.IMAGES)
-def test_runscript_runs_the_harness_from_the_workdir(image, tmp_path):
-    parts = generated(image)
-    assert "startscript" not in parts
-    runscript = body(parts["runscript"])
-    assert runscript == ["cd /workspace/suite", 'exec python -m harness "$@"']
-    # Run it: a fake `python` reports where it runs and what it got.
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    fake_exe(tmp_path / "bin", "python", 'echo "$(pwd) $*"')
-    script = "\n".join(runscript).replace("/workspace/suite", str(suite))
-    done = subprocess.run(["sh", "-c", script, "runscript", "bench", "platform=cpu"], capture_output=True,
-                          text=True, env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}, check=True)
-    assert done.stdout.strip() == f"{suite} -m harness bench platform=cpu"
-
-
-@pytest.mark.parametrize("image", recipes.IMAGES)
-def test_files_are_an_explicit_list_of_the_suite(image):
-    files = [ln.split() for ln in body(generated(image)["files"])]
-    sources = [src for src, _ in files]
-    for needed in ("harness", "benchmarks", "contract", "conf", "schemas", "reference_results", "requirements.lock", "pyproject.toml"):
+def test_copies_an_explicit_list_of_the_suite(image):
+    pairs = [(s, d) for s, d in copied(image) if d.startswith("/workspace/suite")]
+    sources = [s for s, _ in pairs]
+    for needed in ("harness", "benchmarks", "contract", "conf", "schemas", "reference_results", "requirements.lock",
+                   "pyproject.toml"):
         assert needed in sources, f"{needed} (read by `python -m harness bench`) is not copied into the image"
-    for src, dst in files:
-        assert src not in (".", "./", ".venv", ".git", "results", "build"), f"%files copies {src}"
-        assert (REPO_ROOT / src).exists(), f"%files copies {src}, which is not in the repository"
-        if (REPO_ROOT / src).is_dir():  # copied to its own name, as COPY dir /x/dir does
+    for src, dst in pairs:
+        assert src not in (".", "./", ".venv", ".git", "results", "build"), f"COPY {src}"
+        assert (REPO_ROOT / src).exists(), f"COPY {src}, which is not in the repository"
+        if (REPO_ROOT / src).is_dir():  # copied to its own name
             assert dst == f"/workspace/suite/{src}", (src, dst)
 
 
@@ -180,53 +75,33 @@ def test_every_tracked_top_level_entry_is_copied_or_left_out_on_purpose():
         pytest.skip("not a git checkout")
     tracked = {line.split("/", 1)[0] for line in done.stdout.splitlines()}
     for image in recipes.IMAGES:
-        copied = {ln.split()[0] for ln in body(generated(image)["files"])}
-        undecided = tracked - copied - recipes.NOT_IN_IMAGE
+        undecided = tracked - {s for s, _ in copied(image)} - recipes.NOT_IN_IMAGE
         assert not undecided, (f"{sorted(undecided)}: COPY into containers/Dockerfile.{image} or add to "
                                "NOT_IN_IMAGE in containers/recipes.py")
 
 
 @pytest.mark.parametrize("image", recipes.IMAGES)
-@pytest.mark.parametrize("shell", ["sh", "bash"])
-def test_post_is_valid_shell_with_its_continuation_lines(image, shell):
-    post = generated(image)["post"]
-    continued = [i for i, ln in enumerate(post) if ln.rstrip().endswith("\\")]
-    assert continued and any(post[i + 1].lstrip().startswith("&&") for i in continued), \
-        "no multi-line RUN with && in %post: the test would prove nothing"
-    if shutil.which(shell) is None:
-        pytest.skip(f"no {shell}")
-    done = subprocess.run([shell, "-n"], input="\n".join(post) + "\n", capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-
-
-@pytest.mark.parametrize("text,why", [
-    ("Bootstrap: docker\nFrom: x\n%files\n. /workspace/suite\n%post\ntrue\n", "whole build context"),
-    ("Bootstrap: docker\nFrom: x\n%post\necho a \\\n%oops\n", "unknown section"),
-    ("Bootstrap: docker\nFrom: x\n%post\nif true; then\n", "not valid"),
-    ("From: x\n%post\ntrue\n", "Bootstrap"),
-])
-def test_validate_rejects_what_apptainer_would_misread(text, why):
-    with pytest.raises(recipes.RecipeError, match=why):
-        recipes.validate(text)
-
-
-def test_multi_stage_dockerfile_is_refused(tmp_path):
-    dockerfile = tmp_path / "Dockerfile.cpu"
-    dockerfile.write_text("FROM python:3.11 AS build\nRUN true\nFROM python:3.11-slim\nRUN true\n")
-    with pytest.raises(recipes.RecipeError, match="single-stage"):
-        recipes.generate("cpu", dockerfile)
+def test_the_base_is_a_build_argument_with_a_pinned_default(image):
+    base = recipes.base_arg(recipes.dockerfile_path(image))
+    if image == "cpu":   # pullable somewhere: pinned by digest
+        assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", base), base
+    else:
+        assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-devel-ubuntu24\.04", base), base
+    text = recipes.dockerfile_path(image).read_text()
+    assert "FROM ${BASE_IMAGE}" in text and 'org.opencontainers.image.base.name="${BASE_IMAGE}"' in text
 
 
 # --- engines ----------------------------------------------------------------------------------
 
-def test_no_engine_on_path_is_reported_engine_by_engine(tmp_path):
+def test_no_engine_on_path_is_reported_engine_by_engine_and_fails(tmp_path):
     (tmp_path / "bin").mkdir()
     choice = recipes.choose_engine(search_path=str(tmp_path / "bin"))
     assert choice.engine is None
     assert [p.describe() for p in choice.probes] == [f"{n}: not found on PATH" for n in recipes.ENGINES]
-    report = choice.report()
-    assert "no usable container engine; looked for apptainer, singularity, docker, podman" in report
-    assert "only the Apptainer definitions were regenerated" in report
+    assert "no usable container engine; looked for docker, podman" in choice.report()
+    done = run_recipes("--image", "cpu", path=str(tmp_path / "bin"))
+    assert done.returncode == 2
+    assert "error: no usable container engine" in done.stderr and "no image was built" in done.stderr
 
 
 DOCKER_WITHOUT_DAEMON = """if [ "$1" = info ]; then
@@ -248,43 +123,111 @@ def test_docker_cli_without_daemon_is_not_usable(tmp_path):
                                 "Is the docker daemon running?)")
 
 
-def test_first_working_engine_is_chosen_and_its_build_command(tmp_path):
+def test_first_working_engine_is_chosen(tmp_path):
     fake_exe(tmp_path / "bin", "docker", DOCKER_WITHOUT_DAEMON)
-    podman = fake_exe(tmp_path / "bin", "podman", 'echo "host: ok"')
+    fake_exe(tmp_path / "bin", "podman", 'echo "host: ok"')
     choice = recipes.choose_engine(search_path=str(tmp_path / "bin"))
     assert choice.engine is not None and choice.engine.name == "podman"
-    assert recipes.build_commands(choice.engine, "cpu") == [
-        [str(podman), "build", "-f", "containers/Dockerfile.cpu", "-t", "llm-pretrain-bench:cpu", "."]]
-
-    apptainer = fake_exe(tmp_path / "bin", "apptainer", 'echo "apptainer version 1.3.4"')
-    choice = recipes.choose_engine(search_path=str(tmp_path / "bin"))
-    assert choice.engine.name == "apptainer" and "apptainer version 1.3.4" in choice.engine.detail
-    assert recipes.build_commands(choice.engine, "gpu", ["--fakeroot"]) == [
-        [str(apptainer), "build", "--force", "--fakeroot", "build/containers/llm-pretrain-bench-gpu.sif",
-         "containers/Apptainer.gpu.def"]]
-
-
-def test_make_containers_without_engine_regenerates_and_exits_0(tmp_path):
-    root = repo_copy(tmp_path)
-    fake_exe(tmp_path / "bin", "docker", DOCKER_WITHOUT_DAEMON)
-    (root / "containers" / "Apptainer.gpu.def").unlink()
-    done = run_recipes(root, path=str(tmp_path / "bin"))
-    assert done.returncode == 0, done.stderr
-    assert "containers/Apptainer.gpu.def: regenerated from containers/Dockerfile.gpu" in done.stdout
-    assert "apptainer: not found on PATH" in done.stdout
-    assert f"docker: CLI found at {tmp_path / 'bin' / 'docker'} but no daemon answers" in done.stdout
-    assert "no image was built" in done.stdout
-    assert (root / "containers" / "Apptainer.gpu.def").read_text() == recipes.generate("gpu")
 
 
 def test_forced_engine_that_does_not_work_fails_loudly(tmp_path):
-    root = repo_copy(tmp_path)
     fake_exe(tmp_path / "bin", "docker", DOCKER_WITHOUT_DAEMON)
-    done = run_recipes(root, "--engine", "docker", path=str(tmp_path / "bin"))
+    done = run_recipes("--engine", "docker", path=str(tmp_path / "bin"))
     assert done.returncode == 2
     assert "no daemon answers" in done.stderr and "CONTAINER_ENGINE=docker does not work here" in done.stderr
-    done = run_recipes(root, "--engine", "rkt", path=str(tmp_path / "bin"))
-    assert done.returncode == 2 and "valid: apptainer, singularity, docker, podman" in done.stderr
+    done = run_recipes("--engine", "apptainer", path=str(tmp_path / "bin"))
+    assert done.returncode == 2 and "valid: docker, podman" in done.stderr
+
+
+def test_podman_on_hybrid_cgroups_runs_with_runc_and_says_so():
+    args = engine.engine_args("podman", hybrid=True, which=lambda name: f"/usr/sbin/{name}")
+    assert args.global_args == ["--runtime", "runc"] and args.problem is None
+    assert any("hybrid" in n for n in args.notes)
+    assert engine.engine_args("podman", hybrid=False).global_args == []
+    assert engine.engine_args("docker", hybrid=True).global_args == []   # dockerd picks its own runtime
+    missing = engine.engine_args("podman", hybrid=True, which=lambda name: None)
+    assert missing.problem and "apt-get install runc" in missing.problem
+
+
+def test_ulimits_are_this_process_own_and_nproc_within_pid_max():
+    args = engine.engine_args("podman", hybrid=False)
+    limits = dict(v.split("=", 1) for v in args.limit_args[1::2])
+    soft, hard = (int(x) for x in limits["nofile"].split(":"))
+    have = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert soft <= hard and (have[1] == resource.RLIM_INFINITY or hard <= have[1])
+    psoft, phard = (int(x) for x in limits["nproc"].split(":"))
+    assert psoft <= phard <= engine.pid_max()
+
+
+def test_the_ranks_podman_command_carries_the_same_quirks():
+    from harness.config.choices import ContainerRuntime
+    from harness.config.schema import ContainerConfig
+    from harness.launch.container import prefix
+    c = ContainerConfig(runtime=ContainerRuntime.podman, image="llm-pretrain-bench:cpu")
+    cmd = prefix(c, image=c.image, repo_root=REPO_ROOT, out_dir=REPO_ROOT / "results", env_names=["OMP_NUM_THREADS"],
+                 cuda=False)
+    want = engine.engine_args("podman")
+    assert cmd[:1 + len(want.global_args)] == ["podman", *want.global_args]
+    joined = " ".join(cmd)
+    assert " ".join(want.limit_args) in joined and "--ipc=host" in joined and "--shm-size" not in joined
+    assert cmd[-1] == "llm-pretrain-bench:cpu"
+
+
+# --- the wheelhouse ---------------------------------------------------------------------------
+
+def fake_pypi(versions: dict[str, list[str]]):
+    def fetch(url: str):
+        name, version = url.removeprefix(lock.PYPI_JSON_URL + "/").split("/")[:2]
+        hashes = versions.get(f"{name}=={version}")
+        return None if hashes is None else {"urls": [{"digests": {"sha256": h}} for h in hashes]}
+    return fetch
+
+
+def test_a_moved_pin_takes_the_other_release_and_its_hashes():
+    text = lock.parse_lock(LOCK_TEXT)
+    ds = next(e for e in text if e.name == "deepspeed")
+    moved = wheelhouse.moved_lock(LOCK_TEXT, [wheelhouse.Move("deepspeed", "0.19.7")],
+                                  fake_pypi({"deepspeed==0.19.7": ["a" * 64]}))
+    entries = {e.name: e for e in lock.parse_lock(moved)}
+    assert entries["deepspeed"].version == "0.19.7" and entries["deepspeed"].hashes == ("a" * 64,)
+    assert ds.version != "0.19.7"
+    others = {e.name: e for e in lock.parse_lock(LOCK_TEXT) if e.name != "deepspeed"}
+    assert all(entries[n] == e for n, e in others.items()), "only the moved pin changes"
+
+
+@pytest.mark.parametrize("move,why", [
+    ("deepspeed", "expected NAME==VERSION"),
+    ("nosuchpackage==1.0", "not pinned in the lock"),
+    ("torch==2.12.0", "host-specific"),
+    ("deepspeed==0.0.1", "no release 0.0.1|HTTP 404|PyPI"),
+])
+def test_a_bad_move_is_refused_by_name(move, why):
+    with pytest.raises((wheelhouse.WheelhouseError, lock.LockError), match=why):
+        wheelhouse.moved_lock(LOCK_TEXT, [wheelhouse.Move.parse(move)], fake_pypi({}))
+
+
+def test_wheelhouse_names_and_reuse(tmp_path):
+    assert wheelhouse.folder_name("cpu", []) == "cpu"
+    assert wheelhouse.folder_name("cpu", [wheelhouse.Move("DeepSpeed", "0.19.7")]) == "cpu+deepspeed-0.19.7"
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    (folder / "x-1.0-py3-none-any.whl").write_bytes(b"abc")
+    manifest = {"lock_sha256": "f" * 64, "files": {"x-1.0-py3-none-any.whl": {"size": 3}}}
+    (folder / wheelhouse.MANIFEST).write_text(json.dumps(manifest))
+    assert wheelhouse.up_to_date(folder, "f" * 64)
+    assert not wheelhouse.up_to_date(folder, "e" * 64), "another lock: made again"
+    (folder / "x-1.0-py3-none-any.whl").write_bytes(b"abcd")
+    assert not wheelhouse.up_to_date(folder, "f" * 64), "a file changed: made again"
+
+
+def test_the_image_check_follows_the_wheelhouse_copy():
+    """The wheelhouse holds the lock's pins: the static check reads torch.txt and requirements.txt
+    as the lock's torch line and every other pin."""
+    files = image_stack.wheelhouse_files(LOCK_TEXT, "/tmp/wheelhouse")
+    torch = lock.parse_lock(files["/tmp/wheelhouse/torch.txt"])
+    rest = lock.parse_lock(files["/tmp/wheelhouse/requirements.txt"])
+    assert [e.name for e in torch] == ["torch"] and torch[0].hashes
+    assert {e.name for e in rest} == {e.name for e in lock.parse_lock(LOCK_TEXT)} - {"torch"}
 
 
 # --- the hashed lock --------------------------------------------------------------------------
@@ -312,19 +255,18 @@ def test_lock_agrees_with_pyproject_pins():
 
 
 @pytest.mark.parametrize("image", recipes.IMAGES)
-def test_image_installs_the_locks_torch_then_the_lock_with_hashes(image):
-    """Both Dockerfiles read torch's version from the lock (no base image's torch, no dropped
-    torch line: containers/image_check.py checks the resulting stack), install it first, then
-    the whole lock with --require-hashes --no-deps under a constraint holding torch."""
+def test_image_installs_torch_then_the_lock_from_the_wheelhouse_alone(image):
+    """Both Dockerfiles install from the wheelhouse only (--no-index: the build needs no network),
+    torch first (torch.txt), then every other pin (requirements.txt), each by its file's sha256."""
     text = recipes.dockerfile_path(image).read_text()
-    assert "sed -n 's/^torch==\\([^ ;]*\\).*/\\1/p' /tmp/requirements.lock" in text
-    assert "grep -Ev '^torch=='" not in text
-    torch_step = text.index('"torch==${TORCH_VERSION}"')
-    lock_step = text.index("PIP_CONSTRAINT=/tmp/constraints.txt DS_BUILD_OPS=0 python -m pip install "
-                           "--require-hashes --no-deps -r /tmp/requirements.lock")
+    assert f"ARG WHEELHOUSE=build/wheelhouse/{image}" in text and "COPY ${WHEELHOUSE} /tmp/wheelhouse" in text
+    flags = "python -m pip install --no-index --find-links=/tmp/wheelhouse --require-hashes --no-deps -r "
+    torch_step = text.index(flags + "/tmp/wheelhouse/torch.txt")
+    lock_step = text.index(flags + "/tmp/wheelhouse/requirements.txt")
     assert torch_step < lock_step
+    assert "--index-url" not in text and "download.pytorch.org/whl" not in text.split("FROM", 1)[1].split("\n# ", 1)[0]
     unhashed = [e.name for e in lock.parse_lock(LOCK_TEXT) if not e.hashes]
-    assert unhashed == ["torch"], "only torch (installed first) may lack a hash"
+    assert unhashed == ["torch"], "only torch (pinned in the wheelhouse by its file's hash) may lack one in the lock"
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
@@ -403,3 +345,28 @@ def test_this_venv_is_a_complete_closure_of_the_lock():
     except metadata.PackageNotFoundError as e:
         pytest.skip(f"{e} is not installed here: not the suite's venv")
     assert lock.missing_requirements(pins, lock.installed_requires) == []
+
+
+# --- Apptainer from the built image -------------------------------------------------------------
+
+def test_sif_is_converted_from_the_built_image_where_apptainer_exists(tmp_path, monkeypatch):
+    """`podman save --format docker-archive`, then `apptainer build X.sif docker-archive:...`: the
+    .sif holds the image's own bits. Without apptainer: said, nothing made."""
+    log = tmp_path / "calls"
+    podman = fake_exe(tmp_path / "bin", "podman", f'echo "podman $*" >> {log}; '
+                      'while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done')
+    monkeypatch.setattr(recipes, "SIF_DIR", tmp_path / "sif")
+    eng = recipes.Engine(recipes.EngineProbe("podman", str(podman), True, "answers"), engine.EngineArgs("podman"))
+    built = recipes.Built("llm-pretrain-bench:cpu", "sha256:" + "1" * 64, "base", 1.0, 1.0)
+    said = recipes.to_sif(eng, built, search_path=str(tmp_path / "bin"))
+    assert said.startswith("apptainer: not installed here, no .sif made") and built.sif is None
+    assert not log.exists(), "nothing is saved when no apptainer can convert it"
+
+    fake_exe(tmp_path / "bin", "apptainer", f'echo "apptainer $*" >> {log}; : > "$3"')
+    said = recipes.to_sif(eng, built, search_path=str(tmp_path / "bin"))
+    calls = log.read_text().splitlines()
+    archive = tmp_path / "sif" / "llm-pretrain-bench-cpu.tar"
+    assert calls == [f"podman save --format docker-archive -o {archive} llm-pretrain-bench:cpu",
+                     f"apptainer build --force {tmp_path / 'sif' / 'llm-pretrain-bench-cpu.sif'} docker-archive:{archive}"]
+    assert (tmp_path / "sif" / "llm-pretrain-bench-cpu.sif").exists() and not archive.exists()
+    assert "from the same image (sha256:111111111111)" in said

@@ -1,0 +1,269 @@
+"""The wheelhouse an image installs from with `pip install --no-index`: every file of the lock,
+downloaded on the host with every hash checked, so that the image build needs no network (the
+build's own pip reaches no index here, nor on an offline HPC login node).
+
+    python -m containers.wheelhouse --image cpu [--move NAME==VERSION ...] [--lock PATH]
+
+writes build/wheelhouse/<image>[+name-version...]/:
+- every wheel of the lock for the image's Python and platform, fetched by `pip download
+  --require-hashes --no-deps` (pip refuses a file whose sha256 is not one of the lock's);
+- a wheel built here from each sdist the lock pins (deepspeed, antlr4-python3-runtime), so the
+  image's pip needs no build backend from an index; the sdist's lock-verified sha256 is kept in
+  MANIFEST.json beside the wheel's own;
+- torch, which the lock pins without a hash (its files are a host-specific build: a local wheel,
+  or the PyTorch index given as TORCH_INDEX_URL); the cpu image refuses a torch that is not a
+  +cpu build;
+- torch.txt and requirements.txt: every file pinned by the sha256 of the file that is here, which
+  the image installs with --require-hashes (torch first, as `make venv` does);
+- requirements.lock: the lock it was made from (with --move: the lock with those pins moved to
+  another release, hashed from PyPI's JSON API);
+- MANIFEST.json: the lock's sha256, the target, and each file's origin and sha256.
+
+A wheelhouse whose MANIFEST names the same lock sha256 is reused as it is ("up to date").
+--move makes the second image of a real library change (containers/README.md)."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from containers.lock import (LOCK_PATH, REPO_ROOT, LockError, Pin, fetch_json, file_hashes, parse_lock,
+                             write_text_atomic)
+
+WHEELHOUSE_DIR = REPO_ROOT / "build" / "wheelhouse"
+MANIFEST = "MANIFEST.json"
+TARGETS = {
+    "cpu": {"python": "3.11", "platform_args": [], "torch_tag": "cpu"},
+    "gpu": {"python": "3.12", "torch_tag": "cu130", "torch_index": "https://download.pytorch.org/whl/cu130",
+            "platform_args": ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+                              "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+                              "--platform", "linux_x86_64", "--only-binary=:all:"]},
+}
+"""The image's Python (the lock's hashes cover 3.11 and 3.12) and how pip fetches for it: the cpu
+image's Python is the host's (checked), the gpu image's is asked for by pip's platform options."""
+
+
+class WheelhouseError(Exception):
+    """The wheelhouse cannot be made; the message says what and which package."""
+
+
+@dataclass(frozen=True)
+class Move:
+    name: str
+    version: str
+
+    @staticmethod
+    def parse(text: str) -> "Move":
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)", text.strip())
+        if m is None:
+            raise WheelhouseError(f"--move {text!r}: expected NAME==VERSION, e.g. deepspeed==0.19.7")
+        return Move(m[1], m[2])
+
+    @property
+    def label(self) -> str:
+        return f"{canonicalize_name(self.name)}-{self.version}"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def moved_lock(text: str, moves: Sequence[Move], fetch: Callable[[str], Optional[dict]] = fetch_json) -> str:
+    """The lock `text` with each moved pin's version and hashes replaced (hashes from PyPI's JSON API)."""
+    entries = {canonicalize_name(e.name): e for e in parse_lock(text)}
+    out = text
+    for mv in moves:
+        key = canonicalize_name(mv.name)
+        if key not in entries:
+            raise WheelhouseError(f"--move {mv.name}=={mv.version}: {mv.name} is not pinned in the lock")
+        if key == "torch":
+            raise WheelhouseError("--move torch: torch's files are host-specific (no hashes in the lock); "
+                                  "move another package")
+        old = entries[key]
+        if old.version == mv.version:
+            raise WheelhouseError(f"--move {mv.name}=={mv.version}: the lock already pins that version")
+        try:
+            hashes = file_hashes(Pin(old.name, mv.version), fetch)
+        except LockError as e:
+            raise WheelhouseError(str(e)) from None
+        block = re.compile(rf"(?ms)^{re.escape(old.name)}=={re.escape(old.version)}(?: \\\n(?:    --hash=sha256:[0-9a-f]+(?: \\)?\n?)+|\n)")
+        new = f"{old.name}=={mv.version} \\\n" + " \\\n".join(f"    --hash=sha256:{h}" for h in hashes) + "\n"
+        out, n = block.subn(lambda _m: new, out, count=1)
+        if n != 1:
+            raise WheelhouseError(f"--move {mv.name}: its lock entry is not in the form `make lock` writes")
+    return out
+
+
+def folder_name(image: str, moves: Sequence[Move]) -> str:
+    return "+".join([image] + sorted(m.label for m in moves))
+
+
+def up_to_date(folder: Path, lock_sha: str) -> bool:
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    files = manifest.get("files") or {}
+    return manifest.get("lock_sha256") == lock_sha and bool(files) and all(
+        (folder / name).is_file() and (folder / name).stat().st_size == meta.get("size") for name, meta in files.items())
+
+
+def _pip(python: str, args: list[str], env: Optional[dict[str, str]] = None) -> None:
+    argv = [python, "-m", "pip", *args]
+    print("+ " + " ".join(argv), flush=True)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise WheelhouseError(f"`pip {' '.join(args[:2])} ...` failed (exit {done.returncode}):\n{tail}")
+
+
+def _package_of(filename: str) -> str:
+    if filename.endswith(".whl"):
+        return canonicalize_name(parse_wheel_filename(filename)[0])
+    return canonicalize_name(parse_sdist_filename(filename)[0])
+
+
+def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
+         torch_index_url: Optional[str] = None) -> Path:
+    """Fill `out` (atomically: a .partial folder renamed at the end) for `image` from `lock_text`."""
+    target = TARGETS[image]
+    lock_sha = hashlib.sha256(lock_text.encode()).hexdigest()
+    if up_to_date(out, lock_sha):
+        print(f"wheelhouse {out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out}: up to date "
+              f"(lock sha256 {lock_sha[:12]})")
+        return out
+    if image == "cpu":
+        host = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        if host != target["python"]:
+            raise WheelhouseError(f"the cpu image runs Python {target['python']} but {python} is {host}: its "
+                                  "wheels would not fit; run with a Python 3.11 (make venv's)")
+    entries = parse_lock(lock_text)
+    torch = next((e for e in entries if canonicalize_name(e.name) == "torch"), None)
+    if torch is None:
+        raise WheelhouseError("the lock pins no torch")
+    part = out.with_name(out.name + ".partial")
+    shutil.rmtree(part, ignore_errors=True)
+    (part / "sdists").mkdir(parents=True)
+    hashed = part / "lock-without-torch.txt"
+    hashed.write_text("".join(f"{e.name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes) + "\n"
+                              for e in entries if e is not torch), encoding="utf-8")
+    env = {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
+    _pip(python, ["download", "--no-deps", "--require-hashes", "--dest", str(part / "sdists"),
+                  *target["platform_args"], "-r", str(hashed)], env)
+    hashed.unlink()
+    files: dict[str, dict] = {}
+    lock_hashes = {canonicalize_name(e.name): set(e.hashes) for e in entries}
+    for f in sorted((part / "sdists").iterdir()):
+        digest, pkg = sha256_of(f), _package_of(f.name)
+        if digest not in lock_hashes.get(pkg, set()):   # pip checked it; a second look costs nothing
+            raise WheelhouseError(f"{f.name}: sha256 {digest} is not one of the lock's for {pkg}")
+        if f.name.endswith(".whl"):
+            f.rename(part / f.name)
+            files[f.name] = {"package": pkg, "sha256": digest, "origin": "downloaded; sha256 is the lock's"}
+            continue
+        built = part / "built"
+        _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)], env)
+        for w in built.iterdir():
+            w.rename(part / w.name)
+            files[w.name] = {"package": pkg, "sha256": sha256_of(part / w.name),
+                             "origin": f"built here from {f.name} (sha256 {digest}, the lock's)"}
+        built.rmdir()
+    shutil.rmtree(part / "sdists")
+    torch_dir = part / "torch"
+    index_url = torch_index_url or target.get("torch_index")
+    index = ["--index-url", index_url] if index_url else []
+    with_deps = image == "gpu"   # a CUDA torch needs its nvidia-* and triton wheels, which are not in the lock
+    _pip(python, ["download", *([] if with_deps else ["--no-deps"]), "--dest", str(torch_dir),
+                  *target["platform_args"], *index, f"torch=={torch.version}"], {**env, "PIP_CONSTRAINT": ""})
+    extra: list[str] = []
+    for f in sorted(torch_dir.iterdir()):
+        pkg = _package_of(f.name)
+        if pkg != "torch" and pkg in lock_hashes:   # the lock's own file of it is here already
+            f.unlink()
+            continue
+        if pkg == "torch":
+            tag = parse_wheel_filename(f.name)[1].local
+            if tag != target["torch_tag"]:
+                raise WheelhouseError(
+                    f"{f.name}: the {image} image needs torch {torch.version}+{target['torch_tag']}, this is "
+                    f"{torch.version}{'+' + tag if tag else ' (no local tag: a CUDA build from PyPI)'}; "
+                    "set TORCH_INDEX_URL=https://download.pytorch.org/whl/" + target["torch_tag"])
+        else:
+            extra.append(pkg)
+        f.rename(part / f.name)
+        files[f.name] = {"package": pkg, "sha256": sha256_of(part / f.name),
+                         "origin": ("host's torch source (the lock pins torch without a hash)" if pkg == "torch"
+                                    else "a dependency of torch from its index (not in the lock)")
+                                   + (f": {index_url}" if index_url else "")}
+    torch_dir.rmdir()
+    have = {meta["package"] for meta in files.values()}
+    missing = sorted(set(lock_hashes) - have)
+    if missing:
+        raise WheelhouseError(f"no file for {', '.join(missing)} in the wheelhouse")
+    for meta in files.values():
+        meta["size"] = (part / next(n for n, m in files.items() if m is meta)).stat().st_size
+    by_pkg = {meta["package"]: (name, meta) for name, meta in files.items()}
+    versions = {canonicalize_name(e.name): e for e in entries}
+    def pinned(pkg: str, name: str) -> str:
+        if pkg in versions:
+            return f"{versions[pkg].name}=={versions[pkg].version}"
+        wheel = parse_wheel_filename(name)
+        return f"{wheel[0]}=={wheel[1]}"
+
+    lines = {pkg: f"{pinned(pkg, name)} --hash=sha256:{meta['sha256']}\n" for pkg, (name, meta) in by_pkg.items()}
+    torch_lines = [lines.pop("torch")] + [lines.pop(pkg) for pkg in sorted(extra)]
+    (part / "torch.txt").write_text("".join(torch_lines), encoding="utf-8")
+    (part / "requirements.txt").write_text("".join(lines[k] for k in sorted(lines)), encoding="utf-8")
+    (part / "requirements.lock").write_text(lock_text, encoding="utf-8")
+    manifest = {"image": image, "python": target["python"], "lock_sha256": lock_sha, "files": files}
+    write_text_atomic(part / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    part.rename(out)
+    total = sum(m["size"] for m in files.values()) / 2**20
+    print(f"wheelhouse {out}: {len(files)} files, {total:.0f} MiB (lock sha256 {lock_sha[:12]})")
+    return out
+
+
+def ensure(image: str, moves: Sequence[Move] = (), lock_path: Path = LOCK_PATH,
+           torch_index_url: Optional[str] = None, python: str = sys.executable) -> Path:
+    """The wheelhouse of `image` for the lock (with `moves` applied), made when missing or stale."""
+    text = Path(lock_path).read_text(encoding="utf-8")
+    if moves:
+        text = moved_lock(text, moves)
+    return make(image, text, WHEELHOUSE_DIR / folder_name(image, moves), python=python,
+                torch_index_url=torch_index_url)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m containers.wheelhouse", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--image", choices=sorted(TARGETS), default="cpu")
+    ap.add_argument("--move", action="append", default=[], metavar="NAME==VERSION",
+                    help="pin NAME to another release for this wheelhouse (a second image of a library change)")
+    ap.add_argument("--lock", type=Path, default=LOCK_PATH)
+    ns = ap.parse_args(argv)
+    try:
+        moves = [Move.parse(m) for m in ns.move]
+        ensure(ns.image, moves, ns.lock, torch_index_url=os.environ.get("TORCH_INDEX_URL") or None)
+    except (WheelhouseError, LockError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
