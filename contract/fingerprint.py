@@ -10,9 +10,12 @@ from typing import Any
 
 IMAGE_VAR, DIGEST_VAR, RUNTIME_VAR = "SUITE_CONTAINER_IMAGE", "SUITE_CONTAINER_DIGEST", "SUITE_CONTAINER_RUNTIME"
 """What the harness tells the ranks about the image they run in."""
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_",
-                "FI_", "GLOO_SOCKET_IFNAME")
-"""Environment variables a record keeps (environment.env): those that change what the ranks do."""
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_", "UCX_", "FI_", "GLOO_SOCKET_IFNAME",
+                "MKL_", "KMP_", "DNNL_", "ONEDNN_", "ATEN_CPU_CAPABILITY", "MALLOC_", "PYTORCH_CUDA_ALLOC_CONF")
+"""Environment variables a record keeps (environment.env): those that change what the ranks do: the
+collectives' (NCCL, UCX, libfabric, gloo), the CPU math libraries' threads and kernels (OpenMP, MKL,
+oneDNN, ATen's CPU capability), glibc's allocator and PyTorch's CUDA allocator. An image's ENV of
+them is seen by the ranks like any other (a changed one is named by a comparison)."""
 
 FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets", "cuda", "nccl", "driver",
           "gpu_model", "gpu_count", "cpu_model", "machine", "os", "container_image", "container_digest",

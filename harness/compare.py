@@ -180,6 +180,7 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     diff.update(_load_diff(reference_env.get("load"), current_env.get("load"), current_env))
     diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
                  if k not in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
+    diff.update(package_diff(reference_env.get("lock_mismatches"), current_env.get("lock_mismatches")))
     ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
     diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
                  if ref_vars.get(k) != cur_vars.get(k)})
@@ -187,6 +188,26 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     diff.update({k: [ref_set[k], cur_set[k]] for k in sorted(set(ref_set) & set(cur_set)) if ref_set[k] != cur_set[k]})
     diff.update(_commit_diff(reference_env.get("suite_commit"), current_env.get("suite_commit")))
     return diff
+
+
+def package_diff(ref: Any, cur: Any) -> dict[str, Any]:
+    """`package.NAME: [reference's, now]` for each package whose installed version moved, read from
+    both sides' lock_mismatches (the packages whose version differs from requirements.lock, as each
+    rank saw them; a package a side does not list is at the lock's pin, which the other side names).
+    The fields a comparison names on their own (torch, deepspeed, transformers) are left to them;
+    nothing when either side did not read its packages."""
+    if not isinstance(ref, dict) or not isinstance(cur, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name in sorted(set(ref) | set(cur)):
+        a, b = ref.get(name), cur.get(name)
+        if name.lower() in COMPARED or not all(isinstance(x, dict) for x in (a or {}, b or {})):
+            continue
+        was = a.get("seen") if a else (b or {}).get("lock")
+        now = b.get("seen") if b else (a or {}).get("lock")
+        if was != now:
+            out[f"package.{name}"] = [was, now]
+    return out
 
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
@@ -354,7 +375,7 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
             verdict, reason, figures = decide(samples, ref, min_samples)
             if apart:   # an efficiency: judged across the two machines, and said so
                 reason = f"across machines ({apart.removeprefix('not comparable: ')}): {reason}"
-            diff = environment_diff(ref.provenance and ref.provenance.environment, env) if verdict == "regression" else {}
+            diff = environment_diff(ref.provenance and ref.provenance.environment, env)   # named whatever the verdict
             verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=reason, **fig, **figures,
                                     num_samples=len(samples), environment_diff=diff))
     scope = {(g.platform, g.benchmark) for g in group_records(records)}

@@ -194,6 +194,7 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     lines = legend_lines(labels, texts, " ".join(f"{k}={val}" for k, val in common.items()), markdown)
     since = "the reference" if ref == "ref" else ref_name
     lines += problem_lines(ranked, row_labels, since, markdown)
+    lines += quiet_change_lines(ranked, row_labels, since, markdown)
     lines += item(RATIO_LEGEND.format(ref=ref, name=since) + ("" if markdown else f"; n: samples now/{ref}"), markdown)
     if not markdown:
         if not unit_column and units:
@@ -248,6 +249,22 @@ def problem_lines(ranked: list, labels: list[str], since: str, markdown: bool) -
             continue
         lines += item(f"what changed since {since}, for {len(rows)} rows: {env}", markdown)
         lines += [line for (verdict, why), rs in causes for line in item(cause(verdict, rs, why), markdown, 1)]
+    return lines
+
+
+def quiet_change_lines(ranked: list, labels: list[str], since: str, markdown: bool) -> list[str]:
+    """What changed in the environment for rows that did not regress (a pass, an improvement, a
+    verdict the noise left open): a new image, a moved package or variable is named even when
+    nothing moved beyond the tolerance. Once per distinct change: 'what changed since OLD, with
+    no regression (pass, all 47 rows): container_digest: ... -> ...; package.numpy: ...'."""
+    metrics = [v.metric for v in ranked]
+    quiet = [i for i, v in enumerate(ranked) if v.verdict not in CHANGED and v.verdict != "not comparable"
+             and v.environment_diff and "reference" not in v.environment_diff]
+    lines: list[str] = []
+    for env, rows in grouped(quiet, lambda i: environment_text(ranked[i].environment_diff)):
+        kinds = ", ".join(sorted({ranked[i].verdict for i in rows}))
+        lines += item(f"what changed since {since}, with no regression ({kinds}, "
+                      f"{rows_text(rows, quiet, labels, metrics)}): {env}", markdown)
     return lines
 
 

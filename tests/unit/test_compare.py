@@ -276,3 +276,22 @@ def test_compare_and_the_nightly_read_fail_on_alike():
     # the nightly takes the same words (it used to refuse status_changed) and refuses the same
     with pytest.raises(HarnessError, match=r"--fail-on \['slower'\] is invalid"):
         nightly.cli(["--store", "sqlite:////nonexistent/never-opened.sqlite", "--fail-on", "slower"])
+
+
+def test_a_pass_names_what_changed_too_and_a_moved_package_by_name():
+    """A new image or a moved package is named whatever the verdict; a package the fingerprint does not
+    name on its own comes from lock_mismatches (a side that does not list it is at the lock's pin)."""
+    from harness.compare import package_diff
+    from harness.report.verdicts import verdict_table
+    old = {**ENV, "container_digest": "sha256:aaa", "lock_mismatches": {}}
+    new = {**ENV, "container_digest": "sha256:bbb",
+           "lock_mismatches": {"numpy": {"lock": "2.4.6", "seen": "2.3.0"}, "deepspeed": {"lock": "0.19.8", "seen": "0.19.7"}}}
+    ref = reference(noisy(100, 5, 1, 4), env=old)
+    recs = [record(i, env=new, samples_per_s=(v, "samples/s")) for i, v in enumerate(noisy(100, 5, 1, 3))]
+    v = verdict_of(compare(typed(recs), [ref]))
+    assert v.verdict == "pass"
+    assert v.environment_diff == {"container_digest": ["sha256:aaa", "sha256:bbb"], "package.numpy": ["2.4.6", "2.3.0"]}
+    text = verdict_table([v])
+    assert "with no regression (pass" in text and "package.numpy: 2.4.6 -> 2.3.0" in text
+    assert package_diff(None, new["lock_mismatches"]) == {}, "a side that did not read its packages: nothing"
+    assert package_diff({"numpy": {"lock": "2.4.6", "seen": "2.3.0"}}, {}) == {"package.numpy": ["2.3.0", "2.4.6"]}
