@@ -1,7 +1,7 @@
 """Attribution, measured (issue 16 item 4): does a verdict name the one thing that changed, and do
 two unchanged runs stay quiet?
 
-    .venv/bin/python tests/perf/attribution.py [--pairs 5] [--repeats 3] [--out DIR]   # make perf runs it
+    .venv/bin/python tests/perf/attribution.py [--pairs 5] [--repeats 3] [--out DIR] [--only REGEX]   # make perf runs it
 
 The corpus: one llama-tiny configuration (`bench suite=single`) run --repeats times as the OLD side,
 then once per case with one change, judged as `compare NEW --against OLD` judges (harness.ab).
@@ -17,6 +17,10 @@ Cases run for real on the cpu platform where this box can make the change:
 - a shaped link: llama-tiny on the emulated cluster (testbed/: 2 network namespaces with their own
   hostnames, a Slurm job per run) at 1 Gbit/s, then after `testbed shape` to 100 Mbit/s, expected
   `links.<node>/eth0` of each node and nothing else (as root with Slurm installed; else skipped).
+- a library change and an environment variable, each in a second image built from the same recipe
+  (podman: `containers.recipes --move deepspeed==0.19.7`, `--env MALLOC_ARENA_MAX=2`), OLD in the
+  lock's image, expected the image's tag and digest and `deepspeed` / `env.MALLOC_ARENA_MAX`, named by
+  every verdict whatever it is (skipped without podman).
 Where it cannot (no second torch, DeepSpeed or transformers offline, no container engine, one
 CPU model), the change is an edit of real records: NEW is another
 set of unchanged runs whose fingerprint gets the change and whose throughput is slowed to
@@ -87,6 +91,12 @@ class Case:
     expected keys, either that verdict or a regression naming them is right; alone, the verdict must
     be "not comparable" with it."""
 
+    image: Optional[tuple[list[str], list[str]]] = None
+    """A case run in two images (podman): (`python -m containers.recipes` arguments of OLD's image,
+    of NEW's), each built when missing; OLD is --repeats runs in the first, NEW in the second, and
+    the case is right when every verdict, whatever it is, names exactly the expected keys (a real
+    library or environment change need not be slower)."""
+
     @property
     def real(self) -> bool:
         return self.edit is None
@@ -147,6 +157,10 @@ CASES = [
          edit=_set("env.GLOO_SOCKET_IFNAME", "eth0")),
     Case("another container image", {"container_image"},
          edit=_set("container_image", "ghcr.io/example/llm-bench:cpu-2026.10")),
+    Case("another DeepSpeed, in a second image (deepspeed 0.19.8 -> 0.19.7, podman)",
+         {"deepspeed", "container_image", "container_digest"}, image=([], ["--move", "deepspeed==0.19.7"])),
+    Case("an environment variable set in the image (ENV MALLOC_ARENA_MAX=2, podman)",
+         {"env.MALLOC_ARENA_MAX", "container_image", "container_digest"}, image=([], ["--env", "MALLOC_ARENA_MAX=2"])),
     Case("a shaped link on the emulated cluster (1 Gbit/s -> 100 Mbit/s)", {"links.*/eth0"}, cluster=("1gbit", "100mbit")),
     Case("a shaped link (eth0 10 -> 1 Gbit/s)", {f"links.{HOST}/eth0"},
          edit=_set("links", {f"{HOST}/eth0": 0.125}), edit_old=_set("links", {f"{HOST}/eth0": 1.25})),
@@ -207,6 +221,28 @@ def on_cluster(work: Path, repeats: int, extra: list[str], before: str, after: s
         subprocess.run(testbed + ["down", "--name", CLUSTER], cwd=REPO_ROOT, capture_output=True, text=True)
 
 
+def in_images(work: Path, repeats: int, extra: list[str], old_args: list[str], new_args: list[str]
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """OLD and NEW of the case, each side's ranks in its own image (built by containers.recipes
+    when missing: the layer cache makes a built one seconds), interleaved so drift hits both."""
+    tags = []
+    for args in (old_args, new_args):
+        done = subprocess.run([sys.executable, "-m", "containers.recipes", "--image", "cpu", *args], cwd=REPO_ROOT,
+                              capture_output=True, text=True)
+        built = re.findall(r"^built (\S+):", done.stdout, flags=re.M)
+        if done.returncode != 0 or not built:
+            raise SystemExit(f"building the image ({' '.join(args) or 'the lock'}) failed:\n{done.stderr[-2000:]}")
+        tags.append(built[-1])
+    sides: dict[str, list[str]] = {"old": [], "new": []}
+    for i in range(repeats):
+        for side, tag in zip(("old", "new"), tags):
+            out = work / f"{side}-{i}"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            bench(out, BASE + extra + ["platform.container.runtime=podman", f"platform.container.image={tag}"])
+            sides[side].append(str(out))
+    return _load(sides["old"]), _load(sides["new"])
+
+
 def _load(paths: list[str]) -> list[dict[str, Any]]:
     """Records as dicts, for the cases to edit."""
     return [r.to_dict() for r in load_records(paths)]
@@ -262,6 +298,12 @@ def judge(case: Case, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> O
         if v.verdict == "not comparable":
             return not case.expected and case.reason is None
         return bool(case.expected) and names_exactly(v.environment_diff, case.expected)
+    if case.image:   # whatever the verdicts: each names exactly what changed
+        judged = [v for v in verdicts if v.environment_diff]
+        right = bool(judged) and all(names_exactly(v.environment_diff, case.expected) for v in judged) \
+            and not any(v.verdict == "not comparable" for v in verdicts)
+        named = sorted({json.dumps(sorted(v.environment_diff)) for v in judged})
+        return Outcome(case, right, "/".join(kinds), [", ".join(json.loads(n)) for n in named])
     right = bool(flagged) and all(right_one(v) for v in flagged)
     return Outcome(case, right, "/".join(kinds), [n if n.startswith("not comparable") else
                                                   (", ".join(json.loads(n)) or "nothing") for n in named])
@@ -274,12 +316,13 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
     no noise between the sides, so the check does not depend on this machine's steadiness)."""
     extra = list(extra or [])
     sides: dict[str, list[Path]] = {"old": [], "same": []}
-    for i in range(repeats):   # OLD and the unchanged NEW interleaved, so drift hits both
-        for side in ("old", "same") if edit_source == "same" else ("old",):
-            out = work / f"{side}-{i}"
-            if bench(out, BASE + extra) not in (0,):
-                raise SystemExit(f"the {side} bench failed: see {out}.log")
-            sides[side].append(out)
+    if any(not (c.cluster or c.image) for c in cases):   # the shared OLD side, for the cases that use it
+        for i in range(repeats):   # OLD and the unchanged NEW interleaved, so drift hits both
+            for side in ("old", "same") if edit_source == "same" else ("old",):
+                out = work / f"{side}-{i}"
+                if bench(out, BASE + extra) not in (0,):
+                    raise SystemExit(f"the {side} bench failed: see {out}.log")
+                sides[side].append(out)
     old = _load([str(p) for p in sides["old"]])
     same = _load([str(p) for p in sides["same"]]) if edit_source == "same" else old
     outcomes = []
@@ -289,6 +332,11 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
                 print(f"  skipped: {case.name}: needs root and Slurm (the emulated cluster)", flush=True)
                 continue
             base, new = on_cluster(work / f"case{n}", repeats, extra, *case.cluster)
+        elif case.image:
+            if shutil.which("podman") is None:
+                print(f"  skipped: {case.name}: needs podman (make containers)", flush=True)
+                continue
+            base, new = in_images(work / f"case{n}", repeats, extra, *case.image)
         elif case.real:
             outs = []
             for i in range(repeats):
@@ -339,17 +387,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--only", default=None, metavar="REGEX", help="only the cases whose name matches")
     ns = parser.parse_args(argv)
+    cases = [c for c in CASES if ns.only is None or re.search(ns.only, c.name)]
+    if not cases:
+        parser.error(f"--only {ns.only!r} matches no case")
     work = ns.out or Path(tempfile.mkdtemp(prefix="attribution-"))
     work.mkdir(parents=True, exist_ok=True)
-    print(f"attribution corpus ({len(CASES)} cases, {ns.repeats} runs a side) in {work}:", flush=True)
-    outcomes = corpus(work, ns.repeats)
+    print(f"attribution corpus ({len(cases)} cases, {ns.repeats} runs a side) in {work}:", flush=True)
+    outcomes = corpus(work, ns.repeats, cases)
     right = sum(o.right for o in outcomes)
     real = [o for o in outcomes if o.case.real]
     print(f"false alarms ({ns.pairs} pairs of default cpu suites back to back):", flush=True)
     pairs, against_refs = false_alarms(work, ns.pairs) if ns.pairs else ([], [])
     alarms = sum(1 for r, _, _ in pairs if r)
-    print(f"\nattribution: {right} of {len(outcomes)} cases right ({100 * right / len(outcomes):.0f} %; run for real: "
+    print(f"\nattribution: {right} of {len(outcomes)} cases right ({100 * right / max(1, len(outcomes)):.0f} %; run for real: "
           f"{sum(o.right for o in real)} of {len(real)}; target >= 90 % of >= 10)")
     if pairs:
         beyond = sum(b for _, b, _ in pairs)
