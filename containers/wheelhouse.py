@@ -177,7 +177,11 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
             files[f.name] = {"package": pkg, "sha256": digest, "origin": "downloaded; sha256 is the lock's"}
             continue
         built = part / "built"
-        _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)], env)
+        # reproducible: the same bytes in every clone (zip times from SOURCE_DATE_EPOCH; DeepSpeed's
+        # setup.py lists its extras from a set, whose order PYTHONHASHSEED fixes), so the image's
+        # install layer stays cached across clones of one lock
+        _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)],
+             {**env, "SOURCE_DATE_EPOCH": "315532800", "PYTHONHASHSEED": "0"})
         for w in built.iterdir():
             w.rename(part / w.name)
             files[w.name] = {"package": pkg, "sha256": sha256_of(part / w.name),
