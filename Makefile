@@ -80,7 +80,8 @@ help:
 	@echo "  validate-model  the performance model against every published SC'25 PMBS cell (leave-one-out; exit 1 if a target is missed)"
 	@echo "  gpu-check  on a node with NVIDIA GPUs: llama-440m under ZeRO 0-3 + nccl collectives, MFU, peak memory vs the model (~5 min)"
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory;"
-	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min)"
+	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min);"
+	@echo "             attribution (tests/perf/attribution.py); ZeRO-3's host cost per parameter fetch (~5 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash)"
@@ -165,6 +166,7 @@ perf: venv
 	$(PY) tests/perf/kd_loss_memory.py
 	$(PY) tests/perf/tune_efficiency.py
 	$(PY) tests/perf/attribution.py
+	$(PY) tests/perf/zero3_fetch_cost.py
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv
