@@ -8,7 +8,8 @@ For each image (cpu, gpu; containers/Dockerfile.<image>):
    cgroups, explicit ulimits). None that works: one message per engine, exit 2.
 2. the base: the Dockerfile's pinned BASE_IMAGE when the engine has it or can pull it; else, for
    the cpu image, the local debootstrap base (containers/base_image.py, made when missing); the
-   gpu image's CUDA base has no local stand-in, so it is not built and the reason is printed.
+   gpu image's CUDA base has no local stand-in, so it is not built and the reason is printed (an
+   error, exit 1, when the image was asked for with --image).
 3. the wheelhouse (containers/wheelhouse.py): every file of the lock, hash-checked on the host.
 4. `ENGINE build --build-arg BASE_IMAGE=... --build-arg WHEELHOUSE=... -t llm-pretrain-bench:<image>`,
    also tagged with the lock's sha256 (`<image>-lock<12 hex>`); the engine's layer cache makes a
@@ -58,6 +59,11 @@ PULL_TIMEOUT_S = 120.0
 
 class RecipeError(Exception):
     """An image cannot be built here; the message says why."""
+
+
+class BaseUnavailable(RecipeError):
+    """The image's base cannot be had here and has no local stand-in (the gpu image without a registry):
+    skipped unless the image was asked for by name."""
 
 
 def dockerfile_path(image: str) -> Path:
@@ -208,7 +214,7 @@ def _base_for(engine: Engine, image: str, dockerfile: Path) -> str:
     if ok:
         return pinned
     if image != "cpu":
-        raise RecipeError(f"the {image} image's base {pinned} cannot be pulled here ({why}); it has no local "
+        raise BaseUnavailable(f"the {image} image's base {pinned} cannot be pulled here ({why}); it has no local "
                           f"stand-in, so the {image} image is not built (its wheelhouse would be made by "
                           f"`python -m containers.wheelhouse --image {image}` on a host that can build it)")
     print(f"base {pinned}: cannot be pulled here ({why}); using the local debootstrap base {base_image.BASE_NAME}",
@@ -314,9 +320,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             said = to_sif(engine, built)
             print(built.line())
             print(said)
-        except (RecipeError, wheelhouse.WheelhouseError) as e:
+        except BaseUnavailable as e:   # skipped, unless asked for by name
             print(f"{'error' if ns.image else 'not built'}: {e}", file=sys.stderr)
             failed += 1 if ns.image else 0
+        except (RecipeError, wheelhouse.WheelhouseError) as e:   # a build or an engine that fails: always an error
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
     return 1 if failed else 0
 
 

@@ -370,3 +370,27 @@ def test_sif_is_converted_from_the_built_image_where_apptainer_exists(tmp_path, 
                      f"apptainer build --force {tmp_path / 'sif' / 'llm-pretrain-bench-cpu.sif'} docker-archive:{archive}"]
     assert (tmp_path / "sif" / "llm-pretrain-bench-cpu.sif").exists() and not archive.exists()
     assert "from the same image (sha256:111111111111)" in said
+
+
+def test_an_engine_that_builds_but_cannot_run_fails_and_a_missing_gpu_base_is_a_skip(tmp_path, monkeypatch):
+    """Without --image, a gpu image whose base cannot be had is skipped (exit 0, the reason said); a
+    failure of the engine itself is an error whatever was asked."""
+    podman = fake_exe(tmp_path / "bin", "podman", 'case "$1" in info) echo ok;; *) echo "Error: runc create failed" >&2; exit 125;; esac')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    calls = []
+
+    def fake_build(engine_, image, moves, env, extra):
+        calls.append(image)
+        if image == "gpu":
+            raise recipes.BaseUnavailable("the gpu image's base nvidia/cuda:... cannot be pulled here")
+        raise recipes.RecipeError(f"{engine_.name} built llm-pretrain-bench:cpu but cannot run it: runc create failed")
+
+    monkeypatch.setattr(recipes, "build_image", fake_build)
+    monkeypatch.setattr(recipes, "engine_args", lambda name: engine.EngineArgs(name))
+    assert recipes.main(["--engine", "podman"]) == 1 and calls == ["cpu", "gpu"]
+    built = recipes.Built("llm-pretrain-bench:cpu", "sha256:" + "2" * 64, "base", 1.0, 1.0)
+    monkeypatch.setattr(recipes, "build_image", lambda *a: fake_build(*a) if a[1] == "gpu" else built)
+    monkeypatch.setattr(recipes, "to_sif", lambda *a, **k: "apptainer: not installed here")
+    assert recipes.main(["--engine", "podman"]) == 0, "the gpu image's missing base is a skip"
+    assert recipes.main(["--engine", "podman", "--image", "gpu"]) == 1, "asked for by name: an error"
+    assert podman.exists()
