@@ -40,7 +40,7 @@ from typing import Optional, Sequence
 
 from containers import base_image, wheelhouse
 from containers.lock import REPO_ROOT
-from harness.launch.engine import EngineArgs, engine_args
+from harness.launch.engine import ENGINES, EngineArgs, engine_args
 
 CONTAINERS_DIR = REPO_ROOT / "containers"
 IMAGES = ("cpu", "gpu")
@@ -51,7 +51,6 @@ platform configs use)."""
 NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs"})
 """Top-level entries of the repository the Dockerfiles deliberately leave out of the images;
 every other tracked entry must be COPY'd (tests/unit/test_containers.py checks)."""
-ENGINES = ("docker", "podman")
 SIF_ENGINES = ("apptainer", "singularity")
 PROBE_TIMEOUT_S = 20.0
 PULL_TIMEOUT_S = 120.0
@@ -266,7 +265,7 @@ def _with_env(engine: Engine, tag: str, assignment: str) -> str:
 
 def to_sif(engine: Engine, built: Built, search_path: Optional[str] = None) -> str:
     """The .sif converted from the built image where apptainer/singularity exists, else why not."""
-    exe = next((shutil.which(n, path=search_path) for n in SIF_ENGINES if shutil.which(n, path=search_path)), None)
+    exe = next(filter(None, (shutil.which(n, path=search_path) for n in SIF_ENGINES)), None)
     name = built.tag.split(":", 1)[1]
     archive = SIF_DIR / f"{IMAGE_NAME}-{name}.tar"
     if exe is None:

@@ -75,11 +75,15 @@ class Move:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _keep(files: dict[str, dict], part: Path, f: Path, pkg: str, origin: str) -> None:
+    """Move `f` into the wheelhouse `part` and record it: its package, sha256, size and origin."""
+    kept = part / f.name
+    f.rename(kept)
+    files[f.name] = {"package": pkg, "sha256": sha256_of(kept), "size": kept.stat().st_size, "origin": origin}
 
 
 def moved_lock(text: str, moves: Sequence[Move], fetch: Callable[[str], Optional[dict]] = fetch_json) -> str:
@@ -173,8 +177,7 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
         if digest not in lock_hashes.get(pkg, set()):   # pip checked it; a second look costs nothing
             raise WheelhouseError(f"{f.name}: sha256 {digest} is not one of the lock's for {pkg}")
         if f.name.endswith(".whl"):
-            f.rename(part / f.name)
-            files[f.name] = {"package": pkg, "sha256": digest, "origin": "downloaded; sha256 is the lock's"}
+            _keep(files, part, f, pkg, "downloaded; sha256 is the lock's")
             continue
         built = part / "built"
         # reproducible: the same bytes in every clone (zip times from SOURCE_DATE_EPOCH; DeepSpeed's
@@ -183,9 +186,7 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
         _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)],
              {**env, "SOURCE_DATE_EPOCH": "315532800", "PYTHONHASHSEED": "0"})
         for w in built.iterdir():
-            w.rename(part / w.name)
-            files[w.name] = {"package": pkg, "sha256": sha256_of(part / w.name),
-                             "origin": f"built here from {f.name} (sha256 {digest}, the lock's)"}
+            _keep(files, part, w, pkg, f"built here from {f.name} (sha256 {digest}, the lock's)")
         built.rmdir()
     shutil.rmtree(part / "sdists")
     torch_dir = part / "torch"
@@ -209,20 +210,17 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
                     "set TORCH_INDEX_URL=https://download.pytorch.org/whl/" + target["torch_tag"])
         else:
             extra.append(pkg)
-        f.rename(part / f.name)
-        files[f.name] = {"package": pkg, "sha256": sha256_of(part / f.name),
-                         "origin": ("host's torch source (the lock pins torch without a hash)" if pkg == "torch"
+        _keep(files, part, f, pkg, ("host's torch source (the lock pins torch without a hash)" if pkg == "torch"
                                     else "a dependency of torch from its index (not in the lock)")
-                                   + (f": {index_url}" if index_url else "")}
+              + (f": {index_url}" if index_url else ""))
     torch_dir.rmdir()
     have = {meta["package"] for meta in files.values()}
     missing = sorted(set(lock_hashes) - have)
     if missing:
         raise WheelhouseError(f"no file for {', '.join(missing)} in the wheelhouse")
-    for meta in files.values():
-        meta["size"] = (part / next(n for n, m in files.items() if m is meta)).stat().st_size
     by_pkg = {meta["package"]: (name, meta) for name, meta in files.items()}
     versions = {canonicalize_name(e.name): e for e in entries}
+
     def pinned(pkg: str, name: str) -> str:
         if pkg in versions:
             return f"{versions[pkg].name}=={versions[pkg].version}"

@@ -26,6 +26,7 @@ link rate (`links.node2/eth0: [1.0, 0.25]`), the settings outside the configurat
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -231,8 +232,10 @@ def _commit_diff(ref: Optional[str], cur: Optional[str]) -> dict[str, Any]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
 def commits_between(old: str, new: str) -> Optional[int]:
-    """`git rev-list --count old..new` in this checkout (None when it lacks either commit)."""
+    """`git rev-list --count old..new` in this checkout (None when it lacks either commit); asked once
+    per pair (every verdict of a comparison names what changed)."""
     try:
         proc = subprocess.run(["git", "rev-list", "--count", f"{old}..{new}"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=10)

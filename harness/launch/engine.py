@@ -43,7 +43,8 @@ def hybrid_cgroups(root: Path = Path("/sys/fs/cgroup")) -> bool:
         mounts = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
     except OSError:
         return False
-    kinds = {ln.split()[2] for ln in mounts if len(ln.split()) > 2 and ln.split()[1].startswith(str(root))}
+    fields = [ln.split() for ln in mounts]
+    kinds = {f[2] for f in fields if len(f) > 2 and f[1].startswith(str(root))}
     return "cgroup" in kinds and "cgroup2" in kinds
 
 
