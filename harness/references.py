@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import jsonschema
+import yaml
 
 from contract.metrics import reference_metrics
 
@@ -196,6 +197,26 @@ def record_grad_accum(cfg: dict[str, Any]) -> str:
                                 None if w["grad_accum_dtype"] is None else Precision(w["grad_accum_dtype"])).value
 
 
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+"""The workload fields that make its model: a record whose shape differs from its named workload's
+(workload.num_layers=6 on llama-440m, say) is another model, never a repeat of the named one."""
+
+
+@lru_cache(maxsize=None)
+def _named_shape(workload: str) -> dict[str, Any]:
+    path = REPO_ROOT / "conf" / "workload" / f"{workload}.yaml"
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return {k: data[k] for k in SHAPE_FIELDS if k in data}
+
+
+def shape_override(workload: dict[str, Any]) -> dict[str, Any]:
+    """The shape fields of a record's workload that differ from conf/workload/<name>.yaml's."""
+    named = _named_shape(str(workload.get("name")))
+    return {k: workload[k] for k in SHAPE_FIELDS if k in named and k in workload and workload[k] != named[k]}
+
+
 def record_config(record: ResultRecord) -> dict[str, Any]:
     """The configuration key of a record: what a reference of it is matched on."""
     cfg = record.config
@@ -206,6 +227,9 @@ def record_config(record: ResultRecord) -> dict[str, Any]:
                    precision=cfg["workload"]["precision"],
                    # records made before the field existed ran without checkpointing
                    activation_checkpointing=cfg["workload"].get("activation_checkpointing", False))
+        shape = shape_override(cfg["workload"])
+        if shape:   # only when it differs: the named workload's keys stay the same
+            key["shape"] = shape
         accum = record_grad_accum(cfg)
         if accum != cfg["workload"]["precision"]:   # only when it differs: older keys stay the same
             key["grad_accum_dtype"] = accum

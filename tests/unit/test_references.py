@@ -180,6 +180,30 @@ def test_only_knobs_away_from_their_default_enter_the_key():
     assert key(overlap_comm=False) == {"overlap_comm": False}
 
 
+def test_a_workload_whose_shape_was_overridden_is_another_model_not_a_repeat_of_the_named_one():
+    """Found on the first GPU records: llama-440m runs at 6, 12 and 24 layers were merged by submit
+    into one reference of three 'repeats' (0.14, 0.39, 0.22 s) because the key left the shape out."""
+    from harness.references import record_config
+
+    def rec(run_id, step_s, **shape):
+        workload = {"name": "llama-440m", "micro_batch_size": 8, "grad_acc_steps": 4, "seq_len": 128,
+                    "precision": "bf16", "hidden_size": 1024, "num_layers": 24, "num_heads": 16, **shape}
+        return {"kind": "training", "run_id": run_id, "platform": "h200", "benchmark": "llama-440m", "status": "ok",
+                "environment": {"num_ranks": 1}, "metrics": {"step_time_s": {"value": step_s, "unit": "s"}},
+                "config": {"platform": {"nodes": 1}, "zero": {"stage": 1}, "workload": workload}}
+
+    named, six, twelve = typed([rec("a", 0.39), rec("b", 0.14, num_layers=6), rec("c", 0.22, num_layers=12)])
+    assert "shape" not in record_config(named)          # the named workload's key is what it always was
+    assert record_config(six)["shape"] == {"num_layers": 6}
+    assert record_config(twelve)["shape"] == {"num_layers": 12}
+    refs = references_from_records([named, six, twelve], source="t", submitter="t", date="2026-11-26", system="t",
+                                   tolerance_pct={"default": 10.0})
+    assert sorted(r.samples for r in refs if r.metric == "step_time_s") == [(0.14,), (0.22,), (0.39,)]
+    # a workload with no conf/workload file (a record's own name) keys as it always did
+    other = typed([rec("d", 0.5, name="not-a-workload", num_layers=6)])[0]
+    assert "shape" not in record_config(other)
+
+
 # --- what the slides leave out: inferred, marked as such, and what a run must match ---------------
 
 def test_what_the_slides_leave_out_is_inferred_marked_as_such_and_is_what_the_workloads_carry(composed):
