@@ -1,0 +1,45 @@
+#!/bin/bash
+# One call on a lent GPU machine (the device tool; ../shared/GPU_RUN_NOTES.md): install the carried
+# wheels (.whl/, what the machine's image lacks), record the machine, run make gpu-check's flow,
+# then ZeRO-3's host cost per fetch (conf/suite/gpu-zero3-host.yaml) with what time is left, and
+# put the records under $OUT (at most 8 files come back). Every step is bounded: a hang or a
+# failure of one step still brings back the others' records and every log.
+#   device run: bash tests/gpu/lent_machine.sh   (carry: .whl)
+#   SKIP_GPU_CHECK=1 ZERO3_SUITE=gpu-zero3-layers: only the ZeRO-3 host-cost suite named
+set -u
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+BUDGET_S=${BUDGET_S:-500}        # the whole script, install included
+T0=$(date +%s)
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/session.log"; }
+export PYTHONUNBUFFERED=1
+
+log "install carried wheels"
+if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >>"$OUT/session.log" 2>&1; then
+  log "pip into python3's environment failed; --target /tmp/site on PYTHONPATH instead"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$OUT/session.log" 2>&1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{ nvidia-smi -q; nvidia-smi topo -m; } >"$OUT/nvidia-smi.txt" 2>&1
+python3 - >>"$OUT/session.log" 2>&1 <<'PY'
+import sys, torch, deepspeed, transformers, hydra, importlib.metadata as md
+print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "deepspeed", deepspeed.__version__,
+      "transformers", transformers.__version__, "nccl", torch.cuda.nccl.version(), torch.cuda.get_device_name(0))
+PY
+tail -1 "$OUT/session.log"
+
+if [ -z "${SKIP_GPU_CHECK:-}" ]; then
+log "gpu-check"
+timeout -k 10 $(( $(left) - 150 )) python3 -m harness gpu-check out=/tmp/gpu-check history=none 2>&1 | tee "$OUT/gpu-check.log" | grep -vE '^  00-nccl|^ +[0-9]+ +[0-9]+ ' 
+log "gpu-check exit ${PIPESTATUS[0]}"
+fi
+
+if [ "$(left)" -gt 60 ]; then
+  log "gpu-zero3-host ($(left) s left)"
+  P=$(python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
+  timeout -k 10 $(( $(left) - 20 )) python3 -m harness bench $P suite=${ZERO3_SUITE:-gpu-zero3-host} out=/tmp/gpu-zero3-host history=none \
+    >"$OUT/gpu-zero3-host.log" 2>&1
+  log "gpu-zero3-host exit $?"
+fi
+tar -czf "$OUT/records.tar.gz" -C /tmp --exclude='*.pt' --exclude='*.safetensors' gpu-check gpu-zero3-host 2>>"$OUT/session.log"
+ls -la "$OUT" | tee -a "$OUT/session.log"
