@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import re
@@ -28,7 +27,6 @@ from .model.memory import memory_estimate
 from .model.perfmodel import predict, sweep_configs
 from .model.text import format_checks, format_prediction, format_sweep
 from .model import published_runs
-from .model.params import PARAMS
 from .model.validation import format_validation, validate_model
 from .multirun import split_flag
 from .record import validate_record
@@ -214,8 +212,7 @@ def cmd_model(args: list[str]) -> int:
         if ns.json:
             print(json.dumps({**v.to_dict(), "published_runs": [published_runs.as_dict(r) for r in runs]}, indent=2))
         else:
-            bare = published_runs.predict_cells(compose, params=dataclasses.replace(PARAMS, zero3_fetch_overhead_s=0.0))
-            print("\n".join([format_validation(v), *published_runs.format_cells(runs, bare)]))
+            print("\n".join([format_validation(v), *published_runs.format_cells(runs)]))
         return 0 if v.ok else 1
     override = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")
 

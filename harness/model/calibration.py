@@ -43,7 +43,8 @@ from ..config.choices import Device
 from ..config.schema import BenchConfig
 from ..config.split import with_split
 from ..record import ResultRecord
-from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, load_records,  # noqa: F401 (API)
+from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, host_bound, load_records,  # noqa: F401 (API)
+                                 calibrating, own_shape,
                                  record_efficiency, same_place, stage_and_micro_batch, workload_matches,
                                  zero_from_knobs)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
@@ -76,12 +77,14 @@ def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optiona
             found.append((*key, got[0]))
             modes.add(got[1])
     prefer_stage = cfg.platform.device != Device.cuda
+    zero3_modelled = cfg.platform.name in params.zero3_unexplained_platforms
+    found = calibrating(found, not prefer_stage, zero3_modelled)
     if found:
         by_mb, where = efficiency_by_mb(found, cfg.zero.stage, prefer_stage)
         how = "profile-mode compute" if modes == {"profile"} else "+".join(sorted(modes))
         return Calibration(by_mb, statistics.median(by_mb.values()),
                            f"measured: {where} training runs, {how}", curves, above_peak(by_mb, "training runs"))
-    found = _reference_efficiencies(references or [], cfg, curves, params)
+    found = calibrating(_reference_efficiencies(references or [], cfg, curves, params), not prefer_stage, zero3_modelled)
     if found:
         by_mb, where = efficiency_by_mb([(s, mb, e) for s, mb, e, _, _ in found], cfg.zero.stage, prefer_stage)
         metrics = "/".join(sorted({metric for *_, metric, _ in found}))
@@ -124,11 +127,14 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
                 or c.get("num_ranks", c.get("nodes", p.nodes) * p.gpus_per_node) != world
                 or c.get("seq_len", w.seq_len) != w.seq_len
                 or c.get("activation_checkpointing", w.activation_checkpointing) != w.activation_checkpointing
-                or c.get("precision", w.precision.value) != w.precision.value):
+                or c.get("precision", w.precision.value) != w.precision.value
+                or (c.get("shape") or {}) != own_shape(cfg)):  # another model's
             continue
         mb, ga, stage = int(c["micro_batch_size"]), int(c["grad_acc_steps"]), int(c["zero_stage"])
         step_time = reference_step_time_s(r, world)
         measured = with_split(cfg, stage, mb, ga, zero=zero_from_knobs(stage, c.get("zero")))
+        if host_bound(measured, step_time, params):
+            continue
         eff = efficiency_for_step_time(measured, Calibration(busbw=curves), step_time, params)
         if eff is not None:
             src = r.provenance.source if r.provenance else "no provenance"

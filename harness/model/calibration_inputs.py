@@ -14,9 +14,21 @@ from ..config.split import with_split
 from ..errors import HarnessError
 from ..record import ResultRecord
 from ..record_files import load_records as load_result_records
+from ..references import SHAPE_FIELDS, shape_override
 from .calibration_types import BusbwCurve, Calibration
 from .params import PARAMS, ModelParams
-from .perfmodel import efficiency_for_step_time, executed_flops_per_step
+from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor
+
+HOST_BOUND_MARGIN = 1.25
+"""A GPU measurement whose micro-steps take less than this many times the host's floor (params
+host_s_per_module) is host-bound: it says how fast the host issued work, not how fast the GPU ran
+it, so it calibrates no efficiency. 1.25: the floor's fit leaves residuals up to 19 ms of 100-350 ms."""
+
+
+def host_bound(measured: BenchConfig, step_time_s: float, params: ModelParams = PARAMS) -> bool:
+    """Whether a measured GPU configuration's step time is within HOST_BOUND_MARGIN of its host floor."""
+    floor, _ = host_floor(measured, params)
+    return floor > 0 and step_time_s / measured.workload.grad_acc_steps < HOST_BOUND_MARGIN * floor
 
 
 def load_records(paths: Iterable[str | Path]) -> list[ResultRecord]:
@@ -65,10 +77,18 @@ def busbw_curves(records: list[ResultRecord], cfg: BenchConfig) -> dict[str, Bus
     return curves
 
 
+def own_shape(cfg: BenchConfig) -> dict[str, Any]:
+    """cfg's model shape where it differs from its named workload's (references.shape_override)."""
+    return shape_override({"name": cfg.workload.name, **{k: getattr(cfg.workload, k) for k in SHAPE_FIELDS}})
+
+
 def workload_matches(config: dict[str, Any], cfg: BenchConfig) -> bool:
+    """Same sequence length, precision and model shape (a record of llama-440m at 6 layers says
+    nothing of the 24-layer model's efficiency)."""
     w = config.get("workload") or {}
     return (w.get("seq_len") == cfg.workload.seq_len
-            and w.get("precision") in (None, cfg.workload.precision.value))
+            and w.get("precision") in (None, cfg.workload.precision.value)
+            and shape_override(w) == own_shape(cfg))
 
 
 ZERO_KNOBS = tuple(f.name for f in dataclasses.fields(ZeroConfig) if f.name != "stage")
@@ -112,15 +132,26 @@ def profile_efficiency(rec: ResultRecord, cfg: BenchConfig) -> Optional[float]:
 
 def record_efficiency(rec: ResultRecord, cfg: BenchConfig, curves: dict[str, BusbwCurve],
                        params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
+    step = rec.metrics.get("step_time_s", {}).get("value")
+    variant = record_variant(rec, cfg)
+    if step and host_bound(variant, float(step), params):
+        return None
     eff = profile_efficiency(rec, cfg)
     if eff is not None:
         return eff, "profile"
-    step = rec.metrics.get("step_time_s", {}).get("value")
     if not step:
         return None
-    variant = record_variant(rec, cfg)
     eff = efficiency_for_step_time(variant, Calibration(busbw=curves), float(step), params)
     return (eff, "throughput") if eff is not None else None
+
+
+def calibrating(values: list, gpu: bool, zero3_modelled: bool) -> list:
+    """The measured (stage, micro-batch, efficiency, ...) entries that may calibrate: on a GPU platform
+    whose ZeRO-3 excess the model does not carry (not one of params zero3_unexplained_platforms),
+    none of ZeRO-3's: what ZeRO-3 costs beyond its bytes and its host floor is not the GPU's
+    computation, and inverted as such it slows every stage (on the H200: ZeRO-1 at mb 32 predicted
+    5x too slow from ZeRO-3's entry)."""
+    return [v for v in values if v[0] != 3] if gpu and not zero3_modelled else values
 
 
 def efficiency_by_mb(values: list[tuple[int, int, float]], stage: int, prefer_stage: bool = True) -> tuple[dict[int, float], str]:

@@ -45,6 +45,8 @@ class Prediction:
     comm: list[CommEstimate]
     comm_s: float
     exposed_comm_s: float
+    host_wait_s: float
+    """Per step, the time the GPU waits on the host to issue its work (host_floor, measured)."""
     step_time_s: float
     samples_per_s: float
     """Global samples per second: micro_batch_size x grad_acc_steps x world_size / step_time_s."""
@@ -136,16 +138,40 @@ def _timed(cfg: BenchConfig, calib: Calibration,
     return out
 
 
-def zero3_calls(cfg: BenchConfig, timed) -> int:
-    """ZeRO-3 collective calls per optimizer step that carry a fixed overhead (model_params
-    zero3_fetch_overhead_s): every parameter gather and gradient reduce-scatter of the micro-steps."""
-    if cfg.zero.stage != 3 or cfg.platform.device != Device.cuda:
+def zero3_calls(cfg: BenchConfig, timed, params: ModelParams = PARAMS) -> int:
+    """ZeRO-3 collective calls per optimizer step that carry the paper clusters' unexplained cost
+    (params.zero3_unexplained_s): every parameter gather and gradient reduce-scatter of the
+    micro-steps, on those platforms alone."""
+    if (cfg.zero.stage != 3 or cfg.platform.device != Device.cuda
+            or cfg.platform.name not in params.zero3_unexplained_platforms):
         return 0
     return sum(len(tr.sizes) * tr.microsteps for tr, _, _ in timed if tr.phase != "step")
 
 
-def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float]:
-    """(compute_s, exposed_comm_s) per optimizer step at an efficiency."""
+def modules_with_parameters(num_layers: int) -> int:
+    """Of transformers' LlamaForCausalLM: per layer q, k, v, o, gate, up, down and two RMSNorms;
+    the embedding, the final norm and the LM head."""
+    return 9 * num_layers + 3
+
+
+def host_floor(cfg: BenchConfig, params: ModelParams = PARAMS) -> tuple[float, str]:
+    """(seconds, how) the host spends per micro-step issuing it on a GPU platform (params
+    host_base_s + host_s_per_module x modules; a teacher's modules count half: forward only);
+    0 on cpu, where the host is the device and a measured efficiency holds it."""
+    if cfg.platform.device != Device.cuda:
+        return 0.0, ""
+    kind = "sharded" if cfg.zero.stage == 3 else "replicated"
+    modules = float(modules_with_parameters(cfg.workload.num_layers))
+    if cfg.workload.distill is not None:
+        modules += modules_with_parameters(teacher_workload(cfg.workload).num_layers) / 2
+    return (params.host_base_s[kind] + params.host_s_per_module[kind] * modules,
+            f"{modules:g} modules, {kind} parameters (ZeRO-{cfg.zero.stage})")
+
+
+def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float, float]:
+    """(compute_s, exposed_comm_s, host_wait_s) per optimizer step at an efficiency. host_wait_s:
+    what the host adds where it takes longer to issue a micro-step than the GPU to run it (the
+    micro-step's compute and exposed communication): ga x max(0, host floor - GPU)."""
     peak = cfg.platform.peak_tflops[cfg.workload.precision.value] * 1e12
     phase_s = {ph: fl / (peak * eff) for ph, fl in phase_flops(cfg).items()}
     compute = sum(phase_s.values()) * cfg.workload.grad_acc_steps
@@ -160,16 +186,20 @@ def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS
             per_ms[2] += times[0] if tr.unhidden == "first" else times[-1]
         else:
             per_ms[1] += sum(times)
-    exposed = sum(ms * (never + (max(unhidden, hideable - phase_s.get(phase, 0.0)) if hideable else 0.0))
-                  for (phase, ms), (hideable, never, unhidden) in groups.items())
-    return compute, exposed + zero3_calls(cfg, timed) * params.zero3_fetch_overhead_s
+    exposed_of = {key: key[1] * (never + (max(unhidden, hideable - phase_s.get(key[0], 0.0)) if hideable else 0.0))
+                  for key, (hideable, never, unhidden) in groups.items()}
+    exposed = sum(exposed_of.values())
+    ga = cfg.workload.grad_acc_steps
+    gpu_micro = sum(phase_s.values()) + sum(v for (phase, _), v in exposed_of.items() if phase != "step") / ga
+    host_wait = ga * max(0.0, host_floor(cfg, params)[0] - gpu_micro)
+    return compute, exposed + zero3_calls(cfg, timed, params) * params.zero3_unexplained_s, host_wait
 
 
 def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None,
             params: ModelParams = PARAMS) -> Prediction:
     """Memory, communication, step time and throughput of cfg; hours for `tokens` when given.
     step_time_s = compute (executed FLOPs / (declared peak x efficiency)) + exposed communication
-    (OVERLAP_RULE); the optimizer step's own time is not modelled apart: a measured efficiency
+    (OVERLAP_RULE) + the wait on a host slower than the GPU (host_floor); the optimizer step's own time is not modelled apart: a measured efficiency
     contains it (profile-mode compute includes it)."""
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
         raise HarnessError(f"tokens={tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
@@ -178,9 +208,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     if not (eff > 0 and math.isfinite(eff)):
         raise HarnessError(f"efficiency {eff} ({calib.efficiency_source}) is not a positive number")
     timed = _timed(cfg, calib, params)
-    compute, exposed = _step_time(cfg, eff, timed, params)
+    compute, exposed, host_wait = _step_time(cfg, eff, timed, params)
     comm = [e for _, _, es in timed for e in es]
-    step = compute + exposed
+    step = compute + exposed + host_wait
     samples_per_s = w.micro_batch_size * w.grad_acc_steps * p.world_size / step
     tokens_per_s = samples_per_s * w.seq_len
     config = {"platform": p.name, "workload": w.name, "nodes": p.nodes, "world_size": p.world_size,
@@ -193,15 +223,20 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
         notes.append(f"efficiency {eff:.3f} is above the declared peak: the calibration's measurement is faster than "
                      "this model allows (a wrong peak, FLOP count or workload definition?)")
     notes += list(calib.warnings)
-    if zero3_calls(cfg, timed):
-        notes.append(f"ZeRO-3: {zero3_calls(cfg, timed)} collective calls per step x {params.zero3_fetch_overhead_s:g} s "
-                     "fixed overhead each (model_params.zero3_fetch_overhead_s, fitted)")
+    if zero3_calls(cfg, timed, params):
+        notes.append(f"ZeRO-3 on {p.name}: {zero3_calls(cfg, timed, params)} collective calls per step x "
+                     f"{params.zero3_unexplained_s:g} s each, UNEXPLAINED (params.zero3_unexplained_s, fitted on the "
+                     "paper's ZeRO-3 cells, applied on the paper's clusters alone)")
+    if host_wait > 0:
+        floor, how = host_floor(cfg, params)
+        notes.append(f"host-bound: issuing a micro-step takes the host {floor * 1e3:.1f} ms ({how}; params.host_s_per_module, "
+                     f"measured), more than the GPU's work; {host_wait:.4g} s per step waiting on the host")
     if cfg.zero.allgather_bucket_size is not None and cfg.zero.stage in (1, 2):
         notes.append("zero.allgather_bucket_size has no effect: DeepSpeed 0.19.8 all-gathers each parameter "
                      "group whole with all_gather_into_tensor (runtime/utils.py)")
     return Prediction(config=config, memory=memory_estimate(cfg), flops_per_step=executed_flops_per_step(cfg),
                       compute_s=compute, comm=comm, comm_s=sum(c.total_time_s for c in comm), exposed_comm_s=exposed,
-                      step_time_s=step, samples_per_s=samples_per_s, tokens_per_s=tokens_per_s, efficiency=eff,
+                      host_wait_s=host_wait, step_time_s=step, samples_per_s=samples_per_s, tokens_per_s=tokens_per_s, efficiency=eff,
                       efficiency_source=calib.efficiency_source, tokens=tokens,
                       hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes)
 

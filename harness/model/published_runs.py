@@ -111,7 +111,8 @@ def cell_overrides(c: Cell) -> list[str]:
     if c.num_gpus % 8:
         raise HarnessError(f"{c.cell_id}: {c.num_gpus} GPUs is not whole 8-GPU nodes")
     ffn = round(2 * c.ffn_hidden / 3) if c.gelu else c.ffn_hidden
-    out = [f"platform={PLATFORMS[family]}", f"platform.nodes={c.num_gpus // 8}", "workload=llama-8b",
+    out = [f"platform={PLATFORMS[family]}", f"platform.name=published-{family.lower()}",  # not the paper's cluster
+           f"platform.nodes={c.num_gpus // 8}", "workload=llama-8b",
            f"workload.hidden_size={c.hidden}", f"workload.num_layers={c.layers}", f"workload.num_heads={c.heads}",
            f"workload.num_kv_heads={c.kv_heads}", f"workload.intermediate_size={ffn}", f"workload.vocab_size={c.vocab}",
            f"workload.seq_len={c.seq_len}", f"workload.samples_per_step={c.micro_batch * c.grad_acc}",
@@ -170,7 +171,7 @@ def summary(rows: list[CellPrediction]) -> tuple[float, float, int]:
         if errs else (0.0, 0.0, 0)
 
 
-def format_cells(rows: list[CellPrediction], without_overhead: Optional[list[CellPrediction]] = None) -> list[str]:
+def format_cells(rows: list[CellPrediction]) -> list[str]:
     lines = ["", "Published runs the model never calibrated on (reference_results/sources/published-runs/):",
              f"{'cell':<14}{'framework':<10}{'ZeRO':>5}{'GPU':>11}{'GPUs':>6}{'seq':>6}{'mb':>4}{'ckpt':>6}"
              f"{'metric':>22}{'published':>11}{'model':>10}{'err %':>8}"]
@@ -193,9 +194,4 @@ def format_cells(rows: list[CellPrediction], without_overhead: Optional[list[Cel
                   f"  [{'ok' if not off else 'MISSED'}] none off by more than {TARGETS['max_ratio']:g}x (issue 28)",
                   "  (not part of --validate's exit status until the model's mechanisms meet them; the efficiency: "
                   + "; ".join(sorted({p.efficiency_source for p in done})) + ")"]
-        if without_overhead:
-            med, worst, off = summary(without_overhead)
-            lines.append(f"  with zero3_fetch_overhead_s = 0 (the knob fitted on the paper's seq-128 ZeRO-3 cells): median "
-                         f"{med:.0f} %, max {worst:.0f} %, {off} off by more than {TARGETS['max_ratio']:g}x; the paper's "
-                         "Model 2 targets then fail: the knob explains the paper and nothing else (issue 28)")
     return lines

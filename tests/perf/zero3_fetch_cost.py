@@ -15,8 +15,10 @@ per micro-step (the median over the profiled micro-steps, the optimizer step's o
 all-gather call and per module fetched (forward and backward: DeepSpeed's hooks run for each module
 with parameters, and coalesces small modules' gathers into one call). Printed per shape, with the all-gathers
 per micro-step and the gathered bytes, so its dependence on module count and size shows. These are
-this CPU's figures: on a GPU node the same Python runs on the host while the GPU computes (the
-figure there is "to measure": `make gpu-check`).
+this CPU's figures. On a GPU node the same Python runs on the host while the GPU computes: measured
+on an H200 node (reference_results/sources/gpu-runs/2026-11-26-h200, suites gpu-zero3-host and
+gpu-zero3-layers), ZeRO-3 adds 1.25 ms per module per micro-step (0.62 ms per fetch), which
+harness/model/params.py host_s_per_module carries.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+from harness.model.perfmodel import modules_with_parameters  # noqa: E402
 
 
 FETCH_EVERY_MODULE = ["zero.stage3_param_persistence_threshold=0", "zero.stage3_max_live_parameters=2000000",
@@ -42,12 +47,6 @@ def micro_steps(record: dict) -> list[dict]:
     for step in record.get("microsteps") or []:
         out += step if isinstance(step, list) else [step]
     return out
-
-
-def modules_with_parameters(layers: int) -> int:
-    """Of a LLaMA: per layer q, k, v, o, gate, up, down and two RMSNorms; the embedding, the final
-    norm and the LM head."""
-    return 9 * layers + 3
 
 
 def run(out: Path, stage: int, layers: int, hidden: int) -> dict:
