@@ -63,6 +63,22 @@ class ModelParams:
     runs of other sources and a measured H200 need none: `model --validate`)."""
     zero3_unexplained_platforms: tuple[str, ...] = ("ib-a100", "roce-a100", "roce-h100")
     """The platforms (conf/platform/) that describe the paper's clusters."""
+    gemm_efficiency: float = 0.74
+    """Fraction of the declared bf16 peak the model's matrix products (and attention) reach when
+    nothing was measured on the platform. MEASURED on the lent H200: llama-440m's GEMM shapes at 16384
+    tokens (q/k/v/o, gate/up, down, lm_head; forward, dgrad, wgrad) ran at 650-782 TFLOP/s, median
+    736 of 989 (reference_results/sources/gpu-runs/2026-11-26-h200/compute_breakdown_mb128.json)."""
+    activation_passes: float = 17.9
+    """Memory-bound device traffic of a micro-step (elementwise, norms, casts, RoPE's concatenations,
+    softmax and loss) in multiples of the activation bytes its layers keep for backward
+    (memory.layer_bytes_per_token x layers x tokens). MEASURED on the lent H200: 92.5 ms of such
+    kernels per llama-440m micro-step at mb 128 x seq 128, at the probe's 4.29 TB/s triad, over
+    22.17 GB kept (compute_breakdown_mb128.json; 24-29 at mb 8, where kernels are small)."""
+    hbm_gbps: dict[str, float] = field(default_factory=lambda: {
+        "A100-SXM4-80GB": 2039.0 * 0.894, "H100-SXM5-80GB": 3350.0 * 0.894, "H200-SXM-141GB": 4800.0 * 0.894})
+    """Achievable HBM bandwidth per GPU model, GB/s: NVIDIA's datasheet figure (A100 80GB SXM 2,039;
+    H100 SXM 3,350; H200 4,800) x 0.894, the fraction of it the probe's triad reached on the H200
+    (4,292 of 4,800). DECLARED (the datasheets) x MEASURED (the fraction, one GPU)."""
     intra_node_latency_s: float = 10e-6
     """Latency of one collective inside a node (NVLink). DECLARED: the order of nccl-tests'
     small-message times within a DGX node (about 10 us); not fitted."""
@@ -84,6 +100,11 @@ class ModelParams:
         out += [Param(f"host_s_per_module.{k}", v, "s per module per micro-step", "measured", gpu)
                 for k, v in self.host_s_per_module.items()]
         out += [Param(f"host_base_s.{k}", v, "s per micro-step", "measured", gpu) for k, v in self.host_base_s.items()]
+        cb = "reference_results/sources/gpu-runs/2026-11-26-h200/compute_breakdown_mb128.json (torch.profiler, H200)"
+        out += [Param("gemm_efficiency", self.gemm_efficiency, "of the declared peak (no measured efficiency)", "measured", cb),
+                Param("activation_passes", self.activation_passes, "x activation bytes kept, per micro-step", "measured", cb)]
+        out += [Param(f"hbm_gbps.{k}", v, "GB/s", "declared", "NVIDIA datasheet x 0.894 (the H200 probe's triad fraction)")
+                for k, v in self.hbm_gbps.items()]
         out += [Param("zero3_unexplained_s", self.zero3_unexplained_s, "s per ZeRO-3 collective call", "fitted",
                       fit + " (ZeRO-3 cells; UNEXPLAINED, on " + ", ".join(self.zero3_unexplained_platforms) + " only)"),
                 Param("memory_model.FRAGMENTATION_FRACTION", FRAGMENTATION_FRACTION, "of device memory", "fitted",

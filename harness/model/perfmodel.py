@@ -29,7 +29,7 @@ from ..errors import HarnessError
 from .calibration_types import Calibration
 from .comm_layout import prefetch_exposed
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
-from .memory import MemoryEstimate, gradient_collective, memory_estimate, overlap_comm
+from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, overlap_comm
 from .params import PARAMS, ModelParams
 from .traffic import CommEstimate, Traffic, collective_time, comm_traffic
 
@@ -168,6 +168,29 @@ def host_floor(cfg: BenchConfig, params: ModelParams = PARAMS) -> tuple[float, s
             f"{modules:g} modules, {kind} parameters (ZeRO-{cfg.zero.stage})")
 
 
+def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
+    """(efficiency, how) of a GPU micro-step from its two kinds of work, when nothing was measured:
+    its FLOPs at params.gemm_efficiency of the declared peak, plus its memory-bound traffic,
+    params.activation_passes x the activation bytes its layers keep (a third again for the forward
+    recomputed under checkpointing; a teacher's forward a third of its own), at the GPU's HBM
+    bandwidth (params.hbm_gbps). None where the GPU's bandwidth is not declared."""
+    p, w = cfg.platform, cfg.workload
+    hbm = params.hbm_gbps.get(p.gpu_model or "")
+    if p.device != Device.cuda or not hbm:
+        return None
+    peak = p.peak_tflops[w.precision.value] * 1e12
+    flops = sum(phase_flops(cfg).values())
+    tokens = w.micro_batch_size * w.seq_len
+    kept = w.num_layers * layer_bytes_per_token(w) * tokens * (4 / 3 if w.activation_checkpointing else 1.0)
+    if w.distill is not None:
+        t = teacher_workload(w)
+        kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3
+    seconds = flops / (peak * params.gemm_efficiency) + params.activation_passes * kept / (hbm * 1e9)
+    return (flops / (peak * seconds),
+            f"roofline, nothing measured: FLOPs at {params.gemm_efficiency:g} of peak + {params.activation_passes:g} x "
+            "the activation bytes kept, at the GPU's HBM bandwidth (params.py; measured on an H200)")
+
+
 def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float, float]:
     """(compute_s, exposed_comm_s, host_wait_s) per optimizer step at an efficiency. host_wait_s:
     what the host adds where it takes longer to issue a micro-step than the GPU to run it (the
@@ -204,9 +227,12 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
         raise HarnessError(f"tokens={tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
     w, p = cfg.workload, cfg.platform
-    eff = calib.efficiency(w.micro_batch_size)
+    eff, eff_source = calib.efficiency(w.micro_batch_size), calib.efficiency_source
+    roofline = None if calib.efficiency_by_mb else roofline_efficiency(cfg, params)
+    if roofline is not None:
+        eff, eff_source = roofline
     if not (eff > 0 and math.isfinite(eff)):
-        raise HarnessError(f"efficiency {eff} ({calib.efficiency_source}) is not a positive number")
+        raise HarnessError(f"efficiency {eff} ({eff_source}) is not a positive number")
     timed = _timed(cfg, calib, params)
     compute, exposed, host_wait = _step_time(cfg, eff, timed, params)
     comm = [e for _, _, es in timed for e in es]
@@ -237,7 +263,7 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     return Prediction(config=config, memory=memory_estimate(cfg), flops_per_step=executed_flops_per_step(cfg),
                       compute_s=compute, comm=comm, comm_s=sum(c.total_time_s for c in comm), exposed_comm_s=exposed,
                       host_wait_s=host_wait, step_time_s=step, samples_per_s=samples_per_s, tokens_per_s=tokens_per_s, efficiency=eff,
-                      efficiency_source=calib.efficiency_source, tokens=tokens,
+                      efficiency_source=eff_source, tokens=tokens,
                       hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes)
 
 
