@@ -1,7 +1,8 @@
 #!/bin/bash
 # One call on a lent GPU machine (the device tool; ../shared/GPU_RUN_NOTES.md): install the carried
 # wheels (.whl/, what the machine's image lacks), record the machine, run make gpu-check's flow,
-# then ZeRO-3's host cost per fetch (conf/suite/gpu-zero3-host.yaml) with what time is left, and
+# then ZeRO-3's host cost per fetch (conf/suite/gpu-zero3-host.yaml) and where a micro-step's GPU
+# time goes (tests/gpu/compute_breakdown.py) with what time is left, and
 # put the records under $OUT (at most 8 files come back). Every step is bounded: a hang or a
 # failure of one step still brings back the others' records and every log.
 #   device run: bash tests/gpu/lent_machine.sh   (carry: .whl)
@@ -40,6 +41,12 @@ if [ "$(left)" -gt 60 ]; then
   timeout -k 10 $(( $(left) - 20 )) python3 -m harness bench $P suite=${ZERO3_SUITE:-gpu-zero3-host} out=/tmp/gpu-zero3-host history=none \
     >"$OUT/gpu-zero3-host.log" 2>&1
   log "gpu-zero3-host exit $?"
+fi
+if [ -z "${SKIP_BREAKDOWN:-}" ] && [ "$(left)" -gt 45 ]; then
+  log "compute breakdown (torch.profiler, llama-440m mb 128)"
+  timeout -k 5 $(( $(left) - 10 )) python3 tests/gpu/compute_breakdown.py --out /tmp/gpu-zero3-host/compute_breakdown_mb128.json \
+    >"$OUT/compute-breakdown.log" 2>&1
+  log "compute breakdown exit $?"
 fi
 tar -czf "$OUT/records.tar.gz" -C /tmp --exclude='*.pt' --exclude='*.safetensors' gpu-check gpu-zero3-host 2>>"$OUT/session.log"
 ls -la "$OUT" | tee -a "$OUT/session.log"
