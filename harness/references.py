@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import jsonschema
-import yaml
 
 from contract.metrics import reference_metrics
 
 from .config.choices import Precision
-from .config.schema import REPO_ROOT, ZeroConfig, grad_accum_precision, to_dict
+from .config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_accum_precision, to_dict
 from .errors import HarnessError
 from .record import ResultRecord
 
@@ -197,18 +196,21 @@ def record_grad_accum(cfg: dict[str, Any]) -> str:
                                 None if w["grad_accum_dtype"] is None else Precision(w["grad_accum_dtype"])).value
 
 
-SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+SHAPE_FIELDS = ("vocab_size", *TEACHER_SHAPE_FIELDS)
 """The workload fields that make its model: a record whose shape differs from its named workload's
 (workload.num_layers=6 on llama-440m, say) is another model, never a repeat of the named one."""
 
 
 @lru_cache(maxsize=None)
 def _named_shape(workload: str) -> dict[str, Any]:
-    path = REPO_ROOT / "conf" / "workload" / f"{workload}.yaml"
-    if not path.is_file():
+    """conf/workload/<workload>.yaml's shape as composed (a distillation workload takes its student's
+    from its defaults); {} for a name that is no workload of conf/."""
+    from .config.compose import compose  # Hydra: only when a record is keyed
+    try:
+        w = compose([f"workload={workload}"]).workload
+    except HarnessError:
         return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {k: data[k] for k in SHAPE_FIELDS if k in data}
+    return {k: getattr(w, k) for k in SHAPE_FIELDS}
 
 
 def shape_override(workload: dict[str, Any]) -> dict[str, Any]:

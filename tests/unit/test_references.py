@@ -202,6 +202,14 @@ def test_a_workload_whose_shape_was_overridden_is_another_model_not_a_repeat_of_
     # a workload with no conf/workload file (a record's own name) keys as it always did
     other = typed([rec("d", 0.5, name="not-a-workload", num_layers=6)])[0]
     assert "shape" not in record_config(other)
+    # a distillation workload's shape comes from its defaults (llama-tiny-kd takes llama-tiny's)
+    from harness.config.compose import compose
+    from harness.references import SHAPE_FIELDS
+    tiny = compose(["workload=llama-tiny"]).workload
+    kd = {"name": "llama-tiny-kd", **{k: getattr(tiny, k) for k in SHAPE_FIELDS}}
+    assert "shape" not in record_config(typed([rec("e", 0.5, **kd)])[0])
+    assert record_config(typed([rec("f", 0.5, **{**kd, "num_layers": tiny.num_layers + 1})])[0])["shape"] == \
+        {"num_layers": tiny.num_layers + 1}
 
 
 # --- what the slides leave out: inferred, marked as such, and what a run must match ---------------
