@@ -21,6 +21,7 @@ import jsonschema
 from contract.metrics import reference_metrics
 
 from .config.choices import Precision
+from .config.compose import compose
 from .config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_accum_precision, to_dict
 from .errors import HarnessError
 from .record import ResultRecord
@@ -205,7 +206,6 @@ SHAPE_FIELDS = ("vocab_size", *TEACHER_SHAPE_FIELDS)
 def _named_shape(workload: str) -> dict[str, Any]:
     """conf/workload/<workload>.yaml's shape as composed (a distillation workload takes its student's
     from its defaults); {} for a name that is no workload of conf/."""
-    from .config.compose import compose  # Hydra: only when a record is keyed
     try:
         w = compose([f"workload={workload}"]).workload
     except HarnessError:

@@ -222,8 +222,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
             params: ModelParams = PARAMS) -> Prediction:
     """Memory, communication, step time and throughput of cfg; hours for `tokens` when given.
     step_time_s = compute (executed FLOPs / (declared peak x efficiency)) + exposed communication
-    (OVERLAP_RULE) + the wait on a host slower than the GPU (host_floor); the optimizer step's own time is not modelled apart: a measured efficiency
-    contains it (profile-mode compute includes it)."""
+    (OVERLAP_RULE) + the wait on a host slower than the GPU (host_floor); the optimizer step's own
+    time is not modelled apart: a measured efficiency contains it (profile-mode compute includes it).
+    With no measured efficiency a GPU takes its roofline (roofline_efficiency)."""
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
         raise HarnessError(f"tokens={tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
     w, p = cfg.workload, cfg.platform
@@ -249,8 +250,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
         notes.append(f"efficiency {eff:.3f} is above the declared peak: the calibration's measurement is faster than "
                      "this model allows (a wrong peak, FLOP count or workload definition?)")
     notes += list(calib.warnings)
-    if zero3_calls(cfg, timed, params):
-        notes.append(f"ZeRO-3 on {p.name}: {zero3_calls(cfg, timed, params)} collective calls per step x "
+    calls = zero3_calls(cfg, timed, params)
+    if calls:
+        notes.append(f"ZeRO-3 on {p.name}: {calls} collective calls per step x "
                      f"{params.zero3_unexplained_s:g} s each, UNEXPLAINED (params.zero3_unexplained_s, fitted on the "
                      "paper's ZeRO-3 cells, applied on the paper's clusters alone)")
     if host_wait > 0:

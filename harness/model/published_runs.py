@@ -5,14 +5,15 @@ GPT-like models on A100 and H100, 8 to 1024 GPUs, sequence 512 to 8192, each wit
 date (SOURCES.md).
 
 Each cell becomes a configuration of this suite (cell_overrides): the GPU's platform (A100: ib-a100,
-H100: roce-h100, 8 GPUs a node, their declared peaks, memory and links; an A100-40GB's memory), the
+H100: roce-h100, 8 GPUs a node, their declared peaks, memory and links; an A100-40GB's memory),
+renamed published-a100/-h100 (not the paper's clusters: none of their unexplained ZeRO-3 cost), the
 model's shape on the llama-8b workload (a GELU MLP of width f, two matrices, carried as a SwiGLU of
 width 2f/3, three matrices: the same parameters and FLOPs), the sequence, micro-batch and
 accumulation, checkpointing (full or stated for every layer: on; none, selective or partial: off,
 the nearest this model has), bf16, the ZeRO stage. It is predicted from the declared hardware and
-the model's own terms alone: no record and no reference calibrates it (the efficiency is the
-model's uncalibrated default where nothing of the platform's own matches, as for a user's new
-configuration). The error is against the published figure in its own metric.
+the model's own terms alone: no record and no reference calibrates it (the efficiency is the GPU
+roofline, perfmodel.roofline_efficiency, as for a user's new configuration). The error is against
+the published figure in its own metric.
 Pure, except load_cells (reads the CSV).
 """
 from __future__ import annotations
