@@ -99,10 +99,17 @@ class PlatformConfig:
     inter_node_bw_gbps: float = 0.0
     """Inter-node bandwidth per node and per direction, GB/s (1e9 bytes/s): the NICs' line rate
     summed (8 x 200 Gb/s = 200 GB/s)."""
+    rails: int = 0
+    """NICs (rails) per node; 0: one per GPU, rail-aligned (a DGX). The node's NICs together are
+    inter_node_bw_gbps; the rails set NCCL's channels in the performance model (2 per rail)."""
     nccl_env: dict[str, str] = field(default_factory=dict)
     """Default NCCL_* environment for every rank."""
     cpu_threads: int = 1
     """OMP_NUM_THREADS of each rank on a cpu platform (its ranks share the host's cores)."""
+    shared_host: bool = False
+    """Every node runs on this one machine (the emulated cluster, testbed/): all ranks of every node
+    share its cores, so the performance model slows a rank's computation by ranks x cpu_threads /
+    cores where that exceeds 1 (harness/model/calibration.py)."""
     launcher: LauncherKind = LauncherKind.local
     """How ranks are started: local processes (one node), or Slurm jobs (sbatch; srun + torchrun)."""
     container: ContainerConfig = field(default_factory=ContainerConfig)

@@ -56,6 +56,7 @@ def validate(cfg: BenchConfig) -> None:
     """Check every cross-field rule of a resolved config (resolve()); changes nothing. Raises ConfigError."""
     p, w, z, m, d = cfg.platform, cfg.workload, cfg.zero, cfg.measure, cfg.data
     _check(p.gpus_per_node >= 1, "platform.gpus_per_node", p.gpus_per_node, "must be >= 1")
+    _check(p.rails >= 0, "platform.rails", p.rails, "must be >= 0 (0: one NIC per GPU)")
     _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
     _check(1 <= p.cpu_threads <= 1024, "platform.cpu_threads", p.cpu_threads, "threads per rank in [1, 1024]")
     _check(p.mem_per_device_gib > 0, "platform.mem_per_device_gib", p.mem_per_device_gib, "must be > 0")

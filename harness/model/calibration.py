@@ -44,8 +44,8 @@ from ..config.schema import BenchConfig
 from ..config.split import with_split
 from ..record import ResultRecord
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, host_bound, load_records,  # noqa: F401 (API)
-                                 calibrating, own_shape,
-                                 record_efficiency, same_place, stage_and_micro_batch, workload_matches,
+                                 calibrating, num_ranks, own_shape, profile_efficiency,
+                                 record_efficiency, record_variant, same_place, stage_and_micro_batch, workload_matches,
                                  zero_from_knobs)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
 from .compute_calibration import calibrate_on_machine
@@ -84,6 +84,13 @@ def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optiona
         how = "profile-mode compute" if modes == {"profile"} else "+".join(sorted(modes))
         return Calibration(by_mb, statistics.median(by_mb.values()),
                            f"measured: {where} training runs, {how}", curves, above_peak(by_mb, "training runs"))
+    other = calibrating(_other_size_efficiencies(records, cfg), not prefer_stage, zero3_modelled)
+    if other:
+        by_mb, where = efficiency_by_mb([(s, mb, e) for s, mb, e, _ in other], cfg.zero.stage, prefer_stage)
+        notes = sorted({note for *_, note in other})
+        return Calibration(by_mb, statistics.median(by_mb.values()),
+                           f"measured at another size: {where} profile-mode training runs of {cfg.platform.name} "
+                           f"({'; '.join(notes)})", curves, above_peak(by_mb, "training runs"))
     found = calibrating(_reference_efficiencies(references or [], cfg, curves, params), not prefer_stage, zero3_modelled)
     if found:
         by_mb, where = efficiency_by_mb([(s, mb, e) for s, mb, e, _, _ in found], cfg.zero.stage, prefer_stage)
@@ -93,6 +100,43 @@ def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optiona
                            f"through the model's communication estimate; {found[0][4]}", curves,
                            above_peak(by_mb, "reference entries"))
     return Calibration(busbw=curves)
+
+
+def core_share(cfg: BenchConfig, ranks: int, cores: Optional[int]) -> float:
+    """The share of a core each rank's threads get: on a cpu platform the ranks of a host (every rank
+    when platform.shared_host, else a node's) split its cores; 1 on GPUs or with the cores unknown."""
+    p = cfg.platform
+    if p.device == Device.cuda or not cores:
+        return 1.0
+    on_host = ranks if p.shared_host else min(ranks, p.gpus_per_node)
+    return min(1.0, cores / (on_host * p.cpu_threads))
+
+
+def _other_size_efficiencies(records: list[ResultRecord], cfg: BenchConfig) -> list[tuple[int, int, float, str]]:
+    """(stage, micro-batch, efficiency, note) of the profile-mode training records of cfg's platform,
+    workload, sequence and precision at ANOTHER world size: a rank's computation does not depend on
+    how many ranks there are (data parallel: the same micro-batch per rank), except where ranks share
+    a host's cores (core_share): the efficiency is carried by the ratio of the shares."""
+    out = []
+    for rec in records:
+        m = num_ranks(rec)
+        if (rec.kind != "training" or rec.status != "ok" or rec.platform != cfg.platform.name or not m
+                or m == cfg.platform.world_size or rec.benchmark != cfg.workload.name
+                or not workload_matches(rec.config, cfg)):
+            continue
+        try:
+            eff, key = profile_efficiency(rec, cfg), stage_and_micro_batch(rec)
+            step = rec.metrics.get("step_time_s", {}).get("value")
+            if eff is None or (step and host_bound(record_variant(rec, cfg), float(step))):
+                continue
+        except (KeyError, TypeError, ValueError):
+            continue
+        cores = ((rec.environment.get("machine") or {}).get("cpu") or {}).get("usable_cpus")
+        share_m, share_n = core_share(cfg, m, cores), core_share(cfg, cfg.platform.world_size, cores)
+        note = f"at {m} ranks" + (f", x {share_n / share_m:.3g} for {cfg.platform.world_size} ranks on {cores} cores"
+                                  if share_n != share_m else "")
+        out.append((*key, eff * share_n / share_m, note))
+    return out
 
 
 REFERENCE_METRICS = ("samples_per_s", "batch_time_s")

@@ -4,11 +4,12 @@ where a record ran, the configuration it measured, and the computation efficienc
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..config.choices import GradientCollective
+from ..config.choices import Device, GradientCollective
 from ..config.schema import BenchConfig, ZeroConfig
 from ..config.split import with_split
 from ..errors import HarnessError
@@ -18,6 +19,7 @@ from ..references import SHAPE_FIELDS, shape_override
 from .calibration_types import BusbwCurve, Calibration
 from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor
+from .topology import carried_points
 
 HOST_BOUND_MARGIN = 1.25
 """A GPU measurement whose micro-steps take less than this many times the host's floor (params
@@ -55,25 +57,36 @@ def same_place(record: ResultRecord, cfg: BenchConfig) -> bool:
 
 
 def busbw_curves(records: list[ResultRecord], cfg: BenchConfig) -> dict[str, BusbwCurve]:
-    """Curves from the ok collective records of cfg's platform and world size: per op and size,
-    the median over records of the mean busbw of a row's placements."""
-    by_op: dict[str, dict[int, list[float]]] = {}
-    ids: dict[str, list[str]] = {}
+    """Curves from the ok collective records of cfg's platform: per op and size, the median over
+    records of the mean busbw of a row's placements, at cfg's world size. An op measured on the
+    platform at other world sizes only is carried from the nearest one as a ring
+    (harness/model/topology.py, carried_points: the latency part grows with the ring's steps, the
+    bandwidth part with nccl-tests' factor), and its source says so."""
+    by_op: dict[tuple[str, int], dict[int, list[float]]] = {}
+    ids: dict[tuple[str, int], list[str]] = {}
     for rec in records:
-        if rec.kind != "collective" or rec.status != "ok" or not same_place(rec, cfg):
+        n = num_ranks(rec)
+        if rec.kind != "collective" or rec.status != "ok" or rec.platform != cfg.platform.name or not n or n < 2:
             continue
-        op = rec.benchmark
+        key = (rec.benchmark, n)
         for row in rec.rows or []:
             values = [row[k]["busbw_gbps"] for k in ("out_of_place", "in_place")
-                      if row.get(k) and row[k].get("busbw_gbps", 0) > 0]
+                      if row.get(k) and (row[k].get("busbw_gbps") or 0) > 0]
             if values:
-                by_op.setdefault(op, {}).setdefault(int(row["size_bytes"]), []).append(statistics.fmean(values))
-        ids.setdefault(op, []).append(rec.run_id)
-    curves = {}
-    for op, sizes in by_op.items():
+                by_op.setdefault(key, {}).setdefault(int(row["size_bytes"]), []).append(statistics.fmean(values))
+        ids.setdefault(key, []).append(rec.run_id)
+    world, curves = cfg.platform.world_size, {}
+    for op in sorted({op for op, _ in by_op}):
+        measured = [n for o, n in by_op if o == op]
+        m = min(measured, key=lambda n: (abs(math.log(n / world)), n))
+        sizes = by_op[(op, m)]
         points = tuple((s, statistics.median(v)) for s, v in sorted(sizes.items()))
-        curves[op] = BusbwCurve(op, points, f"measured: {len(ids[op])} {op} record(s) "
-                                f"{points[0][0]}..{points[-1][0]} B ({', '.join(ids[op][:3])})")
+        source = (f"measured: {len(ids[(op, m)])} {op} record(s) {points[0][0]}..{points[-1][0]} B "
+                  f"({', '.join(ids[(op, m)][:3])})")
+        if m != world:
+            points = carried_points(points, op, m, world, gloo=cfg.platform.device != Device.cuda)
+            source += f" at {m} ranks, carried to {world} as a ring (latency x steps, bandwidth x factor)"
+        curves[op] = BusbwCurve(op, points, source)
     return curves
 
 

@@ -31,7 +31,7 @@ from .comm_layout import prefetch_exposed
 from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
 from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, overlap_comm
 from .params import PARAMS, ModelParams
-from .traffic import CommEstimate, Traffic, collective_time, comm_traffic
+from .traffic import CommEstimate, Traffic, collective_time, comm_traffic, nccl_algorithm
 
 # ---- prediction ------------------------------------------------------------------------------
 
@@ -132,8 +132,9 @@ def _timed(cfg: BenchConfig, calib: Calibration,
             times.append(t)
             seen.setdefault(size, [0, t, busbw, src])[0] += 1
         for size, (count, t, busbw, src) in seen.items():
-            estimates.append(CommEstimate(tr.op, tr.phase, size, count * tr.microsteps, t, busbw, src, tr.what,
-                                          tr.microsteps, tr.overlappable))
+            algo = nccl_algorithm(tr.op, size, cfg, calib, params)
+            estimates.append(CommEstimate(tr.op, tr.phase, size, count * tr.microsteps, t, busbw, src,
+                                          tr.what + (f" ({algo})" if algo else ""), tr.microsteps, tr.overlappable))
         out.append((tr, times, estimates))
     return out
 

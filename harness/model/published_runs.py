@@ -172,6 +172,21 @@ def summary(rows: list[CellPrediction]) -> tuple[float, float, int]:
         if errs else (0.0, 0.0, 0)
 
 
+SCALE_BANDS = ((1, 8, "1 node"), (9, 64, "2-8 nodes"), (65, 256, "9-32 nodes"), (257, 1 << 30, "33+ nodes"))
+"""GPU counts by node count (8 GPUs a node), for the by-scale line (issue 28, item 3)."""
+
+
+def by_scale(rows: list[CellPrediction]) -> list[tuple[str, int, float, float]]:
+    """(band, cells, median |error| %, median signed error %) per SCALE_BANDS band with cells: does
+    the error grow with the node count (the topology at scale)?"""
+    out = []
+    for lo, hi, name in SCALE_BANDS:
+        errs = [p.error_pct for p in rows if p.error_pct is not None and lo <= p.cell.num_gpus <= hi]
+        if errs:
+            out.append((name, len(errs), statistics.median(abs(e) for e in errs), statistics.median(errs)))
+    return out
+
+
 def format_cells(rows: list[CellPrediction]) -> list[str]:
     lines = ["", "Published runs the model never calibrated on (reference_results/sources/published-runs/):",
              f"{'cell':<14}{'framework':<10}{'ZeRO':>5}{'GPU':>11}{'GPUs':>6}{'seq':>6}{'mb':>4}{'ckpt':>6}"
@@ -190,6 +205,8 @@ def format_cells(rows: list[CellPrediction]) -> list[str]:
         sources = len({p.cell.source_id for p in done})
         lines += ["", f"  {len(done)} cells of {sources} sources predicted ({len(rows) - len(done)} not: said above); "
                       f"median |error| {med:.0f} %, max {worst:.0f} %, {off} off by more than {TARGETS['max_ratio']:g}x",
+                  "  by scale: " + "; ".join(f"{name} {n} cells, median |error| {m:.0f} % (signed {b:+.0f} %)"
+                                            for name, n, m, b in by_scale(done)),
                   f"  [{'ok' if med <= TARGETS['median_pct'] else 'MISSED'}] median |error| <= "
                   f"{TARGETS['median_pct']:g} % (issue 28)",
                   f"  [{'ok' if not off else 'MISSED'}] none off by more than {TARGETS['max_ratio']:g}x (issue 28)",

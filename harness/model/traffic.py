@@ -19,6 +19,7 @@ from .comm_layout import balanced_window_elements, gather_messages, pack, pack_m
 from .memory import (DS_ALLREDUCE_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET,
                      bf16_optimizer, dtype_bytes, gradient_collective, overlap_comm, param_tensors, zero_knob)
 from .params import PARAMS, ModelParams
+from .topology import NCCL_SOURCE, Topology, nccl_choice
 
 # ---- communication ---------------------------------------------------------------------------
 
@@ -189,34 +190,55 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     return [tr for tr in out if tr.sizes]
 
 
-def collective_time(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibration,
-                    params: ModelParams = PARAMS) -> tuple[float, float, str]:
-    """(seconds, busbw GB/s, source) of one message. From the measured curve of the op when there is
-    one: size x factor(op, N) / busbw(size) (the curve holds the latency). Otherwise latency +
-    size x factor(op, N) / busbw, busbw from the platform's declared per-direction bandwidths: on one
-    node the intra-node link; across nodes the slower of the intra-node link and the node's NICs
-    (a ring crosses each node's NICs once per direction, nccl-tests' busbw is per rank) times the
-    fabric's fitted efficiency (harness/model/params.py); latency declared per collective."""
-    p, n = cfg.platform, cfg.platform.world_size
-    curve = calib.busbw.get(op)
-    if curve is not None:
-        busbw, source = curve.busbw_gbps(size_bytes), curve.source
-        return size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
+def platform_topology(cfg: BenchConfig, params: ModelParams = PARAMS) -> tuple[Topology, str]:
+    """The declared topology NCCL's model runs on, and how its bus bandwidth was found: on one node
+    the intra-node link; across nodes the slower of the intra-node link and the node's NICs together
+    (a ring or tree crosses each node's NICs once per direction; nccl-tests' busbw is per rank) times
+    the fabric's efficiency (harness/model/params.py)."""
+    p = cfg.platform
     inter = p.nodes > 1
     busbw = p.inter_node_bw_gbps if inter else p.intra_node_bw_gbps
     name = "inter_node_bw_gbps" if inter else "intra_node_bw_gbps"
     if busbw <= 0:
         raise ConfigError(f"platform.{name}={busbw} is invalid for the performance model: declare the "
-                          f"bandwidth or give --records with a measured {op} sweep")
-    cuda = p.device == Device.cuda
-    latency = (params.inter_node_latency_s if inter else params.intra_node_latency_s) if cuda else 0.0
-    if inter and cuda:
-        eta = params.fabric_efficiency.get(p.fabric.value, 1.0)
+                          f"bandwidth or give --records with a measured sweep of the collectives")
+    how = f"declared platform.{name} {busbw:g} GB/s per direction"
+    if inter and p.device == Device.cuda:
+        paper = p.fabric.value == "roce" and p.name in params.paper_roce_platforms
+        eta = params.paper_roce_efficiency if paper else params.fabric_efficiency.get(p.fabric.value, 1.0)
         busbw = min(p.intra_node_bw_gbps or busbw, busbw * eta)
-        source = (f"declared platform.inter_node_bw_gbps {p.inter_node_bw_gbps:g} GB/s per direction x fitted "
-                  f"{p.fabric.value} efficiency {eta:g} (capped by intra_node_bw_gbps {p.intra_node_bw_gbps:g}), "
-                  f"+ {latency * 1e6:g} us latency per call (no measured {op} curve)")
-    else:
-        source = (f"declared platform.{name} {busbw:g} GB/s per direction"
-                  + (f", + {latency * 1e6:g} us latency per call" if latency else "") + f" (no measured {op} curve)")
-    return latency + size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
+        how += (f" x {'the paper' + chr(39) + 's RoCE clusters, UNEXPLAINED,' if paper else p.fabric.value} efficiency "
+                f"{eta:g} (capped by intra_node_bw_gbps {p.intra_node_bw_gbps:g})")
+    arch = "ampere" if "A100" in p.gpu_model else "hopper"
+    return Topology(p.nodes, p.gpus_per_node, busbw, rails=p.rails, arch=arch), how
+
+
+def collective_time(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibration,
+                    params: ModelParams = PARAMS) -> tuple[float, float, str]:
+    """(seconds, busbw GB/s, source) of one message. From the measured curve of the op when there is
+    one: size x factor(op, N) / busbw(size) (the curve holds the latency). Otherwise from the declared
+    topology (platform_topology): on GPUs, the algorithm and protocol NCCL's own tuning model picks
+    and its time (harness/model/topology.py: ring or tree, latency growing with ranks and nodes);
+    on CPUs (gloo) a ring at the declared bandwidth, no latency. params.nccl_model off: bytes x
+    factor / busbw alone."""
+    n = cfg.platform.world_size
+    curve = calib.busbw.get(op)
+    if curve is not None:
+        busbw, source = curve.busbw_gbps(size_bytes), curve.source
+        return size_bytes * busbw_factor(op, n) / (busbw * 1e9), busbw, source
+    topo, how = platform_topology(cfg, params)
+    if cfg.platform.device != Device.cuda or not params.nccl_model:
+        return size_bytes * busbw_factor(op, n) / (topo.busbw_gbps * 1e9), topo.busbw_gbps, how + f" (no measured {op} curve)"
+    c = nccl_choice(op, size_bytes, topo)
+    busbw = size_bytes * busbw_factor(op, n) / (c.time_s * 1e9) if size_bytes else 0.0
+    return c.time_s, busbw, (f"{how}; per message the algorithm and protocol {NCCL_SOURCE} picks on "
+                             f"{topo.nodes} x {topo.gpus_per_node} (no measured {op} curve)")
+
+
+def nccl_algorithm(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibration,
+                   params: ModelParams = PARAMS) -> str:
+    """The algorithm/protocol collective_time took for a message ('ring/Simple'); '' where a measured
+    curve or a cpu platform's ring gave the time."""
+    if op in calib.busbw or cfg.platform.device != Device.cuda or not params.nccl_model:
+        return ""
+    return nccl_choice(op, size_bytes, platform_topology(cfg, params)[0]).name

@@ -186,6 +186,17 @@ class ClusterModelCheck:
         return out
 
 
+def run_rounds(check, rounds: int) -> bool:
+    """check.round() `rounds` times; False (said why) when a bench failed."""
+    try:
+        for _ in range(rounds):
+            check.round()
+    except BenchFailed as exc:
+        print(exc)
+        return False
+    return True
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", default="default", help="the testbed cluster's name (make cluster-up CLUSTER=)")
@@ -199,11 +210,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ns = parser.parse_args(argv)
     out = (ns.out or Path(tempfile.mkdtemp(prefix="cluster-model-"))).resolve()
     check = ClusterModelCheck(ns.cluster, ns.suite, out, ns.max_other_cpus)
-    try:
-        for _ in range(ns.rounds):
-            check.round()
-    except BenchFailed as exc:
-        print(exc)
+    if not run_rounds(check, ns.rounds):
         return 1
     verdicts = check.verdicts()
     if not verdicts:

@@ -59,3 +59,13 @@ def test_the_table_reports_errors_and_the_issue_targets(cells):
     assert "median |error|" in text and "(issue 28)" in text
     assert all((r.predicted is None) == (r.cell.micro_batch is None) for r in rows)
     assert any("the source states no micro-batch" in ln for ln in text.splitlines())
+
+
+def test_the_table_says_how_the_error_goes_with_the_node_count(cells):
+    """Item 3 of issue 28: the topology at scale, checked on the published multi-node cells."""
+    some = [c for c in cells if c.micro_batch and c.num_gpus == 8][:1] + [c for c in cells if c.micro_batch and c.num_gpus >= 512][:1]
+    rows = P.predict_cells(compose, some)
+    bands = P.by_scale(rows)
+    assert [b[0] for b in bands] == ["1 node", "33+ nodes"] and all(n == 1 for _, n, _, _ in bands)
+    assert all(m == pytest.approx(abs(signed)) for _, _, m, signed in bands)
+    assert "by scale: 1 node 1 cells" in "\n".join(P.format_cells(rows))

@@ -94,7 +94,7 @@ def test_the_parameters_are_printed_with_their_origin(result):
     text = format_validation(result)
     for p in result.params:
         assert p["name"] in text and p["kind"] in ("fitted", "declared", "assumed", "measured")
-    assert {p["name"] for p in result.params} >= {"fabric_efficiency.ib", "fabric_efficiency.roce",
+    assert {p["name"] for p in result.params} >= {"fabric_efficiency.ib", "fabric_efficiency.roce", "paper_roce_efficiency",
                                                    "zero3_unexplained_s", "memory_model.FRAGMENTATION_FRACTION",
                                                    "host_s_per_module.sharded", "host_base_s.replicated"}
     unexplained = next(p for p in result.params if p["name"] == "zero3_unexplained_s")
