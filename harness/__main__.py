@@ -25,7 +25,8 @@ from .model import calibration
 from .model.check import check_step_times, checkable, record_config
 from .model.memory import memory_estimate
 from .model.perfmodel import predict, sweep_configs
-from .model.text import format_checks, format_prediction, format_sweep
+from .model.text import format_busbw, format_checks, format_prediction, format_sweep
+from .model.traffic import busbw_table
 from .model import published_runs
 from .model.validation import format_validation, validate_model
 from .multirun import split_flag
@@ -192,6 +193,9 @@ def cmd_model(args: list[str]) -> int:
                         help="with --against: exit 1 when a run's |error| is above PCT")
     parser.add_argument("--tokens", help="token budget for the hours estimate, e.g. 2e9")
     parser.add_argument("--sweep", action="store_true", help="a table over ZeRO 1/2/3 x every (micro-batch, grad-acc) split of C")
+    parser.add_argument("--busbw", action="store_true",
+                        help="the bus-bandwidth curve the model uses on the platform, nccl-tests style (8 B to 2 GiB): "
+                             "measured (--records) or NCCL's tuning model on the declared topology, with its algorithm")
     parser.add_argument("--no-references", action="store_true",
                         help="never calibrate from reference_results/ (used only when no training record qualifies)")
     parser.add_argument("--json", action="store_true", help="print the prediction(s) as JSON")
@@ -248,6 +252,14 @@ def cmd_model(args: list[str]) -> int:
     if cfg.kind != RunKind.training:
         raise HarnessError(f"kind={cfg.kind.value}: the performance model predicts training runs; use kind=training")
     records = calibration.load_records(paths)
+    if ns.busbw:
+        if ns.sweep or ns.tokens:
+            raise HarnessError("--busbw takes no --sweep or --tokens: it prints the collectives' curve of one platform")
+        rows = busbw_table(cfg, calibration.Calibration(busbw=calibration.busbw_curves(records, cfg)))
+        p = cfg.platform
+        print(json.dumps(rows, indent=2) if ns.json else
+              format_busbw(rows, f"busbw on {p.name}: {p.nodes} node(s) x {p.gpus_per_node}, {p.world_size} ranks"))
+        return 0
     configs = sweep_configs(cfg) if ns.sweep else [cfg]
     preds = [predict(c, calibration.calibrate(records, c, references, compute_records=compute), tokens) for c in configs]
     if ns.json:

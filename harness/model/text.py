@@ -111,3 +111,16 @@ def format_checks(rows: list[StepTimeCheck], max_error_pct: float | None = None)
                     if max_error_pct is not None else ""))
     lines.append("error = (model - measured) / measured; load = 1-minute load average when the run started")
     return "\n".join(lines)
+
+
+def format_busbw(rows: list[dict], title: str) -> str:
+    """busbw_table as nccl-tests prints a sweep: one block per op, sources numbered."""
+    lines, sources = [title], []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        lines += ["", f"  {op}", f"  {'size B':>12} {'time us':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}  algorithm [source]"]
+        for r in (r for r in rows if r["op"] == op):
+            if r["source"] not in sources:
+                sources.append(r["source"])
+            lines.append(f"  {r['size_bytes']:>12} {r['time_us']:>11.4g} {r['algbw_gbps']:>11.4g} {r['busbw_gbps']:>11.4g}  "
+                         f"{r['algorithm'] or '-'} [{sources.index(r['source']) + 1}]")
+    return "\n".join(lines + [""] + [f"  [{i + 1}] {s}" for i, s in enumerate(sources)])

@@ -242,3 +242,24 @@ def nccl_algorithm(op: str, size_bytes: int, cfg: BenchConfig, calib: Calibratio
     if op in calib.busbw or cfg.platform.device != Device.cuda or not params.nccl_model:
         return ""
     return nccl_choice(op, size_bytes, platform_topology(cfg, params)[0]).name
+
+
+BUSBW_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+BUSBW_SIZES = tuple(8 * 4 ** k for k in range(15))
+"""8 B to 2 GiB by 4x: nccl-tests' -b 8 -e 2G -f 4."""
+
+
+def busbw_table(cfg: BenchConfig, calib: Calibration, params: ModelParams = PARAMS,
+                sizes: tuple[int, ...] = BUSBW_SIZES) -> list[dict[str, Any]]:
+    """The bus-bandwidth curve the model uses on cfg's platform, nccl-tests style: per op and size the
+    time, algbw, busbw and where it came from (a measured curve, carried or not, or NCCL's tuning
+    model on the declared topology with the algorithm it picks): what to hold against a measured
+    nccl-tests run of the same fabric (`python -m harness model --busbw`)."""
+    n, out = cfg.platform.world_size, []
+    for op in BUSBW_OPS:
+        for size in sizes:
+            t, busbw, src = collective_time(op, size, cfg, calib, params)
+            out.append({"op": op, "size_bytes": size, "time_us": t * 1e6, "algbw_gbps": size / t / 1e9 if t else 0.0,
+                        "busbw_gbps": size * busbw_factor(op, n) / t / 1e9 if t else 0.0,
+                        "algorithm": nccl_algorithm(op, size, cfg, calib, params), "source": src})
+    return out

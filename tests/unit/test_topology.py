@@ -104,3 +104,25 @@ def test_the_emulated_cluster_from_2_nodes_predicts_3_and_4_within_15_percent():
             meas = statistics.median(r.measured_step_time_s for r in rs)
             errors[(n, run_id)] = (pred - meas) / meas * 100
     assert len(errors) == 6 and max(abs(e) for e in errors.values()) <= 15.0, errors
+
+
+def test_model_busbw_prints_the_curve_the_model_uses(capsys):
+    """`python -m harness model --busbw`: nccl-tests style, per op and size, with the algorithm NCCL
+    would pick on a declared topology, or the measured curve (carried to this world size) with --records."""
+    from pathlib import Path
+
+    from harness.__main__ import cmd_model
+    from harness.errors import HarnessError
+    assert cmd_model(["platform=roce-h100", "platform.name=my-h100", "platform.nodes=16", "--busbw"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("busbw on my-h100: 16 node(s) x 8, 128 ranks")
+    assert all(op in out for op in ("all_reduce", "all_gather", "reduce_scatter")) and "tree/LL " in out
+    assert "2147483648" in out and "NCCL's tuning model" in out
+    root = Path(__file__).resolve().parents[2] / "reference_results/sources/cluster-scale/2026-11-26-avx2-epyc/n2-0"
+    assert cmd_model(["platform=cpu-cluster", "platform.nodes=4", "--busbw", "--records", str(root), "--json"]) == 0
+    import json
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["op"] for r in rows} == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all("carried to 4 as a ring" in r["source"] and r["algorithm"] == "" for r in rows)
+    with pytest.raises(HarnessError, match="--busbw takes no --sweep"):
+        cmd_model(["platform=cpu", "--busbw", "--sweep"])
