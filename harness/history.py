@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterator, Optional
 
 from .errors import HarnessError
 from .record import ResultRecord
+from .store_migrations import upgrade
 
 DEFAULT_URL = "sqlite:///results/history.sqlite"
 ANOTHER_STORE = "name another store"
@@ -66,45 +68,24 @@ class History:
     """The store at `url`. Whatever the database says on opening, reading or writing (not a database,
     locked, read-only, a driver missing) is a HarnessError naming the store and what to do (`remedy`:
     the caller's option for another store); the store itself is left as it is, never recreated, and
-    each write is one transaction, so a failed one leaves nothing half-written."""
+    each write is one transaction, so a failed one leaves nothing half-written. Opening it brings its
+    schema to this suite's revision (harness/store_migrations: created, or upgraded in place keeping
+    every row; a store of a newer suite is refused, never written); `upgraded` says what was done."""
 
     def __init__(self, url: str = DEFAULT_URL, remedy: str = ANOTHER_STORE):
         import sqlalchemy as sa
 
         self.sa = sa
         self.name, self.file, self.remedy = store_name(url), store_file(url), remedy
-        meta = sa.MetaData()
-        self.nights = sa.Table(
-            "nights", meta,
-            sa.Column("night", sa.String(64), primary_key=True),
-            sa.Column("platform", sa.String(64), primary_key=True),
-            sa.Column("suite", sa.String(128), nullable=False),
-            sa.Column("out_dir", sa.Text, nullable=False),
-            sa.Column("started_utc", sa.String(32), nullable=False),
-            sa.Column("finished_utc", sa.String(32)))
-        self.runs = sa.Table(
-            "runs", meta,
-            sa.Column("night", sa.String(64), primary_key=True),
-            sa.Column("platform", sa.String(64), primary_key=True),
-            sa.Column("repeat", sa.Integer, primary_key=True),
-            sa.Column("run_id", sa.String(256), primary_key=True),
-            sa.Column("benchmark", sa.String(128), nullable=False),
-            sa.Column("status", sa.String(16), nullable=False),
-            sa.Column("created_utc", sa.String(32), nullable=False),
-            sa.Column("record", sa.Text, nullable=False))
-        self.bench_runs = sa.Table(
-            "bench_runs", meta,
-            sa.Column("machine", sa.String(256), primary_key=True),
-            sa.Column("platform", sa.String(64), primary_key=True),
-            sa.Column("out_dir", sa.Text, primary_key=True),
-            sa.Column("run_id", sa.String(256), primary_key=True),
-            sa.Column("benchmark", sa.String(128), primary_key=True),
-            sa.Column("status", sa.String(16), nullable=False),
-            sa.Column("created_utc", sa.String(32), nullable=False),
-            sa.Column("record", sa.Text, nullable=False))
         with self._errors_named():
             self.engine = sa.create_engine(url)
-            meta.create_all(self.engine)
+            self.upgraded = upgrade(self.engine, self.name, remedy)
+            # the tables as the migrations made them (harness/store_migrations: the one definition)
+            meta = sa.MetaData()
+            meta.reflect(bind=self.engine, only=["nights", "runs", "bench_runs"])
+        self.nights, self.runs, self.bench_runs = (meta.tables[t] for t in ("nights", "runs", "bench_runs"))
+        if self.upgraded:
+            print(self.upgraded, file=sys.stderr)
 
     @contextmanager
     def _errors_named(self) -> Iterator[None]:

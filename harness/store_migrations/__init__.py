@@ -1,0 +1,99 @@
+"""The history store's schema, versioned with Alembic (harness/history.py opens every store through
+`upgrade`): `versions/` holds one migration per schema revision, oldest first, and the store's own
+`alembic_version` table says which revision it is at.
+
+On opening, a store is brought to this suite's revision (HEAD) in one transaction:
+- an empty database gets every table, from the first revision on;
+- a store written before the schema was versioned (the three tables, no `alembic_version`: every
+  store of suite commits up to 8aa740d) is stamped as the baseline revision, then upgraded, every
+  row kept;
+- a store at an older revision is upgraded;
+- a store at a revision this suite does not know (written by a newer suite) is refused by name and
+  never written: the suite that reads it must be at least as new.
+
+To change the schema: add `versions/NNNN_<what>.py` with `revision`, `down_revision` and an
+`upgrade()` using alembic.op, then set HEAD. Migrations never import the suite's own table
+definitions: each describes its schema as it was.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import HarnessError
+
+SCRIPT_DIR = Path(__file__).resolve().parent
+"""Alembic's script location: the migrations are in its versions/."""
+HEAD = "0002"
+"""The revision this suite writes and reads."""
+BASELINE = "0001"
+"""The schema of every store written before versioning: nights, runs, bench_runs."""
+UNVERSIONED_TABLES = {"nights", "runs", "bench_runs"}
+
+
+def _script() -> Any:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(SCRIPT_DIR))
+    return cfg, ScriptDirectory.from_config(cfg)
+
+
+def revision_of(connection: Any) -> Optional[str]:
+    """The store's revision: its alembic_version, else BASELINE when it holds the unversioned tables,
+    else None (an empty database)."""
+    import sqlalchemy as sa
+    from alembic.runtime.migration import MigrationContext
+
+    current = MigrationContext.configure(connection).get_current_revision()
+    if current is not None:
+        return current
+    tables = set(sa.inspect(connection).get_table_names())
+    return BASELINE if UNVERSIONED_TABLES <= tables else None
+
+
+def upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
+    """Bring the store to HEAD (module docstring); returns what was done to an existing store
+    ('... schema 0001 -> 0002'), None when it was at HEAD or new. A revision newer than HEAD raises
+    HarnessError before any write. Two suites creating or upgrading one store at once: the one that
+    loses the race finds it at HEAD afterwards and goes on."""
+    from alembic.util.exc import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for attempt in range(3):
+        try:
+            return _upgrade(engine, name, remedy)
+        except (SQLAlchemyError, CommandError):
+            with engine.connect() as connection:
+                if revision_of(connection) == HEAD:
+                    return None
+            if attempt == 2:
+                raise
+    return None
+
+
+def _upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
+    from alembic.runtime.environment import EnvironmentContext
+    from alembic.runtime.migration import MigrationContext
+
+    cfg, script = _script()
+    known = {r.revision for r in script.walk_revisions()}
+    with engine.begin() as connection:
+        current = revision_of(connection)
+        if current is not None and current not in known:
+            raise HarnessError(f"history store {name} is at schema revision {current}, newer than this suite's "
+                               f"{HEAD}: it was written by a newer suite and is left as it is; upgrade the suite "
+                               f"(git pull), or {remedy}")
+        if current == HEAD:
+            return None
+        if current == BASELINE and MigrationContext.configure(connection).get_current_revision() is None:
+            MigrationContext.configure(connection).stamp(script, BASELINE)
+
+        def steps(rev: Any, context: Any) -> Any:
+            return script._upgrade_revs(HEAD, rev)
+
+        with EnvironmentContext(cfg, script, fn=steps, destination_rev=HEAD) as env:
+            env.configure(connection=connection)
+            env.run_migrations()
+    return None if current is None else f"history store {name}: schema {current} -> {HEAD}, every row kept"

@@ -1,0 +1,91 @@
+"""The history store's schema versions (harness/store_migrations, issue 29 item 2): a store written by
+an earlier suite is upgraded in place with every row kept, a new one is created at the head revision,
+and a store of a newer suite is refused by name and left byte for byte as it was."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
+
+from harness.errors import HarnessError
+from harness.history import History
+from harness.store_migrations import BASELINE, HEAD
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "history" / "store-8aa740d.sqlite"
+"""A store written by suite commit 8aa740d (unversioned: nights, runs, bench_runs), 2 nights x 2
+platforms of real records (reference_results/sources/cluster-scale)."""
+TABLES = ("nights", "runs", "bench_runs")
+
+
+def _rows(path: Path) -> dict[str, list[tuple]]:
+    with sqlite3.connect(path) as c:
+        return {t: sorted(c.execute(f"SELECT * FROM {t}").fetchall()) for t in TABLES}
+
+
+def _columns(path: Path) -> dict[str, list[tuple]]:
+    """Per table: (name, type, notnull, pk) of every column."""
+    with sqlite3.connect(path) as c:
+        return {t: [(r[1], r[2], r[3], r[5]) for r in c.execute(f"PRAGMA table_info({t})")] for t in TABLES}
+
+
+def test_a_store_of_the_unversioned_suite_is_upgraded_in_place_keeping_every_row(tmp_path, capsys):
+    store = tmp_path / "history.sqlite"
+    shutil.copy(FIXTURE, store)
+    before = _rows(store)
+    assert {t: len(v) for t, v in before.items()} == {"nights": 4, "runs": 16, "bench_runs": 6}
+    h = History(f"sqlite:///{store}")
+    assert h.upgraded == f"history store {store}: schema {BASELINE} -> {HEAD}, every row kept"
+    assert h.upgraded in capsys.readouterr().err
+    assert _rows(store) == before                                     # not one row lost or changed
+    with sqlite3.connect(store) as c:
+        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
+        indexes = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"ix_runs_platform_night", "ix_nights_platform_night", "ix_bench_runs_machine_platform"} <= indexes
+    assert len(h.records("cpu")) == 8 and h.earlier_nights("cpu", "2026-11-23", 5) == ["2026-11-21", "2026-11-22"]
+    assert len(h.bench_records("host-a", "cpu", 3)) == 4
+    assert History(f"sqlite:///{store}").upgraded is None             # at the head: nothing to do
+
+
+def test_a_new_store_is_created_at_the_head_with_the_baselines_tables(tmp_path):
+    store = tmp_path / "new.sqlite"
+    h = History(f"sqlite:///{store}")
+    assert h.upgraded is None
+    with sqlite3.connect(store) as c:
+        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
+    assert _columns(store) == _columns(FIXTURE)     # the baseline migration is the schema the old suite wrote
+    h.start_night("2026-11-26", "cpu", "nightly-cpu", "out")
+    assert not h.start_night("2026-11-26", "cpu", "nightly-cpu", "out")
+
+
+def test_a_store_of_a_newer_suite_is_refused_by_name_and_never_written(tmp_path):
+    store = tmp_path / "history.sqlite"
+    shutil.copy(FIXTURE, store)
+    History(f"sqlite:///{store}")
+    with sqlite3.connect(store) as c:
+        c.execute("UPDATE alembic_version SET version_num = '0099'")
+    digest = hashlib.sha256(store.read_bytes()).hexdigest()
+    with pytest.raises(HarnessError, match=rf"history store {store} is at schema revision 0099, newer than this "
+                                           rf"suite's {HEAD}.*left as it is.*pass --store"):
+        History(f"sqlite:///{store}", remedy="pass --store <another SQLAlchemy URL>")
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == digest
+
+
+def test_two_suites_opening_one_new_store_at_once_both_go_on(tmp_path):
+    """Four processes (as nightlies of several platforms are) create one store at the same moment."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "shared.sqlite"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from harness.history import History; "
+            "History(sys.argv[2]); print('ok')")
+    repo = str(Path(__file__).resolve().parents[2])
+    procs = [subprocess.Popen([sys.executable, "-c", code, repo, f"sqlite:///{store}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outs
+    with sqlite3.connect(store) as c:
+        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
