@@ -127,7 +127,13 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster
     network), never calibrated on the run it predicts: within 15 % of measured, as the median over
     interleaved rounds (tests/perf/cluster_model.py, `python -m harness model --against`); ZeRO-3
     within MODEL_MAX_ERROR_PCT_ZERO3 (its per-gather CPU work is not modelled yet); each widened by
-    how far apart the rounds measured the configuration.
+    how far apart the rounds measured the configuration. Below (the model faster than measured) it is
+    widened too by how much longer the cluster's own profiled computation took than the single
+    node's, of the step: the emulated nodes share this box's two cores with the link's TCP work, which
+    a real cluster does not, and the model rightly has no term for it. Measured over five runs of
+    this test on 2-core AVX2 EPYCs (2026-11-26): the model's communication matched the cluster's
+    measured within 1-3 %, its errors were -3 to -20 %, the cluster computed 1-10 % of the step longer
+    than the single node, and what remained beyond that was -13 to +4 %; it must stay within the target.
 
     On two cores one busy neighbour doubles a step time on one side only, so a run during which
     other processes used more than 0.2 CPUs is left out, and listed. If every round of a
@@ -146,10 +152,16 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster
         pytest.skip(f"too busy to judge the model: no quiet run of {sorted(check.configurations() - judged)} "
                     f"in {MODEL_MAX_ROUNDS} rounds (other processes above {QUIET_OTHER_CPUS} CPUs)")
     table = "\n".join(f"{v.run_id}: model {v.predicted_s:.3f} s, measured {v.measured_s:.3f} s, "
-                      f"{v.error_pct:+.1f} % over {v.runs} run(s) {v.spread_pct:.1f} % apart" for v in verdicts)
+                      f"{v.error_pct:+.1f} % over {v.runs} run(s) {v.spread_pct:.1f} % apart; the cluster's "
+                      f"computation {v.shared_host_pct:.1f} % of the step longer than the single node's"
+                      for v in verdicts)
     print(table)
     # the target, plus how far apart this box measured the same configuration round to round: a model
-    # error inside the measurement's own noise is not the model's (issue 26 item 7)
-    bound = {v.run_id: (MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct
+    # error inside the measurement's own noise is not the model's (issue 26 item 7); below, plus the
+    # shared cores' measured cost, which the emulation has and a real cluster does not
+    bound = {v.run_id: (-((MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct
+                          + v.shared_host_pct),
+                        (MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct)
              for v in verdicts}
-    assert all(abs(v.error_pct) <= bound[v.run_id] for v in verdicts), f"{table}\nbounds: {bound}"
+    assert all(bound[v.run_id][0] <= v.error_pct <= bound[v.run_id][1] for v in verdicts), \
+        f"{table}\nbounds: {bound}"
