@@ -1,8 +1,12 @@
 """The nightly history store: every run of every night, across nights (SQLAlchemy).
 
-Default: an embedded SQLite file (results/history.sqlite); any SQLAlchemy URL works for a shared
-store (postgresql://user@host/db, with its driver installed). A run is stored once its record is
-written; a night interrupted half-way is resumed from what the store holds.
+Default: an embedded SQLite file (results/history.sqlite). A team's shared store is PostgreSQL
+(postgresql://user:password@host/db; its driver, psycopg, is in the lock): every platform's nightly
+writes into the one database, at the same time if they run at once (tests/integration/
+test_postgres_store.py runs it for real). A run's records are stored in one transaction once they
+are written to disk; a night interrupted half-way is resumed from what the store holds, and a run
+whose records reached the disk but not the store (the nightly killed, or the store gone, in between)
+is stored from its record files, not redone.
 
 `bench` keeps its runs here too (table bench_runs, by machine): on a machine with no reference of
 its own, the earlier bench runs of that machine are its baseline (harness/baseline.py).
@@ -21,6 +25,7 @@ from .record import ResultRecord
 from .store_migrations import upgrade
 
 DEFAULT_URL = "sqlite:///results/history.sqlite"
+CONNECT_TIMEOUT_S = 15
 ANOTHER_STORE = "name another store"
 """What to do about a store that cannot be used, besides moving a damaged file aside: callers say it
 with their own option (bench: history=..., the nightly: --store ...)."""
@@ -51,6 +56,21 @@ def store_name(url: str) -> str:
         return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
+def _connect_args(url: str) -> dict:
+    """A server store that does not answer fails in CONNECT_TIMEOUT_S, not after the OS's TCP timeout
+    (minutes), unless the URL sets its own connect_timeout."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return {}           # create_engine says what is wrong with it
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}
+
+
 def _record(text: str, where: str) -> ResultRecord:
     """A stored record read back through the one validator (ResultRecord.from_dict)."""
     try:
@@ -78,7 +98,7 @@ class History:
         self.sa = sa
         self.name, self.file, self.remedy = store_name(url), store_file(url), remedy
         with self._errors_named():
-            self.engine = sa.create_engine(url)
+            self.engine = sa.create_engine(url, connect_args=_connect_args(url))
             self.upgraded = upgrade(self.engine, self.name, remedy)
             # the tables as the migrations made them (harness/store_migrations: the one definition)
             meta = sa.MetaData()
@@ -122,12 +142,24 @@ class History:
             c.execute(self.nights.update().where(self.nights.c.night == night, self.nights.c.platform == platform)
                       .values(finished_utc=_now()))
 
+    def night_started(self, night: str, platform: str) -> Optional[str]:
+        """When the night was first started (ISO UTC), None when it never was."""
+        with self._db() as c:
+            return c.execute(self.sa.select(self.nights.c.started_utc).where(
+                self.nights.c.night == night, self.nights.c.platform == platform)).scalar()
+
     def add_run(self, night: str, platform: str, repeat: int, record: ResultRecord) -> None:
+        self.add_runs(night, platform, repeat, [record])
+
+    def add_runs(self, night: str, platform: str, repeat: int, records: list[ResultRecord]) -> None:
+        """One run's records (a collective sweep has one per op) in one transaction: all or none."""
+        now = _now()
         with self._db(write=True) as c:
-            c.execute(self.runs.insert().values(night=night, platform=platform, repeat=repeat,
-                                                run_id=record.run_id, benchmark=record.benchmark,
-                                                status=record.status, created_utc=_now(),
-                                                record=json.dumps(record.to_dict())))
+            for record in records:
+                c.execute(self.runs.insert().values(night=night, platform=platform, repeat=repeat,
+                                                    run_id=record.run_id, benchmark=record.benchmark,
+                                                    status=record.status, created_utc=now,
+                                                    record=json.dumps(record.to_dict())))
 
     def finished(self, night: str, platform: str) -> set[tuple[int, str]]:
         """(repeat, run_id) of the runs this night already stored."""
@@ -144,6 +176,17 @@ class History:
         with self._db() as c:
             rows = c.execute(query.order_by(self.runs.c.night, self.runs.c.repeat, self.runs.c.run_id)).all()
         return [(r.night, _record(r.record, f"{self.name}: run of night {r.night}")) for r in rows]
+
+    def last_nights(self) -> list[tuple[str, str, str, Optional[str]]]:
+        """(platform, night, out_dir, finished_utc or None) of each platform's latest night, by platform."""
+        n = self.nights.c
+        with self._db() as c:
+            rows = c.execute(self.sa.select(n.platform, n.night, n.out_dir, n.finished_utc)
+                             .order_by(n.platform, n.night.desc())).all()
+        latest: dict[str, tuple[str, str, str, Optional[str]]] = {}
+        for r in rows:
+            latest.setdefault(r.platform, (r.platform, r.night, r.out_dir, r.finished_utc))
+        return list(latest.values())
 
     def earlier_nights(self, platform: str, night: str, count: int) -> list[str]:
         """The last `count` finished nights of the platform before `night`, oldest first."""

@@ -2,16 +2,18 @@
 
     python -m harness nightly [--night ID] [--repeats N] [--store URL] [--baseline-nights N]
                               [--reference FILE|none ...] [--fail-on VERDICTS] [overrides ...]
+    python -m harness nightly --overview FILE [--store URL] [--reference ...] [--baseline-nights N]
 
 Runs the nightly suite (`suite=nightly-<platform>` unless overridden) `--repeats` times, keeps
-every run in the history store (SQLite by default, any SQLAlchemy URL), compares this night's
-runs with the reference table and with a rolling baseline (the runs of the last
+every run in the history store (SQLite by default; PostgreSQL for a team's shared one), compares
+this night's runs with the reference table and with a rolling baseline (the runs of the last
 `--baseline-nights` finished nights; `--reference` picks the reference tables, default every
-reference_results/*.json, `none` for the baseline alone), and writes nightly.md, nightly.html (self-contained, with a
-trend plot per metric and the micro-step charts) and junit.xml into OUT. A night is identified by
-`--night` (default: today's date); running the same night again resumes it: runs already stored
-are not redone. Exit status 1 when a comparison finds a verdict in --fail-on (default:
-regression, status changed).
+reference_results/*.json, `none` for the baseline alone), and writes nightly.md, nightly.html
+(harness/report/nightly_page.py) and junit.xml into OUT. A night is identified by `--night`
+(default: today's date); running the same night again resumes it: runs already stored are not
+redone, runs written to disk but not stored are stored from their files. Exit status 1 when a
+comparison finds a verdict in --fail-on (default: regression, status changed). --overview runs
+nothing: one page of every platform's last night in the store (harness/report/overview.py).
 """
 from __future__ import annotations
 
@@ -19,21 +21,26 @@ import argparse
 import json
 import shutil
 import statistics
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
+from typing import Optional
 
 from contract.metrics import tolerances_for
 
-from .bench import checked_images, execute, plan_suite
+from .bench import PlannedRun, checked_images, execute, plan_suite
 from .compare import VERDICTS, compare, parse_fail_on
 from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .history import DEFAULT_URL, History
 from .record import ResultRecord
+from .record_files import load_record
 from .references import REFERENCE_METRICS, load_references, record_config, references_from_records
 from .report.legend import grouped
+from .atomic import write_bytes_atomic
 from .report.nightly import write_reports
+from .report.overview import OverviewRow, overview_line, overview_page
+from .report.nightly_page import series_label
 from .report.verdicts import verdict_text
 
 
@@ -52,38 +59,111 @@ def series(history: list[tuple[str, ResultRecord]]) -> dict[str, list[tuple[str,
     for night, rec in history:
         if rec.status != "ok":
             continue
-        cfg = record_config(rec)
-        label = ",".join(f"{k}={v}" for k, v in cfg.items() if k in ("zero_stage", "micro_batch_size",
-                                                                       "grad_acc_steps", "max_bytes"))
+        label = series_label(rec.platform, rec.benchmark, record_config(rec))
         for metric in REFERENCE_METRICS.get(rec.kind, {}):
             if metric in rec.metrics:
-                name = f"{rec.platform}/{rec.benchmark} {label} {metric}"
+                name = f"{label} {metric}"
                 values.setdefault(name, {}).setdefault(night, []).append(rec.metrics[metric]["value"])
     return {name: [(night, statistics.median(v)) for night, v in sorted(nights.items())]
             for name, nights in sorted(values.items())}
 
 
+def written_not_stored(p: PlannedRun, out: Path, started_utc: Optional[str]) -> list[ResultRecord]:
+    """The records run p wrote into `out` during this night (created after it started) when every one
+    it produces is there and valid: a run that finished but was not stored (the nightly killed, or
+    the store unreachable, in between). Empty when any is missing, unreadable or older."""
+    found = []
+    for rid in p.run.record_ids():
+        path = out / f"{rid}.json"
+        if not path.is_file() or started_utc is None:
+            return []
+        try:
+            rec = load_record(path)
+        except HarnessError:
+            return []
+        if not rec.created_utc or datetime.fromisoformat(rec.created_utc) < datetime.fromisoformat(started_utc):
+            return []
+        found.append(rec)
+    return found
+
+
 def run_night(overrides: list[str], *, night: str, repeats: int, store: History, out: Path) -> list[ResultRecord]:
-    """Every repeat of the suite; runs the store already holds for this night are skipped."""
+    """Every repeat of the suite; runs the store already holds for this night are skipped, and runs
+    written to disk but not stored are stored from their files. A store that fails mid-night stops
+    it saying that every record so far is on disk and is stored when the same night runs again."""
+    try:
+        return _run_night(overrides, night=night, repeats=repeats, store=store, out=out)
+    except HarnessError as exc:
+        if str(exc).startswith("history store"):
+            raise HarnessError(f"{exc}; every record of this night so far is kept under {out}, and running the "
+                               f"same night again (--night {night}) stores them without redoing them") from None
+        raise
+
+
+def _run_night(overrides: list[str], *, night: str, repeats: int, store: History, out: Path) -> list[ResultRecord]:
     done: set[tuple[int, str]] = set()
     records = []
+    started = None
     for repeat in range(repeats):
         _, planned = plan_suite(overrides + [f"out={out / f'repeat-{repeat}'}"], images=checked_images())
         platform = planned[0].cfg.platform.name
         if repeat == 0:
             store.start_night(night, platform, planned[0].cfg.suite.name, str(out))
             done = store.finished(night, platform)
+            started = store.night_started(night, platform)
+        where = f"[night {night} repeat {repeat + 1}/{repeats}]"
         for p in planned:
-            if any((repeat, rid) in done for rid in p.run.record_ids()):
-                print(f"[night {night} repeat {repeat + 1}/{repeats}] {p.run.run_id}: stored, not redone", flush=True)
+            if all((repeat, rid) in done for rid in p.run.record_ids()):
+                print(f"{where} {p.run.run_id}: stored, not redone", flush=True)
+                continue
+            written = written_not_stored(p, out / f"repeat-{repeat}", started)
+            if written:
+                store.add_runs(night, platform, repeat, [r for r in written if (repeat, r.run_id) not in done])
+                records += written
+                print(f"{where} {p.run.run_id}: finished before but not stored: stored from its record "
+                      f"file(s), not redone", flush=True)
                 continue
             if p.run.run_dir.exists():  # interrupted before it was stored: start it afresh
                 shutil.rmtree(p.run.run_dir)
-            print(f"[night {night} repeat {repeat + 1}/{repeats}]", flush=True)
-            for record in execute([p], out / f"repeat-{repeat}"):
-                store.add_run(night, platform, repeat, record)
-                records.append(record)
+            print(where, flush=True)
+            new = execute([p], out / f"repeat-{repeat}")
+            # all of the run's records, or none (a sweep that an older suite stored in part: the rest)
+            store.add_runs(night, platform, repeat, [r for r in new if (repeat, r.run_id) not in done])
+            records += new
     return records
+
+
+def store_url(url: str) -> str:
+    """A relative SQLite file is the repository's (its folder made); any other URL as given."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        (REPO_ROOT / url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{REPO_ROOT / url[len('sqlite:///'):]}"
+    return url
+
+
+def judge(store: History, platform: str, night: str, refs: list, baseline_nights: int):
+    """(the night's records, {"references"|"baseline": verdicts}, the baseline's nights, their records)."""
+    tonight = [rec for _, rec in store.records(platform, [night])]
+    earlier_nights = store.earlier_nights(platform, night, baseline_nights)
+    earlier = store.records(platform, earlier_nights)
+    verdicts = {"references": compare(tonight, refs),
+                "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights))}
+    return tonight, verdicts, earlier_nights, earlier
+
+
+def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Path:
+    """One page of every platform's last night in the store, judged as the nightly judged it
+    (harness/report/overview.py); a line per platform printed."""
+    rows = []
+    for platform, night, out_dir, finished in store.last_nights():
+        tonight, verdicts, _, _ = judge(store, platform, night, refs, baseline_nights)
+        rows.append(OverviewRow(platform, night, Path(out_dir), finished, tonight, verdicts))
+        print(overview_line(rows[-1]))
+    if not rows:
+        print(f"history store {store.name} holds no night yet")
+    written = write_bytes_atomic(path, overview_page(rows, store.name).encode("utf-8"))
+    print(f"overview: {written}")
+    return written
 
 
 def cli(args: list[str]) -> int:
@@ -97,35 +177,41 @@ def cli(args: list[str]) -> int:
                              "none: judge against the rolling baseline only")
     parser.add_argument("--fail-on", default="regression,status changed",
                         help="comma list of verdicts that make the exit status 1 (_ for a space), or none")
+    parser.add_argument("--overview", type=Path, metavar="FILE",
+                        help="run nothing: write one HTML page of every platform's last night in the store, with "
+                             "its verdicts, to FILE")
     parser.add_argument("overrides", nargs="*")
-    ns = parser.parse_args(args)
+    # intermixed: `make nightly PLATFORM=cpu ARGS="--store URL out=..."` puts an override before the options
+    ns = parser.parse_intermixed_args(args)
     if ns.repeats < 1 or ns.baseline_nights < 1:
         raise HarnessError("--repeats and --baseline-nights must be >= 1")
     fail_on = parse_fail_on(ns.fail_on)
     if ns.reference and "none" in ns.reference and len(ns.reference) > 1:
         raise HarnessError(f"--reference none judges against the baseline alone; it takes no other file: {ns.reference}")
     refs = [] if ns.reference == ["none"] else load_references([Path(p) for p in ns.reference] if ns.reference else None)
+    if ns.overview:
+        if ns.overrides:
+            raise HarnessError(f"--overview runs nothing; it takes no overrides: {ns.overrides}")
+        overview(History(store_url(ns.store), remedy="pass --store <another SQLAlchemy URL>"), refs,
+                 ns.baseline_nights, ns.overview.resolve())
+        return 0
     overrides = list(ns.overrides)
     first = compose(overrides)  # validates before anything runs
     if not any(o.startswith("suite=") for o in overrides):
         overrides.append(f"suite=nightly-{first.platform.name}")
     platform = first.platform.name
     out = Path(first.out).resolve() if first.out else REPO_ROOT / "results" / f"nightly-{platform}-{ns.night}"
-    url = ns.store
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        (REPO_ROOT / url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{REPO_ROOT / url[len('sqlite:///'):]}"
-    store = History(url, remedy="pass --store <another SQLAlchemy URL>")  # stops before any run
+    store = History(store_url(ns.store), remedy="pass --store <another SQLAlchemy URL>")  # stops before any run
     run_night([o for o in overrides if not o.startswith("out=")], night=ns.night, repeats=ns.repeats,
               store=store, out=out)
-    tonight = [rec for _, rec in store.records(platform, [ns.night])]
-    earlier_nights = store.earlier_nights(platform, ns.night, ns.baseline_nights)
-    earlier = store.records(platform, earlier_nights)
-    verdicts = {"references": compare(tonight, refs),
-                "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights))}
+    tonight, verdicts, earlier_nights, earlier = judge(store, platform, ns.night, refs, ns.baseline_nights)
     store.finish_night(ns.night, platform)
+    previous: dict[str, tuple[str, ResultRecord]] = {}
+    for night, rec in earlier:                 # the last earlier night's run of each run id (its first repeat)
+        if earlier_nights and night == earlier_nights[-1]:
+            previous.setdefault(rec.run_id, (night, rec))
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,
-                          history=series(store.records(platform, earlier_nights + [ns.night])))
+                          history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous)
     failing = {k: [v for v in vs if v.verdict in fail_on] for k, vs in verdicts.items()}
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})

@@ -29,6 +29,8 @@ HEAD = "0002"
 BASELINE = "0001"
 """The schema of every store written before versioning: nights, runs, bench_runs."""
 UNVERSIONED_TABLES = {"nights", "runs", "bench_runs"}
+MIGRATION_LOCK = 0x5e1f_2900
+"""PostgreSQL advisory lock key held while a suite creates or upgrades a shared store."""
 
 
 def _script() -> Any:
@@ -80,6 +82,10 @@ def _upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
     cfg, script = _script()
     known = {r.revision for r in script.walk_revisions()}
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":     # one migrating suite at a time; the others then
+            import sqlalchemy as sa                      # find the store at HEAD (released at commit)
+
+            connection.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
         current = revision_of(connection)
         if current is not None and current not in known:
             raise HarnessError(f"history store {name} is at schema revision {current}, newer than this suite's "

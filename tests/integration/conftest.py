@@ -75,7 +75,7 @@ def default_suite(tmp_path_factory) -> BenchRun:
 # --- a real single-node Slurm on localhost (tests/slurm_cluster.py) ------------------------------
 from collections.abc import Iterator  # noqa: E402
 
-from ..slurm_cluster import SlurmCluster, SlurmUnavailable, is_client_variable  # noqa: E402
+from ..slurm_cluster import SlurmCluster, is_client_variable  # noqa: E402
 
 
 def pytest_configure(config):
@@ -97,15 +97,7 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
     with SUITE_REQUIRE_SLURM=1 (CI) that is a failure instead.
     """
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    reason = None
-    try:
-        cluster.start()
-    except SlurmUnavailable as e:
-        reason = f"no Slurm cluster: {e}"
-    if reason is not None:   # outside the except: no chained traceback in the report
-        if os.environ.get("SUITE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"SUITE_REQUIRE_SLURM=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+    start_or_skip(cluster, "Slurm cluster")
     # SLURM_CONF points at the cluster; SLURM_JOB_ID & co. of an outer Slurm job (CI inside
     # salloc) would make srun/sbatch talk about jobs this cluster never had: hidden meanwhile
     saved = {key: value for key, value in os.environ.items() if is_client_variable(key)}
@@ -144,6 +136,17 @@ def require_or_skip(reason: str) -> None:
     pytest.skip(reason)
 
 
+def start_or_skip(bed, what: str) -> None:
+    """bed.start(), or skip saying why it cannot be provided here (a failure in CI)."""
+    reason = None
+    try:
+        bed.start()
+    except Unavailable as e:
+        reason = f"no {what}: {e}"
+    if reason is not None:      # outside the except: no chained traceback in the report
+        require_or_skip(reason)
+
+
 @pytest.fixture(scope="session")
 def emulated_cluster() -> Iterator[EmulatedCluster]:
     """Two nodes (network namespaces node1, node2, a 1 Gbit/s shaped link) and a real Slurm across
@@ -151,13 +154,7 @@ def emulated_cluster() -> Iterator[EmulatedCluster]:
     the end, also when a test fails or the session is interrupted; a session killed outright is
     cleaned up by the next start. Skips without root, except in CI where it must run."""
     cluster = EmulatedCluster(f"ci{os.getpid() % 10**6}", num_nodes=2, link=CLUSTER_LINK)
-    reason = None
-    try:
-        cluster.start()
-    except Unavailable as e:
-        reason = f"no emulated cluster: {e}"
-    if reason is not None:
-        require_or_skip(reason)
+    start_or_skip(cluster, "emulated cluster")
     try:
         yield cluster
     finally:
@@ -173,3 +170,44 @@ def cluster(emulated_cluster) -> Iterator[EmulatedCluster]:
         emulated_cluster.run(["scancel", *jobs], check=False)
     if emulated_cluster.link != CLUSTER_LINK:
         emulated_cluster.shape(CLUSTER_LINK)
+
+
+from testbed.postgres import PostgresServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server (Debian's postgresql, installed when missing) on a free localhost
+    port, once per session, stopped and removed at the end. Skips with the reason where it cannot be
+    provided (not root and not installed, no apt-get), except in CI where it must run."""
+    server = PostgresServer()
+    start_or_skip(server, "PostgreSQL server")
+    print(f"PostgreSQL started in {server.start_s:.1f} s"
+          + (f" (apt-get install {server.install_s:.0f} s)" if server.install_s else ""))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_store(postgres_server, request) -> str:
+    """The URL of a new empty database of the session's server, for one test."""
+    import hashlib
+
+    name = ("t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40] + "_"
+            + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8])
+    return postgres_server.create_database(name)
+
+
+@pytest.fixture(scope="session")
+def chromium_browser() -> str:
+    """Debian's chromium (installed when missing, as root): the binary the report tests open pages
+    with (tests/browser.py). Skips with the reason where it cannot be provided, except in CI."""
+    from ..browser import BrowserUnavailable, chromium
+
+    try:
+        return chromium()
+    except BrowserUnavailable as e:
+        require_or_skip(f"no chromium: {e}")
+        raise

@@ -13,6 +13,7 @@ import pytest
 
 from harness.record import validate_record
 
+from ..browser import render
 from ..perf.cluster_model import ClusterModelCheck
 from .conftest import REPO, BenchRun
 
@@ -102,10 +103,13 @@ def nightly(cluster, tmp_path: Path, night: str) -> subprocess.CompletedProcess:
                                 f"out={tmp_path / night}"], timeout=1200)
 
 
-def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, tmp_path):
+def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_browser, tmp_path):
     """Two nights of the cpu-cluster nightly suite: the first on the 1 Gbit/s link, the second after
     `make cluster-shape LINK=250mbit`. The collectives and the runs whose step crosses the link
-    regress against the first night, and "what changed" is the link, read from each node."""
+    regress against the first night, and "what changed" is the link, read from each node. The
+    second night's nightly.html, opened in headless Chromium at 1400 px, says so on its first
+    screen, loads every figure with no console error and is no wider than the window (its
+    screenshot is kept beside it)."""
     good = nightly(cluster, tmp_path, "2026-11-01")
     assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-3000:]
     cluster.shape("250mbit")
@@ -119,6 +123,14 @@ def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, tmp_path):
                            for line in changed), changed
     report = (tmp_path / "2026-11-02" / "nightly.md").read_text()
     assert "links.node2/eth0" in report
+    shown = render(tmp_path / "2026-11-02" / "nightly.html", screenshot=tmp_path / "2026-11-02" / "first-screen.png",
+                   binary=chromium_browser)
+    print(f"screenshot: {shown.screenshot}")
+    assert shown.errors == [] and shown.page_width <= shown.window_width == 1400
+    assert shown.images and all(image["complete"] and image["width"] > 0 for image in shown.images)
+    assert "regression(s) or status change(s)" in shown.first_screen
+    assert "links.node1/eth0: 1.0 -> 0.25" in shown.first_screen and "links.node2/eth0: 1.0 -> 0.25" in shown.first_screen
+    assert "regression c" in shown.first_screen and "avg_busbw_gbps" in shown.first_screen
 
 
 def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster, tmp_path):

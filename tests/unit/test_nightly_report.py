@@ -10,7 +10,8 @@ from pathlib import Path
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 from harness.compare import VERDICTS, Verdict
-from harness.report.nightly import _ORDER, microstep_png, trend_png, write_reports
+from harness.report.nightly import _ORDER, write_reports
+from harness.report.nightly_page import microstep_pair_png, trend_panels_png
 from unit_helpers import schema_valid, typed
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -105,11 +106,16 @@ def test_html_is_self_contained_escaped_and_has_one_image_per_chart(tmp_path):
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;tried 2 GiB&gt;" in page  # a failed run's reason, escaped
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == len(_history()) + 1  # two trend series + the one record with microsteps
+    assert len(images) == 2  # one panel figure for the two series' configuration + the record with microsteps
     assert all(base64.b64decode(img)[:8] == PNG_SIGNATURE for img in images)
     assert '<tr class="regression">' in page and "<style>" in page
-    assert "references (against the reference table): 1 regression, 1 missing, 1 insufficient data, " \
-           "1 improvement, 1 new, 1 pass (6 verdicts)" in page
+    # the first screen: the count of each verdict per comparison, then the problems with what changed
+    counts = page.split("<h2>", 1)[0]
+    assert "<th>against the reference table</th><td>1</td><td></td><td>1</td><td>1</td>" in counts
+    problems = page.split("<h2>Regressions and status changes</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "what changed: <b>nccl: 2.20.5 -&gt; 2.21.5; env.NCCL_ALGO: None -&gt; Tree</b>" in problems
+    assert "<b>regression</b> c1 (cpu/llama-tiny ZeRO-1 mb 2 x ga 4): samples_per_s 0.88x (1.14x slower)" in problems
+    assert "<b>status changed</b> c2 (cpu/llama-tiny ZeRO-3 mb 2 x ga 4)" in problems
 
 
 def test_markdown_has_title_summary_tables_and_failed_runs(tmp_path):
@@ -124,8 +130,10 @@ def test_markdown_has_title_summary_tables_and_failed_runs(tmp_path):
 
 def test_charts_render_as_png_bytes(tmp_path):
     """Also writes the two charts to /tmp/nightly-report-*.png, to look at them."""
-    trend = trend_png(SERIES, _history()[SERIES], "2026-05-10")
-    micro = microstep_png(_records()[0])
+    panels = [("c1: cpu/llama-tiny ZeRO-1", {n.rsplit(" ", 1)[1]: pts for n, pts in _history().items()})]
+    trend = trend_panels_png(panels, "2026-05-10", {(panels[0][0], "samples_per_s"): 5.0},
+                             {(panels[0][0], "samples_per_s"): 40.0})
+    micro = microstep_pair_png(_records()[0], ("2026-05-09", _records()[0]), "2026-05-10")
     for name, png in (("trend", trend), ("microsteps", micro)):
         assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
         (Path("/tmp") / f"nightly-report-{name}.png").write_bytes(png)
