@@ -6,7 +6,7 @@ the time taken); the probe's one line in the run summary.
 Comparable, by measurement: the two records' probes agree on the device and, on cpu, on the ISA
 class that picks torch's kernels, the GPUs' state (power limit, throttling, PCIe link, ECC,
 persistence, MIG: benchmarks/gpu_state.py) does not differ, and each figure (best of the probe's
-repeats) lies within its tolerance (TOLERANCE_PCT, measured: see the README's "Machines" section).
+repeats) lies within its tolerance (TOLERANCE_PCT, measured: see docs/measurement.md, "Machines").
 A reference whose record carries no probe is "machine not measured"; a run without one (a record
 from before the probe) is judged by the machines' names as before (harness.compare.machine_of).
 """
@@ -25,7 +25,7 @@ and the runs' throughput with it), bf16 7.3-8.8, one core's triad 14.3-26.1 GB/s
 compared exactly, so 40 % still parts them. cuda: not measured yet (no GPU lent to this suite's
 sessions so far; `make gpu-check` records the probe): datacentre GPUs at fixed clocks repeat a
 matmul within a few percent, and their power, clocks and link are compared exactly
-(benchmarks/gpu_state.py). README, "Machines"."""
+(benchmarks/gpu_state.py). docs/measurement.md, "Machines"."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 DTYPE_ORDER = ("fp32", "bf16", "fp16")

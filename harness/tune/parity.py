@@ -18,7 +18,7 @@ from ..record import ResultRecord
 
 def default_tolerance(precision: Precision) -> float:
     """Relative loss difference allowed: fp32 reduction-order noise is ~1e-6 after a few steps
-    (measured on the cpu platform, see README); 16-bit training accumulates more."""
+    (measured on the cpu platform, see docs/tuning.md); 16-bit training accumulates more."""
     return 1e-3 if precision == Precision.fp32 else 3e-2
 
 
