@@ -264,7 +264,11 @@ def _build_one(op: Op, accel, folder: Path, work: Path) -> bool:
     manifest = folder / f"{op.name}.json"
     manifest.unlink(missing_ok=True)  # until the new library is in place, the op is not built
     # we hold the build lock: torch's lock file in this op's folder is a killed build's leftover
-    (work / builder.name / "lock").unlink(missing_ok=True)
+    stale = work / builder.name / "lock"
+    if stale.exists():
+        stale.unlink(missing_ok=True)
+        print(f"deepspeed op {op.name}: removed {stale}, left by a build that was killed (no build holds "
+              f"{folder / BUILD_LOCK} but this one; torch's JIT loader would wait on it forever)", flush=True)
     print(f"deepspeed op {op.name}: building into {folder} (once; about a minute on 2 cores)", flush=True)
     start = time.perf_counter()
     module = builder.jit_load(verbose=False)

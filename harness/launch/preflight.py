@@ -15,23 +15,30 @@ named and judged:
 
 And the ops each launched run will load (benchmarks.ops.needed_ops) must be built for the
 installation the ranks run (checked for runs outside a container: an image carries its own): an
-optional one that is missing is a note (DeepSpeed runs without it), any other a refusal before
-launch naming the run, the setting that needs the op and the command that builds it.
+optional one that is missing is a note (DeepSpeed runs without it); any other is built here, once,
+by the controller before anything launches (`python -m benchmarks.ops build`, a process of its own:
+under the build folder's flock(2), which the kernel drops when a holder dies, so a killed build
+never blocks the next; a killed build's torch lock file is named and removed), never in a rank.
+Only for runs launched on this host: the cpu ops are compiled for the building CPU (-march=native),
+so for Slurm runs it is a refusal before launch naming the run, the setting that needs the op and
+the command to run on a compute node. A build that fails is a refusal with its output's end.
 """
 from __future__ import annotations
 
 import os
 import shlex
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Protocol, Sequence
 
-from benchmarks.ops import build_command, needed_ops, state
+from benchmarks.ops import BY_NAME, build_command, needed_ops, state
 from contract.spec import TrainSpec
 
-from ..config.choices import ContainerRuntime
-from ..config.schema import BenchConfig
+from ..config.choices import ContainerRuntime, LauncherKind
+from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import ConfigError
 from ..plan import RunSpec
 
@@ -164,7 +171,8 @@ def clear_stale_locks(extensions_dir: Path, proc: Path = PROC, recheck_s: float 
 
 
 def check_ops(planned: Sequence[Planned]) -> list[str]:
-    """Notes for optional ops that are not built; ConfigError for a run that needs one that is not."""
+    """Notes for optional ops that are not built; a required op that is not is built here for runs
+    launched on this host, and a ConfigError for a Slurm run (module docstring)."""
     notes, missing = [], {}
     for p in planned:
         spec = p.run.spec
@@ -176,21 +184,49 @@ def check_ops(planned: Sequence[Planned]) -> list[str]:
             if st.problem is None:
                 continue
             if not op.optional:
-                missing.setdefault((op.name, accelerator), (p.run.run_id, op, st.problem))
+                here = p.cfg.platform.launcher == LauncherKind.local
+                found = missing.setdefault((op.name, accelerator), (p.run.run_id, op, st.problem, here))
+                if found[3] and not here:      # one run elsewhere needing it: it is built there
+                    missing[(op.name, accelerator)] = (p.run.run_id, op, st.problem, False)
             elif op.name not in _noted:
                 _noted.add(op.name)
                 notes.append(f"note: DeepSpeed op {op.name} {st.problem}; runs go on without it, as "
                              f"DeepSpeed does where it is unsupported (loaded by {op.loaded_by}; the suite's "
                              f"runs never call it). Build it once: {build_command([op.name], accelerator)}")
-    if missing:
+    here = {key: v for key, v in missing.items() if v[3]}
+    for accelerator in sorted({acc for _, acc in here}):
+        names = [n for n, acc in here if acc == accelerator]
+        _build_here(names, accelerator, {n: here[(n, accelerator)] for n in names})
+    elsewhere = {key: v for key, v in missing.items() if not v[3]}
+    if elsewhere:
         lines = [f"run {run_id} needs DeepSpeed op {op.name} ({op.loaded_by}), which is {problem}"
-                 for run_id, op, problem in missing.values()]
-        accelerators = sorted({acc for _, acc in missing})
-        commands = [build_command([n for n, a in missing if a == acc], acc) for acc in accelerators]
-        raise ConfigError("; ".join(lines) + ". Runs never build ops (a run killed during a build "
-                          "would leave a lock every later run waits on). Build them once (about 30 s "
-                          "each on 2 cores), then run again: " + " && ".join(commands))
+                 for run_id, op, problem, _ in elsewhere.values()]
+        accelerators = sorted({acc for _, acc in elsewhere})
+        commands = [build_command([n for n, a in elsewhere if a == acc], acc) for acc in accelerators]
+        raise ConfigError("; ".join(lines) + ". Its ranks run on Slurm's nodes, and the cpu ops are compiled for "
+                          "the CPU that builds them: build them once on a compute node (e.g. srun -N1 "
+                          "<command>), about 30 s each on 2 cores, then run again: " + " && ".join(commands))
     return notes
+
+
+def _build_here(names: list[str], accelerator: str, why: dict[str, tuple]) -> None:
+    """Build `names` in a process of its own, its output shown; ConfigError when one is still not
+    usable afterwards."""
+    for name in names:
+        run_id, op, problem, _ = why[name]
+        print(f"run {run_id} needs DeepSpeed op {name} ({op.loaded_by}), which is {problem}: building it now, "
+              "once, before anything launches", flush=True)
+    argv = [sys.executable, "-m", "benchmarks.ops", "build", *names, "--accelerator", accelerator]
+    started = time.monotonic()
+    result = subprocess.run(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(result.stdout.rstrip(), flush=True)
+    still = [f"{n}: {st.problem}" for n in names for st in [state(BY_NAME[n], accelerator)] if st.problem]
+    if result.returncode != 0 or still:
+        tail = "\n".join(result.stdout.strip().splitlines()[-15:])
+        raise ConfigError(f"building DeepSpeed op(s) {', '.join(names)} failed (exit {result.returncode}"
+                          + (f"; {'; '.join(still)}" if still else "") + f"), so nothing was launched:\n{tail}\n"
+                          f"build them by hand to see why: {build_command(names, accelerator)}")
+    print(f"DeepSpeed op(s) {', '.join(names)} ready ({time.monotonic() - started:.0f} s)", flush=True)
 
 
 def check(planned: Sequence[Planned]) -> None:

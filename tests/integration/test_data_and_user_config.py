@@ -60,3 +60,36 @@ def test_a_conflicting_user_deepspeed_json_stops_before_launch(tmp_path):
     run = run_bench(tmp_path / "out", "suite=single", f"deepspeed_config={user}")
     assert run.returncode == 2
     assert "train_micro_batch_size_per_gpu=3" in run.stderr and "workload.micro_batch_size" in run.stderr
+
+
+def test_a_user_json_naming_deepspeeds_adamw_gets_its_op_built_by_the_controller(tmp_path):
+    """The held-out case of issue 30: a user's DeepSpeed JSON with DeepSpeed's own AdamW on the cpu
+    platform needs the fused_adam op, which `make venv` does not build. On an installation that has
+    none (a fresh ops folder), the controller builds it once before launching, clearing a torch lock
+    file a killed build left there, and the run goes on; the second run finds it built."""
+    import os
+
+    from benchmarks.ops import OPS_DIR_VAR
+
+    user = tmp_path / "adamw.json"
+    user.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}}}))
+    ops_dir = tmp_path / "ops"
+    killed = ops_dir / "cpu" / "build" / "fused_adam" / "lock"
+    killed.parent.mkdir(parents=True)
+    killed.write_text("")
+    os.environ[OPS_DIR_VAR] = str(ops_dir)
+    try:
+        run = run_bench(tmp_path / "out", "suite=single", f"deepspeed_config={user}", "measure.warmup_steps=1",
+                        "measure.steps=2", "measure.profile_steps=0")
+        again = run_bench(tmp_path / "again", "suite=single", f"deepspeed_config={user}",
+                          "measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=0")
+    finally:
+        del os.environ[OPS_DIR_VAR]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "needs DeepSpeed op fused_adam" in run.stdout and "building it now, once" in run.stdout
+    assert f"removed {killed}, left by a build that was killed" in run.stdout
+    assert (ops_dir / "cpu" / "fused_adam.so").is_file()
+    (rec,) = run.records().values()
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["config"]["deepspeed"]["optimizer"]["type"] == "AdamW"
+    assert again.returncode == 0 and "building it now" not in again.stdout

@@ -211,18 +211,68 @@ def planned(cfg, tmp_path: Path, index: int = 0) -> Planned:
     return Planned(cfg, plan_run(cfg, "run", index, [], tmp_path / "out", REPO_ROOT, tmp_path / "cache"))
 
 
-def test_a_run_needing_an_op_that_is_not_built_is_refused_with_the_command(tiny_cfg, tmp_path, monkeypatch):
+def test_a_slurm_run_needing_an_op_that_is_not_built_is_refused_with_the_command(tiny_cfg, tmp_path, monkeypatch):
+    """Its ranks run on Slurm's nodes, and a cpu op is compiled for the CPU that builds it: refused
+    before launch, with the command to run on a compute node."""
+    from harness.config.choices import LauncherKind
+
     monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
+    tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed
+    run = planned(tiny_cfg, tmp_path)
+    tiny_cfg.platform.launcher = LauncherKind.slurm
+    with pytest.raises(ConfigError) as refused:
+        check_ops([run])
+    message = str(refused.value)
+    assert "run 00-run needs DeepSpeed op fused_adam (workload.optimizer=deepspeed" in message
+    assert f"not built ({tmp_path / 'ops' / 'cpu' / 'fused_adam.so'} missing)" in message
+    assert "build them once on a compute node" in message
+    assert message.endswith(f"{sys.executable} -m benchmarks.ops build fused_adam")
+    built(tmp_path / "ops" / "cpu", "fused_adam")
+    built(tmp_path / "ops" / "cpu", "deepspeed_shm_comm")
+    assert check_ops([run]) == []
+
+
+def _fake_build(tmp_path, calls, rc=0, build=True):
+    def run(argv, **kwargs):
+        calls.append(argv)
+        if build:
+            built(tmp_path / "ops" / "cpu", "fused_adam")
+        return subprocess.CompletedProcess(argv, rc, stdout="deepspeed op fused_adam: built in 41 s\n")
+    return run
+
+
+def test_a_local_run_needing_an_op_gets_it_built_by_the_controller_once(tiny_cfg, tmp_path, monkeypatch, capsys):
+    """Built before anything launches, in a process of its own (python -m benchmarks.ops build),
+    once for every run that needs it; a second check finds it built and builds nothing."""
+    import harness.launch.preflight as preflight
+
+    monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
+    monkeypatch.setattr(preflight, "_noted", {"deepspeed_shm_comm"})
+    calls: list = []
+    monkeypatch.setattr(preflight.subprocess, "run", _fake_build(tmp_path, calls))
+    tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed
+    runs = [planned(tiny_cfg, tmp_path, 0), planned(tiny_cfg, tmp_path, 1)]
+    assert check_ops(runs) == []
+    assert calls == [[sys.executable, "-m", "benchmarks.ops", "build", "fused_adam", "--accelerator", "cpu"]]
+    out = capsys.readouterr().out
+    assert "run 00-run needs DeepSpeed op fused_adam" in out and "building it now, once" in out
+    assert "DeepSpeed op(s) fused_adam ready" in out
+    assert check_ops(runs) == [] and len(calls) == 1
+
+
+@pytest.mark.parametrize("rc,build", [(1, False), (0, False)])
+def test_a_build_that_fails_launches_nothing_and_says_why(tiny_cfg, tmp_path, monkeypatch, rc, build):
+    import harness.launch.preflight as preflight
+
+    monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
+    monkeypatch.setattr(preflight.subprocess, "run", _fake_build(tmp_path, [], rc=rc, build=build))
     tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed
     with pytest.raises(ConfigError) as refused:
         check_ops([planned(tiny_cfg, tmp_path)])
     message = str(refused.value)
-    assert "run 00-run needs DeepSpeed op fused_adam (workload.optimizer=deepspeed" in message
-    assert f"not built ({tmp_path / 'ops' / 'cpu' / 'fused_adam.so'} missing)" in message
+    assert message.startswith(f"building DeepSpeed op(s) fused_adam failed (exit {rc}")
+    assert "nothing was launched" in message and "built in 41 s" in message
     assert message.endswith(f"{sys.executable} -m benchmarks.ops build fused_adam")
-    built(tmp_path / "ops" / "cpu", "fused_adam")
-    built(tmp_path / "ops" / "cpu", "deepspeed_shm_comm")
-    assert check_ops([planned(tiny_cfg, tmp_path)]) == []
 
 
 def test_a_missing_optional_op_is_a_note_said_once(tiny_cfg, tmp_path, monkeypatch):
