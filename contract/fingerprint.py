@@ -3,7 +3,7 @@ ranks about their image, the environment variables a record keeps, the fields ea
 the order a record holds them), and which fields a comparison names when they change and a
 submission requires. The ranks fill the fingerprint (benchmarks/environment.py), the controller
 completes it (harness/record.py), an imported nccl-tests output fills what its text says
-(harness/nccl_tests.py); all three build it with build(). Pure: no torch, no harness."""
+(harness/nccl_tests/importer.py); all three build it with build(). Pure: no torch, no harness."""
 from __future__ import annotations
 
 from typing import Any
@@ -31,7 +31,7 @@ CONTROLLER_FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets",
 ranks' own view, when they report it, overrides it."""
 IMPORTED_FIELDS = ("python", "torch", "deepspeed", "transformers", "cuda", "nccl", "driver", "gpu_model",
                    "gpu_count", "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks")
-"""What a record of an imported nccl-tests output holds (harness.nccl_tests.records_from_output):
+"""What a record of an imported nccl-tests output holds (harness.nccl_tests.importer.records_from_output):
 what the output's text says, None for what it cannot."""
 
 

@@ -1,7 +1,7 @@
 """The metric registry: each metric a record or a reference table holds, once, with its unit, which
 way is better, the bounds outside which a value is a broken measurement (not a slow system), the
 record kind whose reference entries carry it, and its default tolerance. Records (harness/record.py),
-references and their tolerances (harness/references.py), compare, submit and portability read it."""
+references and their tolerances (harness/verdict/references.py), compare, submit and portability read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -13,8 +13,10 @@ from typing import Callable
 
 from contract.spec import CollectiveSpec
 
-from . import collect, compare, nccl_tests, nightly, portability, submit
-from .ab import against
+from . import collect, nightly
+from .verdict import compare, portability, submit
+from .nccl_tests import importer as nccl_tests
+from .verdict.ab import against
 from .bench import bench, plan_suite
 from .config.choices import RunKind
 from .config.compose import compose, group_options
@@ -31,8 +33,8 @@ from .model import published_runs
 from .model.validation import format_validation, validate_model
 from .multirun import split_flag
 from .record import validate_record
-from .record_files import read_json
-from .references import load_references
+from .verdict.record_files import read_json
+from .verdict.references import load_references
 from .report.legend import item
 from .report.verdicts import verdict_table, verdicts_json
 from .tune import command as tune_command

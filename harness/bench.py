@@ -14,9 +14,9 @@ from contract.fingerprint import IMAGE_VAR
 from contract.spec import SPEC_FILE, CollectiveSpec
 
 from .atomic import write_bytes_atomic, write_text_atomic
-from .baseline import baseline_text, judge
+from .verdict.baseline import baseline_text, judge
 from .collectives import Row, format_table
-from .compare import compare
+from .verdict.compare import compare
 from .config.choices import CollectiveSource, ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
 from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
@@ -28,10 +28,10 @@ from .launch.slurm import SlurmLauncher
 from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
-from .nccl_tests import nccl_tests_record
+from .nccl_tests.importer import nccl_tests_record
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
 from .record import ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic, write_record
-from .references import read_references
+from .verdict.references import read_references
 from .report.plot import busbw_plot
 from .report.summary import Progress, summary
 from .report.verdicts import load_line, verdict_counts, verdict_table
@@ -271,7 +271,7 @@ def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) 
 
 def compare_with_references(records: list[ResultRecord], out: Path, history: str = "none") -> None:
     """The verdicts against reference_results/, then, for what no reference of this machine judged,
-    against this machine's earlier bench runs (harness/baseline.py; `history`: the config key),
+    against this machine's earlier bench runs (harness/verdict/baseline.py; `history`: the config key),
     printed and written as compare.md; `bench`'s exit status does not depend on them:
     `python -m harness compare` and the nightly job decide that."""
     tables = read_references()  # a table that does not parse is left out and named, never the end of a bench

@@ -40,7 +40,7 @@ from .launch.local import LaunchResult
 from .launch.slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
                            use_client)
 from .record import ResultRecord
-from .record_files import load_record
+from .verdict.record_files import load_record
 
 EXIT_NOT_ALL_COLLECTED = 4
 HEADINGS = {"collected": "already collected", "ended": "", "active": "not collected yet: ",

@@ -37,7 +37,7 @@ from .hardware import GPU_NAMES
 from .launch.local import LocalLauncher
 from .model.memory import memory_estimate
 from .record import ResultRecord, write_json_atomic
-from .record_files import load_records
+from .verdict.record_files import load_records
 
 SUITE = "gpu-check"
 OVERHEAD_RUN = "z2"

@@ -28,14 +28,14 @@ from typing import Optional
 from contract.metrics import tolerances_for
 
 from .bench import PlannedRun, checked_images, execute, plan_suite
-from .compare import VERDICTS, compare, parse_fail_on
+from .verdict.compare import VERDICTS, compare, parse_fail_on
 from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
-from .history import DEFAULT_URL, History
+from .verdict.history import DEFAULT_URL, History
 from .record import ResultRecord
-from .record_files import load_record
-from .references import REFERENCE_METRICS, load_references, record_config, references_from_records
+from .verdict.record_files import load_record
+from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
 from .report.legend import grouped
 from .atomic import write_bytes_atomic
 from .report.nightly import write_reports

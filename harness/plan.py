@@ -24,7 +24,7 @@ from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to
 from .config.teacher import checkpoint_files, teacher_workload
 from .errors import ConfigError
 from .launch.container import ImageDigests, container_env, resolve_image
-from .nccl_tests_command import binary_for, command
+from .nccl_tests.command import binary_for, command
 
 ZERO_KNOBS = ("overlap_comm", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size",
               "allgather_bucket_size", "stage3_prefetch_bucket_size",

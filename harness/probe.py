@@ -8,7 +8,7 @@ class that picks torch's kernels, the GPUs' state (power limit, throttling, PCIe
 persistence, MIG: benchmarks/gpu_state.py) does not differ, and each figure (best of the probe's
 repeats) lies within its tolerance (TOLERANCE_PCT, measured: see docs/measurement.md, "Machines").
 A reference whose record carries no probe is "machine not measured"; a run without one (a record
-from before the probe) is judged by the machines' names as before (harness.compare.machine_of).
+from before the probe) is judged by the machines' names as before (harness.verdict.compare.machine_of).
 """
 from __future__ import annotations
 

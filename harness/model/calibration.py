@@ -56,7 +56,7 @@ from .perfmodel import efficiency_for_step_time
 def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optional[list] = None,
               params: ModelParams = PARAMS, compute_records: Optional[list[ResultRecord]] = None) -> Calibration:
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
-    ignored) and, when no training record qualifies, from `references` (harness.references.Reference
+    ignored) and, when no training record qualifies, from `references` (harness.verdict.references.Reference
     list, e.g. load_references()); with compute_records, the efficiency from those alone (another
     platform of the same machine allowed: calibrate_on_machine); see the module docstring."""
     curves = busbw_curves(records, cfg)

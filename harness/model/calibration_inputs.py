@@ -14,8 +14,8 @@ from ..config.schema import BenchConfig, ZeroConfig
 from ..config.split import with_split
 from ..errors import HarnessError
 from ..record import ResultRecord
-from ..record_files import load_records as load_result_records
-from ..references import SHAPE_FIELDS, shape_override
+from ..verdict.record_files import load_records as load_result_records
+from ..verdict.references import SHAPE_FIELDS, shape_override
 from .calibration_types import BusbwCurve, Calibration
 from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor

@@ -25,7 +25,7 @@ from ..config.choices import GradientCollective
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..config.split import with_split
 from ..errors import HarnessError
-from ..references import Reference, load_file
+from ..verdict.references import Reference, load_file
 from .calibration import calibrate, is_outlier
 from .memory import memory_estimate
 from .params import PARAMS, ModelParams

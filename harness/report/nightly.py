@@ -2,7 +2,7 @@
 (harness/report/nightly_page.py: how the night went first, verdict tables, trends as small
 multiples, micro-step charts as inline PNGs), and JUnit XML for CI systems.
 
-Inputs are already decided: the verdicts of harness.compare against the reference table and against
+Inputs are already decided: the verdicts of harness.verdict.compare against the reference table and against
 the rolling baseline of earlier nights, this night's records, and each metric series' history.
 matplotlib is imported inside the chart functions and always renders with Agg (no display, no
 network). Every file is written atomically (temp file in the same folder + os.replace).
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..atomic import write_bytes_atomic
-from ..compare import Verdict
+from ..verdict.compare import Verdict
 from ..record import ResultRecord
 from .nightly_page import COMPARISONS, FAILURES, nightly_page
 from .verdicts import environment_text, verdict_table, verdict_text

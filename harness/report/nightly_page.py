@@ -18,9 +18,9 @@ import textwrap
 from collections import Counter
 from typing import Any, Optional
 
-from ..compare import Verdict
+from ..verdict.compare import Verdict
 from ..record import ResultRecord
-from ..references import REFERENCE_METRICS
+from ..verdict.references import REFERENCE_METRICS
 from .legend import config_key, config_labels, grouped
 from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
 from .verdicts import interval_text, value_text, why_text

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..compare import Verdict
+from ..verdict.compare import Verdict
 from ..record import ResultRecord
 from .legend import grouped
 from .nightly_page import COMPARISONS, FAILURES, CSS

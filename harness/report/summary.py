@@ -171,7 +171,7 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-# --- verdicts (harness.compare) ------------------------------------------------------------------
+# --- verdicts (harness.verdict.compare) ------------------------------------------------------------------
 # One convention for every change shown: the ratio now / reference of the better-is-higher form
 # of the metric (samples/s as measured; step time and memory inverted: reference / now), so that
 # below 1x is always worse. Verdict.worse_pct (positive = worse) maps onto it monotonically.

@@ -10,9 +10,9 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from ..compare import machine_of
+from ..verdict.compare import machine_of
 from ..record import ResultRecord
-from ..references import REFERENCE_METRICS
+from ..verdict.references import REFERENCE_METRICS
 from .legend import config_key, config_labels, grouped, item, legend_lines, rows_text
 from .summary import fmt, text_table
 
@@ -31,7 +31,7 @@ def _direction(v) -> str:
 
 
 def ratio(worse_pct: float, direction: str) -> float:
-    """now/ref of the better-is-higher quantity from worse_pct (harness.compare: positive = worse)."""
+    """now/ref of the better-is-higher quantity from worse_pct (harness.verdict.compare: positive = worse)."""
     if direction == "higher":
         return 1.0 - worse_pct / 100.0
     return 100.0 / (100.0 + worse_pct) if worse_pct > -100.0 else math.inf
@@ -165,7 +165,7 @@ def why_text(v) -> str:
 
 
 def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows", ref_name: str = "reference") -> str:
-    """Verdicts of harness.compare, regressions and status changes first: a row per configuration
+    """Verdicts of harness.verdict.compare, regressions and status changes first: a row per configuration
     and metric, the configuration named by a label (c1, c2, ...) said in full once below, then each
     problem with its cause and what changed, said once for the rows that share it. The terminal form
     fits legend.WIDTH (120) columns; the Markdown form adds the platform/benchmark, unit and

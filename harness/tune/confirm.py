@@ -2,7 +2,7 @@
 configuration are re-measured `tune.confirm_repeats` times each, interleaved (default, winner,
 default, winner, ...: a box that drifts drifts under both), through the trials' own path (under
 Slurm: one job array). The gain is the ratio of the medians, with the 95% bootstrap interval of
-harness/compare.py (both sides resampled, seeded):
+harness/verdict/compare.py (both sides resampled, seeded):
 - "significant gain"   the whole interval lies above 1x: the winner is kept;
 - "no significant gain" otherwise (one lucky sample of a noisy box is not a gain): the default
                         configuration is kept, and it is what the preset installs;
@@ -20,7 +20,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from ..compare import bootstrap_interval, worse_pct
+from ..verdict.compare import bootstrap_interval, worse_pct
 from ..plan import safe_name
 from ..record import ResultRecord
 from .trials import Trial, TrialSpec, trial_key

@@ -94,7 +94,7 @@ def confirmation_section(c) -> list[str]:
         return lines + [c.judgement.text()[0].upper() + c.judgement.text()[1:] + "."]
     lines += [f"{c.repeats} pairs run in the order default, winner, default, winner, ... (records under "
               f"`{c.folder}/`); the gain is the ratio of the medians with its 95% bootstrap interval "
-              "(harness/compare.py); the winner is kept only when the whole interval lies above 1x.", "",
+              "(harness/verdict/compare.py); the winner is kept only when the whole interval lies above 1x.", "",
               "| side | samples/s, in launch order | median |", "|---|---|---|"]
     for side, name in ((DEFAULT, "default"), (WINNER, f"winner `{c.winner}`")):
         values = c.samples(side)

@@ -17,7 +17,7 @@ from ..config.compose import compose
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 from ..record import ResultRecord
-from ..record_files import Loaded, load_records
+from ..verdict.record_files import Loaded, load_records
 
 
 @lru_cache(maxsize=512)

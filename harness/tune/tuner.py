@@ -42,7 +42,7 @@ from ..errors import HarnessError
 from ..model.calibration import calibrate
 from ..model.perfmodel import predict
 from ..record import ResultRecord, write_json_atomic
-from ..references import load_references
+from ..verdict.references import load_references
 from . import parity, search, space
 from .confirm import Confirmation, confirm
 from .outcome import (STATE_FILE, allreduce_busbw, by_prediction, parity_text, pick_record, pred_text, predicted_oom,

@@ -28,8 +28,8 @@ def test_the_whole_gpu_check_flow_runs_on_the_cpu_platform(tmp_path, capsys):
     assert "| z2 | 2 |" in md and "a bare DeepSpeed loop" in md
     assert (out / "summary.md").exists() and len(list(out.glob("0*-z*.json"))) == 4
     # its summary JSON sits beside the records: the readers of a results folder skip it
-    from harness.compare import load_records
-    from harness.submit import read_records
+    from harness.verdict.compare import load_records
+    from harness.verdict.submit import read_records
     assert len(load_records([str(out)])) == 4 + 7
     loaded, problems = read_records([out])
     assert problems == [] and not any(name.endswith("gpu-check.json") for name, _ in loaded)

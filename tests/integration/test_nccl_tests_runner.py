@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.nccl_tests_json import parse_file
+from harness.nccl_tests.json_format import parse_file
 from harness.record import validate_record
 
 from .conftest import run_bench

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.history import History
+from harness.verdict.history import History
 
 from .conftest import REPO, assert_no_rank_left, wait_for
 

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from harness.errors import HarnessError
-from harness.history import History
-from harness.store_migrations import HEAD
+from harness.verdict.history import History
+from harness.verdict.store_migrations import HEAD
 
 from .conftest import REPO, wait_for
 

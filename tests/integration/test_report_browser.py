@@ -11,9 +11,9 @@ import datetime
 
 import pytest
 
-from harness.compare import Verdict
+from harness.verdict.compare import Verdict
 from harness.record import ResultRecord
-from harness.references import REFERENCE_METRICS
+from harness.verdict.references import REFERENCE_METRICS
 from harness.report.nightly import write_reports
 from harness.report.nightly_page import series_label
 

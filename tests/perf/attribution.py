@@ -4,7 +4,7 @@ two unchanged runs stay quiet?
     .venv/bin/python tests/perf/attribution.py [--pairs 5] [--repeats 3] [--out DIR] [--only REGEX]   # make perf runs it
 
 The corpus: one llama-tiny configuration (`bench suite=single`) run --repeats times as the OLD side,
-then once per case with one change, judged as `compare NEW --against OLD` judges (harness.ab).
+then once per case with one change, judged as `compare NEW --against OLD` judges (harness.verdict.ab).
 Cases run for real on the cpu platform where this box can make the change:
 - a slowed micro-step (`measure.inject_delay_s`), expected `measure.inject_delay_s`;
 - the thread count (`platform.cpu_threads=16`: 16 OpenMP threads per rank on the box's cores),
@@ -60,10 +60,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.gpu_state import parse_query  # noqa: E402
-from harness.ab import references_of  # noqa: E402
-from harness.compare import compare, load_records  # noqa: E402
+from harness.verdict.ab import references_of  # noqa: E402
+from harness.verdict.compare import compare, load_records  # noqa: E402
 from harness.record import ResultRecord  # noqa: E402
-from harness.references import load_references  # noqa: E402
+from harness.verdict.references import load_references  # noqa: E402
 
 SLOWDOWN = 0.6
 """Throughput of an edited case's NEW side against its own measurement (1.67x slower)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import harness.bench
 from harness.bench import compare_with_references
-from harness.compare import compare
+from harness.verdict.compare import compare
 from harness.record import ResultRecord
-from harness.references import Provenance, Reference, ReferenceTables
+from harness.verdict.references import Provenance, Reference, ReferenceTables
 from harness.report.nightly import nightly_markdown
 
 CONFIG = {"nodes": 1, "num_ranks": 2, "zero_stage": 2, "micro_batch_size": 4, "grad_acc_steps": 2, "seq_len": 128,

@@ -124,10 +124,10 @@ def test_an_ok_collective_record_without_rows_is_still_refused_when_not_a_smoke(
 
 def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path):
     from harness.bench import plot_collectives
-    from harness.compare import compare
+    from harness.verdict.compare import compare
     from harness.model.calibration import busbw_curves
     from harness.nightly import series
-    from harness.references import references_from_records
+    from harness.verdict.references import references_from_records
     from harness.report.summary import collective_table, summary
     from harness.tune.outcome import allreduce_busbw
 
@@ -150,7 +150,7 @@ def test_readers_take_no_bandwidth_from_a_smoke_record(smoke, h100_cfg, tmp_path
 
 
 def test_submit_refuses_a_smoke_record_by_name(smoke, tmp_path):
-    from harness.submit import SubmissionRejected, submit
+    from harness.verdict.submit import SubmissionRejected, submit
 
     results, refs = tmp_path / "res", tmp_path / "refs"
     results.mkdir()
@@ -200,8 +200,8 @@ NCCL version 2.27.3+cuda13.0
 
 def test_a_one_gpu_nccl_tests_output_is_a_smoke_record_too():
     """nccl-tests on one GPU prints busbw 0 for all_reduce (algbw for broadcast): no bandwidth to claim."""
-    from harness.nccl_tests import records_from_output
-    from harness.nccl_tests_output import parse_text
+    from harness.nccl_tests.importer import records_from_output
+    from harness.nccl_tests.output import parse_text
     from harness.record import validate_record
 
     rec = records_from_output(parse_text(ONE_GPU_NCCL_TESTS, "one-gpu.txt", op="all_reduce"), run_id="r", platform="h100",

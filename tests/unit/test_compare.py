@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from harness.compare import bootstrap_interval, compare, decide, environment_diff
+from harness.verdict.compare import bootstrap_interval, compare, decide, environment_diff
 from harness.config.schema import REPO_ROOT
-from harness.references import Provenance, Reference
+from harness.verdict.references import Provenance, Reference
 from unit_helpers import typed
 
 ENV = {"python": "3.11.7", "torch": "2.13.0", "deepspeed": "0.19.8", "transformers": "5.23.0",
@@ -264,7 +264,7 @@ def test_an_infiniband_port_at_a_lower_rate_is_named_by_host_and_port():
 
 def test_compare_and_the_nightly_read_fail_on_alike():
     from harness import nightly
-    from harness.compare import parse_fail_on
+    from harness.verdict.compare import parse_fail_on
     from harness.errors import HarnessError
 
     assert parse_fail_on("regression,status_changed") == {"regression", "status changed"}
@@ -281,7 +281,7 @@ def test_compare_and_the_nightly_read_fail_on_alike():
 def test_a_pass_names_what_changed_too_and_a_moved_package_by_name():
     """A new image or a moved package is named whatever the verdict; a package the fingerprint does not
     name on its own comes from lock_mismatches (a side that does not list it is at the lock's pin)."""
-    from harness.compare import package_diff
+    from harness.verdict.compare import package_diff
     from harness.report.verdicts import verdict_table
     old = {**ENV, "container_digest": "sha256:aaa", "lock_mismatches": {}}
     new = {**ENV, "container_digest": "sha256:bbb",

@@ -9,7 +9,7 @@ import pytest
 
 from contract.metrics import tolerances_for
 from harness.__main__ import main
-from harness.ab import against
+from harness.verdict.ab import against
 from harness.report.verdicts import change_text, ratio
 
 ENV = {"python": "3.11.7", "torch": "2.4.0", "deepspeed": "0.15.1", "transformers": "4.44.0", "nccl": None,

@@ -6,10 +6,10 @@ import pytest
 
 from contract import collectives as vocab
 from contract import fingerprint as fp
-from harness import nccl_tests_infer
+from harness.nccl_tests import infer as nccl_tests_infer
 from harness.config import validate
 from harness.errors import ConfigError, HarnessError
-from harness.nccl_tests_command import command
+from harness.nccl_tests.command import command
 
 
 def test_the_ranks_map_every_op_dtype_and_reduction_of_the_vocabulary_onto_torch():
@@ -56,7 +56,7 @@ def test_every_metric_a_record_or_a_reference_holds_is_registered_with_its_unit_
 
 
 def test_portability_takes_a_direction_from_the_registry_and_refuses_an_unknown_metric():
-    from harness.portability import direction_of
+    from harness.verdict.portability import direction_of
 
     assert direction_of("step_time_s", []) == "lower" and direction_of("avg_busbw_gbps", []) == "higher"
     with pytest.raises(HarnessError, match="'joules_per_token' is not registered"):

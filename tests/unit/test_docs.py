@@ -108,3 +108,14 @@ def test_each_commands_own_help_agrees_with_the_docs():
         options = set(re.findall(r"(?<![\w-])(--[a-z][\w-]+)", out.stdout)) - {"--help"}
         undocumented += [f"{name} {o}" for o in sorted(options) if o not in text]
     assert undocumented == []
+
+
+def test_the_layout_page_names_the_rooms_ls_shows():
+    """docs/layout.md names every package and module directly under harness/ (`harness/x/`,
+    `harness/x.py`), and every harness/ path it names exists."""
+    text = (REPO / "docs" / "layout.md").read_text()
+    rooms = {f"harness/{p.name}/" if p.is_dir() else f"harness/{p.name}" for p in (REPO / "harness").iterdir()
+             if p.name not in ("__pycache__", "__init__.py")}
+    assert [r for r in sorted(rooms) if f"`{r}" not in text] == []
+    named = set(re.findall(r"`(harness/[\w/.]+)`", _all_text()))
+    assert [n for n in sorted(named) if not (REPO / n.rstrip("/")).exists()] == []

@@ -8,8 +8,8 @@ from unit_helpers import REPO_ROOT
 
 from benchmarks.environment import fingerprint
 from contract.fingerprint import CONTROLLER_FIELDS, IMPORTED_FIELDS, RANK_FIELDS
-from harness.nccl_tests import records_from_output
-from harness.nccl_tests_json import parse_file
+from harness.nccl_tests.importer import records_from_output
+from harness.nccl_tests.json_format import parse_file
 from harness.record import controller_environment
 
 RANK = ["python", "torch", "deepspeed", "transformers", "datasets", "cuda", "nccl", "driver", "gpu_model",

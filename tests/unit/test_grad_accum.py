@@ -12,7 +12,7 @@ from harness.errors import ConfigError
 from harness.model.memory import memory_estimate
 from harness.model.traffic import comm_traffic
 from harness.plan import deepspeed_config, merge_user_deepspeed
-from harness.references import record_config
+from harness.verdict.references import record_config
 from unit_helpers import typed
 
 

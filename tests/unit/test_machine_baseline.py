@@ -7,11 +7,11 @@ import copy
 import pytest
 from test_compare import record, reference
 
-from harness.baseline import BASELINE_RUNS, baseline_text, judge, machine_key, store_url
-from harness.compare import compare, decide
+from harness.verdict.baseline import BASELINE_RUNS, baseline_text, judge, machine_key, store_url
+from harness.verdict.compare import compare, decide
 from harness.config.compose import compose
 from harness.errors import ConfigError
-from harness.references import Reference
+from harness.verdict.references import Reference
 from harness.report.verdicts import verdict_table
 from unit_helpers import schema_valid, typed
 

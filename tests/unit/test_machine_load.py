@@ -9,7 +9,7 @@ import time
 import pytest
 
 from benchmarks.machine import LoadWindow, busy_cpu_s
-from harness.compare import commits_between, environment_diff
+from harness.verdict.compare import commits_between, environment_diff
 from harness.config.schema import REPO_ROOT
 from harness.nodes import load_during
 from harness.report.verdicts import environment_text, load_line

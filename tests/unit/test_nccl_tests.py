@@ -1,4 +1,4 @@
-"""nccl-tests outputs (harness.nccl_tests): both text layouts and -J JSON parsed to rows, cut
+"""nccl-tests outputs (harness.nccl_tests.importer): both text layouts and -J JSON parsed to rows, cut
 outputs, busbw against nccl-tests' printed numbers, the command line, records and the import.
 Inputs: tests/data/nccl_tests/ (README.md there says where each layout comes from)."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ from unit_helpers import REPO_ROOT
 from contract.collectives import OPS
 from harness.collectives import Placement, Row, busbw_factor
 from harness.errors import HarnessError
-from harness.nccl_tests import cli, import_files, records_from_output
-from harness.nccl_tests_command import binary_for, command
-from harness.nccl_tests_json import parse_file, parse_json
-from harness.nccl_tests_output import ErrorValue, parse_text
+from harness.nccl_tests.importer import cli, import_files, records_from_output
+from harness.nccl_tests.command import binary_for, command
+from harness.nccl_tests.json_format import parse_file, parse_json
+from harness.nccl_tests.output import ErrorValue, parse_text
 from harness.record import validate_record
 
 DATA = REPO_ROOT / "tests" / "data" / "nccl_tests"

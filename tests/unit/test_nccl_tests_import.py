@@ -1,4 +1,4 @@
-"""Importing nccl-tests outputs as printed (harness.nccl_tests, harness.nccl_tests_infer): the record's
+"""Importing nccl-tests outputs as printed (harness.nccl_tests.importer, harness.nccl_tests.infer): the record's
 avg_busbw_gbps is nccl-tests' own footer figure, and an output that names no binary (most outputs
 posted in issues) gets its collective from the file name or its table, or is refused when that is
 ambiguous or contradicts the op given. Inputs: tests/data/nccl_tests/ (README.md there)."""
@@ -11,9 +11,9 @@ import pytest
 from unit_helpers import REPO_ROOT
 
 from harness.errors import HarnessError
-from harness.nccl_tests import cli, import_files, records_from_output
-from harness.nccl_tests_infer import op_of_file_name
-from harness.nccl_tests_json import parse_file
+from harness.nccl_tests.importer import cli, import_files, records_from_output
+from harness.nccl_tests.infer import op_of_file_name
+from harness.nccl_tests.json_format import parse_file
 from harness.record import validate_record
 
 DATA = REPO_ROOT / "tests" / "data" / "nccl_tests"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
-from harness.compare import VERDICTS, Verdict
+from harness.verdict.compare import VERDICTS, Verdict
 from harness.report.nightly import _ORDER, write_reports
 from harness.report.nightly_page import microstep_pair_png, trend_panels_png
 from unit_helpers import schema_valid, typed
@@ -144,7 +144,7 @@ def test_a_night_on_a_slower_link_than_the_baseline_nights_names_the_link(tmp_pa
     says which link changed, not just that all_reduce got slower (issue 15)."""
     from unit_helpers import node
 
-    from harness.compare import compare
+    from harness.verdict.compare import compare
     from harness.nightly import baseline_references
     from harness.nodes import links
 

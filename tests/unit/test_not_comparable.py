@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_compare import ENV, record, reference
 
-from harness.compare import VERDICTS, compare, machine_of
+from harness.verdict.compare import VERDICTS, compare, machine_of
 from harness.report.verdicts import verdict_table
 from unit_helpers import typed
 

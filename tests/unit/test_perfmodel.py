@@ -607,7 +607,7 @@ def test_calibrate_inverts_throughput_records_and_defaults_without_any(tiny_cfg)
 
 
 def test_calibrate_from_reference_entries(composed):
-    from harness.references import load_references
+    from harness.verdict.references import load_references
 
     cfg = composed(["platform=ib-a100", "workload=llama-8b-kd", "zero=stage1"])
     cal = calibrate([], cfg, load_references())
@@ -744,7 +744,7 @@ def test_host_bound_zero3_and_other_shapes_calibrate_no_gpu_efficiency(composed)
     the host issued work, ZeRO-3's entries carry what the model does not explain off the paper's clusters,
     and the 6- and 12-layer entries are other models: only ZeRO 0-2 at mb 128 calibrate the 24-layer model.
     Before, ZeRO-3's mb-32 entry alone set mb 32's efficiency and ZeRO-1 there was predicted 5x too slow."""
-    from harness.references import load_references
+    from harness.verdict.references import load_references
     refs = load_references([REPO_ROOT / "reference_results" / "h200.json"])
     cfg = composed(["platform=h200", "workload=llama-440m", "zero=stage1", "workload.micro_batch_size=32",
                     "workload.samples_per_step=128"])
@@ -760,7 +760,7 @@ def test_host_bound_zero3_and_other_shapes_calibrate_no_gpu_efficiency(composed)
 def test_an_implied_efficiency_above_one_is_kept_and_warned_about(composed):
     """A reference faster than the declared peak allows is not dropped: its efficiency (> 1) is used
     and the calibration and prediction say so."""
-    from harness.references import Reference
+    from harness.verdict.references import Reference
     cfg = composed(["platform=ib-a100", "workload=llama-440m", "zero=stage1", "workload.seq_len=1024"])
     fast = Reference.from_dict({"platform": "ib-a100", "benchmark": "llama-440m", "metric": "batch_time_s",
                                 "config": {"nodes": 2, "zero_stage": 1, "micro_batch_size": 64, "grad_acc_steps": 16},
@@ -776,7 +776,7 @@ def test_an_implied_efficiency_above_one_is_kept_and_warned_about(composed):
 def test_a_reference_is_inverted_with_its_own_knobs_not_the_predicted_ones(composed):
     """Calibrating a tuned configuration (overlap_comm, reduce-scatter) on an untuned reference must
     give the same efficiency as calibrating the untuned one: the reference keeps DeepSpeed's defaults."""
-    from harness.references import Reference
+    from harness.verdict.references import Reference
     base = composed(["platform=roce-a100", "workload=llama-8b", "zero=stage2"])
     ref = Reference.from_dict({"platform": "roce-a100", "benchmark": "llama-8b", "metric": "samples_per_s",
                                "config": {"zero_stage": 2, "micro_batch_size": 64, "grad_acc_steps": 4},

@@ -1,4 +1,4 @@
-"""Performance portability (harness.portability): Pennycook's PP from references and records.
+"""Performance portability (harness.verdict.portability): Pennycook's PP from references and records.
 
 Expected values are worked by hand here (explicit harmonic means), never by the code under test.
 """
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from harness.errors import HarnessError
-from harness.portability import (Observation, application_efficiency, cli, observations_from_references, pennycook,
+from harness.verdict.portability import (Observation, application_efficiency, cli, observations_from_references, pennycook,
                                  portability)
-from harness.references import REFERENCE_DIR, load_references
+from harness.verdict.references import REFERENCE_DIR, load_references
 from unit_helpers import schema_valid
 
 PLATFORMS = ["ib-a100", "roce-a100", "roce-h100"]

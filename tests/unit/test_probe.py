@@ -11,7 +11,7 @@ from test_compare import ENV, record, reference
 from test_not_comparable import cpu_env
 
 from benchmarks.probe import cpu_flags, isa_class
-from harness.compare import compare, environment_diff
+from harness.verdict.compare import compare, environment_diff
 from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, probe_diff, summary_line
 from unit_helpers import typed
 
@@ -127,7 +127,7 @@ def test_the_efficiency_weighs_each_part_by_its_own_dtype_rate():
 def test_a_box_the_references_cannot_judge_is_judged_against_its_own_first_bench(tmp_path):
     """Issue 26 item 4: on another box the shipped references are not comparable, their efficiency
     is judged across machines, and the second bench is judged against this box's first."""
-    from harness.baseline import judge
+    from harness.verdict.baseline import judge
     from unit_helpers import schema_valid
 
     fast = env_with(probe("AVX512", fp32=160.0, bf16=79.0, flags=CPUINFO_SPR))

@@ -1,4 +1,4 @@
-"""The one loader of result records (harness/record_files.py): what a record is (the schema), what a
+"""The one loader of result records (harness/verdict/record_files.py): what a record is (the schema), what a
 folder holds, and how a reader is told about what is not a record."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from test_compare_against import record, write
 
 from harness.errors import HarnessError
 from harness.record import ResultRecord
-from harness.record_files import load_record, load_records, read_json
+from harness.verdict.record_files import load_record, load_records, read_json
 
 
 def test_a_record_round_trips_through_the_typed_record(tmp_path):

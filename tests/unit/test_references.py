@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.references import (REFERENCE_DIR, load_file, load_references, references_from_records, select,
+from harness.verdict.references import (REFERENCE_DIR, load_file, load_references, references_from_records, select,
                                 validate_reference_file)
 from unit_helpers import typed
 
@@ -145,8 +145,8 @@ def test_every_run_of_the_default_cpu_suite_has_cpu_references():
     """`make bench` on a laptop is judged, not only listed as new: each training run's configuration
     key (distillation settings included) matches references in cpu.json."""
     from harness.bench import plan_suite
-    from harness.compare import Group, matches
-    from harness.references import record_config
+    from harness.verdict.compare import Group, matches
+    from harness.verdict.references import record_config
 
     refs = load_references([REFERENCE_DIR / "cpu.json"])
     _, planned = plan_suite([])
@@ -166,7 +166,7 @@ def test_every_run_of_the_default_cpu_suite_has_cpu_references():
 
 
 def test_only_knobs_away_from_their_default_enter_the_key():
-    from harness.references import record_config
+    from harness.verdict.references import record_config
 
     def key(**zero):
         rec = {"kind": "training", "environment": {"num_ranks": 2},
@@ -183,7 +183,7 @@ def test_only_knobs_away_from_their_default_enter_the_key():
 def test_a_workload_whose_shape_was_overridden_is_another_model_not_a_repeat_of_the_named_one():
     """Found on the first GPU records: llama-440m runs at 6, 12 and 24 layers were merged by submit
     into one reference of three 'repeats' (0.14, 0.39, 0.22 s) because the key left the shape out."""
-    from harness.references import record_config
+    from harness.verdict.references import record_config
 
     def rec(run_id, step_s, **shape):
         workload = {"name": "llama-440m", "micro_batch_size": 8, "grad_acc_steps": 4, "seq_len": 128,
@@ -204,7 +204,7 @@ def test_a_workload_whose_shape_was_overridden_is_another_model_not_a_repeat_of_
     assert "shape" not in record_config(other)
     # a distillation workload's shape comes from its defaults (llama-tiny-kd takes llama-tiny's)
     from harness.config.compose import compose
-    from harness.references import SHAPE_FIELDS
+    from harness.verdict.references import SHAPE_FIELDS
     tiny = compose(["workload=llama-tiny"]).workload
     kd = {"name": "llama-tiny-kd", **{k: getattr(tiny, k) for k in SHAPE_FIELDS}}
     assert "shape" not in record_config(typed([rec("e", 0.5, **kd)])[0])
@@ -237,8 +237,8 @@ def planned_groups(overrides):
     """(run id, comparison group) of every training run a suite plans: the configuration key a
     record of the run would carry."""
     from harness.bench import plan_suite
-    from harness.compare import Group
-    from harness.references import record_config
+    from harness.verdict.compare import Group
+    from harness.verdict.references import record_config
 
     _, planned = plan_suite(overrides)
     out = []
@@ -256,7 +256,7 @@ def planned_groups(overrides):
     ("roce-h100", "paper-model2", "samples_per_s"),
 ])
 def test_every_run_of_a_paper_suite_is_compared_with_exactly_its_published_cell(platform, suite, metric):
-    from harness.compare import matches
+    from harness.verdict.compare import matches
 
     refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
     cells = [r for r in refs if r.platform == platform and r.metric == metric and "tuning" not in r.config]
@@ -272,7 +272,7 @@ def test_every_run_of_a_paper_suite_is_compared_with_exactly_its_published_cell(
 @pytest.mark.parametrize("change", ["workload.seq_len=512", "workload.activation_checkpointing=false",
                                     "platform.nodes=1"])
 def test_a_run_of_another_workload_than_the_one_measured_is_not_compared_with_the_published_figure(change):
-    from harness.compare import matches
+    from harness.verdict.compare import matches
 
     refs = load_references([REFERENCE_DIR / "sc25-pmbs.json"])
     base = ["platform=ib-a100", "suite=single", "workload=llama-8b-kd", "zero=stage3", "workload.micro_batch_size=256"]
@@ -284,7 +284,7 @@ def test_a_run_of_another_workload_than_the_one_measured_is_not_compared_with_th
 
 
 def test_a_records_checkpointing_enters_its_key_and_is_off_when_the_record_predates_the_field():
-    from harness.references import record_config
+    from harness.verdict.references import record_config
 
     def key(**workload):
         rec = {"kind": "training", "environment": {"num_ranks": 2},
@@ -303,7 +303,7 @@ def test_inferred_fields_must_be_config_fields_and_are_optional():
     assert problems == ["references/0: provenance.inferred names ['seq_len'], which the config does not have"]
     inferred["config"] = {**inferred["config"], "seq_len": 128}
     assert validate_reference_file({"schema_version": "1.0", "references": [inferred]}) == []
-    from harness.references import Reference
+    from harness.verdict.references import Reference
 
     assert Reference.from_dict(inferred).to_dict() == inferred
     plain = good_entry()  # written before the field existed: valid, and written back without it

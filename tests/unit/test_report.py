@@ -136,8 +136,8 @@ def test_a_distillation_run_gets_teacher_columns_and_its_teacher_collectives_apa
 # --- verdict tables (harness.report.verdicts.verdict_table) --------------------------------------------
 
 def _verdict(metric, unit, direction, before, now, interval=None, config=None, verdict="regression", tol=10.0):
-    """A Verdict as harness.compare builds it: worse_pct positive = worse, and its interval."""
-    from harness.compare import Verdict, worse_pct
+    """A Verdict as harness.verdict.compare builds it: worse_pct positive = worse, and its interval."""
+    from harness.verdict.compare import Verdict, worse_pct
 
     w = worse_pct(now, before, direction)
     return Verdict("cpu", "llama-tiny", config or dict(CONFIG), metric, verdict,

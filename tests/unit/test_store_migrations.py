@@ -1,4 +1,4 @@
-"""The history store's schema versions (harness/store_migrations, issue 29 item 2): a store written by
+"""The history store's schema versions (harness/verdict/store_migrations, issue 29 item 2): a store written by
 an earlier suite is upgraded in place with every row kept, a new one is created at the head revision,
 and a store of a newer suite is refused by name and left byte for byte as it was."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 from harness.errors import HarnessError
-from harness.history import History
-from harness.store_migrations import BASELINE, HEAD
+from harness.verdict.history import History
+from harness.verdict.store_migrations import BASELINE, HEAD
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "history" / "store-8aa740d.sqlite"
 """A store written by suite commit 8aa740d (unversioned: nights, runs, bench_runs), 2 nights x 2
@@ -80,7 +80,7 @@ def test_two_suites_opening_one_new_store_at_once_both_go_on(tmp_path):
     import sys
 
     store = tmp_path / "shared.sqlite"
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from harness.history import History; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from harness.verdict.history import History; "
             "History(sys.argv[2]); print('ok')")
     repo = str(Path(__file__).resolve().parents[2])
     procs = [subprocess.Popen([sys.executable, "-c", code, repo, f"sqlite:///{store}"], stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""Submissions (harness.submit): records -> reference_results/<platform>.json, all-or-nothing.
+"""Submissions (harness.verdict.submit): records -> reference_results/<platform>.json, all-or-nothing.
 
 Every test works on a fake reference folder under tmp_path; the real reference_results/ is never touched.
 """
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import harness.submit as submit_mod
-from harness.references import validate_reference_file
-from harness.submit import SubmissionRejected, cli, submit
+import harness.verdict.submit as submit_mod
+from harness.verdict.references import validate_reference_file
+from harness.verdict.submit import SubmissionRejected, cli, submit
 
 TODAY = "2026-11-22"
 EXISTING = {  # an unrelated entry that must survive every submission unchanged

@@ -10,14 +10,14 @@ import pytest
 from test_compare import reference
 from test_machine_baseline import LAPTOP, run
 
-import harness.references
+import harness.verdict.references
 from harness.__main__ import main
-from harness.baseline import baseline_text, judge
+from harness.verdict.baseline import baseline_text, judge
 from harness.bench import compare_with_references
-from harness.compare import compare
+from harness.verdict.compare import compare
 from harness.errors import HarnessError
-from harness.history import History, store_name
-from harness.references import ReferenceFileError, load_references, read_references
+from harness.verdict.history import History, store_name
+from harness.verdict.references import ReferenceFileError, load_references, read_references
 from harness.report.verdicts import verdict_counts
 from unit_helpers import typed
 
@@ -127,7 +127,7 @@ def tables(tmp_path, monkeypatch):
     write_table(folder / "good.json", good)
     for name, (data, _, _) in BAD_TABLES.items():
         (folder / name).write_bytes(data)
-    monkeypatch.setattr(harness.references, "REFERENCE_DIR", folder)
+    monkeypatch.setattr(harness.verdict.references, "REFERENCE_DIR", folder)
     return folder, good
 
 

@@ -11,7 +11,7 @@ from harness.config.compose import compose
 from harness.errors import HarnessError
 from harness.model import validation
 from harness.model.validation import TARGETS, format_validation, load_published, validate_model
-from harness.references import Reference
+from harness.verdict.references import Reference
 
 _CACHE: dict = {}
 
@@ -133,7 +133,7 @@ def test_tune_step2_on_model2_keeps_every_measured_cell_and_predicts_the_papers_
     ZeRO-2 micro-batch 128 x grad-acc 2."""
     from harness.model.calibration import calibrate
     from harness.model.perfmodel import predict
-    from harness.references import load_references
+    from harness.verdict.references import load_references
     from harness.tune import space
     from harness.tune.outcome import by_prediction, predicted_oom
 

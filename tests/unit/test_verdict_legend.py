@@ -9,7 +9,7 @@ import re
 import pytest
 from test_report import legend, table_rows
 
-from harness.compare import Verdict, worse_pct
+from harness.verdict.compare import Verdict, worse_pct
 from harness.report.legend import WIDTH, rows_text, wrap
 from harness.report.verdicts import _flat, change_text, environment_text, interval_text, value_text, verdict_table
 
@@ -21,7 +21,7 @@ SUITE_COMMIT = {"suite_commit": ["bcccdb5c49aaaaaaaaaa", "113f2b2dbfbbbbbbbbbb"]
 
 def verdict(metric: str, config: dict | None, verdict: str = "regression", factor: float = 0.47,
             diff: dict | None = None, benchmark: str = "llama-tiny", reason: str = "") -> Verdict:
-    """A Verdict as harness.compare builds it, `factor` times the reference in the better-is-higher sense."""
+    """A Verdict as harness.verdict.compare builds it, `factor` times the reference in the better-is-higher sense."""
     unit, direction, ref = METRICS[metric]
     now = ref * factor if direction == "higher" else ref / factor
     w = worse_pct(now, ref, direction)

@@ -3,7 +3,7 @@
 `python -m harness submit RESULTS...` checks every record (schema, status ok, complete environment
 fingerprint, units, finite and sane values, known platform, one platform, enough repeats per
 configuration), and lists every problem at once; a rejected submission writes nothing. Accepted
-records are aggregated (harness.references.references_from_records: the median, every run as a
+records are aggregated (harness.verdict.references.references_from_records: the median, every run as a
 sample) and merged into the platform's reference file under an exclusive lock, written atomically.
 An existing reference (same platform, benchmark, config and metric) is replaced only with
 --replace --reason; the old value, samples, source and date go into the new entry's note.
@@ -27,9 +27,9 @@ from contract.fingerprint import REQUIRED, REQUIRED_CUDA
 from contract.metrics import METRICS, tolerances_for
 
 from .compare import machine_of
-from .config.schema import CONF_DIR
-from .errors import HarnessError
-from .record import ResultRecord, validate_record, write_json_atomic
+from ..config.schema import CONF_DIR
+from ..errors import HarnessError
+from ..record import ResultRecord, validate_record, write_json_atomic
 from .record_files import read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)

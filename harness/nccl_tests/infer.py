@@ -17,8 +17,8 @@ from typing import Optional
 
 from contract.collectives import BINARIES, OPS
 
-from .collectives import Row, busbw_factor
-from .errors import HarnessError
+from ..collectives import Row, busbw_factor
+from ..errors import HarnessError
 
 _OP_OF_BINARY = {b[:-len("_perf")]: op for op, b in BINARIES.items()}
 BINARY_NAME = re.compile(r"(?<![\w-])(all_reduce|all_gather|reduce_scatter|alltoallv?|broadcast|reduce|"

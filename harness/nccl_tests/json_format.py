@@ -1,5 +1,5 @@
 """nccl-tests' -J JSON output (src/util.cu, JSON_FILE_VERSION 1 and 2, layout "json") parsed into the
-same rows as its text (harness/nccl_tests_output.py), and parse_file, which reads a saved output of
+same rows as its text (harness/nccl_tests/output.py), and parse_file, which reads a saved output of
 either format. I/O only in parse_file; no torch."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any, Optional, Union
 
 from contract.fingerprint import ENV_PREFIXES
 
-from .collectives import Placement, Row
-from .errors import HarnessError
-from .nccl_tests_infer import BINARY_NAME, resolve_op
-from .nccl_tests_output import ParsedOutput, RunConfig, finite_number, nccl_version_of, parse_text
+from ..collectives import Placement, Row
+from ..errors import HarnessError
+from .infer import BINARY_NAME, resolve_op
+from .output import ParsedOutput, RunConfig, finite_number, nccl_version_of, parse_text
 
 # --- JSON (-J) --------------------------------------------------------------------------------
 

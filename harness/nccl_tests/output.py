@@ -7,9 +7,9 @@ Formats read (where each comes from: tests/data/nccl_tests/README.md):
 - text, layout "new" (v2.13+): redop and root on every op (-1 when the op has none), "#wrong"
   columns (elements that failed the check, N/A without -c), optional timestamp and per-iteration
   columns;
-- JSON written by `-J FILE.json`: harness/nccl_tests_json.py (with parse_file, which reads either).
+- JSON written by `-J FILE.json`: harness/nccl_tests/json_format.py (with parse_file, which reads either).
 Rows keep what nccl-tests printed (time in us, GB/s = 1e9 B/s); a row cut short is dropped, never
-repaired. Which collective it is: harness.nccl_tests_infer. No I/O; no torch.
+repaired. Which collective it is: harness.nccl_tests.infer. No I/O; no torch.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .collectives import Placement, Row
-from .errors import HarnessError
-from .nccl_tests_infer import BINARY_NAME, resolve_op
+from ..collectives import Placement, Row
+from ..errors import HarnessError
+from .infer import BINARY_NAME, resolve_op
 
 _TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")  # mpirun --tag-output
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s*(\S+)")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import HarnessError
-from .record import NOT_RECORDS, ResultRecord, validate_record
+from ..errors import HarnessError
+from ..record import NOT_RECORDS, ResultRecord, validate_record
 
 
 def read_json(path: Path) -> Any:

@@ -1,5 +1,5 @@
 """nccl-tests (github.com/NVIDIA/nccl-tests): build its command line, find its binaries, turn its
-output (parsed by harness.nccl_tests_output) into records, import saved outputs. No torch.
+output (parsed by harness.nccl_tests.output) into records, import saved outputs. No torch.
 """
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Optional
 from contract.collectives import OPS
 from contract.fingerprint import IMPORTED_FIELDS, build
 
-from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
-from .config.schema import REPO_ROOT, BenchConfig
-from .errors import HarnessError
-from .launch.local import LaunchResult
-from .nccl_tests_json import parse_file
-from .nccl_tests_output import ParsedOutput
-from .plan import RunSpec
-from .record import ResultRecord, collective_record, environment, measured, status_of, validate_record, write_record
-from .record_files import load_record
+from ..collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
+from ..config.schema import REPO_ROOT, BenchConfig
+from ..errors import HarnessError
+from ..launch.local import LaunchResult
+from .json_format import parse_file
+from .output import ParsedOutput
+from ..plan import RunSpec
+from ..record import ResultRecord, collective_record, environment, measured, status_of, validate_record, write_record
+from ..verdict.record_files import load_record
 
 # --- records ----------------------------------------------------------------------------------
 

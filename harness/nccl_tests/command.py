@@ -1,5 +1,5 @@
 """The argv of an nccl-tests binary run, and where its binary is: what the plan needs of nccl-tests
-(records of its output are harness/nccl_tests.py)."""
+(records of its output are harness/nccl_tests/importer.py)."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 from contract.collectives import BINARIES, NCCL_TYPES, REDOPS
 
-from .errors import HarnessError
-from .nccl_tests_infer import op_of_binary
+from ..errors import HarnessError
+from .infer import op_of_binary
 
 
 def command(binary: str, *, min_bytes: int, max_bytes: int, step_factor: float = 2.0,

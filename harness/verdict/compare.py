@@ -37,10 +37,10 @@ from typing import Any, Optional
 
 from contract.fingerprint import COMPARED
 
-from .config.schema import REPO_ROOT
-from .errors import HarnessError
-from .probe import node_probes, not_comparable, probe_diff
-from .record import ResultRecord
+from ..config.schema import REPO_ROOT
+from ..errors import HarnessError
+from ..probe import node_probes, not_comparable, probe_diff
+from ..record import ResultRecord
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
 

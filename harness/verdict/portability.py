@@ -29,8 +29,8 @@ from typing import Any, Optional
 
 from contract.metrics import METRICS
 
-from .errors import HarnessError
-from .record import ResultRecord
+from ..errors import HarnessError
+from ..record import ResultRecord
 from .record_files import load_records
 from .references import load_references
 
@@ -208,7 +208,7 @@ def application_of(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def observations_from_references(refs: list, benchmark: str) -> list[Observation]:
-    """harness.references.Reference objects of `benchmark` as observations."""
+    """harness.verdict.references.Reference objects of `benchmark` as observations."""
     out = []
     for r in refs:
         if r.benchmark != benchmark:

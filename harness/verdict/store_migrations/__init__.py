@@ -1,4 +1,4 @@
-"""The history store's schema, versioned with Alembic (harness/history.py opens every store through
+"""The history store's schema, versioned with Alembic (harness/verdict/history.py opens every store through
 `upgrade`): `versions/` holds one migration per schema revision, oldest first, and the store's own
 `alembic_version` table says which revision it is at.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import HarnessError
+from ...errors import HarnessError
 
 SCRIPT_DIR = Path(__file__).resolve().parent
 """Alembic's script location: the migrations are in its versions/."""

@@ -1,7 +1,7 @@
 """A machine's own baseline: what `bench` judges a run against when no reference was taken on its
-machine (the shipped references are per machine: harness/compare.py machine_of).
+machine (the shipped references are per machine: harness/verdict/compare.py machine_of).
 
-Every bench (and collect) keeps its records in the history store (harness/history.py, table
+Every bench (and collect) keeps its records in the history store (harness/verdict/history.py, table
 bench_runs), by machine: the GPUs' model and count, else the CPU's model and CPUs, else the host
 name. A configuration that no reference of this machine judged (its verdicts all "new" or "not
 comparable") is compared with the same configuration in this machine's last BASELINE_RUNS bench
@@ -20,15 +20,15 @@ from typing import Any, Optional
 from contract.metrics import tolerances_for
 
 from .compare import Verdict, compare, machine_of
-from .errors import HarnessError
+from ..errors import HarnessError
 from .history import History
-from .record import ResultRecord
+from ..record import ResultRecord
 from .references import record_config, references_from_records
 
 BASELINE_RUNS = 5
 UNJUDGED = ("new", "not comparable")
 ACROSS = "across machines"
-"""The start of the reason of a verdict judged between two machines that differ (harness/compare.py)."""
+"""The start of the reason of a verdict judged between two machines that differ (harness/verdict/compare.py)."""
 STORE_REMEDY = "set history=<another SQLAlchemy URL>, or history=none to keep no history"
 
 

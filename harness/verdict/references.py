@@ -20,11 +20,11 @@ import jsonschema
 
 from contract.metrics import reference_metrics
 
-from .config.choices import Precision
-from .config.compose import compose
-from .config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_accum_precision, to_dict
-from .errors import HarnessError
-from .record import ResultRecord
+from ..config.choices import Precision
+from ..config.compose import compose
+from ..config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_accum_precision, to_dict
+from ..errors import HarnessError
+from ..record import ResultRecord
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "reference.schema.json"

@@ -5,7 +5,7 @@ platform, benchmark, configuration and metric, the median as value and every OLD
 samples, so the bootstrap interval resamples both sides; tolerances per platform from
 references.tolerances_for; the first OLD run's fingerprint, so a regression names what changed).
 An OLD configuration none of whose runs ended ok becomes a status reference (value none), so
-oom -> ok reads "status changed" as against a reference table. Then harness.compare judges NEW
+oom -> ok reads "status changed" as against a reference table. Then harness.verdict.compare judges NEW
 exactly as against a table: NEW without an OLD counterpart is "new"; OLD without a NEW
 counterpart is one line (`unmatched_line`), not a row per metric.
 """
@@ -17,10 +17,10 @@ from datetime import date
 from contract.metrics import tolerances_for
 
 from .compare import Group, compare, group_records, load_records
-from .errors import HarnessError
-from .record import ResultRecord
+from ..errors import HarnessError
+from ..record import ResultRecord
 from .references import REFERENCE_METRICS, Provenance, Reference, references_from_records
-from .report.verdicts import config_label, distinguishing_keys
+from ..report.verdicts import config_label, distinguishing_keys
 
 SOURCE = "compare --against"
 
@@ -60,7 +60,7 @@ def status_references(g: Group, today: str, system: str) -> list[Reference]:
 
 
 def unmatched(old: list[ResultRecord], new: list[ResultRecord]) -> list[Group]:
-    """OLD configurations that no NEW result matches (harness.compare.matches, on the OLD config)."""
+    """OLD configurations that no NEW result matches (harness.verdict.compare.matches, on the OLD config)."""
     new_groups = group_records(new)
     return [g for g in group_records(old)
             if not any(n.platform == g.platform and n.benchmark == g.benchmark

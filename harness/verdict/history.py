@@ -9,7 +9,7 @@ whose records reached the disk but not the store (the nightly killed, or the sto
 is stored from its record files, not redone.
 
 `bench` keeps its runs here too (table bench_runs, by machine): on a machine with no reference of
-its own, the earlier bench runs of that machine are its baseline (harness/baseline.py).
+its own, the earlier bench runs of that machine are its baseline (harness/verdict/baseline.py).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterator, Optional
 
-from .errors import HarnessError
-from .record import ResultRecord
+from ..errors import HarnessError
+from ..record import ResultRecord
 from .store_migrations import upgrade
 
 DEFAULT_URL = "sqlite:///results/history.sqlite"
@@ -89,7 +89,7 @@ class History:
     locked, read-only, a driver missing) is a HarnessError naming the store and what to do (`remedy`:
     the caller's option for another store); the store itself is left as it is, never recreated, and
     each write is one transaction, so a failed one leaves nothing half-written. Opening it brings its
-    schema to this suite's revision (harness/store_migrations: created, or upgraded in place keeping
+    schema to this suite's revision (harness/verdict/store_migrations: created, or upgraded in place keeping
     every row; a store of a newer suite is refused, never written); `upgraded` says what was done."""
 
     def __init__(self, url: str = DEFAULT_URL, remedy: str = ANOTHER_STORE):
@@ -100,7 +100,7 @@ class History:
         with self._errors_named():
             self.engine = sa.create_engine(url, connect_args=_connect_args(url))
             self.upgraded = upgrade(self.engine, self.name, remedy)
-            # the tables as the migrations made them (harness/store_migrations: the one definition)
+            # the tables as the migrations made them (harness/verdict/store_migrations: the one definition)
             meta = sa.MetaData()
             meta.reflect(bind=self.engine, only=["nights", "runs", "bench_runs"])
         self.nights, self.runs, self.bench_runs = (meta.tables[t] for t in ("nights", "runs", "bench_runs"))
