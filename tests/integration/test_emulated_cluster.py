@@ -104,9 +104,17 @@ finally:
 """
 
 
+def _user_ctrl_c() -> None:
+    """preexec_fn: the user's Ctrl-C as a terminal delivers it. A test session started in the
+    background by a non-interactive shell (`nohup bash .ci/run &`) inherits SIGINT ignored, and
+    Python then installs no KeyboardInterrupt handler: the SIGINT below would be lost and the owner
+    would sleep on (what failed this test in every full run started that way, never alone)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_owner(name: str) -> tuple[subprocess.Popen, list[int]]:
     proc = subprocess.Popen([sys.executable, "-c", OWNER, name], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_user_ctrl_c)
     line = proc.stdout.readline()
     assert line.strip(), proc.stderr.read()
     return proc, [int(p) for p in line.split()]
