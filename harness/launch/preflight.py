@@ -32,9 +32,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import NamedTuple, Optional, Protocol, Sequence
 
-from benchmarks.ops import BY_NAME, build_command, needed_ops, state
+from benchmarks.ops import BY_NAME, Op, build_command, needed_ops, state
 from contract.spec import TrainSpec
 
 from ..config.choices import ContainerRuntime, LauncherKind
@@ -170,10 +170,19 @@ def clear_stale_locks(extensions_dir: Path, proc: Path = PROC, recheck_s: float 
     return messages
 
 
+class Need(NamedTuple):
+    """A run that needs an op that is not built, and whether its ranks run on this host."""
+    run_id: str
+    op: Op
+    problem: str
+    local: bool
+
+
 def check_ops(planned: Sequence[Planned]) -> list[str]:
     """Notes for optional ops that are not built; a required op that is not is built here for runs
     launched on this host, and a ConfigError for a Slurm run (module docstring)."""
-    notes, missing = [], {}
+    notes: list[str] = []
+    missing: dict[tuple[str, str], Need] = {}
     for p in planned:
         spec = p.run.spec
         if p.cfg.platform.container.runtime != ContainerRuntime.none or not isinstance(spec, TrainSpec):
@@ -184,20 +193,20 @@ def check_ops(planned: Sequence[Planned]) -> list[str]:
             if st.problem is None:
                 continue
             if not op.optional:
-                here = p.cfg.platform.launcher == LauncherKind.local
-                found = missing.setdefault((op.name, accelerator), (p.run.run_id, op, st.problem, here))
-                if found[3] and not here:      # one run elsewhere needing it: it is built there
-                    missing[(op.name, accelerator)] = (p.run.run_id, op, st.problem, False)
+                need = Need(p.run.run_id, op, st.problem, p.cfg.platform.launcher == LauncherKind.local)
+                found = missing.setdefault((op.name, accelerator), need)
+                if found.local and not need.local:     # one run elsewhere needing it: it is built there
+                    missing[(op.name, accelerator)] = need
             elif op.name not in _noted:
                 _noted.add(op.name)
                 notes.append(f"note: DeepSpeed op {op.name} {st.problem}; runs go on without it, as "
                              f"DeepSpeed does where it is unsupported (loaded by {op.loaded_by}; the suite's "
                              f"runs never call it). Build it once: {build_command([op.name], accelerator)}")
-    here = {key: v for key, v in missing.items() if v[3]}
+    here = {key: v for key, v in missing.items() if v.local}
     for accelerator in sorted({acc for _, acc in here}):
         names = [n for n, acc in here if acc == accelerator]
         _build_here(names, accelerator, {n: here[(n, accelerator)] for n in names})
-    elsewhere = {key: v for key, v in missing.items() if not v[3]}
+    elsewhere = {key: v for key, v in missing.items() if not v.local}
     if elsewhere:
         lines = [f"run {run_id} needs DeepSpeed op {op.name} ({op.loaded_by}), which is {problem}"
                  for run_id, op, problem, _ in elsewhere.values()]
@@ -209,7 +218,7 @@ def check_ops(planned: Sequence[Planned]) -> list[str]:
     return notes
 
 
-def _build_here(names: list[str], accelerator: str, why: dict[str, tuple]) -> None:
+def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> None:
     """Build `names` in a process of its own, its output shown; ConfigError when one is still not
     usable afterwards."""
     for name in names:

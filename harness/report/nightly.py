@@ -33,10 +33,6 @@ def summary_line(name: str, verdicts: list[Verdict]) -> str:
     return f"{name}{where}: {kinds or 'no verdicts'} ({len(verdicts)} verdicts)"
 
 
-def _num(value: Any) -> str:
-    return "-" if value is None else f"{value:,.3f}" if isinstance(value, float) else str(value)
-
-
 def config_label(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 

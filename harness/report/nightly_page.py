@@ -18,9 +18,10 @@ import textwrap
 from collections import Counter
 from typing import Any, Optional
 
-from ..verdict.compare import Verdict
+from contract.metrics import METRICS
+
 from ..record import ResultRecord
-from ..verdict.references import REFERENCE_METRICS
+from ..verdict.compare import Verdict
 from .legend import config_key, config_labels, grouped
 from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
 from .verdicts import interval_text, value_text, why_text
@@ -40,10 +41,6 @@ tr.regression{background:#f8d0d0;font-weight:bold} tr.status-changed{background:
 img{max-width:100%;height:auto} figure{margin:.5em 0} .pair{display:flex;gap:1em;flex-wrap:wrap}
 .pair figure{flex:1 1 600px;min-width:0} dl.legend{display:grid;grid-template-columns:4em 1fr;gap:2px 8px;margin:0}
 dl.legend dd{margin:0;overflow-wrap:anywhere} li{margin:.3em 0}"""
-
-
-def _direction(metric: str) -> str:
-    return next((m[metric] for m in REFERENCE_METRICS.values() if metric in m), "higher")
 
 
 def series_label(platform: str, benchmark: str, config: dict[str, Any]) -> str:
@@ -117,7 +114,7 @@ def trend_panels_png(panels: list[tuple[str, dict[str, list[tuple[str, float]]]]
             base = statistics.median(before)
             if not base:
                 continue
-            flip = _direction(metric) == "lower"
+            flip = metric in METRICS and METRICS[metric].direction == "lower"
             ratios = [(at[n], (base / v if flip else v / base) if v else math.nan) for n, v in points]
             (line,) = ax.plot([x for x, _ in ratios], [r for _, r in ratios], marker="o", markersize=3, label=metric)
             tol = bands.get((title, metric))
@@ -224,12 +221,13 @@ def _trends(history: dict[str, list[tuple[str, float]]], verdicts: dict[str, lis
     for name, points in history.items():
         config, metric = name.rsplit(" ", 1)
         panels.setdefault(config, {})[metric] = points
-    titled = []
+    titled = []     # (label's number, title, config, metrics): panels in the legend's order
     for config, metrics in panels.items():
         key = labels.series.get(config)
-        titled.append((f"{labels.keys[key]}: {labels.texts[key]}" if key else config, config, metrics))
-    titled.sort(key=lambda t: (int(t[0][1:].split(":")[0]) if t[0][1:].split(":")[0].isdigit() else 1e9, t[0]))
-    title_of = {config: title for title, config, _ in titled}
+        titled.append((int(labels.keys[key][1:]), f"{labels.keys[key]}: {labels.texts[key]}", config, metrics)
+                      if key else (math.inf, config, config, metrics))
+    titled.sort(key=lambda t: (t[0], t[1]))
+    title_of = {config: title for _, title, config, _ in titled}
     bands, refs = {}, {}
     for name, vs in verdicts.items():
         for v in vs:
@@ -240,7 +238,7 @@ def _trends(history: dict[str, list[tuple[str, float]]], verdicts: dict[str, lis
                 bands[(title_of[config], v.metric)] = v.tolerance_pct
             if name == "references" and v.reference:
                 refs[(title_of[config], v.metric)] = v.reference
-    png = trend_panels_png([(title, metrics) for title, _, metrics in titled], night, bands, refs)
+    png = trend_panels_png([(title, metrics) for _, title, _, metrics in titled], night, bands, refs)
     return _img(png, f"each configuration's metrics over the nights, as a ratio to their baseline (the median of "
                      f"the earlier nights; below 1 is worse); shaded: the tolerance; dashed: the reference table; "
                      f"ringed: {night}")

@@ -148,9 +148,6 @@ class History:
             return c.execute(self.sa.select(self.nights.c.started_utc).where(
                 self.nights.c.night == night, self.nights.c.platform == platform)).scalar()
 
-    def add_run(self, night: str, platform: str, repeat: int, record: ResultRecord) -> None:
-        self.add_runs(night, platform, repeat, [record])
-
     def add_runs(self, night: str, platform: str, repeat: int, records: list[ResultRecord]) -> None:
         """One run's records (a collective sweep has one per op) in one transaction: all or none."""
         now = _now()

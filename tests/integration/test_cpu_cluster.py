@@ -171,9 +171,8 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster
     # the target, plus how far apart this box measured the same configuration round to round: a model
     # error inside the measurement's own noise is not the model's (issue 26 item 7); below, plus the
     # shared cores' measured cost, which the emulation has and a real cluster does not
-    bound = {v.run_id: (-((MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct
-                          + v.shared_host_pct),
-                        (MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct)
-             for v in verdicts}
+    target = {v.run_id: (MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct
+              for v in verdicts}
+    bound = {v.run_id: (-(target[v.run_id] + v.shared_host_pct), target[v.run_id]) for v in verdicts}
     assert all(bound[v.run_id][0] <= v.error_pct <= bound[v.run_id][1] for v in verdicts), \
         f"{table}\nbounds: {bound}"
