@@ -218,7 +218,8 @@ def cmd_model(args: list[str]) -> int:
         if ns.json:
             print(json.dumps({**v.to_dict(), "published_runs": [published_runs.as_dict(r) for r in runs]}, indent=2))
         else:
-            print("\n".join([format_validation(v), *published_runs.format_cells(runs)]))
+            print("\n".join([format_validation(v), *published_runs.format_cells(runs),
+                             *published_runs.format_implied(published_runs.implied_links(compose, runs))]))
         return 0 if v.ok else 1
     override = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")
 

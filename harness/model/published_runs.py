@@ -19,6 +19,7 @@ Pure, except load_cells (reads the CSV).
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ METRICS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu")
 TARGETS = {"median_pct": 25.0, "max_ratio": 2.0}
 """Issue 28: median |error| <= 25 %, none off by more than 2x."""
 CHECKPOINTED = ("yes", "true", "full")
+GPUS_PER_NODE = 8
+"""Every cell composes 8-GPU nodes (cell_overrides)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Cell:
     micro_batch: Optional[int]
     grad_acc: int
     checkpointing: str
+    interconnect: str
     metric: str
     value: float
     notes: str
@@ -75,6 +79,10 @@ class CellPrediction:
     why_not: Optional[str] = None
     efficiency_source: str = ""
     fits: Optional[bool] = None
+    link_gbps: Optional[float] = None
+    """The inter-node GB/s per node (per direction) the prediction used."""
+    link_stated: bool = False
+    """False: the source states no interconnect and the platform's own 8 x 200 Gb/s stood in."""
 
 
 def _int(row: dict, key: str, default: Optional[int] = None) -> Optional[int]:
@@ -95,11 +103,35 @@ def load_cells(path: Path = CELLS) -> list[Cell]:
                               _int(row, "layers"), _int(row, "hidden"), _int(row, "heads"), _int(row, "kv_heads"),
                               _int(row, "ffn_hidden"), _int(row, "vocab"), row["gpu_model"], _int(row, "gpu_mem_gb"),
                               _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "micro_batch"),
-                              _int(row, "grad_acc", 1), row["activation_checkpointing"].strip(), row["metric"],
+                              _int(row, "grad_acc", 1), row["activation_checkpointing"].strip(),
+                              (row.get("interconnect") or "").strip(), row["metric"],
                               float(row["value"]), row.get("notes") or ""))
         except (KeyError, ValueError, TypeError) as e:
             raise HarnessError(f"{path}: cell {row.get('cell_id')!r}: {e}") from None
     return cells
+
+
+_PER_GPU = re.compile(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)[\w ]*? per GPU", re.I)
+_PER_NODE = re.compile(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", re.I)
+
+
+def declared_link(c: Cell) -> Optional[tuple[str, float]]:
+    """(fabric, GB/s per node per direction) of the inter-node network the cell's source states, or
+    None where it states none. "N Gb/s [...] per GPU" counts 8 GPUs a node (the platform's), any other
+    "N Gbps" is the node's total (llm-foundry's "1600 Gbps node-node", IBM's "400Gbps inter-node").
+    The fabric is InfiniBand where the source says so, else RoCE; off the paper's clusters both run at
+    line rate (params.fabric_efficiency), so the word only labels the row."""
+    text = c.interconnect
+    if not text:
+        return None
+    fabric = "ib" if re.search(r"infiniband|\bHDR\b|\bNDR\b", text, re.I) else "roce"
+    m = _PER_GPU.search(text)
+    if m:
+        return fabric, float(m.group(1)) * GPUS_PER_NODE / 8
+    m = _PER_NODE.search(text)
+    if m is None:
+        raise HarnessError(f"{c.cell_id}: no bandwidth in the stated interconnect {text!r}")
+    return fabric, float(m.group(1)) / 8
 
 
 def cell_overrides(c: Cell) -> list[str]:
@@ -109,11 +141,11 @@ def cell_overrides(c: Cell) -> list[str]:
         raise HarnessError(f"{c.cell_id}: no platform of this suite for GPU {c.gpu_model}")
     if c.micro_batch is None:
         raise HarnessError(f"{c.cell_id}: the source states no micro-batch")
-    if c.num_gpus % 8:
-        raise HarnessError(f"{c.cell_id}: {c.num_gpus} GPUs is not whole 8-GPU nodes")
+    if c.num_gpus % GPUS_PER_NODE:
+        raise HarnessError(f"{c.cell_id}: {c.num_gpus} GPUs is not whole {GPUS_PER_NODE}-GPU nodes")
     ffn = round(2 * c.ffn_hidden / 3) if c.gelu else c.ffn_hidden
     out = [f"platform={PLATFORMS[family]}", f"platform.name=published-{family.lower()}",  # not the paper's cluster
-           f"platform.nodes={c.num_gpus // 8}", "workload=llama-8b",
+           f"platform.nodes={c.num_gpus // GPUS_PER_NODE}", "workload=llama-8b",
            f"workload.hidden_size={c.hidden}", f"workload.num_layers={c.layers}", f"workload.num_heads={c.heads}",
            f"workload.num_kv_heads={c.kv_heads}", f"workload.intermediate_size={ffn}", f"workload.vocab_size={c.vocab}",
            f"workload.seq_len={c.seq_len}", f"workload.samples_per_step={c.micro_batch * c.grad_acc}",
@@ -122,6 +154,9 @@ def cell_overrides(c: Cell) -> list[str]:
            f"zero=stage{c.zero_stage}", "suite=single"]
     if c.gpu_mem_gb == 40:
         out.append("platform.mem_per_device_gib=40.0")
+    link = declared_link(c)
+    if link is not None:     # else the platform's own 8 x 200 Gb/s, said in the table
+        out += [f"platform.fabric={link[0]}", f"platform.inter_node_bw_gbps={link[1]:g}"]
     return out
 
 
@@ -148,8 +183,64 @@ def predict_cells(compose: Callable[[list[str]], BenchConfig], cells: Optional[l
         pred = predict(cfg, calibrate([], cfg, [], params), params=params)
         value = metric_of(pred, cfg, c.metric)
         out.append(CellPrediction(c, value, 100.0 * (value - c.value) / c.value, efficiency_source=pred.efficiency_source,
-                                  fits=pred.memory.fits))
+                                  fits=pred.memory.fits, link_gbps=cfg.platform.inter_node_bw_gbps,
+                                  link_stated=declared_link(c) is not None))
     return out
+
+
+LINK_LADDER = ((25.0, "1 x 200 Gb/s"), (50.0, "2 x 200 Gb/s"), (100.0, "4 x 200 Gb/s"), (200.0, "8 x 200 Gb/s"),
+               (400.0, "8 x 400 Gb/s"))
+"""Common NIC complements of an 8-GPU node, as GB/s per node per direction: what implied_links tries."""
+
+
+@dataclass(frozen=True)
+class ImpliedLink:
+    source_id: str
+    cells: int
+    assumed_median_pct: float
+    gbps: float
+    nics: str
+    median_pct: float
+    errors_pct: tuple[float, ...]
+
+
+def implied_links(compose: Callable[[list[str]], BenchConfig], rows: list[CellPrediction],
+                  params: ModelParams = PARAMS) -> list[ImpliedLink]:
+    """For each source that states no interconnect: the node link of LINK_LADDER at which the model's
+    median |error| over that source's multi-node cells is least. A diagnostic, never an input: no
+    figure of the table, its statistics or its targets uses it. One link that brings every cell of a
+    source close says the mechanisms hold and only the undeclared network is missing; none that does
+    says a mechanism is."""
+    out = []
+    for source in sorted({p.cell.source_id for p in rows}):
+        mine = [p for p in rows if p.cell.source_id == source and p.predicted is not None and not p.link_stated
+                and p.cell.num_gpus > GPUS_PER_NODE]
+        if not mine:
+            continue
+        tried = []
+        for gbps, nics in LINK_LADDER:
+            errs = []
+            for p in mine:
+                cfg = compose(cell_overrides(p.cell) + ["platform.fabric=roce", f"platform.inter_node_bw_gbps={gbps:g}"])
+                value = metric_of(predict(cfg, calibrate([], cfg, [], params), params=params), cfg, p.cell.metric)
+                errs.append(100.0 * (value - p.cell.value) / p.cell.value)
+            tried.append((statistics.median(abs(e) for e in errs), gbps, nics, tuple(errs)))
+        best = min(tried)
+        out.append(ImpliedLink(source, len(mine), statistics.median(abs(p.error_pct) for p in mine), best[1], best[2],
+                               best[0], best[3]))
+    return out
+
+
+def format_implied(links: list[ImpliedLink]) -> list[str]:
+    if not links:
+        return []
+    lines = ["", "  sources that state no interconnect (link column '?': the platform's 8 x 200 Gb/s stood in); the node "
+                 "link that would bring their multi-node cells closest (a diagnostic: no figure above uses it):"]
+    for k in links:
+        lines.append(f"    {k.source_id}: {k.cells} cells, median |error| {k.assumed_median_pct:.0f} % as assumed; at "
+                     f"{k.gbps:g} GB/s per node ({k.nics}) {k.median_pct:.0f} % "
+                     f"(each {min(k.errors_pct):+.0f}..{max(k.errors_pct):+.0f} %)")
+    return lines
 
 
 def as_dict(p: CellPrediction) -> dict:
@@ -190,14 +281,15 @@ def by_scale(rows: list[CellPrediction]) -> list[tuple[str, int, float, float]]:
 def format_cells(rows: list[CellPrediction]) -> list[str]:
     lines = ["", "Published runs the model never calibrated on (reference_results/sources/published-runs/):",
              f"{'cell':<14}{'framework':<10}{'ZeRO':>5}{'GPU':>11}{'GPUs':>6}{'seq':>6}{'mb':>4}{'ckpt':>6}"
-             f"{'metric':>22}{'published':>11}{'model':>10}{'err %':>8}"]
+             f"{'link':>6}{'metric':>22}{'published':>11}{'model':>10}{'err %':>8}"]
     for p in rows:
         c = p.cell
         model = f"{p.predicted:.4g}" if p.predicted is not None else "-"
         err = f"{p.error_pct:+.0f}" if p.error_pct is not None else "-"
         ckpt = "on" if c.checkpointing.lower().startswith(CHECKPOINTED) else "off"
+        link = "-" if p.link_gbps is None else f"{p.link_gbps:g}" + ("" if p.link_stated else "?")
         lines.append(f"{c.cell_id:<14}{c.framework:<10}{c.zero_stage:>5}{c.gpu_model:>11}{c.num_gpus:>6}{c.seq_len:>6}"
-                     f"{c.micro_batch if c.micro_batch else '-':>4}{ckpt:>6}{c.metric:>22}{c.value:>11.4g}{model:>10}"
+                     f"{c.micro_batch if c.micro_batch else '-':>4}{ckpt:>6}{link:>6}{c.metric:>22}{c.value:>11.4g}{model:>10}"
                      f"{err:>8}" + (f"  ({p.why_not})" if p.why_not else "") + ("  [OOM by the model]" if p.fits is False else ""))
     done = [p for p in rows if p.predicted is not None]
     if done:

@@ -69,3 +69,34 @@ def test_the_table_says_how_the_error_goes_with_the_node_count(cells):
     assert [b[0] for b in bands] == ["1 node", "33+ nodes"] and all(n == 1 for _, n, _, _ in bands)
     assert all(m == pytest.approx(abs(signed)) for _, _, m, signed in bands)
     assert "by scale: 1 node 1 cells" in "\n".join(P.format_cells(rows))
+
+
+def test_each_cell_runs_on_the_network_its_source_states(cells):
+    """Declared hardware: the stated interconnect becomes the platform's inter-node link (GB/s per
+    node per direction); a cell whose source states none keeps the platform's and is marked so."""
+    by_id = {c.cell_id: c for c in cells}
+    assert P.declared_link(by_id["ibm-a100-7b"]) == ("roce", 50.0)          # "400Gbps inter-node interconnect"
+    assert P.declared_link(by_id["ibm-h100-7b"]) == ("roce", 100.0)         # "800Gbps"
+    assert P.declared_link(by_id["lf-11"]) == ("roce", 200.0)               # "1600 Gbps node-node (RoCE)"
+    assert P.declared_link(by_id["tt-h100-03"]) == ("roce", 400.0)          # "400 Gb/s per GPU", 8 a node
+    assert P.declared_link(by_id["ds-azure-01"]) == ("ib", 200.0)           # "200 Gb/s HDR InfiniBand per GPU"
+    assert P.declared_link(by_id["yafsdp-07"]) is None
+    cfg = compose(P.cell_overrides(by_id["ibm-a100-7b"]))
+    assert cfg.platform.inter_node_bw_gbps == 50.0 and cfg.platform.fabric.value == "roce"
+    bad = P.Cell(**{**by_id["lf-11"].__dict__, "interconnect": "a fast network"})
+    with pytest.raises(HarnessError, match="lf-11: no bandwidth in the stated interconnect 'a fast network'"):
+        P.cell_overrides(bad)
+
+
+def test_a_source_without_a_stated_network_gets_the_link_that_fits_it_as_a_diagnostic_only(cells):
+    some = [c for c in cells if c.cell_id in ("yafsdp-01", "yafsdp-04", "ibm-a100-7b")]
+    rows = P.predict_cells(compose, some)
+    assert [(r.link_gbps, r.link_stated) for r in rows] == [(50.0, True), (200.0, False), (200.0, False)]
+    before = [r.predicted for r in rows]
+    links = P.implied_links(compose, rows)
+    assert [r.predicted for r in rows] == before            # never an input
+    (k,) = links                                             # ibm states its network: not tried
+    assert k.source_id == "yandex-yafsdp-readme-2024" and k.cells == 2 and k.gbps in dict(P.LINK_LADDER)
+    assert k.median_pct <= k.assumed_median_pct and len(k.errors_pct) == 2
+    text = "\n".join(P.format_cells(rows) + P.format_implied(links))
+    assert "200?" in text and f"at {k.gbps:g} GB/s per node" in text and "no figure above uses it" in text
