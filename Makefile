@@ -153,7 +153,7 @@ validate-model: venv
 
 # Non-zero pytest exit (including 5, "no tests collected") fails the target.
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 # On a node with NVIDIA GPUs: the paper's Model 1 under ZeRO 0-3 on this node's GPUs, every collective
 # through nccl, MFU, measured vs predicted peak memory, the instrument's cost (harness/gpu_check.py).
