@@ -21,11 +21,11 @@ from __future__ import annotations
 import csv
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config.schema import REPO_ROOT, BenchConfig
+from ..config.schema import REPO_ROOT, BenchConfig, Fabric
 from ..errors import HarnessError
 from .calibration import calibrate
 from .params import PARAMS, ModelParams
@@ -217,11 +217,12 @@ def implied_links(compose: Callable[[list[str]], BenchConfig], rows: list[CellPr
                 and p.cell.num_gpus > GPUS_PER_NODE]
         if not mine:
             continue
+        bases = [compose(cell_overrides(p.cell)) for p in mine]
         tried = []
         for gbps, nics in LINK_LADDER:
             errs = []
-            for p in mine:
-                cfg = compose(cell_overrides(p.cell) + ["platform.fabric=roce", f"platform.inter_node_bw_gbps={gbps:g}"])
+            for p, base in zip(mine, bases):
+                cfg = replace(base, platform=replace(base.platform, fabric=Fabric.roce, inter_node_bw_gbps=gbps))
                 value = metric_of(predict(cfg, calibrate([], cfg, [], params), params=params), cfg, p.cell.metric)
                 errs.append(100.0 * (value - p.cell.value) / p.cell.value)
             tried.append((statistics.median(abs(e) for e in errs), gbps, nics, tuple(errs)))
