@@ -44,6 +44,9 @@ SIZE = {"cpu": 512, "cuda": 8192}
 """The product's side: at the plateau on the CPUs and GPUs measured (half_size_ratio shows it)."""
 REPEAT_S = {"cpu": 0.12, "cuda": 0.05}
 """Each repeat runs products for at least this long."""
+PULSE_REPEATS = 3
+PULSE_S = {"cpu": 0.08, "cuda": 0.03}
+"""A pulse's repeats: long enough for a figure at the plateau, short enough to cost ~0.3 s a run."""
 TRIAD_BYTES = {"cpu": 32 * 2**20, "cuda": 1 * 2**30}
 DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -78,26 +81,47 @@ def matmul(dtype_name: str, device: str) -> dict[str, Any]:
     slower than bf16 F.linear, which oneDNN serves: measured 0.9 vs 6.5 GFLOP/s). n is fixed per device
     (SIZE) so that two machines are measured alike; the rate at n/2 is measured too, and its ratio
     to the rate at n (half_size_ratio) shows the plateau was reached (near 1 or above)."""
+    n = SIZE[device]
+    half = max(_linear_rates(dtype_name, device, n // 2, 3, REPEAT_S[device] / 4))
+    full = _linear_rates(dtype_name, device, n, REPEATS, REPEAT_S[device])
+    return _figure(full, "GFLOP/s", n=n, half_size_ratio=round(half / max(full), 3))
+
+
+def _linear_rates(dtype_name: str, device: str, n: int, repeats: int, min_s: float) -> list[float]:
+    """GFLOP/s of F.linear on n x n operands in this dtype, one figure per timed repeat (after a warm-up call)."""
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    a, b = (torch.randn(n, n, device=dev).to(dtype) for _ in range(2))
+    linear = torch.nn.functional.linear
+    linear(a, b)                                     # warm-up: kernel choice, caches
+    out = []
+    for _ in range(repeats):
+        calls, dt = _timed(lambda: linear(a, b), sync, min_s)
+        out.append(2.0 * n**3 * calls / dt / 1e9)
+    return out
 
-    def rates(n: int, repeats: int, min_s: float) -> list[float]:
-        a, b = (torch.randn(n, n, device=dev).to(dtype) for _ in range(2))
-        linear = torch.nn.functional.linear
-        linear(a, b)                                     # warm-up: kernel choice, caches
-        out = []
-        for _ in range(repeats):
-            calls, dt = _timed(lambda: linear(a, b), sync, min_s)
-            out.append(2.0 * n**3 * calls / dt / 1e9)
-        return out
 
-    n = SIZE[device]
-    half = max(rates(n // 2, 3, REPEAT_S[device] / 4))
-    full = rates(n, REPEATS, REPEAT_S[device])
-    return _figure(full, "GFLOP/s", n=n, half_size_ratio=round(half / max(full), 3))
+def pulse(device: str) -> Optional[float]:
+    """The machine's pace now, in about 0.3 s: fp32 F.linear GFLOP/s at the probe's size (one thread
+    on cpu: per core, as the probe's fp32 figure), best of PULSE_REPEATS short repeats. The first rank
+    on each node reads it right before and right after a run measures (benchmarks/train.py), so a
+    run judged against a reference knows whether the machine itself ran slower than the reference's
+    (harness/probe.py pace). None when it fails: a pulse never fails a run."""
+    try:
+        import torch
+
+        threads = torch.get_num_threads()
+        if device == "cpu":
+            torch.set_num_threads(1)
+        try:
+            return round(max(_linear_rates("fp32", device, SIZE[device], PULSE_REPEATS, PULSE_S[device])), 3)
+        finally:
+            torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001 - unmeasured, never a failed run
+        return None
 
 
 def triad(device: str) -> dict[str, Any]:

@@ -20,11 +20,12 @@ from typing import Iterator, NoReturn
 from contract import events as ev
 from contract.spec import SPEC_FILE, TrainSpec
 
-from .environment import announce
+from .environment import announce, first_on_node
 from .failure import run_rank
 from .instrument import CommTracer, MicrostepClock
 from .machine import LoadWindow
 from .ops import preload
+from .probe import pulse
 from .reduce_scatter import install
 
 
@@ -248,6 +249,12 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
 
     if rank == 0:
         log.emit(ev.RUN_START)
+    # the machine's pace right before and right after the measured part, read by the first rank on
+    # each node while the others wait (a barrier here, the all-gather below): the run's own figure of
+    # how fast this machine was, which a comparison holds against the reference's (harness/probe.py)
+    paced = first_on_node()
+    before = pulse(spec.device) if paced else None
+    torch.distributed.barrier()
     window = LoadWindow()
     plan = ([("throughput", True)] * spec.warmup_steps + [("throughput", False)] * spec.steps
             + [("profile", False)] * spec.profile_steps)
@@ -274,8 +281,11 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
             log.emit(ev.TRAIN_STEP, value)
 
     peak_gib, source = peak or peak_mem_gib(spec.device, since_reset)
+    load = window.close()
+    if paced:
+        load["pulse"] = {"before": before, "after": pulse(spec.device), "unit": "GFLOP/s"}
     mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak_gib, "mem_source": source,
-            "load": window.close()}
+            "load": load}
     everyone = [None] * world_size
     torch.distributed.all_gather_object(everyone, mine)
     if rank == 0:

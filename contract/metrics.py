@@ -20,22 +20,25 @@ class Metric:
     """The record kind ('training', 'collective') whose submitted references carry this metric."""
     tolerance_pct: float = 10.0
     """Default tolerance of a reference entry from this suite's records (see TOLERANCES)."""
+    paced: bool = False
+    """It moves with the machine's own speed (a time, a rate, an MFU): a change the machine's measured
+    pace explains is not the software's (harness/verdict/compare.py at_machine_pace)."""
 
 
 _ALL = (
     # a training record's metrics; the first six are what a submission puts in the reference table
-    Metric("samples_per_s", "samples/s", "higher", (0, 1e7, False), "training"),
-    Metric("tokens_per_s", "tokens/s", "higher", (0, 1e10, False), "training"),
-    Metric("step_time_s", "s", "lower", (0, 1e5, False), "training"),
+    Metric("samples_per_s", "samples/s", "higher", (0, 1e7, False), "training", paced=True),
+    Metric("tokens_per_s", "tokens/s", "higher", (0, 1e10, False), "training", paced=True),
+    Metric("step_time_s", "s", "lower", (0, 1e5, False), "training", paced=True),
     Metric("peak_mem_gib", "GiB", "lower", (0, 1e4, True), "training", tolerance_pct=5.0),
-    Metric("mfu_pct", "%", "higher", (0, 100, True), "training"),
-    Metric("mfu_with_teacher_pct", "%", "higher", (0, 100, True), "training"),
+    Metric("mfu_pct", "%", "higher", (0, 100, True), "training", paced=True),
+    Metric("mfu_with_teacher_pct", "%", "higher", (0, 100, True), "training", paced=True),
     Metric("matmul_eff_pct", "%", "higher", (0, 1000, True), "training"),
     # model FLOP/s over the matmul rate the machine's probe measured (harness/probe.py): comparable across machines
-    Metric("tokens_per_s_per_device", "tokens/s", "higher"),
-    Metric("profile_step_time_s", "s", "lower"),
+    Metric("tokens_per_s_per_device", "tokens/s", "higher", paced=True),
+    Metric("profile_step_time_s", "s", "lower", paced=True),
     Metric("instrumentation_overhead_pct", "%", "lower"),
-    Metric("comm_time_s", "s", "lower"),
+    Metric("comm_time_s", "s", "lower", paced=True),
     Metric("comm_fraction_pct", "%", "lower"),
     Metric("teacher_mem_gib", "GiB", "lower"),
     Metric("final_loss", "nats", "lower"),

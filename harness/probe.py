@@ -26,6 +26,13 @@ compared exactly, so 40 % still parts them. cuda: not measured yet (no GPU lent 
 sessions so far; `make gpu-check` records the probe): datacentre GPUs at fixed clocks repeat a
 matmul within a few percent, and their power, clocks and link are compared exactly
 (benchmarks/gpu_state.py). docs/measurement.md, "Machines"."""
+PACE_NOISE_PCT = {"cpu": 15.0, "cuda": 5.0}
+"""How far a run's pace (harness/nodes.py pulse_of) may differ from the reference's before the machine
+counts as having run at another speed (harness/verdict/compare.py at_machine_pace). cpu, measured
+on the 2-core AVX2 EPYC: the 7 training runs of a default-cpu bench on a quiet box read 0.93-1.11x
+their own bench's probe fp32 figure (docs/measurement.md, "A machine that changes speed"). cuda:
+not measured yet (the probe's GPU tolerance is not either); a GPU at fixed clocks repeats a matmul
+within a few percent."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 DTYPE_ORDER = ("fp32", "bf16", "fp16")
@@ -157,6 +164,23 @@ def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optiona
             if w not in words and f"{label}{w}" not in words:
                 words.append(f"{label}{w}")
     return f"not comparable: {'; '.join(words)}" if words else None
+
+
+def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, str, str]]:
+    """(now, then, unit, device): the machine's fp32 matmul pace while this run measured (its load.pulse_fp32,
+    benchmarks/probe.py pulse) and the reference's (its own pulse, else its probe's fp32 best, the same
+    measurement at more repeats); None where either side lacks one or the two ran on other devices."""
+    now = ((current_env or {}).get("load") or {}).get("pulse_fp32")
+    ref_probes, cur_probes = node_probes(reference_env), node_probes(current_env)
+    if not isinstance(now, (int, float)) or now <= 0 or not ref_probes or not cur_probes:
+        return None
+    device = cur_probes[0].get("device") or "cpu"
+    if ref_probes[0].get("device") != device:
+        return None
+    then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
+    if not isinstance(then, (int, float)) or then <= 0:
+        then = _best(ref_probes[0], "matmul", "fp32")
+    return (float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
 
 
 def capacity_gflops(probes: list[dict[str, Any]], dtype: str, ranks_per_node: int,

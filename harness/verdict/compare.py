@@ -3,7 +3,8 @@
 Verdicts: pass, regression, improvement, new (no reference), missing (a reference with no result),
 status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data, not comparable (the
 reference's machine measured otherwise than this run's: machines_apart, harness/probe.py; the
-efficiency against each machine's own measured matmul rate is judged across them all the same).
+efficiency against each machine's own measured matmul rate is judged across them all the same; or
+the run's own pulse read the machine at a pace that explains its change: at_machine_pace).
 
 Decision (per metric): the relative change of the median of this run's samples against the
 reference, signed so that positive is worse (direction-aware), with a bootstrap 95% interval
@@ -36,10 +37,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from contract.fingerprint import COMPARED
+from contract.metrics import METRICS
 
 from ..config.schema import REPO_ROOT
 from ..errors import HarnessError
-from ..probe import node_probes, not_comparable, probe_diff
+from ..probe import PACE_NOISE_PCT, node_probes, not_comparable, pace, probe_diff
 from ..record import ResultRecord
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
@@ -160,6 +162,29 @@ def decide(samples: list[float], ref: Reference, min_samples: int = 2) -> tuple[
     if abs(point) <= tol:
         return "pass", change, figures
     return "insufficient data", f"point estimate out of tolerance, interval is not: {change}", figures
+
+
+def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference,
+                    paces: Optional[tuple[float, float, str, str]]) -> Optional[str]:
+    """'not comparable: ...' when a regression (an improvement) of a metric that moves with the
+    machine's speed is the machine's own: this run's pulse read the machine slower (faster) than the
+    reference's pace by more than the pulse's noise (PACE_NOISE_PCT), and at the machine's measured
+    pace the change lies within the tolerance. None otherwise: a change beyond what the machine's
+    pace explains stays a regression, and a run with no pulse is judged as before."""
+    if verdict not in ("regression", "improvement") or paces is None or "value" not in figures:
+        return None
+    now, then, unit, device = paces
+    ratio = now / then
+    noise = PACE_NOISE_PCT.get(device, PACE_NOISE_PCT["cpu"]) / 100
+    if not (ratio < 1 - noise if verdict == "regression" else ratio > 1 + noise):
+        return None
+    at_pace = figures["value"] / ratio if ref.direction == "higher" else figures["value"] * ratio
+    change = worse_pct(at_pace, ref.value, ref.direction)
+    if abs(change) > ref.tolerance_pct:
+        return None
+    return (f"not comparable: the machine ran {abs(1 - ratio) * 100:.0f} % {'slower' if ratio < 1 else 'faster'} "
+            f"during this run than the reference's (fp32 matmul {now:.3g} vs {then:.3g} {unit}, this run's pulse); "
+            f"at its own pace the {verdict} is a change of {-change:+.1f} %, within the tolerance {ref.tolerance_pct:g} %")
 
 
 def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> dict[str, Any]:
@@ -376,6 +401,11 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
                                         value=statistics.median(samples), num_samples=len(samples), reason=apart))
                 continue
             verdict, reason, figures = decide(samples, ref, min_samples)
+            paced = at_machine_pace(verdict, figures, ref, pace(ref.provenance and ref.provenance.environment, env))
+            if paced and metric in METRICS and METRICS[metric].paced:
+                verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
+                                        value=figures["value"], num_samples=len(samples), reason=paced))
+                continue
             if apart:   # an efficiency: judged across the two machines, and said so
                 reason = f"across machines ({apart.removeprefix('not comparable: ')}): {reason}"
             diff = environment_diff(ref.provenance and ref.provenance.environment, env)   # named whatever the verdict

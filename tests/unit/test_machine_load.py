@@ -48,7 +48,7 @@ def test_other_work_is_the_machine_busy_time_less_every_rank_on_the_same_kernel(
     one = load_during([_window(0, "vm", "k", 2.0, 0.9), _window(1, "vm", "k", 2.0, 0.8)], [0.1, 0.2, 0.3])
     assert one == {"window_s": 10.0, "busy_cpus": 2.0, "run_cpus": 1.7, "other_cpus": 0.3,
                    "load_avg_before": [0.1, 0.2, 0.3], "load_avg_after": [1.5, 1.0, 0.5], "kernels": 1,
-                   "hosts": ["vm"]}
+                   "hosts": ["vm"], "pulse_fp32": None}
     # the emulated cluster: two hosts, one kernel: each node's ranks are not the other's "other work"
     shared = load_during([_window(0, "node1", "k", 1.9, 0.95), _window(1, "node2", "k", 1.9, 0.95)])
     assert shared["other_cpus"] == 0.0 and shared["kernels"] == 1 and shared["hosts"] == ["node1", "node2"]
@@ -56,6 +56,18 @@ def test_other_work_is_the_machine_busy_time_less_every_rank_on_the_same_kernel(
     apart = load_during([_window(0, "a", "k1", 1.0, 0.9), _window(1, "b", "k2", 3.0, 0.9)])
     assert apart["other_cpus"] == 2.1 and apart["kernels"] == 2
     assert load_during([]) is None
+
+
+def test_the_run_keeps_its_slowest_node_pace_the_better_of_its_pulses_before_and_after():
+    def paced(rank, host, before, after):
+        return {**_window(rank, host, host, 1.0, 0.9), "pulse": {"before": before, "after": after, "unit": "GFLOP/s"}}
+    both = load_during([paced(0, "a", 80.0, 60.0), _window(1, "a", "a", 1.0, 0.9), paced(2, "b", 90.0, 90.0)])
+    assert both["pulse_fp32"] == 80.0          # node a's better pulse (b's is 90); rank 1 read none (not first on its node)
+    slow = load_during([paced(0, "a", 50.0, 60.0), paced(1, "b", 90.0, 90.0)])
+    assert slow["pulse_fp32"] == 60.0          # slow at both ends: the run's pace is the slowest node's
+    one_failed = load_during([paced(0, "a", None, 50.0)])
+    assert one_failed["pulse_fp32"] == 50.0
+    assert load_during([paced(0, "a", None, None)])["pulse_fp32"] is None
 
 
 def env(load=None, settings=None, commit="abc", cpus=2):

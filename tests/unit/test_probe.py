@@ -10,9 +10,10 @@ import pytest
 from test_compare import ENV, record, reference
 from test_not_comparable import cpu_env
 
-from benchmarks.probe import cpu_flags, isa_class
+from benchmarks.probe import cpu_flags, isa_class, pulse
+from contract.metrics import METRICS
 from harness.verdict.compare import compare, environment_diff
-from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, probe_diff, summary_line
+from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, pace, probe_diff, summary_line
 from unit_helpers import typed
 
 CPUINFO_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
@@ -146,3 +147,55 @@ def test_a_box_the_references_cannot_judge_is_judged_against_its_own_first_bench
         results.append(judge(typed([rec]), verdicts, "auto", out))
     assert results[0].unjudged == 1 and results[0].verdicts == []
     assert {v.metric: v.verdict for v in results[1].verdicts}["samples_per_s"] == "pass"
+
+
+def paced_env(fp32_pulse: float | None, fp32_probe: float = 78.0) -> dict:
+    env = env_with(probe(fp32=fp32_probe))
+    env["load"] = {"other_cpus": 0.0, "pulse_fp32": fp32_pulse}
+    return env
+
+
+def test_a_run_the_machine_slowed_is_not_comparable_with_the_pace_in_words():
+    """The bench's probe called the machine comparable (78 vs 80), but the machine ran 40 % slower
+    during this run (its pulse 48 against the reference's 80): the 40 % fewer samples/s are the
+    machine's, not the software's."""
+    (v,) = _verdicts(env_with(probe()), paced_env(48.0), factor=0.6)
+    assert v.verdict == "not comparable"
+    assert v.reason.startswith("not comparable: the machine ran 40 % slower during this run than the reference's "
+                               "(fp32 matmul 48 vs 80 GFLOP/s per core, this run's pulse); at its own pace the "
+                               "regression is a change of ")
+    assert "within the tolerance 5 %" in v.reason
+
+
+def test_a_regression_beyond_the_machines_pace_stays_a_regression():
+    assert [v.verdict for v in _verdicts(env_with(probe()), paced_env(48.0), factor=0.4)] == ["regression"]
+    # a pulse within its noise of the reference's pace explains nothing
+    assert [v.verdict for v in _verdicts(env_with(probe()), paced_env(76.0), factor=0.6)] == ["regression"]
+    # a run without a pulse (a record from before) is judged as before
+    assert [v.verdict for v in _verdicts(env_with(probe()), paced_env(None), factor=0.6)] == ["regression"]
+
+
+def test_a_faster_machine_makes_no_improvement_and_the_reference_pulse_is_preferred():
+    (v,) = _verdicts(env_with(probe()), paced_env(120.0), factor=1.5)
+    assert v.verdict == "not comparable" and "ran 50 % faster" in v.reason
+    ref = env_with(probe())
+    ref["load"] = {"pulse_fp32": 60.0}           # the reference's own pulse, not its probe's 80
+    assert pace(ref, paced_env(48.0)) == (48.0, 60.0, "GFLOP/s per core", "cpu")
+    assert pace(env_with(probe()), paced_env(48.0))[1] == 80.0
+    assert pace(env_with(None), paced_env(48.0)) is None
+
+
+def test_only_what_moves_with_the_machines_speed_is_paced():
+    assert {m for m, spec in METRICS.items() if spec.paced} == {
+        "samples_per_s", "tokens_per_s", "step_time_s", "mfu_pct", "mfu_with_teacher_pct", "tokens_per_s_per_device",
+        "profile_step_time_s", "comm_time_s"}
+    ref = reference([1.0, 1.0, 1.0], env=env_with(probe()), metric="peak_mem_gib", unit="GiB", direction="lower")
+    runs = [record(i, env=paced_env(48.0), peak_mem_gib=(2.0, "GiB")) for i in range(3)]
+    (v,) = [v for v in compare(typed(runs), [ref]) if v.metric == "peak_mem_gib"]
+    assert v.verdict == "regression"            # memory does not move with the machine's pace
+
+
+def test_a_pulse_reads_this_machines_fp32_pace_and_never_fails():
+    figure = pulse("cpu")
+    assert isinstance(figure, float) and figure > 0
+    assert pulse("no-such-device") is None
