@@ -206,6 +206,13 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
             log.emit(ev.TEACHER, {**teacher.summary(), "alpha": spec.distill.alpha,
                                   "temperature": spec.distill.temperature})
     batches = make_batches(spec, rank, world_size, device)
+    # the machine's pace right before and right after the measured part, read by the first rank on
+    # each node while the others wait (a barrier here, the all-gather below): the run's own figure of
+    # how fast this machine was, which a comparison holds against the reference's (harness/probe.py).
+    # Before the peak-memory reset, so that its operands (3 x 256 MiB on a GPU) are no part of the peak.
+    paced = first_on_node()
+    before = pulse(spec.device) if paced else None
+    torch.distributed.barrier()
     since_reset = reset_peak_mem(spec.device)
     sync = synchronizer(spec.device)
     tracer = CommTracer(ds_comm.cdb, sync)
@@ -249,12 +256,6 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
 
     if rank == 0:
         log.emit(ev.RUN_START)
-    # the machine's pace right before and right after the measured part, read by the first rank on
-    # each node while the others wait (a barrier here, the all-gather below): the run's own figure of
-    # how fast this machine was, which a comparison holds against the reference's (harness/probe.py)
-    paced = first_on_node()
-    before = pulse(spec.device) if paced else None
-    torch.distributed.barrier()
     window = LoadWindow()
     plan = ([("throughput", True)] * spec.warmup_steps + [("throughput", False)] * spec.steps
             + [("profile", False)] * spec.profile_steps)

@@ -12,7 +12,7 @@ from before the probe) is judged by the machines' names as before (harness.verdi
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from benchmarks.gpu_state import state_differences
 
@@ -166,7 +166,14 @@ def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optiona
     return f"not comparable: {'; '.join(words)}" if words else None
 
 
-def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, str, str]]:
+class Pace(NamedTuple):
+    now: float
+    then: float
+    unit: str
+    device: str
+
+
+def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
     """(now, then, unit, device): the machine's fp32 matmul pace while this run measured (its load.pulse_fp32,
     benchmarks/probe.py pulse) and the reference's (its own pulse, else its probe's fp32 best, the same
     measurement at more repeats); None where either side lacks one or the two ran on other devices."""
@@ -180,7 +187,7 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
     then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
     if not isinstance(then, (int, float)) or then <= 0:
         then = _best(ref_probes[0], "matmul", "fp32")
-    return (float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
+    return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
 
 
 def capacity_gflops(probes: list[dict[str, Any]], dtype: str, ranks_per_node: int,

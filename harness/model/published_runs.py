@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config.schema import REPO_ROOT, BenchConfig, Fabric
+from ..config.choices import Fabric
+from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 from .calibration import calibrate
 from .params import PARAMS, ModelParams
@@ -81,8 +82,11 @@ class CellPrediction:
     fits: Optional[bool] = None
     link_gbps: Optional[float] = None
     """The inter-node GB/s per node (per direction) the prediction used."""
-    link_stated: bool = False
-    """False: the source states no interconnect and the platform's own 8 x 200 Gb/s stood in."""
+
+    @property
+    def link_stated(self) -> bool:
+        """False: the source states no interconnect and the platform's own 8 x 200 Gb/s stood in."""
+        return bool(self.cell.interconnect)
 
 
 def _int(row: dict, key: str, default: Optional[int] = None) -> Optional[int]:
@@ -183,8 +187,7 @@ def predict_cells(compose: Callable[[list[str]], BenchConfig], cells: Optional[l
         pred = predict(cfg, calibrate([], cfg, [], params), params=params)
         value = metric_of(pred, cfg, c.metric)
         out.append(CellPrediction(c, value, 100.0 * (value - c.value) / c.value, efficiency_source=pred.efficiency_source,
-                                  fits=pred.memory.fits, link_gbps=cfg.platform.inter_node_bw_gbps,
-                                  link_stated=declared_link(c) is not None))
+                                  fits=pred.memory.fits, link_gbps=cfg.platform.inter_node_bw_gbps))
     return out
 
 

@@ -41,7 +41,7 @@ from contract.metrics import METRICS
 
 from ..config.schema import REPO_ROOT
 from ..errors import HarnessError
-from ..probe import PACE_NOISE_PCT, node_probes, not_comparable, pace, probe_diff
+from ..probe import PACE_NOISE_PCT, Pace, node_probes, not_comparable, pace, probe_diff
 from ..record import ResultRecord
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
@@ -164,8 +164,7 @@ def decide(samples: list[float], ref: Reference, min_samples: int = 2) -> tuple[
     return "insufficient data", f"point estimate out of tolerance, interval is not: {change}", figures
 
 
-def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference,
-                    paces: Optional[tuple[float, float, str, str]]) -> Optional[str]:
+def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference, paces: Optional[Pace]) -> Optional[str]:
     """'not comparable: ...' when a regression (an improvement) of a metric that moves with the
     machine's speed is the machine's own: this run's pulse read the machine slower (faster) than the
     reference's pace by more than the pulse's noise (PACE_NOISE_PCT), and at the machine's measured
@@ -401,10 +400,11 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
                                         value=statistics.median(samples), num_samples=len(samples), reason=apart))
                 continue
             verdict, reason, figures = decide(samples, ref, min_samples)
-            paced = at_machine_pace(verdict, figures, ref, pace(ref.provenance and ref.provenance.environment, env))
-            if paced and metric in METRICS and METRICS[metric].paced:
+            explained = (at_machine_pace(verdict, figures, ref, pace(ref.provenance and ref.provenance.environment, env))
+                         if metric in METRICS and METRICS[metric].paced else None)
+            if explained:
                 verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
-                                        value=figures["value"], num_samples=len(samples), reason=paced))
+                                        value=figures["value"], num_samples=len(samples), reason=explained))
                 continue
             if apart:   # an efficiency: judged across the two machines, and said so
                 reason = f"across machines ({apart.removeprefix('not comparable: ')}): {reason}"
