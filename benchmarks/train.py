@@ -24,6 +24,7 @@ from .environment import announce, first_on_node
 from .failure import run_rank
 from .instrument import CommTracer, MicrostepClock
 from .machine import LoadWindow
+from .checkpoint_policy import selective_context
 from .ops import preload
 from .probe import pulse
 from .reduce_scatter import install
@@ -165,8 +166,7 @@ def setup(spec: TrainSpec):
     with deepspeed.zero.Init(config_dict_or_path=spec.deepspeed, enabled=zero3):
         model = build_model(spec.model, device=device)
     initialise(model, spec.seed, zero3)
-    if spec.activation_checkpointing:
-        model.gradient_checkpointing_enable()
+    enable_checkpointing(model, spec)
     num_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     if spec.precision != "fp32" and not zero3:
         model = model.to(DTYPES[spec.precision])
@@ -178,6 +178,20 @@ def setup(spec: TrainSpec):
     elif spec.gradient_collective != "all_reduce":
         raise ValueError(f"gradient_collective={spec.gradient_collective!r}: all_reduce or reduce_scatter")
     return engine, device, num_params
+
+
+def enable_checkpointing(model, spec: TrainSpec) -> list[bool]:
+    """Activation checkpointing as the spec asks (transformers' non-reentrant torch.utils.checkpoint
+    of each chosen decoder layer's forward, every n-th layer from the first; with policy selective,
+    benchmarks/checkpoint_policy.py chooses what it keeps); returns each decoder layer's flag, in
+    order (harness/model/flops.checkpointed_layers counts the True ones)."""
+    if spec.activation_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if getattr(spec, "checkpoint_policy", "full") == "selective":
+            kwargs["context_fn"] = selective_context
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
+                                              every_n_layers=spec.checkpoint_every_n_layers)
+    return [bool(layer.gradient_checkpointing) for layer in model.model.layers]
 
 
 def setup_teacher(spec: TrainSpec, device):

@@ -78,6 +78,11 @@ class TrainSpec:
     seed: int
     data: DataSpec = field(default_factory=DataSpec)
     activation_checkpointing: bool = False
+    checkpoint_every_n_layers: int = 1
+    """With activation_checkpointing: every n-th decoder layer is checkpointed (1: all). Older
+    spec.json files lack it: 1."""
+    checkpoint_policy: str = "full"
+    """full | selective (torchtitan's op-level policy; benchmarks/checkpoint_policy.py)."""
     inject_delay_s: float = 0.0
     """Deliberate sleep per micro-step (regression-detection checks only)."""
     cpu_mem_limit_gib: Optional[float] = None

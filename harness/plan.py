@@ -174,7 +174,9 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
         deepspeed=ds, warmup_steps=m.warmup_steps, steps=m.steps, profile_steps=m.profile_steps,
         seed=m.seed, data=DataSpec(source=d.source.value, corpus_path=d.corpus_path,
                                    tokenizer_path=d.tokenizer_path, text_field=d.text_field),
-        activation_checkpointing=w.activation_checkpointing, inject_delay_s=m.inject_delay_s,
+        activation_checkpointing=w.activation_checkpointing,
+        checkpoint_every_n_layers=w.checkpoint_every_n_layers, checkpoint_policy=w.checkpoint_policy.value,
+        inject_delay_s=m.inject_delay_s,
         cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None,
         distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value)
 

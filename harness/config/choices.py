@@ -36,6 +36,14 @@ class Precision(str, Enum):
     fp16 = "fp16"
 
 
+class CheckpointPolicy(str, Enum):
+    full = "full"
+    """Recompute every op of a checkpointed layer; it keeps only its input."""
+    selective = "selective"
+    """torchtitan's op-level selective AC: keep the outputs of attention and of every other matmul
+    (the 1st, 3rd, ... of each layer), recompute the rest (benchmarks/checkpoint_policy.py)."""
+
+
 class DataSource(str, Enum):
     synthetic = "synthetic"
     corpus = "corpus"

@@ -12,9 +12,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from .choices import (CollectiveDtype, CollectiveOp, CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource,
-                      Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl, Precision, RunKind,
-                      SearchStrategy)
+from .choices import (CheckpointPolicy, CollectiveDtype, CollectiveOp, CollectiveRedop, CollectiveSource,
+                      ContainerRuntime, DataSource, Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl,
+                      Precision, RunKind, SearchStrategy)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -191,6 +191,13 @@ class WorkloadConfig:
     optimizer: OptimizerImpl = OptimizerImpl.torch
     """AdamW from torch (client optimizer, fused on CUDA) or DeepSpeed's own (JIT-compiled)."""
     activation_checkpointing: bool = False
+    checkpoint_every_n_layers: int = 1
+    """With activation_checkpointing: checkpoint decoder layer i where i % n == 0, ceil(L / n) of the L
+    layers (transformers' activation_checkpointing_enable(every_n_layers=n); torchtitan's layer-level
+    selective AC, YaFSDP's num-ckpt-layers); the others keep their activations. 1: every layer."""
+    checkpoint_policy: CheckpointPolicy = CheckpointPolicy.full
+    """What a checkpointed layer keeps: full (its input; everything recomputed) or selective
+    (torchtitan's op-level policy: attention's and every other matmul's outputs)."""
     grad_accum_dtype: Optional[Precision] = None
     """The dtype gradients accumulate in over the micro-steps (DeepSpeed's data_types.grad_accum_dtype,
     always written into the generated JSON). None: see `grad_accum_precision` (fp32 under ZeRO-2/3

@@ -12,8 +12,8 @@ from typing import Any
 from contract.collectives import OPS
 
 from ..errors import ConfigError
-from .choices import (CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource, Device, GradientCollective,
-                      LauncherKind, Precision, RunKind)
+from .choices import (CheckpointPolicy, CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource, Device,
+                      GradientCollective, LauncherKind, Precision, RunKind)
 from .nccl_env import normalise_nccl_env, validate_nccl_env
 from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig
 from .teacher import teacher_workload, validate_checkpoint
@@ -91,6 +91,12 @@ def validate(cfg: BenchConfig) -> None:
     _check(w.grad_acc_steps == derived, "workload.grad_acc_steps", w.grad_acc_steps,
            f"micro_batch_size x grad_acc_steps must equal samples_per_step (C) = "
            f"{w.samples_per_step}; with micro_batch_size={w.micro_batch_size} it must be {derived}")
+    _check(w.checkpoint_every_n_layers >= 1, "workload.checkpoint_every_n_layers", w.checkpoint_every_n_layers,
+           "must be >= 1 (1: every layer)")
+    _check(w.activation_checkpointing or w.checkpoint_every_n_layers == 1, "workload.checkpoint_every_n_layers",
+           w.checkpoint_every_n_layers, "has no effect without workload.activation_checkpointing=true; set both or neither")
+    _check(w.activation_checkpointing or w.checkpoint_policy == CheckpointPolicy.full, "workload.checkpoint_policy",
+           w.checkpoint_policy.value, "has no effect without workload.activation_checkpointing=true; set both or neither")
     for name in ("lr", "eps"):
         _check(getattr(w, name) > 0, f"workload.{name}", getattr(w, name), "must be > 0")
     _check(all(0 <= b < 1 for b in w.betas), "workload.betas", list(w.betas), "each in [0, 1)")

@@ -171,6 +171,8 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
                 or c.get("num_ranks", c.get("nodes", p.nodes) * p.gpus_per_node) != world
                 or c.get("seq_len", w.seq_len) != w.seq_len
                 or c.get("activation_checkpointing", w.activation_checkpointing) != w.activation_checkpointing
+                or c.get("checkpoint_every_n_layers", 1) != w.checkpoint_every_n_layers
+                or c.get("checkpoint_policy", "full") != w.checkpoint_policy.value
                 or c.get("precision", w.precision.value) != w.precision.value
                 or (c.get("shape") or {}) != own_shape(cfg)):  # another model's
             continue

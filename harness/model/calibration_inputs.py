@@ -129,6 +129,8 @@ def record_variant(rec: ResultRecord, cfg: BenchConfig) -> BenchConfig:
     w, z = rec.config["workload"], rec.config["zero"]
     mb, ga, stage = int(w["micro_batch_size"]), int(w["grad_acc_steps"]), int(z["stage"])
     return with_split(cfg, stage, mb, ga, activation_checkpointing=bool(w.get("activation_checkpointing", False)),
+                      checkpoint_every_n_layers=int(w.get("checkpoint_every_n_layers", 1)),
+                      checkpoint_policy=w.get("checkpoint_policy", "full"),
                       zero=zero_from_knobs(stage, z))
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config.choices import CheckpointPolicy
 from ..config.schema import WorkloadConfig
 
 FLOPS_FORMULA = "6*N + 12*L*h*s"  # PaLM (Chowdhery et al. 2022), appendix B
@@ -18,6 +19,33 @@ def llama_param_count(w: WorkloadConfig) -> int:
     embed = w.vocab_size * w.hidden_size
     head = 0 if w.tie_embeddings else w.vocab_size * w.hidden_size
     return w.num_layers * (attn + mlp + norms) + embed + head + w.hidden_size  # + final norm
+
+
+def checkpointed_layers(w: WorkloadConfig) -> int:
+    """Decoder layers whose forward is recomputed in backward: ceil(L / n) of them with activation
+    checkpointing every n-th layer (layer i where i % n == 0), none without."""
+    return -(-w.num_layers // w.checkpoint_every_n_layers) if w.activation_checkpointing else 0
+
+
+def recompute_fraction(w: WorkloadConfig) -> float:
+    """The share of the decoder layers recomputed in backward (checkpointed_layers / L)."""
+    return checkpointed_layers(w) / w.num_layers
+
+
+def recompute_flops_per_token(w: WorkloadConfig) -> float:
+    """FLOPs the checkpointing recompute adds per token, per checkpointed layer x checkpointed_layers.
+    full: the layer's forward up to its last saved tensor (non-reentrant torch.utils.checkpoint stops
+    early: the down projection's output is saved by nothing, so it is not recomputed; measured in
+    tests/unit/test_checkpointing.py): q, k, v, o, gate, up, 2 x (2 h^2 + 2 h kv + 2 h f), and
+    attention, 4 h s (PaLM's forward third). selective (benchmarks/checkpoint_policy.py): only the
+    matmuls not kept, k, o and up, 2 x (h kv + h^2 + h f); the attention kernel's output is kept."""
+    h = w.hidden_size
+    kv = w.num_kv_heads * (h // w.num_heads)
+    if w.checkpoint_policy == CheckpointPolicy.selective:
+        per_layer = 2.0 * (h * kv + h * h + h * w.intermediate_size)
+    else:
+        per_layer = 2.0 * (2 * h * h + 2 * h * kv + 2 * h * w.intermediate_size) + 4.0 * h * w.seq_len
+    return checkpointed_layers(w) * per_layer
 
 
 def matmul_param_count(w: WorkloadConfig, num_params: int) -> int:

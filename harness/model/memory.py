@@ -10,10 +10,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.choices import Device, Precision
+from ..config.choices import CheckpointPolicy, Device, Precision
 from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from ..config.teacher import llama_param_shapes, teacher_workload
-from .flops import llama_param_count
+from .flops import checkpointed_layers, llama_param_count
 
 GIB = 2**30
 ATTENTION = "sdpa"
@@ -92,6 +92,14 @@ def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION) -> floa
     raise ValueError(f"attention={attention!r}; valid: sdpa, eager")
 
 
+def selective_bytes_per_token(w: WorkloadConfig) -> float:
+    """Bytes a layer under the selective policy (benchmarks/checkpoint_policy.py) keeps per token:
+    its input (p h), the saved matmul outputs q (p h), v (p kv), gate (p f), down (p h), and the
+    attention kernel's output (p h) with its fp32 log-sum-exp (4 a)."""
+    p, h, a = dtype_bytes(w.precision), w.hidden_size, w.num_heads
+    return p * (4 * h + w.num_kv_heads * (h // a) + w.intermediate_size) + 4 * a
+
+
 @dataclass(frozen=True)
 class ActivationEstimate:
     layer_bytes_per_token: float
@@ -116,9 +124,13 @@ def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> Activa
     layer = layer_bytes_per_token(w, attention)
     final = 4 * h + 2 * p * h                          # final RMSNorm (4h + p h) and lm_head input (p h)
     work = p * (2 * h + 2 * w.intermediate_size)       # gradients flowing through a layer in backward
-    if w.activation_checkpointing:                     # each layer keeps its input; one recomputed at a time
-        stored, transient = (w.num_layers * p * h + final) * tokens, (layer + work) * tokens
-        kept = "L p h (checkpointed inputs)"
+    k = checkpointed_layers(w)
+    if k:        # a checkpointed layer keeps its input (or selective's set), the others theirs; one recomputed at a time
+        own, own_f = ((selective_bytes_per_token(w), "selective") if w.checkpoint_policy == CheckpointPolicy.selective
+                      else (p * h, "p h (checkpointed inputs)"))
+        stored = (k * own + (w.num_layers - k) * layer + final) * tokens
+        transient = (layer + work) * tokens
+        kept = (f"L {own_f}" if k == w.num_layers else f"{k} x {own_f} + {w.num_layers - k} x layer")
     else:
         stored, transient = (w.num_layers * layer + final) * tokens, work * tokens
         kept = "L x layer"

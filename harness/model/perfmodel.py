@@ -28,7 +28,8 @@ from ..config.teacher import teacher_workload
 from ..errors import HarnessError
 from .calibration_types import Calibration
 from .comm_layout import prefetch_exposed
-from .flops import forward_flops_per_token, llama_param_count, training_flops_per_token
+from .flops import (forward_flops_per_token, llama_param_count, recompute_flops_per_token, recompute_fraction,
+                    training_flops_per_token)
 from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, overlap_comm
 from .params import PARAMS, ModelParams
 from .traffic import CommEstimate, Traffic, collective_time, comm_traffic, nccl_algorithm
@@ -64,18 +65,20 @@ class Prediction:
 
 
 def executed_flops_per_step(cfg: BenchConfig) -> float:
-    """Per rank per optimizer step: tokens x (6N + 12 L h s, PaLM appendix B; + a forward third
-    again when activations are checkpointed; + the teacher's forward 2N_t + 4 L_t h_t s)."""
+    """Per rank per optimizer step: tokens x (6N + 12 L h s, PaLM appendix B; + the checkpointing
+    recompute, flops.recompute_flops_per_token; + the teacher's forward 2N_t + 4 L_t h_t s)."""
     return sum(phase_flops(cfg).values()) * cfg.workload.grad_acc_steps
 
 
 def phase_flops(cfg: BenchConfig) -> dict[str, float]:
     """FLOPs per micro-step per phase: forward a third of the training count, backward two thirds
-    (PaLM appendix B: backward = 2 x forward), plus the recompute under checkpointing."""
+    (PaLM appendix B: backward = 2 x forward), plus the recompute under checkpointing
+    (flops.recompute_flops_per_token: the forward again for the layers checkpointed, or selective's
+    matmuls not kept)."""
     w = cfg.workload
     tokens = w.micro_batch_size * w.seq_len
     train = training_flops_per_token(w, llama_param_count(w)).flops_per_token * tokens
-    out = {"forward": train / 3, "backward": 2 * train / 3 + (train / 3 if w.activation_checkpointing else 0)}
+    out = {"forward": train / 3, "backward": 2 * train / 3 + recompute_flops_per_token(w) * tokens}
     if w.distill is not None:
         t = teacher_workload(w)
         out["teacher"] = forward_flops_per_token(t, llama_param_count(t)).flops_per_token * tokens
@@ -173,8 +176,9 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     """(efficiency, how) of a GPU micro-step from its two kinds of work, when nothing was measured:
     its FLOPs at params.gemm_efficiency of the declared peak, plus its memory-bound traffic,
     params.activation_passes x the activation bytes its layers keep (a third again for the forward
-    recomputed under checkpointing; a teacher's forward a third of its own), at the GPU's HBM
-    bandwidth (params.hbm_gbps). None where the GPU's bandwidth is not declared."""
+    recomputed under checkpointing, times the share of layers checkpointed: either policy recomputes
+    every elementwise op; a teacher's forward a third of its own), at the GPU's HBM bandwidth
+    (params.hbm_gbps). None where the GPU's bandwidth is not declared."""
     p, w = cfg.platform, cfg.workload
     hbm = params.hbm_gbps.get(p.gpu_model or "")
     if p.device != Device.cuda or not hbm:
@@ -182,7 +186,7 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     peak = p.peak_tflops[w.precision.value] * 1e12
     flops = sum(phase_flops(cfg).values())
     tokens = w.micro_batch_size * w.seq_len
-    kept = w.num_layers * layer_bytes_per_token(w) * tokens * (4 / 3 if w.activation_checkpointing else 1.0)
+    kept = w.num_layers * layer_bytes_per_token(w) * tokens * (1 + recompute_fraction(w) / 3)
     if w.distill is not None:
         t = teacher_workload(w)
         kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3
@@ -244,7 +248,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     config = {"platform": p.name, "workload": w.name, "nodes": p.nodes, "world_size": p.world_size,
               "zero_stage": cfg.zero.stage, "micro_batch_size": w.micro_batch_size,
               "grad_acc_steps": w.grad_acc_steps, "seq_len": w.seq_len, "precision": w.precision.value,
-              "activation_checkpointing": w.activation_checkpointing, "overlap_comm": overlap_comm(cfg),
+              "activation_checkpointing": w.activation_checkpointing,
+              "checkpoint_every_n_layers": w.checkpoint_every_n_layers,
+              "checkpoint_policy": w.checkpoint_policy.value, "overlap_comm": overlap_comm(cfg),
               "gradient_collective": gradient_collective(cfg), "device": p.device.value}
     notes = [] if p.world_size > 1 else ["one rank: no collectives"]
     if eff > 1:

@@ -9,8 +9,9 @@ H100: roce-h100, 8 GPUs a node, their declared peaks, memory and links; an A100-
 renamed published-a100/-h100 (not the paper's clusters: none of their unexplained ZeRO-3 cost), the
 model's shape on the llama-8b workload (a GELU MLP of width f, two matrices, carried as a SwiGLU of
 width 2f/3, three matrices: the same parameters and FLOPs), the sequence, micro-batch and
-accumulation, checkpointing (full or stated for every layer: on; none, selective or partial: off,
-the nearest this model has), bf16, the ZeRO stage. It is predicted from the declared hardware and
+accumulation, checkpointing (full or stated for every layer: on; partial, K of L layers: every
+L/K-th layer; op-level selective: sel; none, or selective at an unstated granularity: off, the nearest
+this model has; checkpointing_of), bf16, the ZeRO stage. It is predicted from the declared hardware and
 the model's own terms alone: no record and no reference calibrates it (the efficiency is the GPU
 roofline, perfmodel.roofline_efficiency, as for a user's new configuration). The error is against
 the published figure in its own metric.
@@ -138,6 +139,29 @@ def declared_link(c: Cell) -> Optional[tuple[str, float]]:
     return fabric, float(m.group(1)) / 8
 
 
+_PARTIAL = re.compile(r"partial:\s*(\d+)\s+of\s+(\d+)\s+layers", re.I)
+
+
+def checkpointing_of(c: Cell) -> Optional[tuple[int, str]]:
+    """(every n-th layer, policy) of the cell's activation checkpointing, or None without: full (or
+    stated for every layer) (1, full); "partial: K of L layers" (L / K, full) (YaFSDP's num-ckpt-layers,
+    evenly spaced as transformers' every_n_layers spaces them); "selective" or "selective (op-level)"
+    (1, selective: torchtitan's op policy, benchmarks/checkpoint_policy.py). Layer-level selective and
+    IBM's every n-th block, at an unstated n: None, the nearest this model has."""
+    text = c.checkpointing.lower()
+    if text.startswith(CHECKPOINTED):
+        return 1, "full"
+    if text in ("selective", "selective (op-level)"):
+        return 1, "selective"
+    m = _PARTIAL.match(text)
+    if m is None:
+        return None
+    k, layers = int(m.group(1)), int(m.group(2))
+    if k < 1 or layers != c.layers or layers % k:
+        raise HarnessError(f"{c.cell_id}: checkpointing {c.checkpointing!r} is not every n-th of its {c.layers} layers")
+    return layers // k, "full"
+
+
 def cell_overrides(c: Cell) -> list[str]:
     """The Hydra overrides of this suite's configuration for the cell (see the module's text)."""
     family = next((k for k in PLATFORMS if c.gpu_model.upper().startswith(k)), None)
@@ -148,13 +172,16 @@ def cell_overrides(c: Cell) -> list[str]:
     if c.num_gpus % GPUS_PER_NODE:
         raise HarnessError(f"{c.cell_id}: {c.num_gpus} GPUs is not whole {GPUS_PER_NODE}-GPU nodes")
     ffn = round(2 * c.ffn_hidden / 3) if c.gelu else c.ffn_hidden
+    ckpt = checkpointing_of(c)
     out = [f"platform={PLATFORMS[family]}", f"platform.name=published-{family.lower()}",  # not the paper's cluster
            f"platform.nodes={c.num_gpus // GPUS_PER_NODE}", "workload=llama-8b",
            f"workload.hidden_size={c.hidden}", f"workload.num_layers={c.layers}", f"workload.num_heads={c.heads}",
            f"workload.num_kv_heads={c.kv_heads}", f"workload.intermediate_size={ffn}", f"workload.vocab_size={c.vocab}",
            f"workload.seq_len={c.seq_len}", f"workload.samples_per_step={c.micro_batch * c.grad_acc}",
            f"workload.micro_batch_size={c.micro_batch}", "workload.precision=bf16",
-           f"workload.activation_checkpointing={str(c.checkpointing.lower().startswith(CHECKPOINTED)).lower()}",
+           f"workload.activation_checkpointing={str(ckpt is not None).lower()}",
+           f"workload.checkpoint_every_n_layers={(ckpt or (1, ''))[0]}",
+           f"workload.checkpoint_policy={(ckpt or (1, 'full'))[1]}",
            f"zero=stage{c.zero_stage}", "suite=single"]
     if c.gpu_mem_gb == 40:
         out.append("platform.mem_per_device_gib=40.0")
@@ -290,7 +317,8 @@ def format_cells(rows: list[CellPrediction]) -> list[str]:
         c = p.cell
         model = f"{p.predicted:.4g}" if p.predicted is not None else "-"
         err = f"{p.error_pct:+.0f}" if p.error_pct is not None else "-"
-        ckpt = "on" if c.checkpointing.lower().startswith(CHECKPOINTED) else "off"
+        of = checkpointing_of(c)
+        ckpt = "off" if of is None else "sel" if of[1] == "selective" else "on" if of[0] == 1 else f"1/{of[0]}"
         link = "-" if p.link_gbps is None else f"{p.link_gbps:g}" + ("" if p.link_stated else "?")
         lines.append(f"{c.cell_id:<14}{c.framework:<10}{c.zero_stage:>5}{c.gpu_model:>11}{c.num_gpus:>6}{c.seq_len:>6}"
                      f"{c.micro_batch if c.micro_batch else '-':>4}{ckpt:>6}{link:>6}{c.metric:>22}{c.value:>11.4g}{model:>10}"

@@ -12,12 +12,20 @@ def _gib(x: float) -> str:
     return f"{x:.3f}" if x < 10 else f"{x:.1f}"
 
 
+def checkpointing(c: dict) -> str:
+    """A prediction config's activation checkpointing in words."""
+    every, policy = c.get("checkpoint_every_n_layers", 1), c.get("checkpoint_policy", "full")
+    if not c["activation_checkpointing"]:
+        return "off"
+    return "on" + (f" for 1 layer in {every}" if every > 1 else "") + (f", {policy}" if policy != "full" else "")
+
+
 def describe(pred: Prediction) -> str:
     c = pred.config
     return (f"{c['workload']} on {c['platform']}: {c['world_size']} ranks ({c['nodes']} node(s)), ZeRO-{c['zero_stage']}, "
             f"micro-batch {c['micro_batch_size']} x grad-acc {c['grad_acc_steps']}, seq {c['seq_len']}, {c['precision']}; "
             f"overlap_comm {str(c['overlap_comm']).lower()}, gradient collective {c['gradient_collective']}, "
-            f"activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}")
+            f"activation checkpointing {checkpointing(c)}")
 
 
 def format_prediction(pred: Prediction) -> str:
@@ -63,7 +71,7 @@ def format_sweep(preds: list[Prediction]) -> str:
         return "no configuration"
     c = preds[0].config
     lines = [f"{c['workload']} on {c['platform']}: {c['world_size']} ranks, C = {c['micro_batch_size'] * c['grad_acc_steps']}, "
-             f"seq {c['seq_len']}, {c['precision']}, activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}",
+             f"seq {c['seq_len']}, {c['precision']}, activation checkpointing {checkpointing(c)}",
              f"{'ZeRO':>4} {'mb':>5} {'ga':>5} {'mem GiB':>9} {'of GiB':>7} {'':<4} {'step s':>9} {'comm s':>8} "
              f"{'exposed':>8} {'samples/s':>10} {'hours':>9}  efficiency"]
     sources: list[str] = []

@@ -166,7 +166,8 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     bwd = [(name, e) for i, (name, e) in enumerate(gathered) if i not in kept and "embed_tokens" not in name][::-1]
     prefetched, how = True, "parameter gathers (prefetched)"
     if w.activation_checkpointing:
-        # backward recomputes every layer's forward, which gathers every layer again; the recompute's
+        # backward recomputes every checkpointed layer's forward, which gathers it again (the others are
+        # gathered for their backward as without checkpointing, so every layer once); the recompute's
         # module order differs from the recorded trace, so DeepSpeed invalidates the trace ("Invalidate
         # trace cache") and fetches on demand: nothing prefetched behind computation
         bwd = [(name, e) for name, e in gathered if "embed_tokens" not in name][::-1]

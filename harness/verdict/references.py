@@ -229,6 +229,9 @@ def record_config(record: ResultRecord) -> dict[str, Any]:
                    precision=cfg["workload"]["precision"],
                    # records made before the field existed ran without checkpointing
                    activation_checkpointing=cfg["workload"].get("activation_checkpointing", False))
+        for name, default in (("checkpoint_every_n_layers", 1), ("checkpoint_policy", "full")):
+            if cfg["workload"].get(name, default) != default:   # only when it differs: older keys stay the same
+                key[name] = cfg["workload"][name]
         shape = shape_override(cfg["workload"])
         if shape:   # only when it differs: the named workload's keys stay the same
             key["shape"] = shape

@@ -4,6 +4,7 @@ carries its quote, URL and date, and every cell becomes a configuration of this 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 
 import pytest
@@ -100,3 +101,20 @@ def test_a_source_without_a_stated_network_gets_the_link_that_fits_it_as_a_diagn
     assert k.median_pct <= k.assumed_median_pct and len(k.errors_pct) == 2
     text = "\n".join(P.format_cells(rows) + P.format_implied(links))
     assert "200?" in text and f"at {k.gbps:g} GB/s per node" in text and "no figure above uses it" in text
+
+
+def test_a_cell_checkpoints_the_layers_and_ops_its_source_states(cells):
+    by_id = {c.cell_id: c for c in cells}
+    assert P.checkpointing_of(by_id["yafsdp-05"]) == (8, "full") and P.checkpointing_of(by_id["yafsdp-07"]) == (4, "full")
+    w = compose(P.cell_overrides(by_id["yafsdp-05"])).workload
+    assert w.activation_checkpointing and w.checkpoint_every_n_layers == 8
+    assert P.checkpointing_of(by_id["lf-01"]) == (1, "full") and P.checkpointing_of(by_id["lf-04"]) is None
+    assert P.checkpointing_of(by_id["tt-h100-01"]) == (1, "selective") == P.checkpointing_of(by_id["tt-a100-01"])
+    assert compose(P.cell_overrides(by_id["tt-h100-01"])).workload.checkpoint_policy.value == "selective"
+    assert P.checkpointing_of(by_id["tt-a100-02"]) is None and P.checkpointing_of(by_id["ibm-a100-13b"]) is None  # n unstated
+    odd = dataclasses.replace(by_id["yafsdp-05"], checkpointing="partial: 3 of 80 layers")
+    with pytest.raises(HarnessError, match="not every n-th of its 80 layers"):
+        P.checkpointing_of(odd)
+    rows = P.predict_cells(compose, [by_id["yafsdp-05"], by_id["tt-h100-01"]])
+    text = "\n".join(P.format_cells(rows))
+    assert " 1/8 " in text and " sel " in text
