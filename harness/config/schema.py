@@ -91,6 +91,10 @@ class PlatformConfig:
     """Declared peak dense TFLOP/s per device, keyed by dtype (fp32, bf16, fp16...). MFU uses it."""
     mem_per_device_gib: float = MISSING
     """Memory per device in GiB."""
+    hbm_gbps: float = 0.0
+    """Declared device-memory bandwidth per device, GB/s, as the datasheet states it (H100 SXM 3,350).
+    The performance model's roofline takes params.hbm_fraction of it; 0: its own table by gpu_model
+    (harness/model/params.py hbm_gbps), or no roofline for a GPU it does not know."""
     fabric: Fabric = Fabric.none
     """Inter-node fabric: ib, roce, tcp, or none (single node)."""
     intra_node_bw_gbps: float = 0.0

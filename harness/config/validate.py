@@ -60,6 +60,7 @@ def validate(cfg: BenchConfig) -> None:
     _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
     _check(1 <= p.cpu_threads <= 1024, "platform.cpu_threads", p.cpu_threads, "threads per rank in [1, 1024]")
     _check(p.mem_per_device_gib > 0, "platform.mem_per_device_gib", p.mem_per_device_gib, "must be > 0")
+    _check(p.hbm_gbps >= 0, "platform.hbm_gbps", p.hbm_gbps, "must be >= 0 GB/s (0: the model's table by gpu_model)")
     if p.device == Device.cpu:
         _check(w.precision != Precision.fp16, "workload.precision", "fp16",
                "fp16 needs a GPU; use fp32 or bf16 on the cpu device")

@@ -81,10 +81,14 @@ class ModelParams:
     (memory.layer_bytes_per_token x layers x tokens). MEASURED on the lent H200: 92.5 ms of such
     kernels per llama-440m micro-step at mb 128 x seq 128, at the probe's 4.29 TB/s triad, over
     22.17 GB kept (compute_breakdown_mb128.json; 24-29 at mb 8, where kernels are small)."""
+    hbm_fraction: float = 0.894
+    """Of a datasheet's HBM bandwidth, the share a triad reaches: 4,292 of 4,800 GB/s, MEASURED by the
+    probe on the lent H200. Applied to hbm_gbps below and to a platform's declared platform.hbm_gbps."""
     hbm_gbps: dict[str, float] = field(default_factory=lambda: {
-        "A100-SXM4-80GB": 2039.0 * 0.894, "H100-SXM5-80GB": 3350.0 * 0.894, "H200-SXM-141GB": 4800.0 * 0.894})
-    """Achievable HBM bandwidth per GPU model, GB/s: NVIDIA's datasheet figure (A100 80GB SXM 2,039;
-    H100 SXM 3,350; H200 4,800) x 0.894, the fraction of it the probe's triad reached on the H200
+        "A100-SXM4-40GB": 1555.0 * 0.894, "A100-SXM4-80GB": 2039.0 * 0.894, "H100-SXM5-80GB": 3350.0 * 0.894,
+        "H200-SXM-141GB": 4800.0 * 0.894})
+    """Achievable HBM bandwidth per GPU model, GB/s: NVIDIA's datasheet figure (A100 40GB SXM 1,555;
+    A100 80GB SXM 2,039; H100 SXM 3,350; H200 4,800) x 0.894, the fraction of it the probe's triad reached on the H200
     (4,292 of 4,800). DECLARED (the datasheets) x MEASURED (the fraction, one GPU)."""
     nccl_model: bool = True
     """Collectives on GPUs without a measured curve take the time NCCL's own tuning model gives the
@@ -114,6 +118,8 @@ class ModelParams:
         cb = "reference_results/sources/gpu-runs/2026-11-26-h200/compute_breakdown_mb128.json (torch.profiler, H200)"
         out += [Param("gemm_efficiency", self.gemm_efficiency, "of the declared peak (no measured efficiency)", "measured", cb),
                 Param("activation_passes", self.activation_passes, "x activation bytes kept, per micro-step", "measured", cb)]
+        out.append(Param("hbm_fraction", self.hbm_fraction, "of a datasheet's HBM bandwidth", "measured",
+                         "reference_results/sources/gpu-runs/2026-11-26-h200 (the probe's triad)"))
         out += [Param(f"hbm_gbps.{k}", v, "GB/s", "declared", "NVIDIA datasheet x 0.894 (the H200 probe's triad fraction)")
                 for k, v in self.hbm_gbps.items()]
         out += [Param("zero3_unexplained_s", self.zero3_unexplained_s, "s per ZeRO-3 collective call", "fitted",

@@ -178,9 +178,10 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     params.activation_passes x the activation bytes its layers keep (a third again for the forward
     recomputed under checkpointing, times the share of layers checkpointed: either policy recomputes
     every elementwise op; a teacher's forward a third of its own), at the GPU's HBM bandwidth
-    (params.hbm_gbps). None where the GPU's bandwidth is not declared."""
+    (platform.hbm_gbps, the datasheet's, x params.hbm_fraction; else params.hbm_gbps by gpu_model). None
+    where the GPU's bandwidth is not declared."""
     p, w = cfg.platform, cfg.workload
-    hbm = params.hbm_gbps.get(p.gpu_model or "")
+    hbm = p.hbm_gbps * params.hbm_fraction if p.hbm_gbps > 0 else params.hbm_gbps.get(p.gpu_model or "")
     if p.device != Device.cuda or not hbm:
         return None
     peak = p.peak_tflops[w.precision.value] * 1e12

@@ -5,7 +5,9 @@ GPT-like models on A100 and H100, 8 to 1024 GPUs, sequence 512 to 8192, each wit
 date (SOURCES.md).
 
 Each cell becomes a configuration of this suite (cell_overrides): the GPU's platform (A100: ib-a100,
-H100: roce-h100, 8 GPUs a node, their declared peaks, memory and links; an A100-40GB's memory),
+H100: roce-h100, 8 GPUs a node, their declared peaks, memory and links; what a source states of its
+GPU instead: an A100-40GB's memory and datasheet bandwidth, torchtitan's 96 GB H100 at 2.4 TB/s and a
+peak between the NVL's and the SXM's, taken in the middle),
 renamed published-a100/-h100 (not the paper's clusters: none of their unexplained ZeRO-3 cost), the
 model's shape on the llama-8b workload (a GELU MLP of width f, two matrices, carried as a SwiGLU of
 width 2f/3, three matrices: the same parameters and FLOPs), the sequence, micro-batch and
@@ -67,6 +69,10 @@ class Cell:
     metric: str
     value: float
     notes: str
+    hbm_tbps: Optional[float] = None
+    """The GPU's memory bandwidth where the source states it (torchtitan's H100: 2.4 TB/s)."""
+    peak_bf16: Optional[tuple[float, float]] = None
+    """(low, high) dense bf16 TFLOP/s where the source bounds the peak ("between SXM and NVL")."""
 
     @property
     def gelu(self) -> bool:
@@ -95,6 +101,20 @@ def _int(row: dict, key: str, default: Optional[int] = None) -> Optional[int]:
     return int(float(text)) if text else default
 
 
+def _float(row: dict, key: str) -> Optional[float]:
+    text = (row.get(key) or "").strip()
+    return float(text) if text else None
+
+
+def _bounds(row: dict, key: str) -> Optional[tuple[float, float]]:
+    """"low-high" (or one figure) -> (low, high)."""
+    text = (row.get(key) or "").strip()
+    if not text:
+        return None
+    low, _, high = text.partition("-")
+    return float(low), float(high or low)
+
+
 def load_cells(path: Path = CELLS) -> list[Cell]:
     """Every cell of the CSV; a malformed one stops with its id and column."""
     try:
@@ -110,7 +130,8 @@ def load_cells(path: Path = CELLS) -> list[Cell]:
                               _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "micro_batch"),
                               _int(row, "grad_acc", 1), row["activation_checkpointing"].strip(),
                               (row.get("interconnect") or "").strip(), row["metric"],
-                              float(row["value"]), row.get("notes") or ""))
+                              float(row["value"]), row.get("notes") or "", _float(row, "gpu_hbm_tbps"),
+                              _bounds(row, "gpu_peak_tflops_bf16")))
         except (KeyError, ValueError, TypeError) as e:
             raise HarnessError(f"{path}: cell {row.get('cell_id')!r}: {e}") from None
     return cells
@@ -183,8 +204,14 @@ def cell_overrides(c: Cell) -> list[str]:
            f"workload.checkpoint_every_n_layers={(ckpt or (1, ''))[0]}",
            f"workload.checkpoint_policy={(ckpt or (1, 'full'))[1]}",
            f"zero=stage{c.zero_stage}", "suite=single"]
-    if c.gpu_mem_gb == 40:
-        out.append("platform.mem_per_device_gib=40.0")
+    if c.gpu_mem_gb is not None and c.gpu_mem_gb != 80:      # the platforms' parts are 80 GB
+        out.append(f"platform.mem_per_device_gib={float(c.gpu_mem_gb)}")
+        if family == "A100" and c.gpu_mem_gb == 40:           # its own datasheet bandwidth (params.hbm_gbps)
+            out.append("platform.gpu_model=A100-SXM4-40GB")
+    if c.hbm_tbps is not None:
+        out.append(f"platform.hbm_gbps={c.hbm_tbps * 1000:g}")
+    if c.peak_bf16 is not None:                               # the middle of the stated bounds
+        out.append(f"platform.peak_tflops.bf16={sum(c.peak_bf16) / 2:g}")
     link = declared_link(c)
     if link is not None:     # else the platform's own 8 x 200 Gb/s, said in the table
         out += [f"platform.fabric={link[0]}", f"platform.inter_node_bw_gbps={link[1]:g}"]

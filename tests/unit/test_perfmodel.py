@@ -465,6 +465,21 @@ def test_with_nothing_measured_a_gpu_micro_step_is_its_flops_plus_its_activation
     assert a.compute_s > b.compute_s * (1 + extra / (a.flops_per_step - extra)) * 0.999
 
 
+def test_a_platform_declaring_its_hbm_bandwidth_gets_a_roofline(composed):
+    """platform.hbm_gbps (the datasheet's) x params.hbm_fraction stands in for the table by gpu_model,
+    so a GPU the table does not know still gets a roofline; a negative figure is refused."""
+    from harness.model.perfmodel import roofline_efficiency
+    unknown = composed(["platform=roce-h100", "workload=llama-8b", "platform.gpu_model=H100-PCIe"])
+    assert roofline_efficiency(unknown, PARAMS) is None
+    declared = composed(["platform=roce-h100", "workload=llama-8b", "platform.gpu_model=H100-PCIe", "platform.hbm_gbps=2000"])
+    same = composed(["platform=roce-h100", "workload=llama-8b", "platform.hbm_gbps=3350"])
+    table = composed(["platform=roce-h100", "workload=llama-8b"])
+    assert roofline_efficiency(same, PARAMS)[0] == pytest.approx(roofline_efficiency(table, PARAMS)[0])
+    assert roofline_efficiency(declared, PARAMS)[0] < roofline_efficiency(table, PARAMS)[0]
+    with pytest.raises(HarnessError, match="platform.hbm_gbps=-1.0 is invalid"):
+        composed(["platform=roce-h100", "platform.hbm_gbps=-1"])
+
+
 def test_throughput_and_hours(composed):
     cfg = composed(["platform=roce-h100", "workload=llama-8b-kd", "zero=stage2"])
     p = predict(cfg, Calibration(), tokens=2e9)

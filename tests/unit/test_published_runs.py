@@ -118,3 +118,17 @@ def test_a_cell_checkpoints_the_layers_and_ops_its_source_states(cells):
     rows = P.predict_cells(compose, [by_id["yafsdp-05"], by_id["tt-h100-01"]])
     text = "\n".join(P.format_cells(rows))
     assert " 1/8 " in text and " sel " in text
+
+
+def test_a_cell_runs_on_the_gpu_its_source_states(cells):
+    """torchtitan's H100: 96 GB at 2.4 TB/s, a peak between the NVL's and the SXM's (the middle taken);
+    an A100-40GB: its memory and its own datasheet bandwidth. Others: the platform's part."""
+    by_id = {c.cell_id: c for c in cells}
+    tt = by_id["tt-h100-01"]
+    assert (tt.hbm_tbps, tt.peak_bf16) == (2.4, (835.5, 989.4))
+    p = compose(P.cell_overrides(tt)).platform
+    assert (p.mem_per_device_gib, p.hbm_gbps, p.peak_tflops["bf16"]) == (96.0, 2400.0, pytest.approx(912.45))
+    a40 = compose(P.cell_overrides(by_id["lf-14"])).platform
+    assert (a40.mem_per_device_gib, a40.gpu_model, a40.hbm_gbps) == (40.0, "A100-SXM4-40GB", 0.0)
+    plain = compose(P.cell_overrides(by_id["ibm-h100-7b"])).platform
+    assert (plain.mem_per_device_gib, plain.hbm_gbps, plain.peak_tflops["bf16"]) == (79.6, 0.0, 989.4)
