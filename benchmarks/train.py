@@ -20,11 +20,11 @@ from typing import Iterator, NoReturn
 from contract import events as ev
 from contract.spec import SPEC_FILE, TrainSpec
 
+from .checkpoint_policy import selective_context
 from .environment import announce, first_on_node
 from .failure import run_rank
 from .instrument import CommTracer, MicrostepClock
 from .machine import LoadWindow
-from .checkpoint_policy import selective_context
 from .ops import preload
 from .probe import pulse
 from .reduce_scatter import install
@@ -187,7 +187,7 @@ def enable_checkpointing(model, spec: TrainSpec) -> list[bool]:
     order (harness/model/flops.checkpointed_layers counts the True ones)."""
     if spec.activation_checkpointing:
         kwargs = {"use_reentrant": False}
-        if getattr(spec, "checkpoint_policy", "full") == "selective":
+        if spec.checkpoint_policy == "selective":
             kwargs["context_fn"] = selective_context
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
                                               every_n_layers=spec.checkpoint_every_n_layers)

@@ -25,9 +25,9 @@ def with_split(cfg: BenchConfig, stage: int, micro_batch_size: int, grad_acc_ste
     grad_acc_steps None: the split of cfg's C (workload.samples_per_step), C / micro_batch_size. Given:
     a measured configuration's own split, whose C is micro_batch_size x grad_acc_steps (the tune's
     micro-batch list, cfg's search space at cfg's C, is then not checked against it).
-    activation_checkpointing, checkpoint_every_n_layers and checkpoint_policy None keep cfg's (checkpointing
-    off: every 1, full);
-    zero (a measured configuration's own knobs) replaces cfg.zero, at `stage`. Raises ConfigError naming the field, the value and what is valid."""
+    activation_checkpointing, checkpoint_every_n_layers and checkpoint_policy None keep cfg's (with
+    checkpointing off: every 1, full); zero (a measured configuration's own knobs) replaces cfg.zero,
+    at `stage`. Raises ConfigError naming the field, the value and what is valid."""
     w = cfg.workload
     if grad_acc_steps is None:
         c, ga = w.samples_per_step, w.samples_per_step // micro_batch_size if micro_batch_size >= 1 else 0

@@ -94,10 +94,11 @@ def validate(cfg: BenchConfig) -> None:
            f"{w.samples_per_step}; with micro_batch_size={w.micro_batch_size} it must be {derived}")
     _check(w.checkpoint_every_n_layers >= 1, "workload.checkpoint_every_n_layers", w.checkpoint_every_n_layers,
            "must be >= 1 (1: every layer)")
+    alone = "has no effect without workload.activation_checkpointing=true; set both or neither"
     _check(w.activation_checkpointing or w.checkpoint_every_n_layers == 1, "workload.checkpoint_every_n_layers",
-           w.checkpoint_every_n_layers, "has no effect without workload.activation_checkpointing=true; set both or neither")
+           w.checkpoint_every_n_layers, alone)
     _check(w.activation_checkpointing or w.checkpoint_policy == CheckpointPolicy.full, "workload.checkpoint_policy",
-           w.checkpoint_policy.value, "has no effect without workload.activation_checkpointing=true; set both or neither")
+           w.checkpoint_policy.value, alone)
     for name in ("lr", "eps"):
         _check(getattr(w, name) > 0, f"workload.{name}", getattr(w, name), "must be > 0")
     _check(all(0 <= b < 1 for b in w.betas), "workload.betas", list(w.betas), "each in [0, 1)")

@@ -125,7 +125,7 @@ def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> Activa
     final = 4 * h + 2 * p * h                          # final RMSNorm (4h + p h) and lm_head input (p h)
     work = p * (2 * h + 2 * w.intermediate_size)       # gradients flowing through a layer in backward
     k = checkpointed_layers(w)
-    if k:        # a checkpointed layer keeps its input (or selective's set), the others theirs; one recomputed at a time
+    if k:   # a checkpointed layer keeps its input (selective: its set), the others theirs; one recomputed at a time
         own, own_f = ((selective_bytes_per_token(w), "selective") if w.checkpoint_policy == CheckpointPolicy.selective
                       else (p * h, "p h (checkpointed inputs)"))
         stored = (k * own + (w.num_layers - k) * layer + final) * tokens

@@ -88,8 +88,9 @@ class ModelParams:
         "A100-SXM4-40GB": 1555.0 * 0.894, "A100-SXM4-80GB": 2039.0 * 0.894, "H100-SXM5-80GB": 3350.0 * 0.894,
         "H200-SXM-141GB": 4800.0 * 0.894})
     """Achievable HBM bandwidth per GPU model, GB/s: NVIDIA's datasheet figure (A100 40GB SXM 1,555;
-    A100 80GB SXM 2,039; H100 SXM 3,350; H200 4,800) x 0.894, the fraction of it the probe's triad reached on the H200
-    (4,292 of 4,800). DECLARED (the datasheets) x MEASURED (the fraction, one GPU)."""
+    A100 80GB SXM 2,039; H100 SXM 3,350; H200 4,800) x 0.894 (hbm_fraction), the fraction of it the
+    probe's triad reached on the H200 (4,292 of 4,800). DECLARED (the datasheets) x MEASURED (the
+    fraction, one GPU)."""
     nccl_model: bool = True
     """Collectives on GPUs without a measured curve take the time NCCL's own tuning model gives the
     algorithm and protocol it picks (harness/model/topology.py: latencies and caps DECLARED by NCCL's

@@ -301,7 +301,24 @@ def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: 
     return hi
 
 
-def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3)) -> list[BenchConfig]:
-    """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C, each validated."""
+CHECKPOINTING_CHOICES = ((False, 1, "full"), (True, 4, "full"), (True, 2, "full"), (True, 1, "selective"),
+                         (True, 1, "full"))
+"""(activation_checkpointing, checkpoint_every_n_layers, checkpoint_policy) a --checkpointing sweep
+tries, from the least recompute to the most memory saved."""
+
+
+def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3), checkpointing: bool = False) -> list[BenchConfig]:
+    """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C, each validated;
+    with checkpointing, each of those at every CHECKPOINTING_CHOICES entry too (else cfg's own)."""
     c = cfg.workload.samples_per_step
-    return [with_split(cfg, s, mb) for s in stages for mb in range(1, c + 1) if c % mb == 0]
+    splits = [(s, mb) for s in stages for mb in range(1, c + 1) if c % mb == 0]
+    if not checkpointing:
+        return [with_split(cfg, s, mb) for s, mb in splits]
+    return [with_split(cfg, s, mb, activation_checkpointing=on, checkpoint_every_n_layers=every, checkpoint_policy=policy)
+            for s, mb in splits for on, every, policy in CHECKPOINTING_CHOICES]
+
+
+def fastest(preds: list[Prediction]) -> Optional[Prediction]:
+    """The prediction of least step time among those that fit in memory (None if none does)."""
+    fits = [p for p in preds if p.memory.fits]
+    return min(fits, key=lambda p: p.step_time_s) if fits else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from .check import StepTimeCheck
-from .perfmodel import Prediction, overlap_summary
+from .perfmodel import Prediction, fastest, overlap_summary
 
 
 def _gib(x: float) -> str:
@@ -70,17 +70,21 @@ def format_sweep(preds: list[Prediction]) -> str:
     if not preds:
         return "no configuration"
     c = preds[0].config
+    several = len({checkpointing(p.config) for p in preds}) > 1
     lines = [f"{c['workload']} on {c['platform']}: {c['world_size']} ranks, C = {c['micro_batch_size'] * c['grad_acc_steps']}, "
-             f"seq {c['seq_len']}, {c['precision']}, activation checkpointing {checkpointing(c)}",
-             f"{'ZeRO':>4} {'mb':>5} {'ga':>5} {'mem GiB':>9} {'of GiB':>7} {'':<4} {'step s':>9} {'comm s':>8} "
-             f"{'exposed':>8} {'samples/s':>10} {'hours':>9}  efficiency"]
+             f"seq {c['seq_len']}, {c['precision']}"
+             + ("" if several else f", activation checkpointing {checkpointing(c)}"),
+             f"{'ZeRO':>4} {'mb':>5} {'ga':>5} " + (f"{'checkpointing':<25} " if several else "")
+             + f"{'mem GiB':>9} {'of GiB':>7} {'':<4} {'step s':>9} {'comm s':>8} {'exposed':>8} {'samples/s':>10} "
+             f"{'hours':>9}  efficiency"]
     sources: list[str] = []
     for p in preds:
         m, k = p.memory, p.config
         if p.efficiency_source not in sources:
             sources.append(p.efficiency_source)
         hours = f"{p.hours:.4g}" if p.hours is not None else "-"
-        lines.append(f"{k['zero_stage']:>4} {k['micro_batch_size']:>5} {k['grad_acc_steps']:>5} {m.total_gib:>9.4g} "
+        ckpt = f"{checkpointing(k):<25} " if several else ""
+        lines.append(f"{k['zero_stage']:>4} {k['micro_batch_size']:>5} {k['grad_acc_steps']:>5} {ckpt}{m.total_gib:>9.4g} "
                      f"{m.capacity_gib:>7.4g} {'ok' if m.fits else 'OOM':<4} {p.step_time_s:>9.4g} {p.comm_s:>8.3g} "
                      f"{p.exposed_comm_s:>8.3g} {p.samples_per_s:>10.4g} {hours:>9}  {p.efficiency:.3f} [{sources.index(p.efficiency_source) + 1}]")
     lines += [f"[{i + 1}] {s}" for i, s in enumerate(sources)]
@@ -88,6 +92,11 @@ def format_sweep(preds: list[Prediction]) -> str:
     lines += ["busbw: " + "; ".join(busbw)] if busbw else []
     if preds[0].hours is None:
         lines.append("(give --tokens for the hours column)")
+    best = fastest(preds)
+    lines.append("fastest that fits: " + ("none" if best is None else
+                 f"ZeRO-{best.config['zero_stage']} mb {best.config['micro_batch_size']} x ga {best.config['grad_acc_steps']}"
+                 f", activation checkpointing {checkpointing(best.config)}: {best.step_time_s:.4g} s a step, "
+                 f"{best.samples_per_s:.4g} samples/s"))
     return "\n".join(lines)
 
 

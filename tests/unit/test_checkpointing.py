@@ -32,12 +32,12 @@ def _at(cfg, ckpt: bool, every: int = 1):
 def test_the_runner_checkpoints_the_layers_the_model_counts(tiny_cfg, layers, every):
     w = dataclasses.replace(tiny_cfg.workload, num_layers=layers, activation_checkpointing=True,
                             checkpoint_every_n_layers=every)
-    flags = enable_checkpointing(build_model(model_spec(w)), SimpleNamespace(activation_checkpointing=True,
-                                                                             checkpoint_every_n_layers=every))
+    flags = enable_checkpointing(build_model(model_spec(w)), SimpleNamespace(
+        activation_checkpointing=True, checkpoint_every_n_layers=every, checkpoint_policy="full"))
     assert flags == [i % every == 0 for i in range(layers)]
     assert sum(flags) == checkpointed_layers(w) and recompute_fraction(w) == sum(flags) / layers
-    off = enable_checkpointing(build_model(model_spec(w)), SimpleNamespace(activation_checkpointing=False,
-                                                                           checkpoint_every_n_layers=1))
+    off = enable_checkpointing(build_model(model_spec(w)), SimpleNamespace(
+        activation_checkpointing=False, checkpoint_every_n_layers=1, checkpoint_policy="full"))
     assert off == [False] * layers and checkpointed_layers(dataclasses.replace(w, activation_checkpointing=False)) == 0
 
 
@@ -49,7 +49,8 @@ def test_recomputing_every_other_layer_gives_the_same_gradients(tiny_cfg):
         torch.manual_seed(0)
         model = build_model(model_spec(w))
         model.train()
-        enable_checkpointing(model, SimpleNamespace(activation_checkpointing=ckpt, checkpoint_every_n_layers=every))
+        enable_checkpointing(model, SimpleNamespace(activation_checkpointing=ckpt, checkpoint_every_n_layers=every,
+                                                    checkpoint_policy="full"))
         model(input_ids=batch, labels=batch).loss.backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
@@ -130,3 +131,26 @@ def test_memory_and_recompute_fall_between_none_and_every_layer(composed):
     assert [memory_estimate(c).fits for c in (none, half, full)] == [False, True, True]
     steps = [predict(c, Calibration()).step_time_s for c in (none, quarter, half, full)]
     assert steps[1] < steps[2] < steps[3]
+
+
+def test_a_sweep_with_checkpointing_tries_each_choice_and_names_the_fastest_that_fits(composed, capsys):
+    """llama-8b at seq 8192 on 16 x 8 H100s (C 16): sharded 128 ways, ZeRO-3 fits without checkpointing
+    and beats every checkpointed row (docs/performance-model.md)."""
+    from harness.__main__ import main
+    from harness.model.perfmodel import CHECKPOINTING_CHOICES, fastest, sweep_configs
+
+    cfg = composed(["platform=roce-h100", "platform.name=user-h100", "platform.nodes=16", "workload=llama-8b",
+                    "workload.seq_len=8192", "workload.samples_per_step=16", "workload.micro_batch_size=1"])
+    configs = sweep_configs(cfg, checkpointing=True)
+    assert len(configs) == 3 * 5 * len(CHECKPOINTING_CHOICES)         # stages x splits of 16 x choices
+    assert {(c.workload.activation_checkpointing, c.workload.checkpoint_every_n_layers, c.workload.checkpoint_policy.value)
+            for c in configs} == set(CHECKPOINTING_CHOICES)
+    preds = [predict(c, Calibration()) for c in configs]
+    best = fastest(preds)
+    assert best.memory.fits and best.step_time_s == min(p.step_time_s for p in preds if p.memory.fits)
+    assert (best.config["zero_stage"], best.config["activation_checkpointing"]) == (3, False)
+    assert main(["model", "--sweep", "--checkpointing", "workload=llama-tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpointing" in out.splitlines()[1] and "on for 1 layer in 2" in out and "fastest that fits: ZeRO-" in out
+    assert main(["model", "--checkpointing", "workload=llama-tiny"]) == 2
+    assert "--checkpointing widens a --sweep" in capsys.readouterr().err
