@@ -37,7 +37,11 @@ def with_split(cfg: BenchConfig, stage: int, micro_batch_size: int, grad_acc_ste
         c, ga = micro_batch_size * grad_acc_steps, grad_acc_steps
     ckpt = w.activation_checkpointing if activation_checkpointing is None else activation_checkpointing
     every = w.checkpoint_every_n_layers if checkpoint_every_n_layers is None else checkpoint_every_n_layers
-    policy = w.checkpoint_policy if checkpoint_policy is None else CheckpointPolicy(checkpoint_policy)
+    try:
+        policy = w.checkpoint_policy if checkpoint_policy is None else CheckpointPolicy(checkpoint_policy)
+    except ValueError:
+        raise ConfigError(f"workload.checkpoint_policy={checkpoint_policy!r} is invalid: valid: "
+                          f"{', '.join(p.value for p in CheckpointPolicy)}") from None
     if not ckpt:
         every, policy = 1, CheckpointPolicy.full
     out = replace(cfg, zero=replace(cfg.zero if zero is None else zero, stage=stage),

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 
 from .memory import FRAGMENTATION_FRACTION
 
+HBM_FRACTION = 0.894
+"""Of a datasheet's HBM bandwidth, what the probe's triad reached on the lent H200 (4,292 of 4,800 GB/s)."""
+
 
 @dataclass(frozen=True)
 class Param:
@@ -81,12 +84,12 @@ class ModelParams:
     (memory.layer_bytes_per_token x layers x tokens). MEASURED on the lent H200: 92.5 ms of such
     kernels per llama-440m micro-step at mb 128 x seq 128, at the probe's 4.29 TB/s triad, over
     22.17 GB kept (compute_breakdown_mb128.json; 24-29 at mb 8, where kernels are small)."""
-    hbm_fraction: float = 0.894
+    hbm_fraction: float = HBM_FRACTION
     """Of a datasheet's HBM bandwidth, the share a triad reaches: 4,292 of 4,800 GB/s, MEASURED by the
     probe on the lent H200. Applied to hbm_gbps below and to a platform's declared platform.hbm_gbps."""
     hbm_gbps: dict[str, float] = field(default_factory=lambda: {
-        "A100-SXM4-40GB": 1555.0 * 0.894, "A100-SXM4-80GB": 2039.0 * 0.894, "H100-SXM5-80GB": 3350.0 * 0.894,
-        "H200-SXM-141GB": 4800.0 * 0.894})
+        k: v * HBM_FRACTION for k, v in (("A100-SXM4-40GB", 1555.0), ("A100-SXM4-80GB", 2039.0),
+                                         ("H100-SXM5-80GB", 3350.0), ("H200-SXM-141GB", 4800.0))})
     """Achievable HBM bandwidth per GPU model, GB/s: NVIDIA's datasheet figure (A100 40GB SXM 1,555;
     A100 80GB SXM 2,039; H100 SXM 3,350; H200 4,800) x 0.894 (hbm_fraction), the fraction of it the
     probe's triad reached on the H200 (4,292 of 4,800). DECLARED (the datasheets) x MEASURED (the

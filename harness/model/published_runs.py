@@ -194,6 +194,7 @@ def cell_overrides(c: Cell) -> list[str]:
         raise HarnessError(f"{c.cell_id}: {c.num_gpus} GPUs is not whole {GPUS_PER_NODE}-GPU nodes")
     ffn = round(2 * c.ffn_hidden / 3) if c.gelu else c.ffn_hidden
     ckpt = checkpointing_of(c)
+    every, policy = ckpt or (1, "full")
     out = [f"platform={PLATFORMS[family]}", f"platform.name=published-{family.lower()}",  # not the paper's cluster
            f"platform.nodes={c.num_gpus // GPUS_PER_NODE}", "workload=llama-8b",
            f"workload.hidden_size={c.hidden}", f"workload.num_layers={c.layers}", f"workload.num_heads={c.heads}",
@@ -201,8 +202,7 @@ def cell_overrides(c: Cell) -> list[str]:
            f"workload.seq_len={c.seq_len}", f"workload.samples_per_step={c.micro_batch * c.grad_acc}",
            f"workload.micro_batch_size={c.micro_batch}", "workload.precision=bf16",
            f"workload.activation_checkpointing={str(ckpt is not None).lower()}",
-           f"workload.checkpoint_every_n_layers={(ckpt or (1, ''))[0]}",
-           f"workload.checkpoint_policy={(ckpt or (1, 'full'))[1]}",
+           f"workload.checkpoint_every_n_layers={every}", f"workload.checkpoint_policy={policy}",
            f"zero=stage{c.zero_stage}", "suite=single"]
     if c.gpu_mem_gb is not None and c.gpu_mem_gb != 80:      # the platforms' parts are 80 GB
         out.append(f"platform.mem_per_device_gib={float(c.gpu_mem_gb)}")

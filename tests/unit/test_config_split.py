@@ -55,6 +55,11 @@ def test_measured_split_has_its_own_c_knobs_and_checkpointing(tiny_cfg):
         with_split(tiny_cfg, 1, 2, 0)
 
 
+def test_a_split_refuses_an_unknown_checkpoint_policy_by_name(tiny_cfg):
+    with pytest.raises(ConfigError, match="workload.checkpoint_policy='some' is invalid: valid: full, selective"):
+        with_split(tiny_cfg, 1, 2, 4, activation_checkpointing=True, checkpoint_policy="some")
+
+
 def test_record_variant_refuses_an_invalid_record(tiny_cfg):
     (rec,) = typed([{"config": {"workload": {"micro_batch_size": 2, "grad_acc_steps": 4}, "zero": {"stage": 7}}}])
     with pytest.raises(ConfigError, match="zero.stage=7"):
