@@ -5,12 +5,18 @@ is judged across machines, and said so."""
 from __future__ import annotations
 
 import copy
+import json
+import multiprocessing
+import socket
+import time
+from pathlib import Path
 
 import pytest
 from test_compare import ENV, record, reference
 from test_not_comparable import cpu_env
 
-from benchmarks.probe import cpu_flags, isa_class, pulse
+import benchmarks.probe as probe_module
+from benchmarks.probe import cpu_flags, isa_class, node_probe, pulse
 from contract.metrics import METRICS
 from harness.verdict.compare import compare, environment_diff
 from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, pace, probe_diff, summary_line
@@ -199,3 +205,38 @@ def test_a_pulse_reads_this_machines_fp32_pace_and_never_fails():
     figure = pulse("cpu")
     assert isinstance(figure, float) and figure > 0
     assert pulse("no-such-device") is None
+
+
+def _probe_as(host: str, out_dir: str, spans) -> None:
+    """One emulated node (its own host name, this machine's boot id) probing into the bench's folder;
+    measure() is a stand-in that records when it ran."""
+    socket.gethostname = lambda: host
+
+    def measure(device: str) -> dict:
+        t0 = time.monotonic()
+        time.sleep(0.4)
+        spans.append((host, t0, time.monotonic()))
+        return {"schema_version": "1", "host": host, "device": device, "matmul": {}}
+
+    probe_module.measure = measure
+    node_probe(Path(out_dir), "cpu", first_on_node=True)
+
+
+def test_nodes_of_one_machine_probe_one_after_the_other(tmp_path):
+    """The emulated cluster's nodes share the box: probed at once, each one-core triad read about half
+    of what it reads alone (26 vs 49 GB/s measured), so a night's machine "changed" by chance. The
+    nodes of one boot id take turns; each says how long it waited."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager:
+        spans = manager.list()
+        procs = [ctx.Process(target=_probe_as, args=(host, str(tmp_path), spans)) for host in ("node1", "node2")]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(30)
+        (a0, a1), (b0, b1) = sorted((s, e) for _, s, e in spans)
+    assert all(proc.exitcode == 0 for proc in procs)
+    assert b0 >= a1, "the two nodes' probes overlapped"
+    waited = sorted(json.loads((tmp_path / "probes" / f"{h}.json").read_text())["waited_for_machine_s"]
+                    for h in ("node1", "node2"))
+    assert waited[0] < 0.2 and waited[1] >= 0.3
