@@ -1,7 +1,9 @@
 """The choices a configuration field takes: each a str Enum, so YAML and overrides carry its value."""
 from __future__ import annotations
 
+import re
 from enum import Enum
+from typing import NamedTuple
 
 from contract.collectives import DTYPES, OPS, REDOPS
 
@@ -42,6 +44,43 @@ class CheckpointPolicy(str, Enum):
     selective = "selective"
     """torchtitan's op-level selective AC: keep the outputs of attention and of every other matmul
     (the 1st, 3rd, ... of each layer), recompute the rest (benchmarks/checkpoint_policy.py)."""
+
+
+class Checkpointing(NamedTuple):
+    """One activation-checkpointing choice: workload.activation_checkpointing, checkpoint_every_n_layers
+    and checkpoint_policy together."""
+    on: bool
+    every_n_layers: int
+    policy: CheckpointPolicy
+
+    @property
+    def word(self) -> str:
+        """none, full, selective, every_<n> (full, every n-th layer), selective_every_<n>."""
+        if not self.on:
+            return "none"
+        head = "selective" if self.policy == CheckpointPolicy.selective else ("full" if self.every_n_layers == 1 else "")
+        tail = f"every_{self.every_n_layers}" if self.every_n_layers != 1 else ""
+        return "_".join(p for p in (head, tail) if p)
+
+    def overrides(self) -> tuple[str, ...]:
+        return (f"workload.activation_checkpointing={str(self.on).lower()}",
+                f"workload.checkpoint_every_n_layers={self.every_n_layers}",
+                f"workload.checkpoint_policy={self.policy.value}")
+
+
+CHECKPOINTING_WORDS = "none, full, selective, every_<n> (full, every n-th layer) or selective_every_<n>"
+_CHECKPOINTING_WORD = re.compile(r"^(?:(none|full|selective)|(selective_)?every_([1-9][0-9]*))$")
+
+
+def checkpointing_of(word: str) -> Checkpointing:
+    """The choice a word names (see CHECKPOINTING_WORDS); ValueError for any other word."""
+    m = _CHECKPOINTING_WORD.match(str(word).strip())
+    if not m:
+        raise ValueError(f"{word!r} is not a checkpointing choice: {CHECKPOINTING_WORDS}")
+    if m.group(1):
+        return Checkpointing(m.group(1) != "none", 1,
+                             CheckpointPolicy.selective if m.group(1) == "selective" else CheckpointPolicy.full)
+    return Checkpointing(True, int(m.group(3)), CheckpointPolicy.selective if m.group(2) else CheckpointPolicy.full)
 
 
 class DataSource(str, Enum):

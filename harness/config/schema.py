@@ -342,6 +342,9 @@ class TuneConfig:
     """ZeRO stages step 2 tries."""
     micro_batch_sizes: list[int] = field(default_factory=list)
     """Micro-batch sizes step 2 tries, each dividing C (workload.samples_per_step); empty: every divisor."""
+    checkpointing: list[str] = field(default_factory=list)
+    """Activation-checkpointing choices step 2 also tries, each with every split and stage: none, full,
+    selective, every_<n> (full, every n-th layer), selective_every_<n>; empty: the workload's own only."""
     nccl_space: dict[str, list[str]] = field(default_factory=_default_nccl_space)
     """Step 1: the values tried per NCCL variable (the cartesian product; each checked like nccl_env)."""
     bucket_sizes: list[int] = field(default_factory=list)

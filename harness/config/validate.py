@@ -13,7 +13,7 @@ from contract.collectives import OPS
 
 from ..errors import ConfigError
 from .choices import (CheckpointPolicy, CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource, Device,
-                      GradientCollective, LauncherKind, Precision, RunKind)
+                      GradientCollective, LauncherKind, Precision, RunKind, checkpointing_of)
 from .nccl_env import normalise_nccl_env, validate_nccl_env
 from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig
 from .teacher import teacher_workload, validate_checkpoint
@@ -162,6 +162,12 @@ def validate_tune(cfg: BenchConfig) -> None:
     bad = [b for b in t.micro_batch_sizes if b < 1 or c % b]
     _check(not bad, "tune.micro_batch_sizes", list(t.micro_batch_sizes),
            f"each must divide C = workload.samples_per_step = {c}; {bad} do not")
+    try:
+        chosen = [checkpointing_of(word) for word in t.checkpointing]
+    except ValueError as exc:
+        raise ConfigError(f"tune.checkpointing={list(t.checkpointing)!r} is invalid: {exc}") from None
+    _check(len(set(chosen)) == len(chosen), "tune.checkpointing", list(t.checkpointing),
+           "each choice once (every_1 is full)")
     for name in ("bucket_sizes", "prefetch_bucket_sizes"):
         values = getattr(t, name)
         _check(all(v >= 1 for v in values), f"tune.{name}", list(values), "elements, each >= 1")

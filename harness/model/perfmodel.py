@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from ..config.choices import Device
+from ..config.choices import Device, checkpointing_of
 from ..config.schema import BenchConfig
 from ..config.split import with_split  # also imported from here by reference_results/sources/sc25-pmbs
 from ..config.teacher import teacher_workload
@@ -301,10 +301,9 @@ def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: 
     return hi
 
 
-CHECKPOINTING_CHOICES = ((False, 1, "full"), (True, 4, "full"), (True, 2, "full"), (True, 1, "selective"),
-                         (True, 1, "full"))
+CHECKPOINTING_CHOICES = tuple(checkpointing_of(w) for w in ("none", "every_4", "every_2", "selective", "full"))
 """(activation_checkpointing, checkpoint_every_n_layers, checkpoint_policy) a --checkpointing sweep
-tries, from the least recompute to the most memory saved."""
+tries, from the least recompute to the most memory saved (`tune.checkpointing` names them so)."""
 
 
 def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3), checkpointing: bool = False) -> list[BenchConfig]:

@@ -3,7 +3,8 @@
 A candidate is one trial's settings: named parameters (what the search varies) and the Hydra
 overrides that apply them on top of the tune's base overrides. Step 1 varies NCCL variables of a
 standalone all-reduce sweep; step 2 the split of C = micro_batch_size x grad_acc_steps (C fixed,
-every micro-batch a divisor of C) and the ZeRO stage; step 3 DeepSpeed's communication knobs of
+every micro-batch a divisor of C) and the ZeRO stage (and, with tune.checkpointing, the activation
+checkpointing: which layers, which ops); step 3 DeepSpeed's communication knobs of
 the stage step 2 chose.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.choices import Precision
+from ..config.choices import Checkpointing, Precision, checkpointing_of
 from ..config.schema import BenchConfig
 from ..model.flops import llama_param_count
 
@@ -43,7 +44,7 @@ class Candidate:
     def label(self) -> str:
         short = {"micro_batch_size": "mb", "grad_acc_steps": "ga", "stage": "z", "overlap_comm": "ov",
                  "gradient_collective": "gc", "bucket_size": "bkt", "contiguous_gradients": "cg",
-                 "prefetch_bucket_size": "pf"}
+                 "prefetch_bucket_size": "pf", "checkpointing": "ck-"}
         parts = []
         for k, v in self.params:
             if isinstance(v, bool):
@@ -73,15 +74,29 @@ def micro_batch_sizes(cfg: BenchConfig) -> list[int]:
     return sorted(cfg.tune.micro_batch_sizes) or [b for b in range(1, c + 1) if c % b == 0]
 
 
+def checkpointing_choices(cfg: BenchConfig) -> list[Checkpointing]:
+    """Step 2's checkpointing choices (tune.checkpointing), [] when it varies none."""
+    return [checkpointing_of(word) for word in cfg.tune.checkpointing]
+
+
+def checkpointing_here(cfg: BenchConfig) -> Checkpointing:
+    """The workload's own checkpointing, as a choice."""
+    w = cfg.workload
+    return (Checkpointing(True, w.checkpoint_every_n_layers, w.checkpoint_policy) if w.activation_checkpointing
+            else checkpointing_of("none"))
+
+
 def batch_candidates(cfg: BenchConfig) -> list[Candidate]:
-    """Step 2: (micro_batch_size, grad_acc_steps) with the product C fixed, x ZeRO stage."""
+    """Step 2: (micro_batch_size, grad_acc_steps) with the product C fixed, x ZeRO stage, x each
+    tune.checkpointing choice when there are any (the parameter `checkpointing`, its word)."""
     c = cfg.workload.samples_per_step
     out = []
     for stage in sorted(cfg.tune.stages):
         for mb in micro_batch_sizes(cfg):
             params = (("stage", stage), ("micro_batch_size", mb), ("grad_acc_steps", c // mb))
-            out.append(Candidate(2, params, (f"zero=stage{stage}", f"workload.micro_batch_size={mb}",
-                                             f"workload.grad_acc_steps={c // mb}")))
+            overrides = (f"zero=stage{stage}", f"workload.micro_batch_size={mb}", f"workload.grad_acc_steps={c // mb}")
+            out += [Candidate(2, params + (("checkpointing", ck.word),), overrides + ck.overrides())
+                    for ck in checkpointing_choices(cfg)] or [Candidate(2, params, overrides)]
     return out
 
 

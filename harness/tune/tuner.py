@@ -305,13 +305,16 @@ class Tuner:
         return [o for o in result.best.overrides if o.startswith("+nccl_env.")]
 
     def step2(self, nccl: list[str]) -> Trial:
-        result = StepResult(2, "micro-batch x gradient accumulation (C fixed) x ZeRO stage")
+        result = StepResult(2, "micro-batch x gradient accumulation (C fixed) x ZeRO stage"
+                            + (" x activation checkpointing" if self.tune.checkpointing else ""))
         self.steps.append(result)
         base = [*self.base, *nccl]
         # with step 1's NCCL variables the default configuration is measured again, with the search
         lead = [TrialSpec(2, "default+nccl", {}, base, role="default+nccl")] if nccl else []
         w = self.cfg.workload
         here = ("stage", self.cfg.zero.stage), ("micro_batch_size", w.micro_batch_size), ("grad_acc_steps", w.grad_acc_steps)
+        if self.tune.checkpointing:
+            here += (("checkpointing", space.checkpointing_here(self.cfg).word),)
         candidates = space.batch_candidates(self.cfg)
         known = {c.key: lead[0] if lead else self.baseline for c in candidates if c.params == here}
         measured = self.search_step(result, candidates, base, known, anchor=self.anchor_micro_batch, lead=lead)
@@ -325,8 +328,10 @@ class Tuner:
         computation efficiency is measured only at the default micro-batch so far, and the model
         holds it flat beyond the measured sizes; one measurement at the other end of the range
         lets it interpolate (log micro-batch) between the two for every other split."""
+        own = space.checkpointing_here(self.cfg).word   # with tune.checkpointing, the workload's own first
         same = [c for c in fits if c.as_dict()["stage"] == self.cfg.zero.stage]
-        return max(same, key=lambda c: c.as_dict()["micro_batch_size"]) if same else None
+        return max(same, key=lambda c: (c.as_dict()["micro_batch_size"], c.as_dict().get("checkpointing") == own),
+                   default=None)
 
     def step3(self, start: Trial, start_overrides: list[str]) -> Trial:
         result = StepResult(3, "DeepSpeed communication knobs")

@@ -44,7 +44,28 @@ def test_every_batch_candidate_composes_and_validates(composed):
             (d["stage"], d["micro_batch_size"], d["grad_acc_steps"])
 
 
+def test_checkpointing_choices_multiply_step_2_and_each_composes(composed):
+    from harness.config.compose import compose
+
+    cfg = composed(["workload.samples_per_step=4", "workload.micro_batch_size=1"])
+    cfg.tune.checkpointing = ["none", "every_2", "selective", "full"]
+    cands = space.batch_candidates(cfg)
+    assert len(cands) == 3 * 3 * 4   # stages x splits of 4 x choices
+    seen = set()
+    for cand in cands:
+        d = cand.as_dict()
+        w = compose(["workload.samples_per_step=4", *cand.overrides]).workload
+        seen.add((d["checkpointing"], w.activation_checkpointing, w.checkpoint_every_n_layers, w.checkpoint_policy.value))
+        assert w.micro_batch_size == d["micro_batch_size"]
+    assert seen == {("none", False, 1, "full"), ("every_2", True, 2, "full"), ("selective", True, 1, "selective"),
+                    ("full", True, 1, "full")}
+    assert space.Candidate(2, (("stage", 3), ("checkpointing", "every_2"))).label() == "z3-ck-every_2"
+
+
 @pytest.mark.parametrize("bad, message", [
+    (["tune.checkpointing=[every_0]"], "tune.checkpointing"),
+    (["tune.checkpointing=[sometimes]"], "not a checkpointing choice"),
+    (["tune.checkpointing=[full,every_1]"], "each choice once"),
     (["tune.micro_batch_sizes=[3]"], "must divide C"),
     (["tune.steps=[4]"], "tune.steps"),
     (["tune.steps=[]"], "tune.steps"),
@@ -186,6 +207,8 @@ class FakeWorld:
         v = 10.0 + cfg.workload.micro_batch_size - (3 if z.stage == 3 else 0)
         v += 1.0 if z.overlap_comm else 0.0
         v += 0.5 if z.gradient_collective.value == "reduce_scatter" else 0.0
+        w = cfg.workload
+        v += 0.3 if w.activation_checkpointing and w.checkpoint_policy.value == "selective" else 0.0
         return v
 
     def measure(self, cfg, name, confirming):
@@ -364,6 +387,22 @@ def test_step2_measures_the_largest_fitting_micro_batch_first(fake_tune):
     state = json.loads((out / "tune.json").read_text())
     first = [t for t in state["steps"][0]["trials"] if t["status"] != "skipped"][0]  # mb 8 is predicted out of memory (fake model): mb 4 fits
     assert first["params"] == {"stage": 1, "micro_batch_size": 4, "grad_acc_steps": 2}
+
+
+def test_step2_tries_the_checkpointing_choices_and_keeps_the_best(fake_tune):
+    """tune.checkpointing adds a dimension to step 2: each split x stage under each choice. The
+    default configuration (no checkpointing) is the point `none` of that space and is not rerun;
+    the best (selective, in the fake world) goes into step 3 and the preset."""
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]", "tune.checkpointing=[none,selective]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    trials = state["steps"][0]["trials"]
+    assert {t["params"]["checkpointing"] for t in trials} == {"none", "selective"}
+    assert state["steps"][0]["best"] in ("z1-mb4-ga2-ck-selective", "z2-mb4-ga2-ck-selective")
+    default = ["workload.micro_batch_size=2", "workload.grad_acc_steps=4", "workload.activation_checkpointing=false"]
+    assert not any(all(o in ov for o in default) and "zero=stage1" in ov for ov in world.launched)
+    assert all("workload.checkpoint_policy=selective" in ov for ov in world.launched
+               if "workload.activation_checkpointing=true" in ov)
 
 
 def test_bayes_spends_half_its_budget_on_the_models_fresh_best(fake_tune):

@@ -150,3 +150,31 @@ def test_tune_step2_on_model2_keeps_every_measured_cell_and_predicts_the_papers_
     assert {k for k, s in published.items() if s == "oom"} <= pruned
     first = by_prediction([c for c in cands if not predicted_oom(pred[c.key])], pred)[0]
     assert (dict(first.params)["stage"], dict(first.params)["micro_batch_size"], dict(first.params)["grad_acc_steps"]) == (2, 128, 2)
+
+
+@pytest.mark.parametrize("nodes, first", [(1, (1, 1, 16, "selective")), (16, (3, 1, 16, "none"))])
+def test_tune_step2_at_seq_8192_puts_the_models_checkpointing_choice_first(nodes, first):
+    """Issue 28 item 4: `make tune PLATFORM=roce-h100 WORKLOAD=llama-8b ARGS="platform.name=my-h100
+    workload.seq_len=8192 ... tune.checkpointing=[none,every_4,every_2,selective,full]"`, step 2 as the
+    tuner orders it before any measurement: on one 8-GPU node ZeRO-1 mb 1 with selective checkpointing
+    (18.4 s, 9 % faster than full), on 16 nodes ZeRO-3 mb 1 with none (15.8 s), as `model --sweep
+    --checkpointing` picks them."""
+    from harness.model.calibration import calibrate
+    from harness.model.perfmodel import predict
+    from harness.verdict.references import load_references
+    from harness.tune import space
+    from harness.tune.outcome import by_prediction, predicted_oom
+
+    refs = load_references()
+    base = ["suite=single", "platform=roce-h100", "platform.name=my-h100", f"platform.nodes={nodes}",
+            "workload=llama-8b", "workload.seq_len=8192", "workload.samples_per_step=16",
+            "workload.micro_batch_size=1", "workload.activation_checkpointing=true",
+            "tune.checkpointing=[none,every_4,every_2,selective,full]"]
+    cands = space.batch_candidates(_compose(base))
+    assert len(cands) == 3 * 5 * 5
+    pred = {}
+    for c in cands:
+        cfg = _compose(base + list(c.overrides))
+        pred[c.key] = predict(cfg, calibrate([], cfg, refs)).to_dict()
+    best = by_prediction([c for c in cands if not predicted_oom(pred[c.key])], pred)[0].as_dict()
+    assert (best["stage"], best["micro_batch_size"], best["grad_acc_steps"], best["checkpointing"]) == first
