@@ -144,7 +144,7 @@ class EngineChoice:
                                       "no image was built"])
         return "\n".join(["error: no usable container engine; looked for " + ", ".join(ENGINES) + ":"]
                          + [f"  {ln}" for ln in lines]
-                         + ["no image was built (Debian/Ubuntu: apt-get install podman runc)"])
+                         + ["no image was built (Debian/Ubuntu: apt-get install podman runc catatonit)"])
 
 
 def choose_engine(forced: Optional[str] = None, search_path: Optional[str] = None) -> EngineChoice:

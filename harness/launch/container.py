@@ -22,7 +22,7 @@ from ..atomic import write_bytes_atomic
 from ..config.choices import ContainerRuntime
 from ..config.schema import ContainerConfig
 from ..errors import HarnessError
-from .engine import engine_args
+from .engine import engine_args, init_problem
 
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
               "SLURM_PROCID", "SLURM_NODEID")
@@ -94,6 +94,9 @@ def check_image(c: ContainerConfig, image: str, local_runtime: bool) -> None:
     if local_runtime and shutil.which(c.runtime.value) is None:
         raise HarnessError(f"platform.container.runtime={c.runtime.value!r} but `{c.runtime.value}` is not "
                            "on PATH; install it or set platform.container.runtime=none")
+    problem = init_problem(c.runtime.value) if local_runtime else None
+    if problem:
+        raise HarnessError(f"platform.container.runtime={c.runtime.value!r}: {problem}")
 
 
 def image_digest(c: ContainerConfig, image: str, cache_dir: Path) -> Optional[str]:

@@ -11,17 +11,26 @@
   at kernel.pid_max, the limit podman's conmon runs with (measured: 32768 works, 32769 fails with
   "error setting rlimit type 6").
 - rootless podman is noted (it needs subuid/subgid ranges; a root-owned storage is not its own).
+- the ranks run under `--init` (a PID 1 that forwards signals and reaps, so a cancelled run's ranks
+  die); podman's init is catatonit, a package of its own that Debian only recommends, so
+  `apt-get install --no-install-recommends podman` leaves it out, and every rank then exits 125
+  ("container-init binary not found on the host"). init_problem says so before anything launches.
 Standard library only."""
 from __future__ import annotations
 
 import os
 import resource
 import shutil
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 ENGINES = ("docker", "podman")
+PODMAN_INIT = "/usr/libexec/podman/catatonit"
+"""podman's init binary when no containers.conf sets engine.init_path (podman 4 and 5)."""
+CONTAINERS_CONF = ("/usr/share/containers/containers.conf", "/etc/containers/containers.conf")
+"""The system-wide containers.conf files, later overriding earlier (a user's own and $CONTAINERS_CONF follow)."""
 
 
 @dataclass(frozen=True)
@@ -80,3 +89,33 @@ def engine_args(name: str, hybrid: Optional[bool] = None, which=shutil.which) ->
     if name == "podman" and os.geteuid() != 0:
         notes.append("rootless podman: images live in this user's storage (~/.local/share/containers)")
     return EngineArgs(name, global_args, limits, notes, problem)
+
+
+def podman_init_path(conf_files: Optional[list[Path]] = None) -> str:
+    """The init binary podman runs for `--init`: the last engine.init_path set in its containers.conf
+    files (the system's, the user's, $CONTAINERS_CONF), else PODMAN_INIT."""
+    if conf_files is None:
+        user = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "containers" / "containers.conf"
+        conf_files = [Path(f) for f in CONTAINERS_CONF] + [user]
+        if os.environ.get("CONTAINERS_CONF"):
+            conf_files.append(Path(os.environ["CONTAINERS_CONF"]))
+    path = PODMAN_INIT
+    for f in conf_files:
+        try:
+            data = tomllib.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        path = (data.get("engine") or {}).get("init_path") or path
+    return path
+
+
+def init_problem(name: str, conf_files: Optional[list[Path]] = None) -> Optional[str]:
+    """Why `name run --init` cannot start a container on this host, None when it can (docker ships its
+    docker-init with the daemon)."""
+    if name != "podman":
+        return None
+    path = podman_init_path(conf_files)
+    if Path(path).is_file():
+        return None
+    return (f"podman runs each rank with --init, whose init binary {path} is not on this host "
+            "(containers.conf engine.init_path); install it: apt-get install catatonit")

@@ -25,7 +25,9 @@ from .conftest import require_or_skip
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_PYTHON = str(REPO_ROOT / ".venv" / "bin" / "python")
-BINARIES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+BINARIES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap", "catatonit": "catatonit"}
+"""catatonit: podman's --init, which the ranks run under; Debian only recommends it, and the install leaves
+recommends out."""
 TAG = "llm-pretrain-bench:cpu"
 
 

@@ -394,3 +394,35 @@ def test_an_engine_that_builds_but_cannot_run_fails_and_a_missing_gpu_base_is_a_
     assert recipes.main(["--engine", "podman"]) == 0, "the gpu image's missing base is a skip"
     assert recipes.main(["--engine", "podman", "--image", "gpu"]) == 1, "asked for by name: an error"
     assert podman.exists()
+
+
+def test_podman_without_its_init_binary_is_said_before_any_rank_runs(tmp_path):
+    """apt-get install --no-install-recommends podman leaves catatonit out; every rank then exited 125
+    ("container-init binary not found on the host"). The init path is podman's default unless a
+    containers.conf sets engine.init_path, the later file winning; docker needs nothing."""
+    system = tmp_path / "containers.conf"
+    system.write_text('[engine]\ninit_path = "/nowhere/catatonit"\n')
+    assert engine.podman_init_path([tmp_path / "absent.conf"]) == engine.PODMAN_INIT
+    assert engine.podman_init_path([system]) == "/nowhere/catatonit"
+    found = tmp_path / "catatonit"
+    found.write_text("")
+    user = tmp_path / "user.conf"
+    user.write_text(f'[engine]\ninit_path = "{found}"\n')
+    assert engine.init_problem("podman", [system, user]) is None
+    problem = engine.init_problem("podman", [user, system])
+    assert problem and "/nowhere/catatonit" in problem and "apt-get install catatonit" in problem
+    assert engine.init_problem("docker", [system]) is None
+
+
+def test_the_bench_stops_naming_the_missing_init_before_launching(monkeypatch):
+    from harness.config.choices import ContainerRuntime
+    from harness.config.schema import ContainerConfig
+    from harness.errors import HarnessError
+    from harness.launch import container
+
+    monkeypatch.setattr(container.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(container, "init_problem", lambda name: "its init binary /x is not on this host")
+    c = ContainerConfig(runtime=ContainerRuntime.podman, image="llm-pretrain-bench:cpu")
+    with pytest.raises(HarnessError, match="runtime='podman': its init binary /x is not on this host"):
+        container.check_image(c, c.image, local_runtime=True)
+    container.check_image(c, c.image, local_runtime=False)   # under Slurm the compute nodes are not this host
