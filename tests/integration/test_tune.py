@@ -97,3 +97,25 @@ def test_tune_refuses_bad_settings_before_running(tmp_path):
     assert proc.returncode == 2
     assert "tune.micro_batch_sizes" in proc.stderr and "must divide C" in proc.stderr
     assert not (tmp_path / "t").exists()
+
+
+def test_step_2_measures_each_checkpointing_choice_with_the_same_losses(tmp_path):
+    """tune.checkpointing for real: the default (no checkpointing) and each choice at the same split,
+    every trial a record whose workload carries its choice, and the same losses as the default (the
+    recompute changes where the activations come from, not what they are)."""
+    out = tmp_path / "tune"
+    proc = subprocess.run([sys.executable, "-m", "harness", "tune", f"out={out}", "tune.steps=[2]", "tune.stages=[1]",
+                           "tune.micro_batch_sizes=[2]", "tune.checkpointing=[none,every_2,selective]",
+                           "tune.install_preset=false", "measure.steps=2", "measure.warmup_steps=1",
+                           "measure.profile_steps=1"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trials = json.loads((out / "tune.json").read_text())["steps"][0]["trials"]
+    ran = {t["params"]["checkpointing"]: t for t in trials}
+    assert set(ran) == {"every_2", "selective"}   # `none` at this split is the default, measured once
+    for choice, t in ran.items():
+        assert t["status"] == "ok" and t["parity"]["ok"], t
+        rec = json.loads((out / t["records"][0]).read_text())
+        validate_record(rec)
+        w = rec["config"]["workload"]
+        assert (w["activation_checkpointing"], w["checkpoint_every_n_layers"], w["checkpoint_policy"]) == \
+            {"every_2": (True, 2, "full"), "selective": (True, 1, "selective")}[choice]
