@@ -22,8 +22,9 @@ the bench's output folder; the node's other ranks wait for that file (they would
 for the cores), later runs of the same bench read it. Nodes that are one machine (the same boot id:
 the emulated cluster's namespaces) probe one after the other, under a lock in that folder: two
 one-core triads at once on a 2-core EPYC read 26 GB/s each against 49 GB/s alone, so whichever
-node's triad happened to overlap the other's read half, and a night's machine "changed" by chance. Versioned (PROBE_SCHEMA); a record without a
-probe (an older record) stays valid and is "machine not measured" to a comparison.
+node's triad happened to overlap the other's read half, and a night's machine "changed" by chance.
+Versioned (PROBE_SCHEMA); a record without a probe (an older record) stays valid and is "machine
+not measured" to a comparison.
 """
 from __future__ import annotations
 
