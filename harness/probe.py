@@ -224,6 +224,32 @@ def efficiency_pct(tokens_per_s: float, parts: list[tuple[float, str]], probes: 
                                                        "source": "model FLOPs at the probe's matmul rates / time taken"}
 
 
+def mix_apart(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
+              dtypes: list[str]) -> Optional[str]:
+    """Why an efficiency over parts in several dtypes (a distillation: the student's fp32 training,
+    the teacher's bf16 forward) cannot be judged across these two machines: the dtypes' measured
+    rates stand in another ratio (beyond the probe's matmul tolerance), so the efficiency weighs its
+    parts differently on each. Measured: an AVX2 EPYC's bf16 runs at 0.10x its fp32 (7.4 vs 71 GFLOP/s
+    a core), an AVX-512 BF16 one's at 4.3x (489 vs 113); the teacher's forward is most of the ideal time
+    on the first and almost none on the second, and a same-code kd run read 62 % and 39 %. None when
+    one dtype, no probe on a side, or the ratios agree."""
+    ref, cur = node_probes(reference_env), node_probes(current_env)
+    used = [d for d in DTYPE_ORDER if d in dtypes]
+    if len(used) < 2 or not ref or not cur:
+        return None
+    tolerance = TOLERANCE_PCT.get(cur[0].get("device") or "cpu", TOLERANCE_PCT["cpu"])["matmul"]
+    base = used[0]
+    for d in used[1:]:
+        rates = [(_best(p, "matmul", d), _best(p, "matmul", base)) for p in (ref[0], cur[0])]
+        if not all(a and b for a, b in rates):
+            continue
+        then, now = (a / b for a, b in rates)
+        if abs(now / then - 1) * 100 > tolerance:
+            return (f"its {d} and {base} parts run at another ratio here ({d}/{base} matmul {now:.3g} vs "
+                    f"{then:.3g}), so the efficiency weighs them differently")
+    return None
+
+
 def summary_line(env: Optional[dict[str, Any]]) -> Optional[str]:
     """The probe in one line: 'probe (vm, 3.3 s): AVX2; fp32 matmul 80, bf16 1.2 GFLOP/s per core
     (spread 3 %, 2 %); triad 30 GB/s'."""

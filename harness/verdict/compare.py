@@ -41,7 +41,7 @@ from contract.metrics import METRICS
 
 from ..config.schema import REPO_ROOT
 from ..errors import HarnessError
-from ..probe import PACE_NOISE_PCT, Pace, node_probes, not_comparable, pace, probe_diff
+from ..probe import PACE_NOISE_PCT, Pace, mix_apart, node_probes, not_comparable, pace, probe_diff
 from ..record import ResultRecord
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, Reference, record_config
@@ -53,7 +53,8 @@ HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
 """Fingerprint fields of COMPARED that are the machine, listed before the software in a diff."""
 ACROSS_MACHINES = ("matmul_eff_pct",)
 """Metrics judged even between machines that are not comparable (said so in the reason): the
-efficiency against each machine's own measured matmul rate, where a software slowdown still shows."""
+efficiency against each machine's own measured matmul rate, where a software slowdown still shows;
+not where its parts' dtypes run at another ratio of rates on the two (harness/probe.py mix_apart)."""
 
 
 def parse_fail_on(text: str) -> set[str]:
@@ -344,6 +345,11 @@ def _by_node(prefix: str, sep: str, ref: dict[str, dict[str, Any]], cur: dict[st
     return {f"{prefix}.*{sep}{f}": pair for f, pair in spreads.items() if pair[0] != pair[1]}
 
 
+def _dtypes(records: list[ResultRecord], metric: str) -> list[str]:
+    """The dtypes whose matmul rates an efficiency metric was measured against (its measured_gflops)."""
+    return sorted({d for r in records for d in ((r.metrics.get(metric) or {}).get("measured_gflops") or {})})
+
+
 def _best(refs: list[Reference]) -> Reference:
     """The most specific reference (the largest configuration) among those that apply."""
     return max(refs, key=lambda r: len(r.config))
@@ -395,7 +401,11 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
                                         reason=f"unit mismatch: results in {sorted(units)}, reference in {ref.unit!r}"))
                 continue
             apart = machines_apart(ref.provenance and ref.provenance.environment, env)
-            if apart and metric not in ACROSS_MACHINES:
+            mix = apart and metric in ACROSS_MACHINES and mix_apart(
+                ref.provenance and ref.provenance.environment, env, _dtypes(ok, metric))
+            if mix:
+                apart = f"{apart}; {mix}"
+            if apart and (metric not in ACROSS_MACHINES or mix):
                 verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
                                         value=statistics.median(samples), num_samples=len(samples), reason=apart))
                 continue

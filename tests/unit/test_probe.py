@@ -100,6 +100,31 @@ def test_the_efficiency_is_judged_across_machines_and_says_so():
     assert same.verdict == "pass" and "across machines" in same.reason
 
 
+def _kd_verdict(ref_env: dict, run_env: dict, factor: float) -> object:
+    """matmul_eff_pct of a run whose parts are in two dtypes (a distillation: fp32 student, bf16 teacher)."""
+    ref = reference([62.0, 62.5, 61.5], env=ref_env, metric="matmul_eff_pct", unit="%")
+    runs = [record(i, env=run_env, matmul_eff_pct=(v * factor, "%")) for i, v in enumerate([62.0, 61.5, 62.5])]
+    for r in runs:
+        r["metrics"]["matmul_eff_pct"]["measured_gflops"] = {"fp32": 225.3, "bf16": 977.8}
+    (v,) = [v for v in compare(typed(runs), [ref]) if v.metric == "matmul_eff_pct"]
+    return v
+
+
+def test_an_efficiency_over_two_dtypes_is_not_judged_where_their_rates_stand_in_another_ratio():
+    """A fresh clone's first bench on an AVX-512 BF16 box called its distillation run a regression against
+    the AVX2 box's reference (matmul_eff_pct 38.7 vs 62.3 %, same code): there bf16 runs at 0.10x fp32,
+    here at 4.3x, so the teacher's bf16 forward is most of the ideal time on one and almost none on the
+    other. Such a pair is not comparable, in words; one dtype, or the same ratio, is judged as before."""
+    avx2 = env_with(probe(fp32=71.2, bf16=7.4))
+    amx = env_with(probe("AVX512", fp32=113.0, bf16=489.0, flags=CPUINFO_SPR))
+    v = _kd_verdict(avx2, amx, factor=0.62)
+    assert v.verdict == "not comparable"
+    assert "bf16/fp32 matmul 4.33 vs 0.104" in v.reason and "weighs them differently" in v.reason
+    assert _kd_verdict(avx2, env_with(probe("AVX512", fp32=160.0, bf16=16.0, flags=CPUINFO_SPR)),
+                       factor=0.62).verdict == "regression"   # another box, the same bf16/fp32 ratio: judged
+    assert _verdicts(amx, avx2, metric="matmul_eff_pct")[0].verdict == "regression"   # one dtype: judged
+
+
 def test_what_changed_names_the_machine_first_and_the_suite_commit_last():
     ref = {**env_with(probe()), "torch": "2.12.0", "suite_commit": "aaaa"}
     cur = {**env_with(probe("DEFAULT", triad=10.0)), "torch": "2.13.0", "suite_commit": "bbbb"}
