@@ -225,8 +225,10 @@ def _alone_on_machine(out_dir: Path, boot: Optional[str], wait_s: float) -> tupl
     probe folder, so that only one node of a machine probes at a time; (None, waited) when it cannot
     be had within wait_s or the file system refuses locks (the probe is then measured regardless)."""
     t0 = time.monotonic()
+    if not boot:   # no boot id to tell machines apart: never make a cluster's nodes wait on each other
+        return None, 0.0
     try:
-        path = out_dir / PROBE_DIR / f".machine-{boot or 'unknown'}.lock"
+        path = out_dir / PROBE_DIR / f".machine-{boot}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:
