@@ -13,7 +13,7 @@ model's shape on the llama-8b workload (a GELU MLP of width f, two matrices, car
 width 2f/3, three matrices: the same parameters and FLOPs), the sequence, micro-batch and
 accumulation, checkpointing (full or stated for every layer: on; partial, K of L layers: every
 L/K-th layer; op-level selective: sel; none, or selective at an unstated granularity: off, the nearest
-this model has; checkpointing_of), bf16, the ZeRO stage. It is predicted from the declared hardware and
+this model has; cell_checkpointing), bf16, the ZeRO stage. It is predicted from the declared hardware and
 the model's own terms alone: no record and no reference calibrates it (the efficiency is the GPU
 roofline, perfmodel.roofline_efficiency, as for a user's new configuration). The error is against
 the published figure in its own metric.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config.choices import Fabric
+from ..config.choices import CheckpointPolicy, Checkpointing, Fabric
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 from .calibration import calibrate
@@ -163,7 +163,7 @@ def declared_link(c: Cell) -> Optional[tuple[str, float]]:
 _PARTIAL = re.compile(r"partial:\s*(\d+)\s+of\s+(\d+)\s+layers", re.I)
 
 
-def checkpointing_of(c: Cell) -> Optional[tuple[int, str]]:
+def cell_checkpointing(c: Cell) -> Optional[tuple[int, str]]:
     """(every n-th layer, policy) of the cell's activation checkpointing, or None without: full (or
     stated for every layer) (1, full); "partial: K of L layers" (L / K, full) (YaFSDP's num-ckpt-layers,
     evenly spaced as transformers' every_n_layers spaces them); "selective" or "selective (op-level)"
@@ -193,17 +193,16 @@ def cell_overrides(c: Cell) -> list[str]:
     if c.num_gpus % GPUS_PER_NODE:
         raise HarnessError(f"{c.cell_id}: {c.num_gpus} GPUs is not whole {GPUS_PER_NODE}-GPU nodes")
     ffn = round(2 * c.ffn_hidden / 3) if c.gelu else c.ffn_hidden
-    ckpt = checkpointing_of(c)
+    ckpt = cell_checkpointing(c)
     every, policy = ckpt or (1, "full")
+    checkpointing = Checkpointing(ckpt is not None, every, CheckpointPolicy(policy))
     out = [f"platform={PLATFORMS[family]}", f"platform.name=published-{family.lower()}",  # not the paper's cluster
            f"platform.nodes={c.num_gpus // GPUS_PER_NODE}", "workload=llama-8b",
            f"workload.hidden_size={c.hidden}", f"workload.num_layers={c.layers}", f"workload.num_heads={c.heads}",
            f"workload.num_kv_heads={c.kv_heads}", f"workload.intermediate_size={ffn}", f"workload.vocab_size={c.vocab}",
            f"workload.seq_len={c.seq_len}", f"workload.samples_per_step={c.micro_batch * c.grad_acc}",
            f"workload.micro_batch_size={c.micro_batch}", "workload.precision=bf16",
-           f"workload.activation_checkpointing={str(ckpt is not None).lower()}",
-           f"workload.checkpoint_every_n_layers={every}", f"workload.checkpoint_policy={policy}",
-           f"zero=stage{c.zero_stage}", "suite=single"]
+           *checkpointing.overrides(), f"zero=stage{c.zero_stage}", "suite=single"]
     if c.gpu_mem_gb is not None and c.gpu_mem_gb != 80:      # the platforms' parts are 80 GB
         out.append(f"platform.mem_per_device_gib={float(c.gpu_mem_gb)}")
         if family == "A100" and c.gpu_mem_gb == 40:           # its own datasheet bandwidth (params.hbm_gbps)
@@ -344,7 +343,7 @@ def format_cells(rows: list[CellPrediction]) -> list[str]:
         c = p.cell
         model = f"{p.predicted:.4g}" if p.predicted is not None else "-"
         err = f"{p.error_pct:+.0f}" if p.error_pct is not None else "-"
-        of = checkpointing_of(c)
+        of = cell_checkpointing(c)
         ckpt = "off" if of is None else "sel" if of[1] == "selective" else "on" if of[0] == 1 else f"1/{of[0]}"
         link = "-" if p.link_gbps is None else f"{p.link_gbps:g}" + ("" if p.link_stated else "?")
         lines.append(f"{c.cell_id:<14}{c.framework:<10}{c.zero_stage:>5}{c.gpu_model:>11}{c.num_gpus:>6}{c.seq_len:>6}"

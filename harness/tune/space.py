@@ -90,13 +90,14 @@ def batch_candidates(cfg: BenchConfig) -> list[Candidate]:
     """Step 2: (micro_batch_size, grad_acc_steps) with the product C fixed, x ZeRO stage, x each
     tune.checkpointing choice when there are any (the parameter `checkpointing`, its word)."""
     c = cfg.workload.samples_per_step
+    choices = checkpointing_choices(cfg)
     out = []
     for stage in sorted(cfg.tune.stages):
         for mb in micro_batch_sizes(cfg):
             params = (("stage", stage), ("micro_batch_size", mb), ("grad_acc_steps", c // mb))
             overrides = (f"zero=stage{stage}", f"workload.micro_batch_size={mb}", f"workload.grad_acc_steps={c // mb}")
             out += [Candidate(2, params + (("checkpointing", ck.word),), overrides + ck.overrides())
-                    for ck in checkpointing_choices(cfg)] or [Candidate(2, params, overrides)]
+                    for ck in choices] or [Candidate(2, params, overrides)]
     return out
 
 

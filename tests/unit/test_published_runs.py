@@ -105,16 +105,16 @@ def test_a_source_without_a_stated_network_gets_the_link_that_fits_it_as_a_diagn
 
 def test_a_cell_checkpoints_the_layers_and_ops_its_source_states(cells):
     by_id = {c.cell_id: c for c in cells}
-    assert P.checkpointing_of(by_id["yafsdp-05"]) == (8, "full") and P.checkpointing_of(by_id["yafsdp-07"]) == (4, "full")
+    assert P.cell_checkpointing(by_id["yafsdp-05"]) == (8, "full") and P.cell_checkpointing(by_id["yafsdp-07"]) == (4, "full")
     w = compose(P.cell_overrides(by_id["yafsdp-05"])).workload
     assert w.activation_checkpointing and w.checkpoint_every_n_layers == 8
-    assert P.checkpointing_of(by_id["lf-01"]) == (1, "full") and P.checkpointing_of(by_id["lf-04"]) is None
-    assert P.checkpointing_of(by_id["tt-h100-01"]) == (1, "selective") == P.checkpointing_of(by_id["tt-a100-01"])
+    assert P.cell_checkpointing(by_id["lf-01"]) == (1, "full") and P.cell_checkpointing(by_id["lf-04"]) is None
+    assert P.cell_checkpointing(by_id["tt-h100-01"]) == (1, "selective") == P.cell_checkpointing(by_id["tt-a100-01"])
     assert compose(P.cell_overrides(by_id["tt-h100-01"])).workload.checkpoint_policy.value == "selective"
-    assert P.checkpointing_of(by_id["tt-a100-02"]) is None and P.checkpointing_of(by_id["ibm-a100-13b"]) is None  # n unstated
+    assert P.cell_checkpointing(by_id["tt-a100-02"]) is None and P.cell_checkpointing(by_id["ibm-a100-13b"]) is None  # n unstated
     odd = dataclasses.replace(by_id["yafsdp-05"], checkpointing="partial: 3 of 80 layers")
     with pytest.raises(HarnessError, match="not every n-th of its 80 layers"):
-        P.checkpointing_of(odd)
+        P.cell_checkpointing(odd)
     rows = P.predict_cells(compose, [by_id["yafsdp-05"], by_id["tt-h100-01"]])
     text = "\n".join(P.format_cells(rows))
     assert " 1/8 " in text and " sel " in text
