@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -142,11 +142,22 @@ def release_files(pin: Pin, fetch: Callable[[str], Optional[dict]] = fetch_json)
         raise LockError(f"{pin.name}=={pin.version}: {pin.name} is not on PyPI ({PYPI_JSON_URL}/{pin.name}/json: "
                         "HTTP 404); the lock only takes packages from PyPI")
     releases = doc.get("releases") or {}
+    # PyPI's key is the version as uploaded: 13.0.3 for a wheel whose metadata says 13.0.3.0
+    same = [v for v in releases if _same_version(v, pin.version)]
+    if pin.version not in releases and same:
+        return list(releases[same[0]])
     if pin.version not in releases:
         latest = (doc.get("info") or {}).get("version")
         raise LockError(f"{pin.name}=={pin.version}: PyPI has no release {pin.version} of {pin.name}"
                         + (f" (latest: {latest})" if latest else ""))
     return list(releases[pin.version])
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except ValueError:
+        return False
 
 
 def file_hashes(pin: Pin, fetch: Callable[[str], Optional[dict]] = fetch_json) -> list[str]:
@@ -179,18 +190,21 @@ def all_hashes(pins: Sequence[Pin], fetch: Callable[[str], Optional[dict]] = fet
 
 # --- closure -----------------------------------------------------------------------------------
 
-def _marker_env(python_version: str, extra: str) -> dict[str, str]:
+def _marker_env(python_version: str, extra: str, base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     env = default_environment()
+    env.update(base or {})
     env.update(python_version=python_version, python_full_version=f"{python_version}.0",
                implementation_name="cpython", platform_python_implementation="CPython", extra=extra)
     return env
 
 
 def missing_requirements(pins: Sequence[Pin], requires: Callable[[str], Iterable[str]],
-                         python_versions: Sequence[str] = PYTHON_VERSIONS) -> list[str]:
+                         python_versions: Sequence[str] = PYTHON_VERSIONS,
+                         platform: Optional[Mapping[str, str]] = None) -> list[str]:
     """What `pip install --no-deps` of the lock would leave unsatisfied: for each pin, each
-    Requires-Dist (`requires(name)`) that applies on one of `python_versions` (Linux, no extras
-    unless a pinned requirement asks for them) must name a pin whose version it accepts."""
+    Requires-Dist (`requires(name)`) that applies on one of `python_versions` (this host's
+    platform, or the marker values `platform` gives; no extras unless a pinned requirement asks
+    for them) must name a pin whose version it accepts."""
     by_key = {p.key: p for p in pins}
     problems: set[str] = set()
     todo = [(p, "") for p in pins]
@@ -203,7 +217,7 @@ def missing_requirements(pins: Sequence[Pin], requires: Callable[[str], Iterable
         for line in requires(pin.name):
             req = Requirement(line)
             where = [v for v in python_versions
-                     if req.marker is None or req.marker.evaluate(_marker_env(v, extra))]
+                     if req.marker is None or req.marker.evaluate(_marker_env(v, extra, platform))]
             if not where:
                 continue
             on = f" (Python {', '.join(where)})"
