@@ -1,6 +1,6 @@
 # Build plumbing for the LLM-pretraining benchmark suite (GNU make).
 #
-#   make venv    create/refresh $(VENV) from requirements.lock
+#   make venv    create/refresh $(VENV) from requirements.lock, or requirements-gpu.lock on a GPU node
 #   make containers  build the images (docker/podman; a wheelhouse, no network in the build)
 #   make bench   run the benchmark suite     (PLATFORM=cpu|h100|..., OUT=, ARGS=)
 #   make tune    find the fastest configuration (PLATFORM=, WORKLOAD=, OUT=, ARGS=)
@@ -16,6 +16,13 @@
 # accelerator: shm_comm, ~1 min on 2 cores) are built once, into
 # $(VENV)/deepspeed-ops/ (python -m benchmarks.ops build; up to date: 0.1 s).
 # Runs load them directly and never JIT-build or wait on torch's lock file.
+#
+# The GPU venv (containers/venv_choice.py says which and why, one line): VENV_KIND=gpu|cpu, else
+# a GPU platform named for this make (PLATFORM=h100, ...), else an NVIDIA GPU on this host, take
+# requirements-gpu.lock instead: PyPI's torch (the CUDA 13 build) with every nvidia-*, cuda-* and
+# triton wheel it needs, liger-kernel, torchao, and the CPU lock's other pins, all hashed; one
+# `pip install --require-hashes --no-deps` of it resolves nothing, so nothing can swap torch.
+# $(VENV)/.venv-lock records the lock the venv is made from; a switch makes it again from scratch.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -48,9 +55,21 @@ CONTAINER ?=
 IMAGE_KIND = $(if $(filter cpu cpu-cluster,$(PLATFORM)),cpu,gpu)
 CONTAINER_IMAGE ?= $(if $(filter apptainer,$(CONTAINER)),build/containers/llm-pretrain-bench-$(IMAGE_KIND).sif,llm-pretrain-bench:$(IMAGE_KIND))
 
+# `make venv`: gpu or cpu forces that lock; empty: a GPU platform or an NVIDIA GPU here picks the GPU lock.
+VENV_KIND ?=
+
 LOCK := requirements.lock
+GPU_LOCK := requirements-gpu.lock
 CONSTRAINTS := build/constraints.txt
 STAMP := $(VENV)/.installed
+# The lock this venv is made from (containers/venv_choice.py), and the lock chosen now: asked once,
+# and only by a make that needs the venv.
+VENV_RECORD := $(VENV)/.venv-lock
+VENV_CHOICE_ARGS = --kind '$(VENV_KIND)' --platform '$(PLATFORM)' $(if $(filter file default undefined,$(origin PLATFORM)),,--platform-given)
+VENV_LOCK = $(eval VENV_LOCK := $(shell $(PYTHON) -m containers.venv_choice $(VENV_CHOICE_ARGS) --query))$(VENV_LOCK)
+# `make gpu-venv-check`: the throwaway venv (removed after) and its interpreter (empty: a Python 3.12 found here).
+GPU_CHECK_VENV ?= build/gpu-venv-check
+GPU_CHECK_PYTHON ?=
 # Single source of truth for the torch pin: the lock.
 TORCH_VERSION := $(shell sed -n 's/^torch==\([^ ;]*\).*/\1/p' $(LOCK) 2>/dev/null)
 
@@ -66,12 +85,15 @@ SHELL := bash
 .DELETE_ON_ERROR:
 
 .PHONY: help venv bench tune test perf submit nightly lock containers base-image clean distclean validate-model gpu-check \
-	cluster-up cluster-down cluster-shape cluster-status
+	gpu-venv-check cluster-up cluster-down cluster-shape cluster-status FORCE
 
 help:
 	@echo "Targets:"
 	@echo "  venv       create $(VENV), install requirements.lock (torch $(TORCH_VERSION) first), build DeepSpeed's ops once"
-	@echo "             (python -m benchmarks.ops build [--all]; runs never JIT-build them)"
+	@echo "             (python -m benchmarks.ops build [--all]; runs never JIT-build them); on a node with an NVIDIA GPU,"
+	@echo "             for a GPU PLATFORM or with VENV_KIND=gpu: $(GPU_LOCK) (CUDA torch, liger-kernel, torchao)"
+	@echo "  gpu-venv-check  install $(GPU_LOCK) for real into a throwaway venv (Python 3.12), import torch, triton,"
+	@echo "             liger_kernel, torchao; print versions, time and size; remove it (no GPU needed)"
 	@echo "  bench      run the suite:  $(PY) -m harness bench platform=\$$PLATFORM [platform.launcher=\$$LAUNCHER] [out=\$$OUT] \$$ARGS"
 	@echo "             (ARGS=--dry-run writes the Slurm batch scripts / rank commands and launches nothing)"
 	@echo "  tune       three-step tuning: $(PY) -m harness tune platform=\$$PLATFORM [workload=\$$WORKLOAD] [out=\$$OUT] \$$ARGS"
@@ -84,7 +106,8 @@ help:
 	@echo "             attribution (tests/perf/attribution.py); ZeRO-3's host cost per parameter fetch (~5 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
-	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash)"
+	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash);"
+	@echo "             then $(GPU_LOCK): pip's resolution of CUDA torch + liger-kernel + torchao, every file hashed"
 	@echo "  containers build \$$CONTAINER_IMAGES with docker or podman from a hash-checked wheelhouse (no network in"
 	@echo "             the build; base pinned by digest, else the local one of base-image); a .sif where apptainer exists"
 	@echo "  base-image as root: a local Debian bookworm base with debootstrap, for where no base can be pulled (~70 s)"
@@ -99,6 +122,7 @@ help:
 	@echo "Variables (current value):"
 	@echo "  PYTHON=$(PYTHON)   interpreter used to create the venv"
 	@echo "  VENV=$(VENV)"
+	@echo "  VENV_KIND=$(VENV_KIND)   gpu|cpu: the lock make venv installs; empty: $(GPU_LOCK) for a GPU PLATFORM or an NVIDIA GPU here"
 	@echo "  PLATFORM=$(PLATFORM)   conf/platform/<name>.yaml"
 	@echo "  LAUNCHER=$(LAUNCHER)   local|slurm; empty: the platform's (slurm for multi-node platforms)"
 	@echo "  WORKLOAD=$(WORKLOAD)   conf/workload/<name>.yaml for tune; empty: llama-tiny"
@@ -124,14 +148,33 @@ help:
 # the complete closure (`make lock` checks), nothing is resolved.
 # The torch pin goes to pip through PIP_CONSTRAINT (not just -c) so that the
 # isolated build environments of sdists (DeepSpeed is one) obey it too.
-$(STAMP): $(LOCK) pyproject.toml
-	@test -n "$(TORCH_VERSION)" || { echo "error: no torch==<version> line in $(LOCK)" >&2; exit 1; }
+define CPU_INSTALL
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --no-deps $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "torch==$(TORCH_VERSION)"
 	@mkdir -p $(dir $(CONSTRAINTS))
 	@echo "torch==$(TORCH_VERSION)" > $(CONSTRAINTS)
 	PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) DS_BUILD_OPS=0 $(PY) -m pip install --require-hashes --no-deps -r $(LOCK)
-	touch $@
+endef
+# The GPU lock hashes torch too (PyPI's CUDA build), so everything goes in at once: every file
+# checked, nothing resolved (TORCH_INDEX_URL does not apply: another index's torch has other hashes).
+define GPU_INSTALL
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@mkdir -p $(dir $(CONSTRAINTS))
+	@echo "torch==$(TORCH_VERSION)" > $(CONSTRAINTS)
+	PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) DS_BUILD_OPS=0 $(PY) -m pip install --require-hashes --no-deps -r $(GPU_LOCK)
+endef
+# The record names the lock chosen now (rewritten, and the venv removed, only when that changes).
+$(VENV_RECORD): FORCE
+	@$(PYTHON) -m containers.venv_choice $(VENV_CHOICE_ARGS) --record $@
+
+FORCE:
+
+# $$(VENV_LOCK): the chosen lock, asked only when the venv is needed (secondary expansion).
+.SECONDEXPANSION:
+$(STAMP): $(VENV_RECORD) $$(VENV_LOCK) pyproject.toml
+	@test -n "$(TORCH_VERSION)" || { echo "error: no torch==<version> line in $(LOCK)" >&2; exit 1; }
+	$(if $(filter $(GPU_LOCK),$(VENV_LOCK)),$(GPU_INSTALL),$(CPU_INSTALL))
+	@echo $(VENV_LOCK) > $@
 
 # DeepSpeed's ops for this venv (benchmarks/ops.py): built when missing or built
 # for other torch/deepspeed versions, else nothing to do (0.1 s).  No stamp: the
@@ -198,11 +241,28 @@ cluster-status:
 # closure checked for --no-deps (Python 3.11 and 3.12); then the sha256 of every
 # file PyPI has for each pinned version (pypi.org JSON API), except torch.  A
 # package not on PyPI fails the target and the old lock stays.
+# Then containers/gpu_lock.py: requirements-gpu.lock from the new requirements.lock (pip's dry-run
+# resolution of torch, liger-kernel and torchao for manylinux_2_28_x86_64 and CPython 3.11/3.12 from
+# PyPI alone, every other version held to the CPU lock's; each pin's Requires-Dist kept as comments
+# for the offline closure check; every PyPI file hashed).  Both are written to build/lock/ first and
+# moved together, so a failure leaves both old locks.  The venv must be the CPU one: it is frozen.
 lock:
 	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
-	$(PY) -m containers.lock --out $(LOCK)
+	@if [ "$$(cat $(VENV_RECORD) 2>/dev/null)" = "$(GPU_LOCK)" ]; then echo "error: $(VENV) holds $(GPU_LOCK); make lock freezes the CPU venv: make venv VENV_KIND=cpu (or VENV=<another folder> VENV_KIND=cpu) first" >&2; exit 1; fi
+	@mkdir -p build/lock
+	$(PY) -m containers.lock --out build/lock/$(LOCK)
+	$(PY) -m containers.gpu_lock --cpu-lock build/lock/$(LOCK) --out build/lock/$(GPU_LOCK)
+	mv build/lock/$(LOCK) build/lock/$(GPU_LOCK) .
 	@# The venv is by construction what the new lock says.
 	@if [ -e $(STAMP) ]; then touch $(STAMP); fi
+
+# The GPU lock installed for real (containers/gpu_venv_check.py): a Python 3.12 venv at $(GPU_CHECK_VENV)
+# made by `make venv`'s own GPU recipe from PyPI alone (this host's pip configuration set aside),
+# then torch, triton, liger_kernel and torchao imported and their versions, the time and the size
+# printed; the venv is removed.  No GPU needed (cuDNN's version is read from its library).
+gpu-venv-check:
+	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
+	$(PY) -m containers.gpu_venv_check --venv $(GPU_CHECK_VENV) --make "$(MAKE)" $(if $(GPU_CHECK_PYTHON),--python $(GPU_CHECK_PYTHON))
 
 # The images, built for real (containers/recipes.py): the engine that works (runc on hybrid
 # cgroups, explicit ulimits), the Dockerfile's base pinned by digest or, where it cannot be pulled,
