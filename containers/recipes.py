@@ -48,9 +48,11 @@ IMAGE_NAME = "llm-pretrain-bench"
 SIF_DIR = REPO_ROOT / "build" / "containers"
 """Built .sif files and docker archives: build/containers/llm-pretrain-bench-<tag>.sif (the path the
 platform configs use)."""
-NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs"})
+NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs",
+                          "requirements-gpu.lock"})
 """Top-level entries of the repository the Dockerfiles deliberately leave out of the images;
-every other tracked entry must be COPY'd (tests/unit/test_containers.py checks)."""
+every other tracked entry must be COPY'd (tests/unit/test_containers.py checks). requirements-gpu.lock
+is the host GPU venv's (`make venv`); nothing in an image reads it (its wheelhouse is made apart)."""
 SIF_ENGINES = ("apptainer", "singularity")
 PROBE_TIMEOUT_S = 20.0
 PULL_TIMEOUT_S = 120.0
