@@ -19,7 +19,9 @@ from pathlib import Path
 
 from contract.spec import TrainSpec
 
-from .train import limit_cpu_memory, make_batches, peak_mem_gib, reset_peak_mem, setup, synchronizer
+from .stack import CompileWatch, attention_context
+from .train import (grow_warmup, limit_cpu_memory, make_batches, peak_mem_gib, reset_peak_mem, setup, synchronizer,
+                    warmup_plan)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,30 +36,37 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     limit_cpu_memory(spec.cpu_mem_limit_gib)
-    engine, device, _ = setup(spec)
+    engine, device, _, _ = setup(spec)
     batches = make_batches(spec, rank, world_size, device)
     since_reset = reset_peak_mem(spec.device)  # as benchmarks.train counts it
     sync = synchronizer(spec.device)
     step_times = []
-    for _ in range(spec.warmup_steps + spec.steps):
+    plan = warmup_plan(spec)[:-spec.profile_steps or None]   # throughput steps only; the same warm-up rule
+    watch, index = CompileWatch(spec.stack.compile != "none"), 0
+    while index < len(plan):
         sync()
         start = time.perf_counter()
         for _ in range(spec.grad_acc_steps):
             tokens = next(batches)
-            loss = engine(input_ids=tokens, labels=tokens).loss
-            engine.backward(loss)
+            with attention_context(spec.stack.attention):
+                loss = engine(input_ids=tokens, labels=tokens).loss
+                engine.backward(loss)
             engine.step()
         sync()
         step_times.append(time.perf_counter() - start)
+        if plan[index][1]:
+            grow_warmup(plan, index, watch.compiled_since_last(), spec)
+        index += 1
+    warmup = sum(1 for _, w in plan if w)
 
     peak, source = peak_mem_gib(spec.device, since_reset)
     everyone = [None] * world_size
     torch.distributed.all_gather_object(everyone, {"rank": rank, "peak_mem_gib": peak,
                                                    "mem_source": source})
     if rank == 0:
-        measured = step_times[spec.warmup_steps:]
+        measured = step_times[warmup:]
         global_batch = spec.micro_batch_size * spec.grad_acc_steps * world_size
-        result = {"warmup_step_times_s": step_times[:spec.warmup_steps],
+        result = {"warmup_step_times_s": step_times[:warmup],
                   "step_times_s": measured,
                   "step_time_s": statistics.median(measured),
                   "samples_per_s": global_batch / statistics.median(measured),

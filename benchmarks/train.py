@@ -9,6 +9,7 @@ and timed, see instrument.py). A failure is reported as an event with its status
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import socket
@@ -28,6 +29,7 @@ from .machine import LoadWindow
 from .ops import preload
 from .probe import pulse
 from .reduce_scatter import install
+from .stack import CompileWatch, attention_context, attention_probe, compile_engine, prepare_model
 
 
 def synchronizer(device: str):
@@ -148,7 +150,8 @@ def limit_cpu_memory(limit_gib: float | None) -> None:
 
 def setup(spec: TrainSpec):
     """Process group, device, model and DeepSpeed engine, exactly as every benchmark builds them.
-    Returns (engine, device, num_params)."""
+    Then the stack (benchmarks/stack.py): Liger's kernels and FP8 linears before DeepSpeed wraps the
+    model, the compilation after. Returns (engine, device, num_params, what the stack did)."""
     import deepspeed
     import torch
 
@@ -170,6 +173,7 @@ def setup(spec: TrainSpec):
     num_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     if spec.precision != "fp32" and not zero3:
         model = model.to(DTYPES[spec.precision])
+    stack = prepare_model(model, spec)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(spec, model),
                                            model_parameters=None if spec.optimizer.impl == "torch"
                                            else model.parameters(), config=spec.deepspeed)
@@ -177,7 +181,8 @@ def setup(spec: TrainSpec):
         install(engine)
     elif spec.gradient_collective != "all_reduce":
         raise ValueError(f"gradient_collective={spec.gradient_collective!r}: all_reduce or reduce_scatter")
-    return engine, device, num_params
+    stack.update(compile_engine(engine, spec))
+    return engine, device, num_params, stack
 
 
 def enable_checkpointing(model, spec: TrainSpec) -> list[bool]:
@@ -203,6 +208,28 @@ def setup_teacher(spec: TrainSpec, device):
     return build_teacher(spec.distill, spec.deepspeed, device, spec.seed)
 
 
+def planned_warmup(spec: TrainSpec) -> int:
+    """Warm-up steps before any growth: the configured ones, at least 2 when compiling (the first
+    compiles forward and backward; the second meets what the first step's optimizer changed)."""
+    return max(spec.warmup_steps, 2) if spec.stack.compile != "none" else spec.warmup_steps
+
+
+def warmup_plan(spec: TrainSpec) -> list[tuple[str, bool]]:
+    return ([("throughput", True)] * planned_warmup(spec) + [("throughput", False)] * spec.steps
+            + [("profile", False)] * spec.profile_steps)
+
+
+def grow_warmup(plan: list[tuple[str, bool]], index: int, compiled: int, spec: TrainSpec) -> bool:
+    """After warm-up step `index`: one more warm-up step when it was the last one, it compiled
+    something and fewer than compile_warmup_max were added so far. True when one was added."""
+    added = sum(1 for _, w in plan if w) - planned_warmup(spec)
+    last = index + 1 >= len(plan) or not plan[index + 1][1]
+    if compiled and last and added < spec.stack.compile_warmup_max:
+        plan.insert(index + 1, ("throughput", True))
+        return True
+    return False
+
+
 def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: Path) -> None:
     import deepspeed.comm.comm as ds_comm
     import torch
@@ -212,7 +239,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     announce(log, rank, world_size, run_dir, spec.device)  # the probe, then the ranks' view
     if rank == 0:
         _emit_hyperparameters(log, spec, world_size)
-    engine, device, num_params = setup(spec)
+    engine, device, num_params, stack = setup(spec)
     teacher = setup_teacher(spec, device)
     if rank == 0:
         log.emit(ev.NUM_PARAMS, num_params)
@@ -244,16 +271,18 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
                                 spec.distill.alpha, spec.distill.temperature)
         return out.loss, torch.stack([out.ce.detach(), out.kl.detach()])
 
-    def optimizer_step(clock: MicrostepClock | None) -> tuple[float, list[float] | None]:
+    def optimizer_step(clock: MicrostepClock | None, probe: dict | None = None) -> tuple[float, list[float] | None]:
         losses, parts = [], []
         for i in range(ga):
             if clock:
                 clock.begin(i, "teacher" if teacher else "forward")
             tokens = next(batches)
-            loss, loss_parts = forward(tokens, clock)
-            if clock:
-                clock.phase("backward")
-            engine.backward(loss)
+            with attention_context(spec.stack.attention), (
+                    attention_probe(probe) if probe is not None and i == 0 else contextlib.nullcontext()):
+                loss, loss_parts = forward(tokens, clock)
+                if clock:
+                    clock.phase("backward")
+                engine.backward(loss)
             if clock and i == ga - 1:
                 clock.phase("step")
             engine.step()
@@ -271,29 +300,43 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     if rank == 0:
         log.emit(ev.RUN_START)
     window = LoadWindow()
-    plan = ([("throughput", True)] * spec.warmup_steps + [("throughput", False)] * spec.steps
-            + [("profile", False)] * spec.profile_steps)
-    peak = None
-    for index, (mode, warmup) in enumerate(plan):
+    watch = CompileWatch(spec.stack.compile != "none")
+    plan = warmup_plan(spec)
+    peak, index, warmup_times, found = None, 0, [], {}
+    while index < len(plan):
+        mode, warmup = plan[index]
         if mode == "profile" and peak is None:
             peak = peak_mem_gib(spec.device, since_reset)  # memory as the throughput steps left it
         clock = MicrostepClock(tracer) if mode == "profile" else None
         if clock:
             tracer.install()
+        # which SDPA kernel ran: read on the last warm-up step (compiled by then; read again if one is added)
+        probe = found if warmup and (index + 1 >= len(plan) or not plan[index + 1][1]) else None
         sync()
         start = time.perf_counter()
-        loss, loss_parts = optimizer_step(clock)
+        loss, loss_parts = optimizer_step(clock, probe)
         sync()
         step_time_s = time.perf_counter() - start
         tracer.uninstall()
+        compiled = watch.compiled_since_last()
+        if warmup:
+            warmup_times.append(step_time_s)
+            grow_warmup(plan, index, compiled, spec)
         if rank == 0:
             value = {"index": index, "mode": mode, "warmup": warmup, "step_time_s": step_time_s,
                      "loss": loss}
+            if watch.enabled:
+                value["frames_compiled"] = compiled
             if loss_parts is not None:
                 value["ce_loss"], value["kl_loss"] = loss_parts
             if clock:
                 value["microsteps"] = [m.to_dict() for m in clock.microsteps]
             log.emit(ev.TRAIN_STEP, value)
+        index += 1
+    if rank == 0:
+        log.emit(ev.STACK, {**stack, "attention": spec.stack.attention,
+                            "attention_used": found.get("attention_used", ["not read"]),
+                            "warmup_steps_run": len(warmup_times), "compile_watch": watch.summary()})
 
     peak_gib, source = peak or peak_mem_gib(spec.device, since_reset)
     load = window.close()

@@ -39,6 +39,7 @@ ENVIRONMENT = "environment"            # value: fingerprint dict seen on rank 0
 NODE = "node"                          # value: {host, machine} from the first rank of each other node
 NUM_PARAMS = "num_params"              # value: parameter count of the built model
 TEACHER = "teacher"                    # value: {placement, dtype, num_params, bytes_per_rank, checkpoint, alpha, temperature}
+STACK = "stack"                        # value: {kernels, liger?, fp8?, compile, mode?, backend?, path?, attention, attention_used, compile_watch, warmup_steps_run, compile_s}
 TRAIN_STEP = "train_step"              # value: {index, mode, warmup, step_time_s, loss, ce_loss?, kl_loss?, microsteps?}
 LOAD = "load"                          # value: [LoadWindow.close() + {rank, host}] of every rank, over the measured part
 RANK_SUMMARY = "rank_summary"          # value: [{rank, host, peak_mem_gib, mem_source}]
@@ -49,7 +50,7 @@ KEYS = frozenset({
     RUN_START, RUN_STOP, SUBMISSION_BENCHMARK, SUBMISSION_PLATFORM, SEED, GLOBAL_BATCH_SIZE,
     MICRO_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, MAX_SEQUENCE_LENGTH, OPT_NAME, OPT_BASE_LR,
     OPT_ADAMW_BETA_1, OPT_ADAMW_BETA_2, OPT_ADAMW_EPSILON, OPT_ADAMW_WEIGHT_DECAY,
-    OPT_GRADIENT_CLIP_NORM, ENVIRONMENT, NODE, NUM_PARAMS, TEACHER, TRAIN_STEP, RANK_SUMMARY, LOAD, FAILURE,
+    OPT_GRADIENT_CLIP_NORM, ENVIRONMENT, NODE, NUM_PARAMS, TEACHER, STACK, TRAIN_STEP, RANK_SUMMARY, LOAD, FAILURE,
     COLLECTIVE_ROW,
 })
 EVENTS_FILE = "events.jsonl"

@@ -59,6 +59,18 @@ class DistillSpec:
 
 
 @dataclass
+class StackSpec:
+    """How the model is compiled, which kernels and attention backend it runs, FP8 (benchmarks/stack.py)."""
+    compile: str = "none"        # none | torch | deepcompile
+    compile_mode: str = "default"
+    kernels: str = "eager"       # eager | liger
+    attention: str = "auto"      # auto | flash | efficient | cudnn | math
+    fp8_recipe: str = "tensorwise"
+    compile_warmup_max: int = 4
+    """Warm-up steps added at most while a step still compiles."""
+
+
+@dataclass
 class TrainSpec:
     run_id: str
     benchmark: str
@@ -69,7 +81,7 @@ class TrainSpec:
     seq_len: int
     micro_batch_size: int
     grad_acc_steps: int
-    precision: str               # fp32 | bf16 | fp16
+    precision: str               # fp32 | bf16 | fp16 | fp8 (bf16 + torchao float8 linears)
     optimizer: OptimizerSpec
     deepspeed: dict[str, Any]
     warmup_steps: int
@@ -92,6 +104,8 @@ class TrainSpec:
     """ZeRO-1/2 gradient reduction: all_reduce (DeepSpeed's own path) or reduce_scatter
     (benchmarks/reduce_scatter.py, applied after deepspeed.initialize). Older spec.json files lack
     it: all_reduce."""
+    stack: StackSpec = field(default_factory=StackSpec)
+    """Older spec.json files lack it: eager, as they ran."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -102,6 +116,7 @@ class TrainSpec:
         d["model"] = ModelSpec(**d["model"])
         d["optimizer"] = OptimizerSpec(**{**d["optimizer"], "betas": tuple(d["optimizer"]["betas"])})
         d["data"] = DataSpec(**d["data"])
+        d["stack"] = StackSpec(**d.get("stack", {}))
         if d.get("distill"):
             d["distill"] = DistillSpec(**{**d["distill"], "teacher": ModelSpec(**d["distill"]["teacher"])})
         return cls(**d)

@@ -16,10 +16,10 @@ from typing import Any
 
 from contract.collectives import DTYPE_BYTES
 from contract.fingerprint import DIGEST_VAR
-from contract.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, TrainSpec
+from contract.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, StackSpec, TrainSpec
 
 from .collectives import sizes
-from .config.choices import ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
+from .config.choices import Compile, ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
 from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
 from .config.teacher import checkpoint_files, teacher_workload
 from .errors import ConfigError
@@ -70,7 +70,7 @@ def deepspeed_config(cfg: BenchConfig) -> dict[str, Any]:
         "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,
     }
-    if w.precision == Precision.bf16:
+    if w.precision in (Precision.bf16, Precision.fp8):   # fp8: bf16 weights, FP8 matmuls (torchao)
         ds["bf16"] = {"enabled": True}
     elif w.precision == Precision.fp16:
         ds["fp16"] = {"enabled": True}
@@ -79,6 +79,8 @@ def deepspeed_config(cfg: BenchConfig) -> dict[str, Any]:
     if w.optimizer == OptimizerImpl.deepspeed:
         ds["optimizer"] = {"type": "AdamW", "params": {
             "lr": w.lr, "betas": list(w.betas), "eps": w.eps, "weight_decay": w.weight_decay}}
+    if w.compile == Compile.deepcompile:
+        ds["compile"] = {"deepcompile": True}
     return ds
 
 
@@ -178,7 +180,10 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
         checkpoint_every_n_layers=w.checkpoint_every_n_layers, checkpoint_policy=w.checkpoint_policy.value,
         inject_delay_s=m.inject_delay_s,
         cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None,
-        distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value)
+        distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value,
+        stack=StackSpec(compile=w.compile.value, compile_mode=w.compile_mode.value, kernels=w.kernels.value,
+                        attention=w.attention.value, fp8_recipe=w.fp8_recipe.value,
+                        compile_warmup_max=m.compile_warmup_max))
 
 
 def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> dict[str, str]:

@@ -37,6 +37,7 @@ from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_to
 from .nodes import links, load_during, node_views
 from .plan import RunSpec
 from .probe import efficiency_pct, node_probes
+from .stack_view import stack_metrics, stack_of
 
 SCHEMA_VERSION = "1.1"
 """1.1: environment.machine.probe (and each node's), the capability probe; metrics.matmul_eff_pct. A 1.0 record stays valid."""
@@ -315,6 +316,11 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
     env = environment(run, cfg, events, ranks, launch)
     metrics, flops = (compute_metrics(cfg, steps, ranks, num_params, teacher, node_probes(env)) if status == "ok"
                       else ({}, None))
+    stack = next((e["value"] for e in events if e["key"] == ev.STACK), None)
+    if stack:
+        env["stack"] = stack_of(stack)
+        if status == "ok":
+            metrics.update(stack_metrics(stack, steps))
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run.run_id, kind="training", benchmark=cfg.workload.name,
         platform=cfg.platform.name, status=status, reason=reason, config=run.config,
@@ -323,6 +329,7 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
         steps=[{"index": s["index"], "mode": s["mode"], "warmup": s["warmup"],
                 "step_time_s": s["step_time_s"], "loss": _finite(s["loss"]),
+                **({"frames_compiled": s["frames_compiled"]} if "frames_compiled" in s else {}),
                 **{k: _finite(s[k]) for k in ("ce_loss", "kl_loss") if k in s}} for s in steps],
         ranks=ranks, wall_s=launch.wall_s)
 

@@ -36,6 +36,55 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
+    fp8 = "fp8"
+    """A workload's only: bf16 weights and activations, every decoder linear layer's matmuls in FP8
+    through torchao's float8 training (workload.fp8_recipe); GPUs with FP8 tensor cores only."""
+
+
+class Compile(str, Enum):
+    """How the model is compiled (benchmarks/stack.py)."""
+    none = "none"
+    """Eager: transformers' modules as they are (what the paper measured)."""
+    torch = "torch"
+    """DeepSpeed's own compile path, engine.compile(): torch.compile of the wrapped module with
+    Inductor, under every ZeRO stage (ZeRO-3's parameter hooks stay eager: graph breaks, counted)."""
+    deepcompile = "deepcompile"
+    """DeepSpeed's DeepCompile (its config's compile.deepcompile, then engine.compile()): ZeRO's
+    collectives scheduled inside the compiled graph; ZeRO 1-3 on CUDA only."""
+
+
+class CompileMode(str, Enum):
+    """torch.compile's mode (workload.compile_mode)."""
+    default = "default"
+    reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+
+
+class Kernels(str, Enum):
+    eager = "eager"
+    """transformers' own RMSNorm, RoPE, SwiGLU and cross-entropy."""
+    liger = "liger"
+    """Liger Kernel's Triton kernels patched into the model: RMSNorm, RoPE, SwiGLU and the fused
+    linear cross-entropy (the logits are never materialised); needs a GPU (Triton)."""
+
+
+class Attention(str, Enum):
+    """The scaled-dot-product attention backend (torch.nn.attention.sdpa_kernel); auto: PyTorch's own
+    choice. The one that actually ran is recorded (benchmarks/stack.py attention_used)."""
+    auto = "auto"
+    flash = "flash"
+    efficient = "efficient"
+    cudnn = "cudnn"
+    math = "math"
+
+
+class Fp8Recipe(str, Enum):
+    """torchao's float8 training recipe (Float8LinearConfig.from_recipe_name)."""
+    tensorwise = "tensorwise"
+    """One scale per tensor, dynamic: the fastest recipe, what torchtitan trains with by default."""
+    rowwise = "rowwise"
+    """One scale per row: more accurate with outliers, slower (needs CUDA 12.4+ and SM 9.0)."""
 
 
 class CheckpointPolicy(str, Enum):

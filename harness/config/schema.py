@@ -12,9 +12,10 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from .choices import (CheckpointPolicy, CollectiveDtype, CollectiveOp, CollectiveRedop, CollectiveSource,
-                      ContainerRuntime, DataSource, Device, Fabric, GradientCollective, LauncherKind, OptimizerImpl,
-                      Precision, RunKind, SearchStrategy)
+from .choices import (Attention, CheckpointPolicy, CollectiveDtype, CollectiveOp, CollectiveRedop,
+                      CollectiveSource, Compile, CompileMode, ContainerRuntime, DataSource, Device, Fabric,
+                      Fp8Recipe, GradientCollective, Kernels, LauncherKind, OptimizerImpl, Precision, RunKind,
+                      SearchStrategy)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -209,6 +210,22 @@ class WorkloadConfig:
     optimiser)."""
     distill: Optional[DistillConfig] = None
     """Set for the `-kd` workloads: a frozen teacher and the distillation loss."""
+    compile: Compile = Compile.none
+    """none (eager, the paper's stack), torch (DeepSpeed's engine.compile: torch.compile with
+    Inductor, every ZeRO stage) or deepcompile (DeepSpeed's DeepCompile, ZeRO 1-3 on CUDA).
+    Compilation happens in the warm-up, which grows until a step compiles nothing new
+    (measure.compile_warmup_max); its seconds, recompilations and graph breaks are recorded."""
+    compile_mode: CompileMode = CompileMode.default
+    """torch.compile's mode: default, reduce-overhead (CUDA graphs), max-autotune,
+    max-autotune-no-cudagraphs. Only with compile set."""
+    kernels: Kernels = Kernels.eager
+    """eager (transformers' modules) or liger (Liger Kernel's RMSNorm, RoPE, SwiGLU and fused linear
+    cross-entropy; a GPU only)."""
+    attention: Attention = Attention.auto
+    """The SDPA backend: auto (PyTorch's choice), flash, efficient, cudnn or math. The record holds
+    the one that ran (environment.stack.attention_used)."""
+    fp8_recipe: Fp8Recipe = Fp8Recipe.tensorwise
+    """With precision fp8: torchao's float8 scaling recipe, tensorwise or rowwise."""
 
 
 @dataclass
@@ -296,6 +313,10 @@ class MeasureConfig:
     timeout_s: float = 900.0
     """Wall-clock limit of one run, launch to exit; past it the run is killed and recorded as timeout."""
     seed: int = 1234
+    compile_warmup_max: int = 4
+    """With workload.compile: warm-up steps added, at most, past warmup_steps while the last one still
+    compiled something (a first compile, a recompilation); the measured steps start after the first
+    warm-up step that compiled nothing, so no figure holds compile time."""
     inject_delay_s: float = 0.0
     """Sleep added to every micro-step: a deliberate slowdown to check that regression detection
     (compare, nightly) catches it. 0 in every real run."""
@@ -404,6 +425,8 @@ def grad_accum_precision(precision: Precision, stage: int, explicit: Optional[Pr
     all-reduce, another workload; ask for it with workload.grad_accum_dtype=fp32)."""
     if explicit is not None:
         return Precision(explicit)
+    if precision == Precision.fp8:   # bf16 weights and gradients; only the linear layers' matmuls run in FP8
+        precision = Precision.bf16
     if precision != Precision.fp32 and stage in (2, 3):
         return Precision.fp32
     return precision

@@ -14,6 +14,7 @@ from contract.collectives import OPS
 from ..errors import ConfigError
 from .choices import (CheckpointPolicy, CollectiveRedop, CollectiveSource, ContainerRuntime, DataSource, Device,
                       GradientCollective, LauncherKind, Precision, RunKind, checkpointing_of)
+from .stack import validate_stack
 from .nccl_env import normalise_nccl_env, validate_nccl_env
 from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig
 from .teacher import teacher_workload, validate_checkpoint
@@ -28,13 +29,15 @@ def validate_grad_accum(w: WorkloadConfig, z: ZeroConfig) -> None:
     if w.grad_accum_dtype is None:
         return
     a, field_name = Precision(w.grad_accum_dtype), "workload.grad_accum_dtype"
-    _check(a in (Precision.fp32, w.precision), field_name, a.value,
-           f"DeepSpeed accumulates a {w.precision.value} model's gradients in "
-           + " or ".join(sorted({"fp32", w.precision.value})))
-    _check(a == w.precision or z.stage != 0, field_name, a.value,
-           f"DeepSpeed 0.19.8 has no fp32 accumulation of a {w.precision.value} model without ZeRO "
+    model = Precision.bf16 if w.precision == Precision.fp8 else w.precision
+    _check(a != Precision.fp8, field_name, a.value, "gradients accumulate in fp32, bf16 or fp16")
+    _check(a in (Precision.fp32, model), field_name, a.value,
+           f"DeepSpeed accumulates a {model.value} model's gradients in "
+           + " or ".join(sorted({"fp32", model.value})))
+    _check(a == model or z.stage != 0, field_name, a.value,
+           f"DeepSpeed 0.19.8 has no fp32 accumulation of a {model.value} model without ZeRO "
            "(NotImplementedError); use zero.stage >= 1 or leave it unset")
-    _check(not (a != w.precision and z.stage == 1 and z.gradient_collective == GradientCollective.reduce_scatter),
+    _check(not (a != model and z.stage == 1 and z.gradient_collective == GradientCollective.reduce_scatter),
            field_name, a.value, "fp32 accumulation under ZeRO-1 runs DeepSpeed's BF16_Optimizer, which "
            "zero.gradient_collective=reduce_scatter cannot replace; use all_reduce or leave it unset")
 
@@ -125,6 +128,8 @@ def validate(cfg: BenchConfig) -> None:
         _check(v is None or v >= 0, f"zero.{name}", v, "must be >= 0 (or unset)")
 
     _check(m.warmup_steps >= 0, "measure.warmup_steps", m.warmup_steps, "must be >= 0")
+    _check(0 <= m.compile_warmup_max <= 50, "measure.compile_warmup_max", m.compile_warmup_max, "steps in [0, 50]")
+    validate_stack(cfg)
     _check(m.steps >= 1, "measure.steps", m.steps, "must be >= 1")
     _check(m.profile_steps >= 0, "measure.profile_steps", m.profile_steps, "must be >= 0")
     _check(0 <= m.inject_delay_s < 60, "measure.inject_delay_s", m.inject_delay_s, "seconds in [0, 60)")

@@ -39,6 +39,7 @@ from contract.spec import TrainSpec
 
 from ..config.choices import ContainerRuntime, LauncherKind
 from ..config.schema import REPO_ROOT, BenchConfig
+from ..config.stack import check_packages
 from ..errors import ConfigError
 from ..plan import RunSpec
 
@@ -240,6 +241,7 @@ def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> Non
 
 def check(planned: Sequence[Planned]) -> None:
     """Everything above, printed, before the planned runs are launched."""
+    check_packages([p.cfg for p in planned if isinstance(p.run.spec, TrainSpec)])
     dirs = sorted({Path(p.run.env["TORCH_EXTENSIONS_DIR"]) for p in planned if "TORCH_EXTENSIONS_DIR" in p.run.env})
     for message in check_ops(planned) + [m for d in dirs for m in clear_stale_locks(d)]:
         print(message, flush=True)

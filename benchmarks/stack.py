@@ -1,0 +1,165 @@
+"""The training stack on a rank: fused kernels (Liger Kernel), FP8 linears (torchao), compilation
+(DeepSpeed's engine.compile or DeepCompile) and the SDPA backend, applied as the spec's `stack` says,
+and what each really did, for the record (the STACK event).
+
+Order (benchmarks/train.py setup): the model is built, initialised, checkpointed and cast; then
+`prepare_model` patches Liger's kernels into it and swaps its linears for torchao's Float8Linear;
+then deepspeed.initialize; then `compile_engine` (engine.compile(backend="inductor"), which
+torch.compiles the wrapped module under every ZeRO stage; with DeepSpeed's compile.deepcompile in the
+config the same call builds DeepCompile's backend for ZeRO 1-3). Every forward and backward runs
+inside `attention_context` (torch.nn.attention.sdpa_kernel with the asked backend); `AttentionProbe`
+reads which SDPA kernel the dispatcher really ran, once, on a warm-up micro-step.
+
+`CompileWatch` reads TorchDynamo's own counters and compilation metrics around each step: frames
+compiled, recompilations with Dynamo's reason, graph breaks by reason, and Dynamo/Inductor's seconds;
+a warm-up step that compiled anything is followed by another (at most compile_warmup_max more), so
+the measured steps hold no compile time.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from contract.spec import TrainSpec
+
+SDPA_KERNELS = {
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+    "aten::_flash_attention_forward": "flash",
+    "aten::_efficient_attention_forward": "efficient",
+}
+"""The dispatcher's SDPA kernels (what torch.profiler names) and the backend each is."""
+FP8_MIN_CAPABILITY = (8, 9)
+"""FP8 tensor cores: Ada (8.9), Hopper (9.0), Blackwell (10.x)."""
+
+
+def fp8_filter(module: Any, fqn: str) -> bool:
+    """Which linears run in FP8: every decoder projection whose both dimensions are multiples of 16
+    (torch._scaled_mm's rule); not the output head (lm_head: its logits feed the loss in full
+    precision, as torchtitan leaves it)."""
+    return (not fqn.endswith("lm_head") and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+
+def prepare_model(model: Any, spec: TrainSpec) -> dict[str, Any]:
+    """Liger's kernels and torchao's FP8 linears patched into `model` (before deepspeed.initialize);
+    what was done, for the record. A missing package or an unsupported GPU raises with its own message."""
+    import torch
+
+    done: dict[str, Any] = {"kernels": spec.stack.kernels}
+    if spec.stack.kernels == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(rope=True, swiglu=True, rms_norm=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=True, model=model)
+        done["liger"] = ["rope", "swiglu", "rms_norm", "fused_linear_cross_entropy"]
+    if spec.precision == "fp8":
+        if spec.device != "cuda":
+            raise RuntimeError("precision fp8: torchao's float8 training needs a CUDA GPU with FP8 tensor cores")
+        cap = torch.cuda.get_device_capability()
+        if cap < FP8_MIN_CAPABILITY:
+            raise RuntimeError(f"precision fp8: {torch.cuda.get_device_name()} has compute capability "
+                               f"{cap[0]}.{cap[1]}; FP8 tensor cores need 8.9+ (Ada, Hopper, Blackwell)")
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        config = Float8LinearConfig.from_recipe_name(spec.stack.fp8_recipe)
+        convert_to_float8_training(model, config=config, module_filter_fn=fp8_filter)
+        converted = [n for n, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
+        done["fp8"] = {"recipe": spec.stack.fp8_recipe, "library": "torchao.float8", "linears": len(converted)}
+    return done
+
+
+def compile_engine(engine: Any, spec: TrainSpec) -> dict[str, Any]:
+    """engine.compile() as the spec asks; what DeepSpeed made of it."""
+    if spec.stack.compile == "none":
+        return {"compile": "none"}
+    kwargs = {} if spec.stack.compile_mode == "default" else {"mode": spec.stack.compile_mode}
+    engine.compile(backend="inductor", compile_kwargs=kwargs)
+    deep = bool(getattr(engine, "is_deepcompile_active", lambda: False)())
+    if spec.stack.compile == "deepcompile" and not deep:
+        raise RuntimeError("workload.compile=deepcompile: DeepSpeed did not activate DeepCompile "
+                           "(engine.is_deepcompile_active() is False after engine.compile(); see its log)")
+    return {"compile": spec.stack.compile, "mode": spec.stack.compile_mode, "backend": "inductor",
+            "path": "deepspeed engine.compile (DeepCompile)" if deep else "deepspeed engine.compile (torch.compile)"}
+
+
+def attention_context(backend: str) -> contextlib.AbstractContextManager:
+    """sdpa_kernel with the one backend asked for; auto: PyTorch's own choice (no context)."""
+    if backend == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    names = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    return sdpa_kernel([names[backend]])
+
+
+@contextlib.contextmanager
+def attention_probe(found: dict[str, Any]) -> Iterator[None]:
+    """Within it, torch.profiler (CPU activities: the dispatcher's ops, compiled graphs' extern calls
+    included) notes which SDPA kernels ran: found['attention_used'] (a sorted list of backends, or
+    ['none seen'] when none ran as an op of its own: e.g. Inductor lowered the math path into its
+    own kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield
+    seen = {SDPA_KERNELS[e.key] for e in prof.key_averages() if e.key in SDPA_KERNELS}
+    found["attention_used"] = sorted(seen) or ["none seen"]
+
+
+class CompileWatch:
+    """TorchDynamo's view of the compilation, step by step (cumulative from `start`)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.frames_seen = 0
+        if enabled:
+            from torch._dynamo.utils import clear_compilation_metrics, counters
+
+            counters.clear()
+            clear_compilation_metrics()
+
+    def frames(self) -> int:
+        """Frames compiled so far (each compile or recompile of a code object: one)."""
+        if not self.enabled:
+            return 0
+        from torch._dynamo.utils import get_compilation_metrics
+
+        return len(get_compilation_metrics())
+
+    def compiled_since_last(self) -> int:
+        """Frames compiled since the previous call."""
+        now = self.frames()
+        new, self.frames_seen = now - self.frames_seen, now
+        return new
+
+    def summary(self) -> dict[str, Any]:
+        if not self.enabled:
+            return {}
+        from torch._dynamo.utils import counters, get_compilation_metrics
+
+        metrics = get_compilation_metrics()
+        recompiles = [{"frame": m.co_name, "reason": (m.recompile_reason or "")[:300]}
+                      for m in metrics if m.recompile_reason]
+        breaks = sorted(((_break_name(reason), n) for reason, n in counters["graph_break"].items()),
+                        key=lambda x: -x[1])
+        seconds = {k: round(sum(getattr(m, k) or 0.0 for m in metrics), 3)
+                   for k in ("entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s")}
+        backward_s = sum((m.backward_cumulative_compile_time_us or 0) for m in metrics) / 1e6
+        return {"frames_compiled": len(metrics), "recompiles": len(recompiles),
+                "recompile_reasons": recompiles[:20], "graph_breaks": sum(n for _, n in breaks),
+                "graph_break_reasons": [{"reason": r, "count": n} for r, n in breaks[:30]],
+                "dynamo_seconds": {**seconds, "backward_compile_time_s": round(backward_s, 3)},
+                "failures": [m.fail_reason[:300] for m in metrics if m.fail_reason][:5]}
+
+
+def _break_name(reason: str) -> str:
+    """A graph break's reason as one line: Dynamo's first line and its explanation, hints left out."""
+    lines = [ln.strip() for ln in str(reason).splitlines() if ln.strip()]
+    head = lines[0] if lines else "unknown"
+    explanation = next((ln for ln in lines[1:] if ln.startswith("Explanation:")), "")
+    return (head + (" -- " + explanation[len("Explanation:"):].strip() if explanation else ""))[:300]
