@@ -77,6 +77,9 @@ OPS = (
     Op("cpu_adam", "CPUAdamBuilder", ("cpu", "cuda"),
        "workload.optimizer=deepspeed with zero_optimization.offload_optimizer: DeepSpeedCPUAdam",
        default=False, optional=False),
+    Op("dc", "DeepCompileBuilder", ("cuda",),
+       "workload.compile=deepcompile: DeepCompile's native op (deepspeed.compile.util.get_deepcompile_handle)",
+       default=False, optional=False),
 )
 BY_NAME = {op.name: op for op in OPS}
 
@@ -94,6 +97,8 @@ def needed_ops(accelerator: str, ds: Optional[dict[str, Any]]) -> list[Op]:
             not (optimizer.get("params") or {}).get("torch_adam", False):
         offload = ((ds.get("zero_optimization") or {}).get("offload_optimizer") or {}).get("device")
         ops.append(BY_NAME["cpu_adam" if offload in ("cpu", "nvme") else "fused_adam"])
+    if (ds.get("compile") or {}).get("deepcompile") and accelerator == "cuda":
+        ops.append(BY_NAME["dc"])
     return ops
 
 
@@ -246,12 +251,39 @@ def build(names: Sequence[str], accelerator: str) -> list[OpState]:
         if todo:
             from deepspeed.accelerator import get_accelerator
 
+            if accelerator == "cuda":
+                arch_list_for_deepspeed(os.environ)
+
             os.environ["TORCH_EXTENSIONS_DIR"] = str(work)  # torch's JIT layout, kept for incremental rebuilds
             unsupported = {op.name for op in todo if not _build_one(op, get_accelerator(), folder, work)}
     states = [state(BY_NAME[n], accelerator) for n in names]
     for st in states:
         st.unsupported = st.op.name in unsupported
     return states
+
+
+def arch_list_for_deepspeed(env: dict) -> Optional[str]:
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed 0.19.8's JIT builder can read it: it sorts the entries by
+    int() of each dotted part, so an arch-specific entry ('9.0a', '10.0a', which PyTorch's CUDA images
+    set) stops every CUDA op build with "invalid literal for int() with base 10: '0a'" (seen on an H100
+    node: DeepCompile's op could not be built). The suffix is dropped (9.0a -> 9.0: the same SM's
+    portable code; +PTX kept), and the change printed. Returns the new value, or None when unchanged."""
+    old = env.get("TORCH_CUDA_ARCH_LIST", "")
+    parts = [p for p in old.replace(" ", ";").split(";") if p.strip()]
+    new = []
+    for p in parts:
+        base, ptx = (p.split("+", 1) + [""])[:2]
+        base = ".".join(x.rstrip("abcdefghijklmnopqrstuvwxyz") for x in base.split("."))
+        entry = base + ("+" + ptx if ptx else "")
+        if entry not in new:
+            new.append(entry)
+    value = ";".join(new)
+    if not parts or value == ";".join(parts):
+        return None
+    env["TORCH_CUDA_ARCH_LIST"] = value
+    print(f"TORCH_CUDA_ARCH_LIST {old!r} -> {value!r} for DeepSpeed's JIT builder (it cannot parse arch "
+          "suffixes such as 9.0a)", flush=True)
+    return value
 
 
 def _build_one(op: Op, accel, folder: Path, work: Path) -> bool:
