@@ -41,7 +41,10 @@ from .verdict.record_files import load_records
 
 SUITE = "gpu-check"
 OVERHEAD_RUN = "z2"
-"""The suite run whose configuration the plain DeepSpeed loop repeats."""
+OVERHEAD_RUNS = ("z2", "z1-compile")
+"""The suite runs whose configurations the plain DeepSpeed loop repeats (those the suite has): the
+eager ZeRO-2 and the compiled ZeRO-1 (the bare loop compiles the same way: the instrument's cost on
+the compiled path)."""
 EXIT_NO_GPU = 2
 
 
@@ -106,7 +109,7 @@ class Summary:
     device: str
     training: list[dict[str, Any]] = field(default_factory=list)
     collectives: list[dict[str, Any]] = field(default_factory=list)
-    plain: Optional[dict[str, Any]] = None
+    plain: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -118,7 +121,7 @@ def _value(rec: ResultRecord, metric: str) -> Optional[float]:
 
 
 def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platform: str, device: str,
-              plain: Optional[dict[str, Any]]) -> Summary:
+              plain: Optional[dict[str, dict[str, Any]]]) -> Summary:
     """Per training run: status, ZeRO stage, samples/s, MFU, measured peak beside the memory
     model's, profile-mode overhead; per collective: smoke or busbw, wrong elements; the plain
     loop's samples/s against the harness's for the same configuration."""
@@ -135,20 +138,31 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
                 "samples_per_s": _value(rec, "samples_per_s"), "mfu_pct": _value(rec, "mfu_pct"),
                 "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": not est.fits,
                 "peak_error_pct": (100 * (est.total_gib - measured) / measured) if measured else None,
-                "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct")})
+                "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct"),
+                "stack": stack_label(p.cfg.workload), "compile_s": _value(rec, "compile_s"),
+                "graph_breaks": _value(rec, "graph_breaks"), "recompiles": _value(rec, "recompiles"),
+                "attention_used": ((rec.environment.get("stack") or {}).get("attention_used"))})
             continue
         smoke = rec.smoke
         rows = rec.rows or (smoke or {}).get("rows") or []
         wrong = sum((r[k] or {}).get("num_wrong") or 0 for r in rows for k in ("out_of_place", "in_place"))
         s.collectives.append({"op": rec.benchmark, "status": rec.status, "smoke": bool(smoke),
                               "sizes": len(rows), "num_wrong": wrong, "avg_busbw_gbps": _value(rec, "avg_busbw_gbps")})
-    if plain is not None:
-        harness = next((t for t in s.training if t["run"] == OVERHEAD_RUN), None)
-        ratio = (harness["samples_per_s"] / plain["samples_per_s"]
-                 if plain.get("ok") and harness and harness["samples_per_s"] else None)
-        s.plain = {**{k: plain.get(k) for k in ("ok", "reason", "samples_per_s")}, "run": OVERHEAD_RUN,
-                   "harness_over_plain": ratio}
+    for name, result in (plain or {}).items():
+        harness = next((t for t in s.training if t["run"] == name), None)
+        ratio = (harness["samples_per_s"] / result["samples_per_s"]
+                 if result.get("ok") and harness and harness["samples_per_s"] else None)
+        s.plain.append({**{k: result.get(k) for k in ("ok", "reason", "samples_per_s")}, "run": name,
+                        "harness_over_plain": ratio})
     return s
+
+
+def stack_label(w: Any) -> str:
+    """The run's training stack in a few words: eager, compile, compile+fp8, liger, attn=math, ..."""
+    parts = [w.compile.value if w.compile.value != "none" else ""]
+    parts += [w.kernels.value if w.kernels.value != "eager" else "", "fp8" if w.precision.value == "fp8" else "",
+              f"attn={w.attention.value}" if w.attention.value != "auto" else ""]
+    return "+".join(x for x in parts if x) or "eager"
 
 
 def _f(x: Optional[float], fmt: str = ".1f") -> str:
@@ -165,15 +179,19 @@ def markdown(s: Summary) -> str:
                      f"{_f(t['samples_per_s'])} | {_f(t['mfu_pct'])} | {_f(t['peak_mem_gib'], '.2f')} | "
                      f"{_f(t['predicted_peak_gib'], '.2f')}{' (OOM)' if t['predicted_oom'] else ''} | "
                      f"{_f(t['peak_error_pct'], '+.1f')} | {_f(t['profile_overhead_pct'])} |")
+    stacked = [t for t in s.training if t.get("stack", "eager") != "eager"]
+    if stacked:
+        lines += ["", "| run | stack | compile s | graph breaks | recompiles | SDPA backend that ran |", "|---|---|---|---|---|---|"]
+        lines += [f"| {t['run']} | {t['stack']} | {_f(t['compile_s'])} | {_f(t['graph_breaks'], '.0f')} | "
+                  f"{_f(t['recompiles'], '.0f')} | {', '.join(t['attention_used'] or ['-'])} |" for t in stacked]
     lines += ["", "| collective | status | sizes | #wrong | avg busbw GB/s |", "|---|---|---|---|---|"]
     for c in s.collectives:
         busbw = "smoke: one rank, no bandwidth" if c["smoke"] else _f(c["avg_busbw_gbps"], ".2f")
         lines.append(f"| {c['op']} | {c['status']} | {c['sizes']} | {c['num_wrong']} | {busbw} |")
-    if s.plain:
-        p = s.plain
-        lines += ["", (f"Instrument's cost: harness {OVERHEAD_RUN} throughput = {_f(p['harness_over_plain'], '.3f')} x "
+    for p in s.plain:
+        lines += ["", (f"Instrument's cost: harness {p['run']} throughput = {_f(p['harness_over_plain'], '.3f')} x "
                        f"a bare DeepSpeed loop of the same TrainSpec ({_f(p['samples_per_s'])} samples/s)")
-                  if p["ok"] else f"Instrument's cost: the plain loop failed: {p['reason']}"]
+                  if p["ok"] else f"Instrument's cost ({p['run']}): the plain loop failed: {p['reason']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -192,16 +210,16 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
     print(f"gpu-check: {detected.count} x {detected.name} -> platform {planned[0].cfg.platform.name}", flush=True)
     rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]))
     records = {path.stem: rec for path, rec in load_records([out]).records}
-    target = next((p for p in planned if p.run.name == OVERHEAD_RUN), None)
-    plain = None
-    ran = records.get(target.run.run_id) if target is not None else None
-    if target is not None and ran is not None and ran.status == "ok":
-        print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
-        plain = plain_loop(target, out)
+    plain: dict[str, dict[str, Any]] = {}
+    for target in (p for p in planned if p.run.name in OVERHEAD_RUNS):
+        ran = records.get(target.run.run_id)
+        if ran is not None and ran.status == "ok":
+            print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
+            plain[target.run.name] = plain_loop(target, out)
     s = summarise(records, planned, planned[0].cfg.platform.name, f"{detected.count} x {detected.name}", plain)
     text = markdown(s)
     print("\n" + text)
     write_bytes_atomic(out / "gpu-check.md", text.encode("utf-8"))
     write_json_atomic(out / "gpu-check.json", s.to_dict())
-    failed = rc != 0 or (plain is not None and not plain["ok"])
+    failed = rc != 0 or any(not p["ok"] for p in plain.values())
     return EXIT_RUN_FAILED if failed else 0

@@ -44,7 +44,7 @@ from ..errors import HarnessError
 from ..probe import PACE_NOISE_PCT, Pace, mix_apart, node_probes, not_comparable, pace, probe_diff
 from ..record import ResultRecord
 from .record_files import load_records as load_result_records
-from .references import REFERENCE_METRICS, Reference, record_config
+from .references import REFERENCE_METRICS, STACK_KEYS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
             "not comparable")
@@ -114,9 +114,12 @@ def group_records(records: list[ResultRecord]) -> list[Group]:
 
 
 def matches(ref: Reference, group: Group) -> bool:
-    """A reference applies when every entry of its configuration is the group's too."""
+    """A reference applies when every entry of its configuration is the group's too, and the group's
+    training stack is the reference's: a stack key (compile, kernels, attention, ...) the reference
+    lacks means it ran eager, as every reference made before the key existed did."""
     return (ref.platform == group.platform and ref.benchmark == group.benchmark
-            and all(group.config.get(k) == v for k, v in ref.config.items()))
+            and all(group.config.get(k) == v for k, v in ref.config.items())
+            and all(k in ref.config for k in STACK_KEYS if k in group.config))
 
 
 def worse_pct(current: float, reference: float, direction: str) -> float:

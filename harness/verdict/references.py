@@ -219,6 +219,13 @@ def shape_override(workload: dict[str, Any]) -> dict[str, Any]:
     return {k: workload[k] for k in SHAPE_FIELDS if k in named and k in workload and workload[k] != named[k]}
 
 
+STACK_DEFAULTS = {"compile": "none", "compile_mode": "default", "kernels": "eager", "attention": "auto"}
+"""The training stack's settings (harness/config/stack.py) at the eager stack the paper measured: a run
+away from them is another configuration (a compiled run is never judged against an eager reference).
+fp8_recipe joins the key with precision fp8 only."""
+STACK_KEYS = (*STACK_DEFAULTS, "fp8_recipe")
+
+
 def record_config(record: ResultRecord) -> dict[str, Any]:
     """The configuration key of a record: what a reference of it is matched on."""
     cfg = record.config
@@ -232,12 +239,17 @@ def record_config(record: ResultRecord) -> dict[str, Any]:
         for name, default in (("checkpoint_every_n_layers", 1), ("checkpoint_policy", "full")):
             if cfg["workload"].get(name, default) != default:   # only when it differs: older keys stay the same
                 key[name] = cfg["workload"][name]
+        for name, default in STACK_DEFAULTS.items():   # the stack: only away from eager, as older keys were
+            if cfg["workload"].get(name, default) != default:
+                key[name] = cfg["workload"][name]
         shape = shape_override(cfg["workload"])
         if shape:   # only when it differs: the named workload's keys stay the same
             key["shape"] = shape
         accum = record_grad_accum(cfg)
         if accum != cfg["workload"]["precision"]:   # only when it differs: older keys stay the same
             key["grad_accum_dtype"] = accum
+        if cfg["workload"]["precision"] == "fp8":
+            key["fp8_recipe"] = cfg["workload"].get("fp8_recipe", "tensorwise")
         # only knobs set away from their default: a record made before a knob existed still matches
         knobs = {k: v for k, v in cfg["zero"].items() if k != "stage" and v != ZERO_DEFAULTS.get(k)}
         if knobs:

@@ -25,6 +25,10 @@ def classify(name: str) -> str:
         return "gemm"
     if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "efficient_attention")):
         return "attention"
+    if n.startswith(("triton_poi", "triton_tem")):   # Inductor's pointwise kernels (fused elementwise)
+        return "elementwise"
+    if n.startswith(("triton_red", "triton_per")):   # Inductor's reductions (norms, losses, fused with their pointwise)
+        return "reduce/norm"
     if any(k in n for k in ("softmax", "cross_entropy", "nll", "log_softmax")):
         return "softmax/xent"
     if any(k in n for k in ("reduce", "norm", "sum", "mean")):
@@ -55,6 +59,8 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor): the compiled "
+                    "micro-step's kernels, for the model's compiled roofline and host cost")
     a = ap.parse_args()
     from transformers import LlamaConfig, LlamaForCausalLM
     cuda = torch.cuda.is_available()
@@ -66,6 +72,12 @@ def main() -> int:
                       attn_implementation="sdpa", tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg).to(dev, dtype)
     ids = torch.randint(0, a.vocab, (a.mb, a.seq), device=dev)
+    if a.compile:
+        started = time.perf_counter()
+        model = torch.compile(model)
+        model(input_ids=ids, labels=ids).loss.backward()
+        sync()
+        compile_s = time.perf_counter() - started
 
     def step():
         out = model(input_ids=ids, labels=ids)
@@ -73,7 +85,9 @@ def main() -> int:
 
     wall = timed(step, 5, sync)
     out = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "args": vars(a),
-           "micro_step_wall_ms": wall * 1e3}
+           "micro_step_wall_ms": wall * 1e3, "compiled": a.compile}
+    if a.compile:
+        out["compile_s"] = compile_s
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(3):

@@ -16,20 +16,24 @@ def test_the_whole_gpu_check_flow_runs_on_the_cpu_platform(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert rc == 0, printed[-3000:]
     s = json.loads((out / "gpu-check.json").read_text())
-    assert [t["zero"] for t in s["training"]] == [0, 1, 2, 3]
+    assert [(t["zero"], t["stack"]) for t in s["training"]] == [(0, "eager"), (1, "eager"), (2, "eager"), (3, "eager"),
+                                                                (1, "torch")]
     for t in s["training"]:
         assert t["status"] == "ok" and t["mfu_pct"] > 0 and t["peak_mem_gib"] > 0 and t["predicted_peak_gib"] > 0
         assert t["peak_error_pct"] is not None and t["profile_overhead_pct"] is not None
     assert {c["op"] for c in s["collectives"]} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                                    "broadcast", "reduce", "sendrecv"}
     assert all(c["status"] == "ok" and c["num_wrong"] == 0 and not c["smoke"] for c in s["collectives"])  # 2 ranks
-    assert s["plain"]["ok"] and s["plain"]["harness_over_plain"] > 0
+    assert [p["run"] for p in s["plain"]] == ["z2", "z1-compile"]   # eager and compiled: the instrument's cost on each
+    assert all(p["ok"] and p["harness_over_plain"] > 0 for p in s["plain"])
+    compiled = s["training"][-1]   # Inductor's C++ backend, for real: compile seconds apart from the measured steps
+    assert compiled["compile_s"] > 1 and compiled["graph_breaks"] == 0 and compiled["attention_used"] == ["flash"]
     md = (out / "gpu-check.md").read_text()
-    assert "| z2 | 2 |" in md and "a bare DeepSpeed loop" in md
-    assert (out / "summary.md").exists() and len(list(out.glob("0*-z*.json"))) == 4
+    assert "| z2 | 2 |" in md and "a bare DeepSpeed loop" in md and "| z1-compile | torch |" in md
+    assert (out / "summary.md").exists() and len(list(out.glob("0*-z*.json"))) == 5
     # its summary JSON sits beside the records: the readers of a results folder skip it
     from harness.verdict.compare import load_records
     from harness.verdict.submit import read_records
-    assert len(load_records([str(out)])) == 4 + 7
+    assert len(load_records([str(out)])) == 5 + 7
     loaded, problems = read_records([out])
     assert problems == [] and not any(name.endswith("gpu-check.json") for name, _ in loaded)

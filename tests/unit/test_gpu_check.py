@@ -44,7 +44,8 @@ def test_the_suite_is_nccl_collectives_and_model_1_under_zero_0_to_3_predicted_t
     assert len(coll) == 1 and coll[0].cfg.platform.dist_backend == "nccl" and coll[0].run.num_ranks == count
     assert set(coll[0].run.spec.ops) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                                          "reduce", "sendrecv"}
-    assert [p.cfg.zero.stage for p in train] == [0, 1, 2, 3]
+    assert [(p.cfg.zero.stage, p.cfg.workload.compile.value) for p in train] == [
+        (0, "none"), (1, "none"), (2, "none"), (3, "none"), (1, "torch"), (3, "deepcompile")]
     for p in train:
         w = p.cfg.workload
         assert (w.name, w.seq_len, w.samples_per_step, w.activation_checkpointing) == ("llama-440m", 128, 1024, False)
@@ -71,14 +72,14 @@ def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_l
                ids["z0"]: _training(ids["z0"]), ids["z2"]: _training(ids["z2"], samples=98.0),
                ids["z3"]: _training(ids["z3"], status="oom")}
     records = dict(zip(records, typed(list(records.values()))))
-    s = summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", {"ok": True, "samples_per_s": 100.0})
+    s = summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", {"z2": {"ok": True, "samples_per_s": 100.0}})
     assert [t["zero"] for t in s.training] == [0, 2, 3]
     z0 = s.training[0]
     assert z0["predicted_peak_gib"] == pytest.approx(33.2, abs=0.1)
     assert z0["peak_error_pct"] == pytest.approx(100 * (z0["predicted_peak_gib"] - 30.0) / 30.0)
     assert s.collectives == [{"op": "all_reduce", "status": "ok", "smoke": True, "sizes": 1, "num_wrong": 0,
                               "avg_busbw_gbps": None}]
-    assert s.plain["harness_over_plain"] == pytest.approx(0.98)
+    assert s.plain[0]["harness_over_plain"] == pytest.approx(0.98)
     text = markdown(s)
     assert "smoke: one rank, no bandwidth" in text and "0.980 x a bare DeepSpeed loop" in text
     assert "| z3 | 3 | 128 x 8 | oom |" in text
@@ -87,8 +88,11 @@ def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_l
 def test_the_cpu_suite_ci_runs_is_the_gpu_check_suite_at_cpu_size():
     from harness.config.compose import compose
     gpu, cpu = (compose([f"suite={name}"]).suite for name in ("gpu-check", "gpu-check-cpu"))
-    assert [r.name for r in gpu.runs] == [r.name for r in cpu.runs]
-    for g, c in zip(gpu.runs, cpu.runs):
+    cuda_only = [r for r in gpu.runs if "workload.compile=deepcompile" in r.overrides]   # DeepCompile: CUDA only
+    assert [r.name for r in cuda_only] == ["z3-deepcompile"]
+    gpu_runs = [r for r in gpu.runs if r not in cuda_only]
+    assert [r.name for r in gpu_runs] == [r.name for r in cpu.runs]
+    for g, c in zip(gpu_runs, cpu.runs):
         assert g.kind == c.kind
-        assert [o for o in g.overrides if o.startswith(("zero=", "collective="))] == \
-               [o for o in c.overrides if o.startswith(("zero=", "collective="))]
+        assert [o for o in g.overrides if o.startswith(("zero=", "collective=", "workload.compile"))] == \
+               [o for o in c.overrides if o.startswith(("zero=", "collective=", "workload.compile"))]
