@@ -24,6 +24,7 @@ from .errors import HarnessError
 from .launch.container import ImageDigests, Wrapper
 from .launch.local import LaunchResult, LocalLauncher
 from .launch.preflight import check as preflight_check
+from .tune.parity import stack_parity
 from .launch.slurm import SlurmLauncher
 from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
@@ -115,7 +116,8 @@ def describe(p: PlannedRun) -> str:
 def total_steps(run: RunSpec) -> int:
     if isinstance(run.spec, CollectiveSpec):
         return len(run.spec.ops) * len(run.spec.sizes)
-    return run.spec.warmup_steps + run.spec.steps + run.spec.profile_steps
+    warmup = max(run.spec.warmup_steps, 2) if run.spec.stack.compile != "none" else run.spec.warmup_steps
+    return warmup + run.spec.steps + run.spec.profile_steps   # a compile can add warm-up steps still
 
 
 def image_of(platform: PlatformConfig, run: RunSpec) -> Optional[str]:
@@ -295,8 +297,12 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
 def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], history: str = "none",
                   **more) -> None:
     """The summary (printed and summary.md), suite.json (with `more`) and compare.md of these records."""
-    print("\n" + summary(records))
-    write_bytes_atomic(out / "summary.md", (f"# Results in {out.name}\n\n" + summary(records, markdown=True)).encode("utf-8"))
+    parity = stack_parity(records)
+    said = ("Loss parity of the stack's variants against eager (same seed, step by step; harness/tune/parity.py)\n"
+            + "\n".join("  " + p.line() for p in parity) + "\n") if parity else ""
+    print("\n" + summary(records) + ("\n" + said if said else ""))
+    write_bytes_atomic(out / "summary.md", (f"# Results in {out.name}\n\n" + summary(records, markdown=True)
+                                            + ("\n## " + said if said else "")).encode("utf-8"))
     write_json_atomic(out / "suite.json", {"suite": suite, "overrides": overrides, "runs": [r.run_id for r in records],
                                            "statuses": {r.run_id: r.status for r in records}, **more})
     compare_with_references(records, out, history)

@@ -36,6 +36,7 @@ from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch.local import LocalLauncher
 from .model.memory import memory_estimate
+from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
 
@@ -110,6 +111,8 @@ class Summary:
     training: list[dict[str, Any]] = field(default_factory=list)
     collectives: list[dict[str, Any]] = field(default_factory=list)
     plain: list[dict[str, Any]] = field(default_factory=list)
+    parity: list[dict[str, Any]] = field(default_factory=list)
+    """Each stack variant's losses against its eager twin (harness/tune/parity.py stack_parity)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -148,6 +151,10 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
         wrong = sum((r[k] or {}).get("num_wrong") or 0 for r in rows for k in ("out_of_place", "in_place"))
         s.collectives.append({"op": rec.benchmark, "status": rec.status, "smoke": bool(smoke),
                               "sizes": len(rows), "num_wrong": wrong, "avg_busbw_gbps": _value(rec, "avg_busbw_gbps")})
+    names = {rid: p.run.name for p in planned for rid in p.run.record_ids()}
+    for sp in stack_parity(list(records.values())):
+        s.parity.append({"run": names.get(sp.variant.run_id, sp.variant.run_id),
+                         "eager": names.get(sp.eager.run_id, sp.eager.run_id), **sp.parity.to_dict(), "why": sp.why})
     for name, result in (plain or {}).items():
         harness = next((t for t in s.training if t["run"] == name), None)
         ratio = (harness["samples_per_s"] / result["samples_per_s"]
@@ -188,6 +195,11 @@ def markdown(s: Summary) -> str:
     for c in s.collectives:
         busbw = "smoke: one rank, no bandwidth" if c["smoke"] else _f(c["avg_busbw_gbps"], ".2f")
         lines.append(f"| {c['op']} | {c['status']} | {c['sizes']} | {c['num_wrong']} | {busbw} |")
+    if s.parity:
+        lines += ["", "| variant | against | loss parity | max relative difference | tolerance | why that tolerance |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {q['run']} | {q['eager']} | {'ok' if q['ok'] else 'FAIL'} | {_f(q['max_rel_diff'], '.1e')} | "
+                  f"{q['tolerance']:.0e} | {q['why']} |" for q in s.parity]
     for p in s.plain:
         lines += ["", (f"Instrument's cost: harness {p['run']} throughput = {_f(p['harness_over_plain'], '.3f')} x "
                        f"a bare DeepSpeed loop of the same TrainSpec ({_f(p['samples_per_s'])} samples/s)")
@@ -221,5 +233,5 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
     print("\n" + text)
     write_bytes_atomic(out / "gpu-check.md", text.encode("utf-8"))
     write_json_atomic(out / "gpu-check.json", s.to_dict())
-    failed = rc != 0 or any(not p["ok"] for p in plain.values())
+    failed = rc != 0 or any(not p["ok"] for p in plain.values()) or any(q["ok"] is False for q in s.parity)
     return EXIT_RUN_FAILED if failed else 0

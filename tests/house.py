@@ -17,7 +17,8 @@ from pathlib import Path
 
 PACKAGES = ("harness", "benchmarks", "contract", "containers", "testbed")
 TORCH_LIKE = {"torch", "deepspeed", "transformers"}
-HEAVY = TORCH_LIKE | {"matplotlib", "optuna", "sqlalchemy", "alembic", "datasets", "tokenizers", "safetensors"}
+HEAVY = TORCH_LIKE | {"matplotlib", "optuna", "sqlalchemy", "alembic", "datasets", "tokenizers", "safetensors",
+                      "liger_kernel", "torchao", "triton"}   # the last three: optional GPU packages (the GPU lock)
 """alembic: it imports sqlalchemy."""
 
 

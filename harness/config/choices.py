@@ -53,12 +53,10 @@ class Compile(str, Enum):
     collectives scheduled inside the compiled graph; ZeRO 1-3 on CUDA only."""
 
 
-class CompileMode(str, Enum):
-    """torch.compile's mode (workload.compile_mode)."""
-    default = "default"
-    reduce_overhead = "reduce-overhead"
-    max_autotune = "max-autotune"
-    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+CompileMode = Enum("CompileMode", {m: m for m in ("default", "reduce-overhead", "max-autotune",
+                                                 "max-autotune-no-cudagraphs")}, type=str)
+"""torch.compile's mode (workload.compile_mode), as torch.compile spells it (a functional Enum: the
+names carry hyphens, and a user writes the name)."""
 
 
 class Kernels(str, Enum):

@@ -215,7 +215,7 @@ class WorkloadConfig:
     Inductor, every ZeRO stage) or deepcompile (DeepSpeed's DeepCompile, ZeRO 1-3 on CUDA).
     Compilation happens in the warm-up, which grows until a step compiles nothing new
     (measure.compile_warmup_max); its seconds, recompilations and graph breaks are recorded."""
-    compile_mode: CompileMode = CompileMode.default
+    compile_mode: CompileMode = CompileMode["default"]
     """torch.compile's mode: default, reduce-overhead (CUDA graphs), max-autotune,
     max-autotune-no-cudagraphs. Only with compile set."""
     kernels: Kernels = Kernels.eager
@@ -366,6 +366,13 @@ class TuneConfig:
     checkpointing: list[str] = field(default_factory=list)
     """Activation-checkpointing choices step 2 also tries, each with every split and stage: none, full,
     selective, every_<n> (full, every n-th layer), selective_every_<n>; empty: the workload's own only."""
+    compile: list[Compile] = field(default_factory=list)
+    """workload.compile choices step 2 also tries (none, torch, deepcompile), each with every split, stage,
+    checkpointing and kernels choice; a combination the platform or stage refuses (DeepCompile: CUDA,
+    ZeRO 1-3) is left out of the space; empty: the workload's own only."""
+    kernels: list[Kernels] = field(default_factory=list)
+    """workload.kernels choices step 2 also tries (eager, liger), likewise; liger (a GPU only) is left out
+    on the cpu platform; empty: the workload's own only."""
     nccl_space: dict[str, list[str]] = field(default_factory=_default_nccl_space)
     """Step 1: the values tried per NCCL variable (the cartesian product; each checked like nccl_env)."""
     bucket_sizes: list[int] = field(default_factory=list)

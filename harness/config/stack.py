@@ -55,7 +55,7 @@ def validate_stack(cfg: BenchConfig) -> None:
     def refuse(field: str, value: str, why: str) -> None:
         raise ConfigError(f"{field}={value!r} is invalid: {why}")
 
-    if w.compile == Compile.none and w.compile_mode != CompileMode.default:
+    if w.compile == Compile.none and w.compile_mode != CompileMode["default"]:
         refuse("workload.compile_mode", w.compile_mode.value, "has no effect without workload.compile=torch or deepcompile")
     if w.compile == Compile.deepcompile:
         if p.device != Device.cuda:
@@ -64,7 +64,7 @@ def validate_stack(cfg: BenchConfig) -> None:
         if z.stage == 0:
             refuse("workload.compile", "deepcompile", "DeepCompile schedules ZeRO's collectives: zero.stage 1, 2 or 3; "
                    "under ZeRO-0 use workload.compile=torch")
-    if w.compile_mode == CompileMode.reduce_overhead and p.device != Device.cuda:
+    if w.compile_mode == CompileMode["reduce-overhead"] and p.device != Device.cuda:
         refuse("workload.compile_mode", w.compile_mode.value, "reduce-overhead records CUDA graphs: a GPU only")
     if w.kernels == Kernels.liger and p.device != Device.cuda:
         refuse("workload.kernels", "liger", f"Liger Kernel's kernels are Triton GPU kernels; platform {p.name} has no GPU "

@@ -67,6 +67,7 @@ def validate(cfg: BenchConfig) -> None:
     if p.device == Device.cpu:
         _check(w.precision != Precision.fp16, "workload.precision", "fp16",
                "fp16 needs a GPU; use fp32 or bf16 on the cpu device")
+    validate_stack(cfg)   # first: precision=fp8 on a GPU without FP8 is refused for that reason, not for its peak
     dtype = w.precision.value
     _check(p.peak_tflops.get(dtype, 0) > 0, "platform.peak_tflops", dict(p.peak_tflops),
            f"needs a positive entry for the workload's precision '{dtype}' (MFU is never guessed)")
@@ -129,7 +130,6 @@ def validate(cfg: BenchConfig) -> None:
 
     _check(m.warmup_steps >= 0, "measure.warmup_steps", m.warmup_steps, "must be >= 0")
     _check(0 <= m.compile_warmup_max <= 50, "measure.compile_warmup_max", m.compile_warmup_max, "steps in [0, 50]")
-    validate_stack(cfg)
     _check(m.steps >= 1, "measure.steps", m.steps, "must be >= 1")
     _check(m.profile_steps >= 0, "measure.profile_steps", m.profile_steps, "must be >= 0")
     _check(0 <= m.inject_delay_s < 60, "measure.inject_delay_s", m.inject_delay_s, "seconds in [0, 60)")

@@ -219,7 +219,7 @@ def test_a_faster_machine_makes_no_improvement_and_the_reference_pulse_is_prefer
 def test_only_what_moves_with_the_machines_speed_is_paced():
     assert {m for m, spec in METRICS.items() if spec.paced} == {
         "samples_per_s", "tokens_per_s", "step_time_s", "mfu_pct", "mfu_with_teacher_pct", "tokens_per_s_per_device",
-        "profile_step_time_s", "comm_time_s"}
+        "profile_step_time_s", "comm_time_s", "compile_s"}
     ref = reference([1.0, 1.0, 1.0], env=env_with(probe()), metric="peak_mem_gib", unit="GiB", direction="lower")
     runs = [record(i, env=paced_env(48.0), peak_mem_gib=(2.0, "GiB")) for i in range(3)]
     (v,) = [v for v in compare(typed(runs), [ref]) if v.metric == "peak_mem_gib"]

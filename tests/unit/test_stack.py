@@ -1,0 +1,160 @@
+"""The training stack's settings (workload.compile, compile_mode, kernels, attention, precision=fp8):
+refusals before launch, the DeepSpeed JSON and spec they make, the warm-up rule, the record's
+compile figures, the reference key and the loss-parity twins. The runs themselves: tests/integration
+(compile=torch on cpu, for real) and tests/integration/test_gpu.py (liger, flash, fp8 on a GPU)."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from contract.spec import StackSpec, TrainSpec
+from harness.config.compose import compose
+from harness.config.stack import check_packages, fp8_refusal
+from harness.config.choices import Device
+from harness.errors import ConfigError
+from harness.plan import deepspeed_config, train_spec
+from harness.stack_view import compile_seconds, stack_metrics
+from harness.tune.parity import FP8_TOLERANCE, stack_tolerance
+
+GPU = ["platform=h100", "workload=llama-440m", "workload.micro_batch_size=128"]
+
+
+@pytest.mark.parametrize("overrides,field,why", [
+    (["workload.precision=fp8"], "workload.precision", "the cpu platform has no FP8 tensor cores"),
+    (["platform=ib-a100", "platform.launcher=local", "platform.nodes=1", "workload=llama-440m",
+      "workload.precision=fp8"], "workload.precision", "A100-SXM4-80GB has no FP8 tensor cores"),
+    (["workload.kernels=liger"], "workload.kernels", "Triton GPU kernels; platform cpu has no GPU"),
+    (["workload.compile=deepcompile"], "workload.compile", "DeepCompile runs on CUDA only"),
+    ([*GPU, "zero=stage0", "workload.compile=deepcompile"], "workload.compile", "zero.stage 1, 2 or 3"),
+    (["workload.compile_mode=max-autotune"], "workload.compile_mode", "has no effect without workload.compile"),
+    (["workload.compile=torch", "workload.compile_mode=reduce-overhead"], "workload.compile_mode", "CUDA graphs"),
+    (["workload.attention=efficient"], "workload.attention", "no CPU implementation"),
+    (["workload.attention=cudnn"], "workload.attention", "no CPU implementation"),
+    (["workload=llama-tiny-kd", "workload.distill.teacher.precision=fp8"], "workload.distill.teacher.precision",
+     "fp32, bf16 or fp16"),
+    ([*GPU, "workload.precision=fp8", "workload.grad_accum_dtype=fp8"], "workload.grad_accum_dtype",
+     "fp32, bf16 or fp16"),
+])
+def test_each_setting_a_platform_cannot_run_is_refused_naming_field_and_why(overrides, field, why):
+    with pytest.raises(ConfigError) as e, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compose(overrides)
+    assert field in str(e.value) and why in str(e.value)
+
+
+def test_an_unknown_choice_names_the_valid_ones():
+    with pytest.raises(ConfigError) as e:
+        compose(["workload.compile=jit"])
+    assert "workload.compile" in str(e.value) and "deepcompile" in str(e.value)
+
+
+def test_fp8_is_let_through_on_gpus_with_fp8_tensor_cores_and_unknown_ones():
+    assert fp8_refusal(Device.cuda, "H100-SXM5-80GB") is None and fp8_refusal(Device.cuda, "H200-SXM-141GB") is None
+    assert fp8_refusal(Device.cuda, "some future GPU") is None      # the rank checks its capability
+    assert "no FP8 tensor cores" in fp8_refusal(Device.cuda, "V100-SXM2-32GB")
+
+
+def test_fp8_on_an_h100_is_bf16_weights_and_the_fp8_peak_and_warns_without_compile():
+    with pytest.warns(UserWarning, match="without workload.compile"):
+        cfg = compose([*GPU, "workload.precision=fp8"])
+    ds = deepspeed_config(cfg)
+    assert ds["bf16"] == {"enabled": True} and ds["data_types"]["grad_accum_dtype"] == "bf16"
+    assert cfg.platform.peak_tflops["fp8"] == pytest.approx(1978.9)   # what MFU divides by (harness/record.py)
+
+
+def test_deepcompile_is_written_into_the_deepspeed_json_and_the_spec_carries_the_stack():
+    cfg = compose([*GPU, "zero=stage3", "workload.compile=deepcompile", "workload.attention=flash"])
+    ds = deepspeed_config(cfg)
+    assert ds["compile"] == {"deepcompile": True}
+    spec = train_spec(cfg, "r", ds)
+    assert spec.stack == StackSpec(compile="deepcompile", compile_mode="default", kernels="eager", attention="flash",
+                                   fp8_recipe="tensorwise", compile_warmup_max=4)
+    back = TrainSpec.from_dict(json.loads(spec.to_json()))
+    assert back.stack == spec.stack
+    older = json.loads(spec.to_json())
+    del older["stack"]                                   # a spec.json written before the field: eager
+    assert TrainSpec.from_dict(older).stack == StackSpec()
+
+
+def test_a_missing_package_is_refused_before_launch_for_runs_of_this_environment_only(monkeypatch):
+    import harness.config.stack as stack
+    monkeypatch.setattr(stack, "missing_modules", lambda mods: [m for m in mods if m != "triton"])
+    local = compose([*GPU, "workload.kernels=liger"])
+    with pytest.raises(ConfigError, match="needs liger-kernel, which this environment lacks; nothing was launched"):
+        check_packages([local])
+    slurm = compose(["platform=roce-h100", "workload=llama-440m", "workload.kernels=liger"])
+    check_packages([slurm])                              # its ranks run elsewhere: not judged here
+
+
+def test_the_warm_up_grows_while_a_step_still_compiles_and_no_further_than_its_cap():
+    from benchmarks.train import grow_warmup, planned_warmup, warmup_plan
+    spec = train_spec(compose(["workload.compile=torch", "measure.warmup_steps=1", "measure.compile_warmup_max=2"]),
+                      "r", {})
+    assert planned_warmup(spec) == 2                     # a first compile, then what the optimizer step changed
+    plan = warmup_plan(spec)
+    assert [w for _, w in plan][:3] == [True, True, False]
+    assert not grow_warmup(plan, 0, compiled=5, spec=spec)       # not the last warm-up step yet
+    assert grow_warmup(plan, 1, compiled=1, spec=spec)           # the last one recompiled: one more
+    assert grow_warmup(plan, 2, compiled=1, spec=spec)
+    assert not grow_warmup(plan, 3, compiled=1, spec=spec)       # compile_warmup_max reached
+    assert not grow_warmup(warmup_plan(spec), 1, compiled=0, spec=spec)   # nothing compiled: measure
+    eager = train_spec(compose(["measure.warmup_steps=1"]), "r", {})
+    assert planned_warmup(eager) == 1
+
+
+def test_compile_seconds_are_the_warm_up_beyond_the_steady_state_and_eager_runs_have_none():
+    steps = [{"warmup": True, "mode": "throughput", "step_time_s": 50.0},
+             {"warmup": True, "mode": "throughput", "step_time_s": 1.5},
+             *({"warmup": False, "mode": "throughput", "step_time_s": t} for t in (1.0, 1.1, 0.9))]
+    assert compile_seconds(steps) == pytest.approx(51.5 - 2 * 1.0)
+    stack = {"compile": "torch", "warmup_steps_run": 2,
+             "compile_watch": {"graph_breaks": 1, "recompiles": 0, "dynamo_seconds": {"entire_frame_compile_time_s": 30.0}}}
+    m = stack_metrics(stack, steps)
+    assert m["compile_s"]["value"] == pytest.approx(49.5) and m["compile_s"]["dynamo_frame_compile_s"] == 30.0
+    assert m["graph_breaks"]["value"] == 1 and m["recompiles"]["value"] == 0
+    assert stack_metrics({"compile": "none"}, steps) == {}
+
+
+def test_each_variant_states_its_parity_tolerance_fp8_looser_with_its_reason():
+    assert stack_tolerance({"precision": "fp8", "compile": "torch"})[0] == FP8_TOLERANCE
+    assert "3 mantissa bits" in stack_tolerance({"precision": "fp8"})[1]
+    tol, why = stack_tolerance({"precision": "fp32", "compile": "torch"})
+    assert tol == 1e-3 and "Inductor" in why
+    assert stack_tolerance({"precision": "bf16", "kernels": "liger"})[0] == 3e-2
+
+
+def test_a_graph_break_is_named_by_dynamos_first_line_and_explanation():
+    from benchmarks.stack import _break_name
+    reason = ("Failed to trace builtin operator\n  Explanation: Dynamo does not know how to trace `print`\n"
+              "  Hint: Avoid calling builtin `print`\n")
+    assert _break_name(reason) == "Failed to trace builtin operator -- Dynamo does not know how to trace `print`"
+
+
+def test_fp8_leaves_the_output_head_and_unaligned_linears_in_bf16():
+    from types import SimpleNamespace as NS
+    from benchmarks.stack import fp8_filter
+    assert fp8_filter(NS(in_features=1024, out_features=3712), "model.layers.0.mlp.up_proj")
+    assert not fp8_filter(NS(in_features=1024, out_features=32000), "lm_head")
+    assert not fp8_filter(NS(in_features=1000, out_features=1024), "model.layers.0.self_attn.q_proj")
+
+
+def test_the_attention_context_asks_sdpa_for_one_backend_and_auto_for_none():
+    import torch
+    from benchmarks.stack import attention_context, attention_probe
+    q = torch.randn(1, 2, 8, 16)
+    found: dict = {}
+    with attention_context("math"), attention_probe(found):
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert found["attention_used"] == ["math"]
+    with attention_context("auto"), attention_probe(found):
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert found["attention_used"] == ["flash"]           # PyTorch's CPU flash attention
+
+
+def test_cuda_arch_suffixes_are_dropped_for_deepspeeds_jit_builder():
+    from benchmarks.ops import arch_list_for_deepspeed
+    env = {"TORCH_CUDA_ARCH_LIST": "8.0 9.0a;10.0a+PTX"}
+    assert arch_list_for_deepspeed(env) == "8.0;9.0;10.0+PTX" and env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0;10.0+PTX"
+    assert arch_list_for_deepspeed({"TORCH_CUDA_ARCH_LIST": "9.0"}) is None and arch_list_for_deepspeed({}) is None
