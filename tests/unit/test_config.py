@@ -201,10 +201,15 @@ def test_a_paper_suite_runs_every_published_cell_oom_cells_included_after_the_co
 
 
 @pytest.mark.parametrize("platform", PAPER_PLATFORMS)
-def test_the_paper_platforms_default_and_nightly_suites_are_the_model1_cells(platform):
+def test_the_paper_platforms_default_and_nightly_suites_are_the_model1_cells_then_compiled(platform):
     runs = {name: [(r.name, r.kind.value, list(r.overrides)) for r in compose([f"platform={platform}", f"suite={name}"]).suite.runs]
             for name in ("paper-model1", f"default-{platform}", f"nightly-{platform}")}
-    assert runs[f"default-{platform}"] == runs[f"nightly-{platform}"] == runs["paper-model1"]
+    assert runs[f"default-{platform}"] == runs[f"nightly-{platform}"]
+    paper, compiled = runs[f"default-{platform}"][:len(runs["paper-model1"])], runs[f"default-{platform}"][len(runs["paper-model1"]):]
+    assert paper == runs["paper-model1"]            # the paper's eager cells, as published, stay
+    assert [(name, [o for o in ov if "compile" in o or "zero=" in o]) for name, _, ov in compiled] == [
+        ("z1-mb128-ga8-compile", ["zero=stage1", "workload.compile=torch"]),
+        ("z2-mb128-ga8-compile", ["zero=stage2", "workload.compile=torch"])]
     assert compose([f"platform={platform}"]).suite.name == f"default-{platform}"
 
 
