@@ -104,6 +104,7 @@ help:
 	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory;"
 	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min);"
 	@echo "             attribution (tests/perf/attribution.py); ZeRO-3's host cost per parameter fetch (~5 min)"
+	@echo "             the compiled stack on cpu: compile seconds, compiled vs eager samples/s, loss parity (~4 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash);"
@@ -210,6 +211,7 @@ perf: venv
 	$(PY) tests/perf/tune_efficiency.py
 	$(PY) tests/perf/attribution.py
 	$(PY) tests/perf/zero3_fetch_cost.py
+	$(PY) tests/perf/compile_cost.py
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv

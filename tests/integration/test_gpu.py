@@ -45,3 +45,37 @@ def test_distillation_on_one_gpu(tmp_path, stage):
     assert rec["metrics"]["mfu_with_teacher_pct"]["value"] > rec["metrics"]["mfu_pct"]["value"] > 0
     assert rec["metrics"]["teacher_mem_gib"]["value"] * 2**30 == pytest.approx(2 * 4_999_424, rel=0.01)
     assert all(ms["phase_s"]["teacher"] > 0 for step in rec["microsteps"] for ms in step)
+
+
+FP8 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+@pytest.mark.parametrize("variant,needs", [
+    (["workload.kernels=liger"], "liger_kernel"),
+    (["workload.attention=flash"], None),
+    (["workload.compile=torch"], "triton"),
+    pytest.param(["workload.precision=fp8", "workload.compile=torch"], "torchao",
+                 marks=pytest.mark.skipif(not FP8, reason="FP8 needs a GPU of compute capability 8.9+")),
+])
+def test_each_stack_variant_trains_like_eager_at_the_same_seed(tmp_path, variant, needs):
+    """Liger's kernels, flash attention, a compiled model and FP8 against eager, on the GPU, losses step
+    by step within each variant's stated tolerance (harness/tune/parity.py stack_parity)."""
+    if needs:
+        pytest.importorskip(needs, reason=f"{needs} is in the GPU lock (requirements-gpu.lock), not here")
+    from harness.record import ResultRecord
+    from harness.tune.parity import stack_parity
+    common = [PLATFORM, "workload=llama-440m", "workload.num_layers=4", "zero=stage1", "workload.samples_per_step=32",
+              "workload.micro_batch_size=16", "measure.warmup_steps=2", "measure.steps=3", "measure.profile_steps=0"]
+    run = run_bench(tmp_path / "out", "suite=single", *common)
+    assert run.returncode == 0, run.stderr[-3000:]
+    eager = run.records()
+    run2 = run_bench(tmp_path / "variant", "suite=single", *common, *variant)
+    assert run2.returncode == 0, run2.stderr[-3000:]
+    records = [ResultRecord.from_dict(r) for r in [*eager.values(), *run2.records().values()]]
+    (p,) = stack_parity(records)
+    assert p.parity.ok, p.line()
+    stack = p.variant.environment["stack"]
+    if "workload.attention=flash" in variant:
+        assert stack["attention_used"] == ["flash"]
+    if "workload.compile=torch" in variant:
+        assert p.variant.metrics["compile_s"]["value"] > 0
