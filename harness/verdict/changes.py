@@ -1,0 +1,149 @@
+"""What changed between a reference's environment fingerprint and a run's (a verdict's
+environment_diff, `{key: [reference, now]}`), the machine first and the suite's commit last: each
+node's hardware (CPU model, cores, memory, GPU count and model; never load or clocks), the probe's
+moved figures (harness/probe.py), the machine's fields of contract/fingerprint.py COMPARED, each node
+interface's link rate (`links.node2/eth0: [1.0, 0.25]`), other work on the machine during the run when
+it differs materially (`load.other_cpus`), the software of COMPARED (driver, CUDA, NCCL, PyTorch,
+DeepSpeed, transformers, the image), the packages that moved from the lock (`package.sympy`), the
+recorded variables (`env.NCCL_ALGO`), the settings outside the configuration key
+(`measure.inject_delay_s`), and the suite's own commit with the commits between."""
+from __future__ import annotations
+
+import functools
+import subprocess
+from typing import Any, Optional
+
+from contract.fingerprint import COMPARED
+
+from ..config.schema import REPO_ROOT
+from ..probe import probe_diff
+
+HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
+"""Fingerprint fields of COMPARED that are the machine, listed before the software in a diff."""
+
+
+def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> dict[str, Any]:
+    """What changed between the reference's fingerprint and this run's: {key: [reference, now]}."""
+    if not reference_env:
+        return {"reference": "no environment fingerprint (a published figure)"}
+    diff: dict[str, Any] = {}
+    ref_nodes, cur_nodes = _node_machines(reference_env), _node_machines(current_env)
+    if ref_nodes and cur_nodes:   # the hardware and the machine's state first
+        diff.update(_by_node("machine", ".", {h: hardware(m) for h, m in ref_nodes.items()},
+                             {h: hardware(m) for h, m in cur_nodes.items()}))
+    diff.update(probe_diff(reference_env, current_env))
+    hardware_first = sorted(COMPARED, key=lambda k: k not in HARDWARE_FIELDS)
+    diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
+                 if k in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
+    ref_links, cur_links = reference_env.get("links"), current_env.get("links")
+    if isinstance(ref_links, dict) and isinstance(cur_links, dict):  # both sides read their links
+        diff.update(_by_node("links", "/", _per_host(ref_links), _per_host(cur_links)))
+    diff.update(_load_diff(reference_env.get("load"), current_env.get("load"), current_env))
+    diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
+                 if k not in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
+    diff.update(package_diff(reference_env.get("lock_mismatches"), current_env.get("lock_mismatches")))
+    ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
+    diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
+                 if ref_vars.get(k) != cur_vars.get(k)})
+    ref_set, cur_set = reference_env.get("settings") or {}, current_env.get("settings") or {}
+    diff.update({k: [ref_set[k], cur_set[k]] for k in sorted(set(ref_set) & set(cur_set)) if ref_set[k] != cur_set[k]})
+    diff.update(_commit_diff(reference_env.get("suite_commit"), current_env.get("suite_commit")))
+    return diff
+
+
+def package_diff(ref: Any, cur: Any) -> dict[str, Any]:
+    """`package.NAME: [reference's, now]` for each package whose installed version moved, read from
+    both sides' lock_mismatches (the packages whose version differs from requirements.lock, as each
+    rank saw them; a package a side does not list is at the lock's pin, which the other side names).
+    The fields a comparison names on their own (torch, deepspeed, transformers) are left to them;
+    nothing when either side did not read its packages."""
+    if not isinstance(ref, dict) or not isinstance(cur, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name in sorted(set(ref) | set(cur)):
+        a, b = ref.get(name), cur.get(name)
+        if name.lower() in COMPARED or not all(isinstance(x, dict) for x in (a or {}, b or {})):
+            continue
+        was = a.get("seen") if a else (b or {}).get("lock")
+        now = b.get("seen") if b else (a or {}).get("lock")
+        if was != now:
+            out[f"package.{name}"] = [was, now]
+    return out
+
+
+def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
+    """load.other_cpus when both sides measured it and it differs by a material share of the
+    machine: half a CPU, or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
+    a, b = (ref or {}).get("other_cpus"), (cur or {}).get("other_cpus")
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return {}
+    cpus = hardware(env.get("machine") or {}).get("logical_cpus") or 1
+    return {"load.other_cpus": [a, b]} if abs(a - b) >= max(0.5, 0.25 * cpus) else {}
+
+
+def _commit_diff(ref: Optional[str], cur: Optional[str]) -> dict[str, Any]:
+    """suite_commit when it differs, and how many commits lie between when this checkout has both."""
+    if not ref or not cur or ref == cur:
+        return {}
+    out: dict[str, Any] = {"suite_commit": [ref, cur]}
+    between = commits_between(ref.removesuffix("-dirty"), cur.removesuffix("-dirty"))
+    if between is not None:
+        out["suite_commit.commits_between"] = between
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def commits_between(old: str, new: str) -> Optional[int]:
+    """`git rev-list --count old..new` in this checkout (None when it lacks either commit); asked once
+    per pair (every verdict of a comparison names what changed)."""
+    try:
+        proc = subprocess.run(["git", "rev-list", "--count", f"{old}..{new}"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return int(proc.stdout) if proc.returncode == 0 and proc.stdout.strip().isdigit() else None
+
+
+def hardware(machine: dict[str, Any]) -> dict[str, Any]:
+    """The machine fields (benchmarks/machine.py) a "what changed" compares, node by node: those
+    that set performance and stay put between runs; never load, current clocks or free memory."""
+    cpu, gpus = machine.get("cpu") or {}, machine.get("gpus")
+    mem = cpu.get("mem_total_gib")
+    return {"cpu_model": cpu.get("model"), "logical_cpus": cpu.get("logical_cpus"),
+            "mem_total_gib": round(mem) if isinstance(mem, (int, float)) else None,   # kernels move it by MiBs
+            "gpu_count": len(gpus) if isinstance(gpus, list) else None,
+            "gpu_model": ", ".join(sorted({str(g.get("name")) for g in gpus})) if gpus else None}
+
+
+def _node_machines(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{host: machine} of every node; a record from before `nodes` has rank 0's machine only."""
+    if env.get("nodes"):
+        return {n["host"]: n.get("machine") or {} for n in env["nodes"]}
+    return {env.get("host") or "?": env["machine"]} if env.get("machine") else {}
+
+
+def _per_host(links: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{"host/iface": rate} -> {host: {iface: rate}} (a host name never holds a '/')."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, rate in links.items():
+        host, _, iface = key.partition("/")
+        out.setdefault(host, {})[iface] = rate
+    return out
+
+
+def _by_node(prefix: str, sep: str, ref: dict[str, dict[str, Any]], cur: dict[str, dict[str, Any]]) -> dict[str, list]:
+    """{f"{prefix}.{host}{sep}{field}": [reference, now]} for each value that differs. On other
+    hosts than the reference's (another allocation) host is '*' and the values are the distinct
+    values over the nodes, so that identical nodes under new names are no change."""
+    if set(ref) == set(cur):
+        keys = sorted({(h, f) for side in (ref, cur) for h in side for f in side[h]})
+        return {f"{prefix}.{h}{sep}{f}": [ref[h].get(f), cur[h].get(f)] for h, f in keys
+                if ref[h].get(f) != cur[h].get(f)}
+
+    def spread(side: dict[str, dict[str, Any]], f: str) -> list:
+        return sorted({values.get(f) for values in side.values()},
+                      key=lambda v: (v is None, type(v).__name__, 0 if v is None else v))
+
+    fields = sorted({f for side in (ref, cur) for values in side.values() for f in values})
+    spreads = {f: [spread(ref, f), spread(cur, f)] for f in fields}
+    return {f"{prefix}.*{sep}{f}": pair for f, pair in spreads.items() if pair[0] != pair[1]}
