@@ -194,10 +194,14 @@ def cmd_model(args: list[str]) -> int:
     parser.add_argument("--max-error-pct", type=float, metavar="PCT",
                         help="with --against: exit 1 when a run's |error| is above PCT")
     parser.add_argument("--tokens", help="token budget for the hours estimate, e.g. 2e9")
-    parser.add_argument("--sweep", action="store_true", help="a table over ZeRO 1/2/3 x every (micro-batch, grad-acc) split of C")
+    parser.add_argument("--sweep", action="store_true", help="a table over ZeRO 1/2/3 x every (micro-batch, grad-acc) split of C "
+                                                             "(x --checkpointing, x --stack)")
     parser.add_argument("--checkpointing", action="store_true",
                         help="with --sweep: each row also without activation checkpointing, every 4th and every 2nd "
                              "layer, selective and full (else the configuration's own)")
+    parser.add_argument("--stack", action="store_true",
+                        help="with --sweep: each row also under every training stack the platform allows, "
+                             "workload.compile none/torch x workload.kernels eager/liger (else the configuration's own)")
     parser.add_argument("--busbw", action="store_true",
                         help="the bus-bandwidth curve the model uses on the platform, nccl-tests style (8 B to 2 GiB): "
                              "measured (--records) or NCCL's tuning model on the declared topology, with its algorithm")
@@ -269,7 +273,10 @@ def cmd_model(args: list[str]) -> int:
     if ns.checkpointing and not ns.sweep:
         raise HarnessError("--checkpointing widens a --sweep; give --sweep too, or set workload.activation_checkpointing, "
                            "workload.checkpoint_every_n_layers and workload.checkpoint_policy for one configuration")
-    configs = sweep_configs(cfg, checkpointing=ns.checkpointing) if ns.sweep else [cfg]
+    if ns.stack and not ns.sweep:
+        raise HarnessError("--stack widens a --sweep; give --sweep too, or set workload.compile and workload.kernels "
+                           "for one configuration")
+    configs = sweep_configs(cfg, checkpointing=ns.checkpointing, stack=ns.stack) if ns.sweep else [cfg]
     preds = [predict(c, calibration.calibrate(records, c, references, compute_records=compute), tokens) for c in configs]
     if ns.json:
         print(json.dumps([p.to_dict() for p in preds] if ns.sweep else preds[0].to_dict(), indent=2))

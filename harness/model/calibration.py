@@ -36,21 +36,24 @@ Pure, except load_records (reads files).
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Any, Iterable, Optional
 
 from ..config.choices import Device
 from ..config.schema import BenchConfig
 from ..config.split import with_split
+from ..errors import HarnessError
 from ..record import ResultRecord
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, host_bound, load_records,  # noqa: F401 (API)
                                  calibrating, num_ranks, own_shape, profile_efficiency,
-                                 record_efficiency, record_variant, same_place, stage_and_micro_batch, workload_matches,
-                                 zero_from_knobs)
+                                 record_efficiency, record_variant, same_place, stack_matches, stage_and_micro_batch,
+                                 workload_matches, zero_from_knobs)
 from .calibration_types import DEFAULT_EFFICIENCY, BusbwCurve, Calibration  # noqa: F401 (API)
 from .compute_calibration import calibrate_on_machine
 from .params import PARAMS, ModelParams
-from .perfmodel import efficiency_for_step_time
+from .perfmodel import efficiency_for_step_time, roofline_efficiency
+from .stack import eager_twin, is_eager, stack_words
 
 
 def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optional[list] = None,
@@ -58,7 +61,51 @@ def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optiona
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
     ignored) and, when no training record qualifies, from `references` (harness.verdict.references.Reference
     list, e.g. load_references()); with compute_records, the efficiency from those alone (another
-    platform of the same machine allowed: calibrate_on_machine); see the module docstring."""
+    platform of the same machine allowed: calibrate_on_machine); see the module docstring. Only
+    measurements of cfg's own training stack calibrate it (stack_matches); a configuration away from
+    the eager stack with none of its own takes the eager twin's measured efficiency carried by the
+    roofline's ratio (carried_to_stack)."""
+    if is_eager(cfg.workload):
+        return _calibrate(records, cfg, references, params, compute_records)
+    try:
+        own = _calibrate(records, cfg, references, params, compute_records)
+    except HarnessError:            # --compute-records: none of this stack
+        own = None
+    if own is not None and own.efficiency_by_mb:
+        return own
+    eager = _calibrate(records, eager_twin(cfg), references, params, compute_records)
+    return carried_to_stack(eager, cfg, params) if eager.efficiency_by_mb else (own or eager)
+
+
+def carried_to_stack(eager: Calibration, cfg: BenchConfig, params: ModelParams = PARAMS) -> Calibration:
+    """The eager twin's measured efficiency per micro-batch carried to cfg's stack: x the ratio of the two
+    rooflines (perfmodel.roofline_efficiency, each over its own precision's peak) at that micro-batch, so
+    that the measured eager time shrinks by the roofline's speed-up. Without a roofline (the cpu
+    platform, a GPU of undeclared bandwidth) the time is carried unchanged and the source says the
+    stack's effect there is not modelled."""
+    twin, w = eager_twin(cfg), cfg.workload
+    by_mb: dict[int, float] = {}
+    speedups = []
+    peaks = cfg.platform.peak_tflops[w.precision.value] / cfg.platform.peak_tflops[twin.workload.precision.value]
+    for mb, eff in eager.efficiency_by_mb.items():
+        at, twin_at = (dataclasses.replace(c, workload=dataclasses.replace(c.workload, micro_batch_size=mb))
+                       for c in (cfg, twin))
+        mine, theirs = roofline_efficiency(at, params), roofline_efficiency(twin_at, params)
+        ratio = mine[0] / theirs[0] if mine and theirs else 1.0 / peaks   # unchanged time without a roofline
+        speedups.append(ratio * peaks)
+        by_mb[mb] = eff * ratio
+    words = stack_words(w)
+    how = (f"x the roofline's speed-up of the {words} stack ({min(speedups):.3g}x"
+           + (f"-{max(speedups):.3g}x" if max(speedups) > min(speedups) + 5e-4 else "") + ", harness/model/stack.py)"
+           if roofline_efficiency(cfg, params) else
+           f"carried unchanged: the {words} stack's effect on {cfg.platform.name} is not modelled (TO MEASURE)")
+    return Calibration(by_mb, statistics.median(by_mb.values()),
+                       f"{eager.efficiency_source}; measured on the eager stack, {how}", eager.busbw,
+                       eager.warnings + above_peak({mb: e for mb, e in by_mb.items()}, "the carried efficiency"))
+
+
+def _calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optional[list],
+               params: ModelParams, compute_records: Optional[list[ResultRecord]]) -> Calibration:
     curves = busbw_curves(records, cfg)
     if compute_records is not None:
         return calibrate_on_machine(compute_records, records, cfg, curves)
@@ -174,7 +221,8 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
                 or c.get("checkpoint_every_n_layers", 1) != w.checkpoint_every_n_layers
                 or c.get("checkpoint_policy", "full") != w.checkpoint_policy.value
                 or c.get("precision", w.precision.value) != w.precision.value
-                or (c.get("shape") or {}) != own_shape(cfg)):  # another model's
+                or (c.get("shape") or {}) != own_shape(cfg)  # another model's
+                or not stack_matches(c, cfg)):               # another training stack's
             continue
         mb, ga, stage = int(c["micro_batch_size"]), int(c["grad_acc_steps"]), int(c["zero_stage"])
         step_time = reference_step_time_s(r, world)

@@ -15,7 +15,7 @@ from ..config.split import with_split
 from ..errors import HarnessError
 from ..record import ResultRecord
 from ..verdict.record_files import load_records as load_result_records
-from ..verdict.references import SHAPE_FIELDS, shape_override
+from ..verdict.references import SHAPE_FIELDS, STACK_DEFAULTS, shape_override
 from .calibration_types import BusbwCurve, Calibration
 from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor
@@ -95,13 +95,30 @@ def own_shape(cfg: BenchConfig) -> dict[str, Any]:
     return shape_override({"name": cfg.workload.name, **{k: getattr(cfg.workload, k) for k in SHAPE_FIELDS}})
 
 
+def own_stack(cfg: BenchConfig) -> dict[str, Any]:
+    """cfg's training stack as a record's workload (or a reference's key) spells it: compile,
+    compile_mode, kernels, attention, and fp8_recipe under precision fp8."""
+    w = cfg.workload
+    out = {k: getattr(w, k).value for k in STACK_DEFAULTS}
+    if w.precision.value == "fp8":
+        out["fp8_recipe"] = w.fp8_recipe.value
+    return out
+
+
+def stack_matches(entry: dict[str, Any], cfg: BenchConfig) -> bool:
+    """Whether a record's workload (or a reference entry's key) ran cfg's training stack: a key it
+    lacks is the eager default (every record and reference made before the stack existed ran eager)."""
+    return all(entry.get(k, STACK_DEFAULTS.get(k, "tensorwise")) == v for k, v in own_stack(cfg).items())
+
+
 def workload_matches(config: dict[str, Any], cfg: BenchConfig) -> bool:
-    """Same sequence length, precision and model shape (a record of llama-440m at 6 layers says
-    nothing of the 24-layer model's efficiency)."""
+    """Same sequence length, precision, model shape (a record of llama-440m at 6 layers says
+    nothing of the 24-layer model's efficiency) and training stack (a compiled run's efficiency is
+    not the eager model's: stack_matches)."""
     w = config.get("workload") or {}
     return (w.get("seq_len") == cfg.workload.seq_len
             and w.get("precision") in (None, cfg.workload.precision.value)
-            and shape_override(w) == own_shape(cfg))
+            and shape_override(w) == own_shape(cfg) and stack_matches(w, cfg))
 
 
 ZERO_KNOBS = tuple(f.name for f in dataclasses.fields(ZeroConfig) if f.name != "stage")

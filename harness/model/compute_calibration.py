@@ -29,6 +29,7 @@ from ..record import ResultRecord
 from .calibration_inputs import (above_peak, efficiency_by_mb, num_ranks, profile_efficiency, same_place,
                                  stage_and_micro_batch, workload_matches)
 from .calibration_types import BusbwCurve, Calibration
+from .stack import stack_words
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _not_comparable(rec: ResultRecord, cfg: BenchConfig, machine: Machine) -> Op
     """Why a compute record cannot calibrate cfg's computation (None: it can)."""
     found = record_machine(rec)
     if rec.benchmark != cfg.workload.name or not workload_matches(rec.config, cfg):
-        return f"not {cfg.workload.name} at seq {cfg.workload.seq_len} {cfg.workload.precision.value}"
+        return f"not {cfg.workload.name} at seq {cfg.workload.seq_len} {cfg.workload.precision.value} ({stack_words(cfg.workload)})"
     if num_ranks(rec) != cfg.platform.world_size:
         return f"not {cfg.platform.world_size} ranks"
     if found is None or not found.same_as(machine):

@@ -7,10 +7,10 @@ configuration must fit in. Pure functions, no I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..config.choices import CheckpointPolicy, Device, Precision
+from ..config.choices import CheckpointPolicy, Compile, Device, Kernels, Precision
 from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from ..config.teacher import llama_param_shapes, teacher_workload
 from .flops import checkpointed_layers, llama_param_count
@@ -45,6 +45,22 @@ DS_PERSISTENCE = 100_000
 DS_MAX_REUSE = 1_000_000_000
 DISTILL_CHUNK_ELEMENTS = 2**26      # benchmarks/distill.py CHUNK_ELEMENTS (not imported: it imports torch)
 DISTILL_CHUNK_COPIES = 7            # "a block's intermediates peak at about 7 float32 copies" (same file)
+COMPILE_ACTIVATION_FRACTION = 0.66
+"""With workload.compile (torch; deepcompile takes it too), the share of the eager stack's activations
+(activation_estimate's total: layers, head and backward work) a compiled micro-step keeps at its peak:
+Inductor's partitioner recomputes cheap pointwise results in backward instead of saving them, and the
+fused norms and loss keep no fp32 copies. MEASURED on one H100 (reference_results/sources/gpu-runs/
+2026-11-27-h100-stack/gpu-stack, llama-440m ZeRO-1 mb 128): peak 33.44 GiB eager, 24.74 compiled;
+less the model's 7.49 GiB of parameters, gradients, optimizer states and buckets, 25.95 and 17.25 GiB
+of activations: 0.665. The 8B-shaped stack of the same records (4 layers, seq 2048, mb 4), whose head
+is a larger share of its activations, checks it: 24.15 GiB measured compiled, 24.2 predicted."""
+FP8_SAVED_INPUT_BYTES = 1
+"""Under precision=fp8 with compile, bytes per element of each FP8 linear layer's input that its
+backward no longer keeps: the compiled graph saves the e4m3 cast (1 byte) where bf16 (2) was kept.
+COUNTED, not fitted: the distinct inputs of a decoder layer's linears, 3h + f elements a token (q/k/v,
+o, gate/up, down). Against the records (same folder): llama-440m 20.52 GiB measured against 24.74
+compiled bf16 (-4.22), this count -2.49 (the model is 1.7 GiB high there); the 8B-shaped stack -0.84
+measured, -0.81 counted. Eager FP8 (torchao keeps its bf16 inputs): no saving, TO MEASURE."""
 
 
 def dtype_bytes(p: Precision) -> int:
@@ -75,16 +91,23 @@ def deepspeed_zero3_estimate_bytes(psi: float, largest_layer_params: float, n: i
 
 # ---- activations -----------------------------------------------------------------------------
 
-def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION) -> float:
+def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION, kernels: str = "eager") -> float:
     """Bytes one decoder layer keeps for backward per token (p = activation bytes, 2 for bf16):
     2 RMSNorms, each its fp32 input copy and normalised cast (4h + p h); their outputs, the q/k/v
     and gate/up inputs (2 p h); the o_proj input (p h); SwiGLU: gate, SiLU output, up, product
     (4 p f); attention core, sdpa: q after RoPE, k, v at the kv width, output (2 p h + 2 p kv)
     and the fp32 log-sum-exp (4 a); eager: q, k and v repeated to all heads (3 p h), the fp32
-    softmax and its cast (4 + p) a s. RoPE keeps only cos/sin; no dropout masks."""
+    softmax and its cast (4 + p) a s. RoPE keeps only cos/sin; no dropout masks.
+    kernels="liger" (Liger Kernel 0.8.5's autograd functions): each RMSNorm keeps its bf16 input
+    and an fp32 rstd per token (p h + 4) instead of the fp32 copy and the cast, and SwiGLU keeps gate
+    and up (the product is down_proj's input), not the SiLU output: 8h - 8 + p f bytes fewer. The
+    roofline's traffic is counted on the eager set (kernels="eager", the default)."""
     p, h, f, a = dtype_bytes(w.precision), w.hidden_size, w.intermediate_size, w.num_heads
     kv = w.num_kv_heads * (h // a)
-    common = 2 * (4 * h + p * h) + 2 * p * h + p * h + 4 * p * f
+    if kernels not in ("eager", "liger"):
+        raise ValueError(f"kernels={kernels!r}; valid: eager, liger")
+    norms, swiglu = (2 * (p * h + 4), 3 * p * f) if kernels == "liger" else (2 * (4 * h + p * h), 4 * p * f)
+    common = norms + 2 * p * h + p * h + swiglu
     if attention == "sdpa":
         return common + 2 * p * h + 2 * p * kv + 4 * a
     if attention == "eager":
@@ -119,10 +142,19 @@ def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> Activa
     upcast to fp32, log-softmax kept, its gradient and the input's): 12 V bytes per token.
     Head, distillation (benchmarks/distill.py): the student logits kept by the chunked loss
     (p V), their gradient accumulated from full-size slice gradients (2 p V), one chunk's fp32
-    intermediates (7 x 4 x min(tokens x V, 2^26) bytes). The teacher's logits are teacher memory."""
+    intermediates (7 x 4 x min(tokens x V, 2^26) bytes). The teacher's logits are teacher memory.
+    The training stack (workload.kernels, compile, precision=fp8; harness/model/stack.py):
+    kernels=liger keeps Liger's sets (layer_bytes_per_token; the final norm p h + 4 and the lm_head
+    input p h) and its fused linear cross-entropy never materialises the logits: the head is the
+    gradient of its input computed in forward (p h a token) and of the output weight (p V h), the
+    logits of one chunk living only inside forward (distillation needs the logits: its head stays).
+    compile: COMPILE_ACTIVATION_FRACTION of the whole (measured); with liger too (not measured),
+    the smaller of the two. precision=fp8 with compile: FP8_SAVED_INPUT_BYTES less per element of the
+    linears' inputs of every layer that keeps its set."""
     tokens, p, h, v = w.micro_batch_size * w.seq_len, dtype_bytes(w.precision), w.hidden_size, w.vocab_size
-    layer = layer_bytes_per_token(w, attention)
-    final = 4 * h + 2 * p * h                          # final RMSNorm (4h + p h) and lm_head input (p h)
+    liger = w.kernels == Kernels.liger
+    layer = layer_bytes_per_token(w, attention, "liger" if liger else "eager")
+    final = (2 * p * h + 4) if liger else (4 * h + 2 * p * h)   # final RMSNorm and the lm_head input (p h)
     work = p * (2 * h + 2 * w.intermediate_size)       # gradients flowing through a layer in backward
     k = checkpointed_layers(w)
     if k:   # a checkpointed layer keeps its input (selective: its set), the others theirs; one recomputed at a time
@@ -134,14 +166,30 @@ def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> Activa
     else:
         stored, transient = (w.num_layers * layer + final) * tokens, work * tokens
         kept = "L x layer"
-    if w.distill is None:
-        head, head_f = 12.0 * v * tokens, "12 V"
-    else:
+    if w.distill is not None:
         head = 3.0 * p * v * tokens + DISTILL_CHUNK_COPIES * 4 * min(tokens * v, DISTILL_CHUNK_ELEMENTS)
         head_f = "3 p V + chunk"
+    elif liger:
+        head, head_f = float(p * h * tokens + p * v * h), "Liger's fused linear cross-entropy: p h + p V h"
+    else:
+        head, head_f = 12.0 * v * tokens, "12 V"
     total = stored + max(head, transient)
-    formula = (f"tokens x ({kept} + 4h + 2ph) + max(head {head_f}, backward work); layer = "
-               f"{layer:.0f} B/token ({attention}), tokens = {w.micro_batch_size} x {w.seq_len}")
+    formula = (f"tokens x ({kept} + {'2ph + 4' if liger else '4h + 2ph'}) + max(head {head_f}, backward work); layer = "
+               f"{layer:.0f} B/token ({attention}{', Liger' if liger else ''}), tokens = {w.micro_batch_size} x {w.seq_len}")
+    if w.compile != Compile.none:
+        eager = activation_estimate(replace(w, compile=Compile.none, kernels=Kernels.eager), attention)
+        scaled = eager.total_bytes * COMPILE_ACTIVATION_FRACTION
+        if liger and total < scaled:     # compile x liger is not measured: the smaller of the two
+            formula = f"compile x Liger (not measured): the smaller of Liger's count and compile's; {formula}"
+        else:
+            stored, head, transient, total = (x * COMPILE_ACTIVATION_FRACTION for x in
+                                              (eager.stored_bytes, eager.head_bytes, eager.transient_bytes, eager.total_bytes))
+            formula = (f"{COMPILE_ACTIVATION_FRACTION:g} x the eager set (compiled, measured): " + eager.formula
+                       + (" (compile x Liger not measured: compile's is the smaller)" if liger else ""))
+        if w.precision == Precision.fp8:
+            saved = FP8_SAVED_INPUT_BYTES * (3 * h + w.intermediate_size) * (w.num_layers - k) * tokens
+            stored, total = stored - saved, total - saved
+            formula += f"; FP8: - {FP8_SAVED_INPUT_BYTES} B x (3h + f) per token of each layer that keeps its set"
     return ActivationEstimate(layer, stored, head, transient, total, formula)
 
 

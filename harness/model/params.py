@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .memory import FRAGMENTATION_FRACTION
+from .memory import COMPILE_ACTIVATION_FRACTION, FRAGMENTATION_FRACTION
 
 HBM_FRACTION = 0.894
 """Of a datasheet's HBM bandwidth, what the probe's triad reached on the lent H200 (4,292 of 4,800 GB/s)."""
@@ -26,7 +26,7 @@ class Param:
     value: float
     unit: str
     kind: str
-    """fitted | declared"""
+    """fitted | declared | measured | assumed | to measure (the value the model uses meanwhile)"""
     source: str
 
 
@@ -84,6 +84,48 @@ class ModelParams:
     (memory.layer_bytes_per_token x layers x tokens). MEASURED on the lent H200: 92.5 ms of such
     kernels per llama-440m micro-step at mb 128 x seq 128, at the probe's 4.29 TB/s triad, over
     22.17 GB kept (compute_breakdown_mb128.json; 24-29 at mb 8, where kernels are small)."""
+    compile_memory_traffic: float = 0.260
+    """With workload.compile (torch; deepcompile takes it too), the memory-bound traffic of a micro-step
+    as a fraction of the eager stack's (activation_passes x this): Inductor fuses the elementwise
+    chains, norms, RoPE and the loss into few kernels. MEASURED on H100 80GB HBM3 nodes (torch 2.11,
+    tests/gpu/compute_breakdown.py, llama-440m's shape at mb 128 x seq 128, device time of every
+    kernel but the matrix products and attention): eager 111.0 ms of 169.6
+    (../shared/gpu-runs/2026-11-27-h100/compute_breakdown_mb128.json, the issue's 95.6 ms of
+    'elementwise' plus softmax/loss, norms and copies), compiled 28.9 ms of 93.7
+    (reference_results/sources/gpu-runs/2026-11-27-h100-stack/compute_breakdown_compiled_mb128.json:
+    elementwise 11.3 + reduce/norm 7.8 + other 2.6, and 7.2 ms of Inductor pointwise kernels,
+    triton_poi_..._bmm_cat_cos_..., RoPE's cos/sin fused with its tiny inv_freq bmm, that the script's
+    classifier files under 'gemm' because their names contain 'bmm'): 28.9 / 111.0 = 0.260 (the
+    elementwise class alone, 11.3 + 7.8 of 95.6, would say 0.20). The two ran on two H100s of the same
+    triad (3,030 GB/s), so memory-bound times compare; their GEMMs do not (the stack's node was power
+    capped: 713 against 774 TFLOP/s in the probe), so compile carries no GEMM term. Cross-check from
+    the harness's step times on one node (711 -> 1265 samples/s): 0.29."""
+    liger_memory_traffic: float = 0.468
+    """With workload.kernels=liger (eager), the same fraction: Liger's fused RMSNorm, RoPE, SwiGLU and
+    the fused linear cross-entropy (no logits) replace transformers' chains of kernels. DERIVED from
+    one record pair on one H100 (reference_results/sources/gpu-runs/2026-11-27-h100-stack/gpu-stack,
+    llama-440m ZeRO-1 mb 128 x ga 8): the step fell from 1.440 s (eager) to 0.968 s (Liger), 59.0 ms a
+    micro-step, taken off the eager micro-step's 111.0 ms of memory-bound kernels (the matrix products
+    assumed unchanged): 1 - 59.0 / 111.0 = 0.468. From the profiled micro-steps alone (their medians,
+    173.2 and 103.6 ms) it would be 0.37: the Liger run's last micro-step (the optimizer's) took 49 ms
+    more than eager's, and its steps spread +-6 %. TO MEASURE: a kernel breakdown of the Liger
+    micro-step (tests/gpu/compute_breakdown.py has no Liger switch)."""
+    fp8_gemm_efficiency: float = 0.74
+    """Under precision=fp8, the fraction of the declared FP8 peak (platform.peak_tflops.fp8) the FP8
+    linear layers' matrix products reach. ASSUMED: gemm_efficiency, the bf16 figure measured on the
+    H200 (the probe measures no FP8 matmul). TO MEASURE: an FP8 GEMM probe."""
+    fp8_cast_bytes: float = 9.5
+    """Under precision=fp8 (torchao float8 training, tensorwise), bytes of HBM traffic per element of
+    every FP8 linear layer's input, output and weight per micro-step: the amax reductions and casts
+    to e4m3/e5m2 of inputs, weights and output gradients, and their transposed copies for the weight
+    gradients. FITTED on two record pairs on one H100, compiled, FP8 against bf16 (reference_results/
+    sources/gpu-runs/2026-11-27-h100-stack): llama-440m mb 128 x ga 8, 0.8095 -> 0.8504 s a step
+    (+5.1 ms a micro-step: its linears are too narrow, hidden 1024, for FP8 to pay), and an 8B-shaped
+    stack (4 layers, seq 2048, mb 4 x ga 2), 0.2323 -> 0.1955 s (-18.4 ms); what is left of each
+    difference once the linears' FLOPs run at fp8_gemm_efficiency of the FP8 peak instead of
+    gemm_efficiency of the bf16 one is 9.87 and 9.17 bytes per element (9.18e9 and 3.56e9 elements a
+    micro-step): 9.5. A count of the casts (amax read 2 B, cast read 2 B and write 1 B, a transposed
+    copy 3 B) gives 8. Measured with compile only: without it (torchao's casts unfused) TO MEASURE."""
     hbm_fraction: float = HBM_FRACTION
     """Of a datasheet's HBM bandwidth, the share a triad reaches: 4,292 of 4,800 GB/s, MEASURED by the
     probe on the lent H200. Applied to hbm_gbps below and to a platform's declared platform.hbm_gbps."""
@@ -122,6 +164,21 @@ class ModelParams:
         cb = "reference_results/sources/gpu-runs/2026-11-26-h200/compute_breakdown_mb128.json (torch.profiler, H200)"
         out += [Param("gemm_efficiency", self.gemm_efficiency, "of the declared peak (no measured efficiency)", "measured", cb),
                 Param("activation_passes", self.activation_passes, "x activation bytes kept, per micro-step", "measured", cb)]
+        stack = "reference_results/sources/gpu-runs/2026-11-27-h100-stack"
+        out += [Param("compile_memory_traffic", self.compile_memory_traffic, "x activation_passes, compiled", "measured",
+                      f"{stack}/compute_breakdown_compiled_mb128.json against ../shared/gpu-runs/2026-11-27-h100/"
+                      "compute_breakdown_mb128.json (H100s: 28.9 of 111.0 ms of memory-bound kernels)"),
+                Param("liger_memory_traffic", self.liger_memory_traffic, "x activation_passes, Liger's kernels", "measured",
+                      f"{stack}/gpu-stack 00-z1 and 03-z1-liger (H100: 1.440 -> 0.968 s a step)"),
+                Param("fp8_gemm_efficiency", self.fp8_gemm_efficiency, "of the declared FP8 peak", "assumed",
+                      "gemm_efficiency (bf16, H200); TO MEASURE: an FP8 GEMM probe"),
+                Param("fp8_cast_bytes", self.fp8_cast_bytes, "B per FP8 linear input, output and weight element, per micro-step",
+                      "fitted", f"{stack}: FP8 against bf16, compiled, llama-440m and the 8B-shaped stack (9.87, 9.17)"),
+                Param("memory_model.COMPILE_ACTIVATION_FRACTION", COMPILE_ACTIVATION_FRACTION, "of the eager activations",
+                      "measured", f"{stack}/gpu-stack 00-z1 and 01-z1-compile (H100: 25.95 -> 17.25 GiB)"),
+                Param("compile_host_floor", 1.0, "x the eager host floor", "to measure",
+                      "no record shows a compiled host floor (the compiled mb-128 micro-step is GPU-bound): the eager "
+                      "floor is kept; measure compiled runs at mb 8 with 6, 12, 24 layers")]
         out.append(Param("hbm_fraction", self.hbm_fraction, "of a datasheet's HBM bandwidth", "measured",
                          "reference_results/sources/gpu-runs/2026-11-26-h200 (the probe's triad)"))
         out += [Param(f"hbm_gbps.{k}", v, "GB/s", "declared", "NVIDIA datasheet x 0.894 (the H200 probe's triad fraction)")

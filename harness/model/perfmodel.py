@@ -18,20 +18,24 @@ Pure functions (no I/O); formulas are stated where they are used, with their sou
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from ..config.choices import Device, checkpointing_of
+from ..config.choices import Compile, CompileMode, Device, checkpointing_of
 from ..config.schema import BenchConfig
 from ..config.split import with_split  # also imported from here by reference_results/sources/sc25-pmbs
+from ..config.stack import validate_stack
 from ..config.teacher import teacher_workload
-from ..errors import HarnessError
+from ..errors import ConfigError, HarnessError
 from .calibration_types import Calibration
 from .comm_layout import prefetch_exposed
 from .flops import (forward_flops_per_token, llama_param_count, recompute_flops_per_token, recompute_fraction,
                     training_flops_per_token)
 from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, overlap_comm
 from .params import PARAMS, ModelParams
+from .stack import STACK_CHOICES, fp8_cast_elements, fp8_linear_flops_per_token, stack_notes
+from .stack import traffic_fraction as stack_traffic
 from .traffic import CommEstimate, Traffic, collective_time, comm_traffic, nccl_algorithm
 
 # ---- prediction ------------------------------------------------------------------------------
@@ -179,7 +183,10 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     recomputed under checkpointing, times the share of layers checkpointed: either policy recomputes
     every elementwise op; a teacher's forward a third of its own), at the GPU's HBM bandwidth
     (platform.hbm_gbps, the datasheet's, x params.hbm_fraction; else params.hbm_gbps by gpu_model). None
-    where the GPU's bandwidth is not declared."""
+    where the GPU's bandwidth is not declared. The training stack (harness/model/stack.py): compile and
+    Liger's kernels scale the student's traffic (stack.traffic_fraction; the bytes are the eager set's);
+    precision=fp8 runs the decoder linears' FLOPs at params.fp8_gemm_efficiency of the FP8 peak, the rest
+    at the bf16 peak, and adds the casts' traffic (params.fp8_cast_bytes per stack.fp8_cast_elements)."""
     p, w = cfg.platform, cfg.workload
     hbm = p.hbm_gbps * params.hbm_fraction if p.hbm_gbps > 0 else params.hbm_gbps.get(p.gpu_model or "")
     if p.device != Device.cuda or not hbm:
@@ -188,13 +195,27 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     flops = sum(phase_flops(cfg).values())
     tokens = w.micro_batch_size * w.seq_len
     kept = w.num_layers * layer_bytes_per_token(w) * tokens * (1 + recompute_fraction(w) / 3)
+    fraction, how = stack_traffic(w, params)
+    kept *= fraction
     if w.distill is not None:
         t = teacher_workload(w)
         kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3
-    seconds = flops / (peak * params.gemm_efficiency) + params.activation_passes * kept / (hbm * 1e9)
-    return (flops / (peak * seconds),
-            f"roofline, nothing measured: FLOPs at {params.gemm_efficiency:g} of peak + {params.activation_passes:g} x "
+    fp8 = fp8_linear_flops_per_token(w) * tokens
+    if fp8:
+        bf16 = p.peak_tflops.get("bf16", peak / 2 / 1e12) * 1e12
+        gemm = (flops - fp8) / (bf16 * params.gemm_efficiency) + fp8 / (peak * params.fp8_gemm_efficiency)
+        casts = params.fp8_cast_bytes * fp8_cast_elements(w)
+    else:
+        gemm, casts = flops / (peak * params.gemm_efficiency), 0.0
+    seconds = gemm + (params.activation_passes * kept + casts) / (hbm * 1e9)
+    text = (f"roofline, nothing measured: FLOPs at {params.gemm_efficiency:g} of peak + {params.activation_passes:g} x "
             "the activation bytes kept, at the GPU's HBM bandwidth (params.py; measured on an H200)")
+    if how:
+        text += f"; the stack's traffic {how}"
+    if fp8:
+        text += (f"; FP8: the decoder linears' FLOPs at {params.fp8_gemm_efficiency:g} of the FP8 peak, the rest at the "
+                 f"bf16 peak, + {params.fp8_cast_bytes:g} B a cast element")
+    return flops / (peak * seconds), text
 
 
 def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float, float]:
@@ -252,7 +273,8 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
               "activation_checkpointing": w.activation_checkpointing,
               "checkpoint_every_n_layers": w.checkpoint_every_n_layers,
               "checkpoint_policy": w.checkpoint_policy.value, "overlap_comm": overlap_comm(cfg),
-              "gradient_collective": gradient_collective(cfg), "device": p.device.value}
+              "gradient_collective": gradient_collective(cfg), "device": p.device.value,
+              "compile": w.compile.value, "kernels": w.kernels.value, "attention": w.attention.value}
     notes = [] if p.world_size > 1 else ["one rank: no collectives"]
     if eff > 1:
         notes.append(f"efficiency {eff:.3f} is above the declared peak: the calibration's measurement is faster than "
@@ -267,6 +289,7 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
         floor, how = host_floor(cfg, params)
         notes.append(f"host-bound: issuing a micro-step takes the host {floor * 1e3:.1f} ms ({how}; params.host_s_per_module, "
                      f"measured), more than the GPU's work; {host_wait:.4g} s per step waiting on the host")
+    notes += stack_notes(cfg, host_wait > 0)
     if cfg.zero.allgather_bucket_size is not None and cfg.zero.stage in (1, 2):
         notes.append("zero.allgather_bucket_size has no effect: DeepSpeed 0.19.8 all-gathers each parameter "
                      "group whole with all_gather_into_tensor (runtime/utils.py)")
@@ -306,15 +329,48 @@ CHECKPOINTING_CHOICES = tuple(checkpointing_of(w) for w in ("none", "every_4", "
 tries, from the least recompute to the most memory saved (`tune.checkpointing` names them so)."""
 
 
-def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3), checkpointing: bool = False) -> list[BenchConfig]:
+def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3), checkpointing: bool = False,
+                  stack: bool = False) -> list[BenchConfig]:
     """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C, each validated;
-    with checkpointing, each of those at every CHECKPOINTING_CHOICES entry too (else cfg's own)."""
+    with checkpointing, each of those at every CHECKPOINTING_CHOICES entry too (else cfg's own); with
+    stack, each of those at every stack.STACK_CHOICES entry (workload.compile x workload.kernels) the
+    platform allows (config/stack.py validate_stack: Liger's kernels need a GPU), else cfg's own."""
     c = cfg.workload.samples_per_step
     splits = [(s, mb) for s in stages for mb in range(1, c + 1) if c % mb == 0]
-    if not checkpointing:
-        return [with_split(cfg, s, mb) for s, mb in splits]
-    return [with_split(cfg, s, mb, activation_checkpointing=on, checkpoint_every_n_layers=every, checkpoint_policy=policy)
-            for s, mb in splits for on, every, policy in CHECKPOINTING_CHOICES]
+    ckpts = CHECKPOINTING_CHOICES if checkpointing else (None,)
+    out = []
+    with warnings.catch_warnings():
+        if stack:   # fp8 without compile: validate() said so for cfg, not again for every variant
+            warnings.filterwarnings("ignore", message="workload.precision=fp8 without", category=UserWarning)
+        for base in (stack_variants(cfg) if stack else [cfg]):
+            for s, mb in splits:
+                for ck in ckpts:
+                    try:
+                        out.append(with_split(base, s, mb) if ck is None else
+                                   with_split(base, s, mb, activation_checkpointing=ck.on,
+                                              checkpoint_every_n_layers=ck.every_n_layers, checkpoint_policy=ck.policy))
+                    except ConfigError:
+                        if not stack:   # without --stack every split is cfg's own stack: an error is cfg's
+                            raise
+    return out
+
+
+def stack_variants(cfg: BenchConfig) -> list[BenchConfig]:
+    """cfg at each stack.STACK_CHOICES entry (compile mode left at its default for no compile), those
+    the platform refuses (validate_stack) left out."""
+    out = []
+    for choice in STACK_CHOICES:
+        w = replace(cfg.workload, compile=choice.compile, kernels=choice.kernels,
+                    compile_mode=cfg.workload.compile_mode if choice.compile != Compile.none else CompileMode("default"))
+        variant = replace(cfg, workload=w)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # fp8 without compile: said once for cfg, not per variant
+                validate_stack(variant)
+        except ConfigError:
+            continue
+        out.append(variant)
+    return out
 
 
 def fastest(preds: list[Prediction]) -> Optional[Prediction]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import statistics
 
+from ..config.choices import Compile, Kernels
 from .check import StepTimeCheck
 from .perfmodel import Prediction, fastest, overlap_summary
+from .stack import Stack
 
 
 def _gib(x: float) -> str:
@@ -20,12 +22,20 @@ def checkpointing(c: dict) -> str:
     return "on" + (f" for 1 layer in {every}" if every > 1 else "") + (f", {policy}" if policy != "full" else "")
 
 
+def stack(c: dict) -> str:
+    """A prediction config's training stack (compile x kernels) in one word (harness/model/stack.py)."""
+    return Stack(Compile(c.get("compile", "none")), Kernels(c.get("kernels", "eager"))).word
+
+
 def describe(pred: Prediction) -> str:
     c = pred.config
+    attention = c.get("attention", "auto")
     return (f"{c['workload']} on {c['platform']}: {c['world_size']} ranks ({c['nodes']} node(s)), ZeRO-{c['zero_stage']}, "
             f"micro-batch {c['micro_batch_size']} x grad-acc {c['grad_acc_steps']}, seq {c['seq_len']}, {c['precision']}; "
             f"overlap_comm {str(c['overlap_comm']).lower()}, gradient collective {c['gradient_collective']}, "
-            f"activation checkpointing {checkpointing(c)}")
+            f"activation checkpointing {checkpointing(c)}"
+            + (f"; stack {stack(c)}" if stack(c) != "eager" else "")
+            + (f", attention {attention}" if attention != "auto" else ""))
 
 
 def format_prediction(pred: Prediction) -> str:
@@ -71,10 +81,13 @@ def format_sweep(preds: list[Prediction]) -> str:
         return "no configuration"
     c = preds[0].config
     several = len({checkpointing(p.config) for p in preds}) > 1
+    stacks = len({stack(p.config) for p in preds}) > 1
     lines = [f"{c['workload']} on {c['platform']}: {c['world_size']} ranks, C = {c['micro_batch_size'] * c['grad_acc_steps']}, "
              f"seq {c['seq_len']}, {c['precision']}"
-             + ("" if several else f", activation checkpointing {checkpointing(c)}"),
-             f"{'ZeRO':>4} {'mb':>5} {'ga':>5} " + (f"{'checkpointing':<25} " if several else "")
+             + ("" if several else f", activation checkpointing {checkpointing(c)}")
+             + ("" if stacks or stack(c) == "eager" else f", stack {stack(c)}"),
+             f"{'ZeRO':>4} {'mb':>5} {'ga':>5} " + (f"{'stack':<14} " if stacks else "")
+             + (f"{'checkpointing':<25} " if several else "")
              + f"{'mem GiB':>9} {'of GiB':>7} {'':<4} {'step s':>9} {'comm s':>8} {'exposed':>8} {'samples/s':>10} "
              f"{'hours':>9}  efficiency"]
     sources: list[str] = []
@@ -83,7 +96,7 @@ def format_sweep(preds: list[Prediction]) -> str:
         if p.efficiency_source not in sources:
             sources.append(p.efficiency_source)
         hours = f"{p.hours:.4g}" if p.hours is not None else "-"
-        ckpt = f"{checkpointing(k):<25} " if several else ""
+        ckpt = (f"{stack(k):<14} " if stacks else "") + (f"{checkpointing(k):<25} " if several else "")
         lines.append(f"{k['zero_stage']:>4} {k['micro_batch_size']:>5} {k['grad_acc_steps']:>5} {ckpt}{m.total_gib:>9.4g} "
                      f"{m.capacity_gib:>7.4g} {'ok' if m.fits else 'OOM':<4} {p.step_time_s:>9.4g} {p.comm_s:>8.3g} "
                      f"{p.exposed_comm_s:>8.3g} {p.samples_per_s:>10.4g} {hours:>9}  {p.efficiency:.3f} [{sources.index(p.efficiency_source) + 1}]")
@@ -95,7 +108,8 @@ def format_sweep(preds: list[Prediction]) -> str:
     best = fastest(preds)
     lines.append("fastest that fits: " + ("none" if best is None else
                  f"ZeRO-{best.config['zero_stage']} mb {best.config['micro_batch_size']} x ga {best.config['grad_acc_steps']}"
-                 f", activation checkpointing {checkpointing(best.config)}: {best.step_time_s:.4g} s a step, "
+                 + (f", stack {stack(best.config)}" if stacks or stack(best.config) != "eager" else "")
+                 + f", activation checkpointing {checkpointing(best.config)}: {best.step_time_s:.4g} s a step, "
                  f"{best.samples_per_s:.4g} samples/s"))
     return "\n".join(lines)
 
