@@ -367,12 +367,9 @@ class TuneConfig:
     """Activation-checkpointing choices step 2 also tries, each with every split and stage: none, full,
     selective, every_<n> (full, every n-th layer), selective_every_<n>; empty: the workload's own only."""
     compile: list[Compile] = field(default_factory=list)
-    """workload.compile choices step 2 also tries (none, torch, deepcompile), each with every split, stage,
-    checkpointing and kernels choice; a combination the platform or stage refuses (DeepCompile: CUDA,
-    ZeRO 1-3) is left out of the space; empty: the workload's own only."""
+    """workload.compile (none, torch, deepcompile) x kernels (eager, liger) choices step 2 also tries; what the
+    platform or stage refuses (Liger off GPUs, DeepCompile under ZeRO-0) is left out; empty: the workload's own."""
     kernels: list[Kernels] = field(default_factory=list)
-    """workload.kernels choices step 2 also tries (eager, liger), likewise; liger (a GPU only) is left out
-    on the cpu platform; empty: the workload's own only."""
     nccl_space: dict[str, list[str]] = field(default_factory=_default_nccl_space)
     """Step 1: the values tried per NCCL variable (the cartesian product; each checked like nccl_env)."""
     bucket_sizes: list[int] = field(default_factory=list)

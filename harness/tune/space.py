@@ -4,18 +4,22 @@ A candidate is one trial's settings: named parameters (what the search varies) a
 overrides that apply them on top of the tune's base overrides. Step 1 varies NCCL variables of a
 standalone all-reduce sweep; step 2 the split of C = micro_batch_size x grad_acc_steps (C fixed,
 every micro-batch a divisor of C) and the ZeRO stage (and, with tune.checkpointing, the activation
-checkpointing: which layers, which ops); step 3 DeepSpeed's communication knobs of
+checkpointing: which layers, which ops; with tune.compile / tune.kernels, the training stack, each
+combination the platform refuses left out); step 3 DeepSpeed's communication knobs of
 the stage step 2 chose.
 """
 from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
-from typing import Any
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
 
-from ..config.choices import Checkpointing, Precision, checkpointing_of
+from ..config.choices import Checkpointing, Compile, CompileMode, Kernels, Precision, checkpointing_of
 from ..config.schema import BenchConfig
+from ..config.stack import validate_stack
+from ..errors import ConfigError
 from ..model.flops import llama_param_count
 
 DEEPSPEED_DEFAULT_BUCKET = 500_000_000
@@ -44,7 +48,7 @@ class Candidate:
     def label(self) -> str:
         short = {"micro_batch_size": "mb", "grad_acc_steps": "ga", "stage": "z", "overlap_comm": "ov",
                  "gradient_collective": "gc", "bucket_size": "bkt", "contiguous_gradients": "cg",
-                 "prefetch_bucket_size": "pf", "checkpointing": "ck-"}
+                 "prefetch_bucket_size": "pf", "checkpointing": "ck-", "compile": "c-", "kernels": "k-"}
         parts = []
         for k, v in self.params:
             if isinstance(v, bool):
@@ -86,18 +90,82 @@ def checkpointing_here(cfg: BenchConfig) -> Checkpointing:
             else checkpointing_of("none"))
 
 
+def stack_choices(cfg: BenchConfig) -> list[tuple[tuple[str, Any], ...]]:
+    """Step 2's training-stack choices: tune.compile x tune.kernels (each list once, in its order), as
+    the params they add ((), ("compile", c), ("kernels", k) or both: only the lists given vary);
+    [()] when neither is set."""
+    compiles = list(dict.fromkeys(Compile(c).value for c in cfg.tune.compile))
+    kernels = list(dict.fromkeys(Kernels(k).value for k in cfg.tune.kernels))
+    return [tuple(p for p in (("compile", c) if c else None, ("kernels", k) if k else None) if p)
+            for c in compiles or [None] for k in kernels or [None]]
+
+
+def stack_overrides(choice: tuple[tuple[str, Any], ...]) -> tuple[str, ...]:
+    """The overrides of a stack choice; without compile, torch.compile's mode back at its default."""
+    d = dict(choice)
+    out = tuple(f"workload.{k}={v}" for k, v in choice)
+    return out + (("workload.compile_mode=default",) if d.get("compile") == "none" else ())
+
+
+def stack_refusal(cfg: BenchConfig, stage: int, choice: tuple[tuple[str, Any], ...]) -> Optional[str]:
+    """Why the platform refuses a stack choice at a ZeRO stage (config/stack.py validate_stack: Liger
+    needs a GPU, DeepCompile CUDA and ZeRO 1-3, ...), None when it runs."""
+    d = dict(choice)
+    if not d:
+        return None
+    w = cfg.workload
+    compiled = Compile(d.get("compile", w.compile.value))
+    variant = replace(cfg, zero=replace(cfg.zero, stage=stage),
+                      workload=replace(w, compile=compiled, kernels=Kernels(d.get("kernels", w.kernels.value)),
+                                       compile_mode=CompileMode("default") if compiled == Compile.none else w.compile_mode))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate_stack(variant)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def refused_stacks(cfg: BenchConfig) -> list[str]:
+    """The stack choices left out of step 2, one line per reason: the choices, the stages, why."""
+    by_why: dict[str, tuple[dict[str, None], dict[int, None]]] = {}
+    for stage in sorted(cfg.tune.stages):
+        for st in stack_choices(cfg):
+            why = stack_refusal(cfg, stage, st)
+            if why:
+                choices, stages = by_why.setdefault(why, ({}, {}))
+                choices.setdefault(" ".join(f"{k}={v}" for k, v in st), None)
+                stages.setdefault(stage, None)
+    return [f"{', '.join(choices)} at ZeRO-{'/'.join(map(str, stages))}: {why}"
+            for why, (choices, stages) in by_why.items()]
+
+
+def stack_here(cfg: BenchConfig) -> tuple[tuple[str, Any], ...]:
+    """The workload's own stack as the params step 2 varies (those of tune.compile / tune.kernels)."""
+    w = cfg.workload
+    return ((("compile", w.compile.value),) if cfg.tune.compile else ()) + \
+        ((("kernels", w.kernels.value),) if cfg.tune.kernels else ())
+
+
 def batch_candidates(cfg: BenchConfig) -> list[Candidate]:
     """Step 2: (micro_batch_size, grad_acc_steps) with the product C fixed, x ZeRO stage, x each
-    tune.checkpointing choice when there are any (the parameter `checkpointing`, its word)."""
+    tune.checkpointing choice when there are any (the parameter `checkpointing`, its word), x each
+    tune.compile x tune.kernels choice when there are any (the parameters `compile`, `kernels`),
+    those the platform refuses at that stage left out (stack_refusal)."""
     c = cfg.workload.samples_per_step
     choices = checkpointing_choices(cfg)
+    stacks = stack_choices(cfg)
     out = []
     for stage in sorted(cfg.tune.stages):
+        allowed = [st for st in stacks if stack_refusal(cfg, stage, st) is None]
         for mb in micro_batch_sizes(cfg):
             params = (("stage", stage), ("micro_batch_size", mb), ("grad_acc_steps", c // mb))
             overrides = (f"zero=stage{stage}", f"workload.micro_batch_size={mb}", f"workload.grad_acc_steps={c // mb}")
-            out += [Candidate(2, params + (("checkpointing", ck.word),), overrides + ck.overrides())
-                    for ck in choices] or [Candidate(2, params, overrides)]
+            for st in allowed:
+                out += [Candidate(2, params + (("checkpointing", ck.word),) + st,
+                                  overrides + ck.overrides() + stack_overrides(st))
+                        for ck in choices] or [Candidate(2, params + st, overrides + stack_overrides(st))]
     return out
 
 

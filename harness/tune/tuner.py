@@ -306,7 +306,8 @@ class Tuner:
 
     def step2(self, nccl: list[str]) -> Trial:
         result = StepResult(2, "micro-batch x gradient accumulation (C fixed) x ZeRO stage"
-                            + (" x activation checkpointing" if self.tune.checkpointing else ""))
+                            + (" x activation checkpointing" if self.tune.checkpointing else "")
+                            + (" x compile" if self.tune.compile else "") + (" x kernels" if self.tune.kernels else ""))
         self.steps.append(result)
         base = [*self.base, *nccl]
         # with step 1's NCCL variables the default configuration is measured again, with the search
@@ -315,9 +316,13 @@ class Tuner:
         here = ("stage", self.cfg.zero.stage), ("micro_batch_size", w.micro_batch_size), ("grad_acc_steps", w.grad_acc_steps)
         if self.tune.checkpointing:
             here += (("checkpointing", space.checkpointing_here(self.cfg).word),)
+        here += space.stack_here(self.cfg)
         candidates = space.batch_candidates(self.cfg)
         known = {c.key: lead[0] if lead else self.baseline for c in candidates if c.params == here}
         measured = self.search_step(result, candidates, base, known, anchor=self.anchor_micro_batch, lead=lead)
+        refused = space.refused_stacks(self.cfg)
+        if refused:   # the platform refuses them: left out of the space, not failed trials
+            result.note = "; ".join(filter(None, [result.note, "left out (refused on this platform): " + "; ".join(refused)]))
         start = measured[0] if lead else self.baseline
         result.start = start
         result.best = self.best_of(result.trials + [start]) or start
@@ -329,8 +334,10 @@ class Tuner:
         holds it flat beyond the measured sizes; one measurement at the other end of the range
         lets it interpolate (log micro-batch) between the two for every other split."""
         own = space.checkpointing_here(self.cfg).word   # with tune.checkpointing, the workload's own first
+        stack = dict(space.stack_here(self.cfg))        # with tune.compile / tune.kernels, the workload's own stack
         same = [c for c in fits if c.as_dict()["stage"] == self.cfg.zero.stage]
-        return max(same, key=lambda c: (c.as_dict()["micro_batch_size"], c.as_dict().get("checkpointing") == own),
+        return max(same, key=lambda c: (c.as_dict()["micro_batch_size"], c.as_dict().get("checkpointing") == own,
+                                        all(c.as_dict().get(k) == v for k, v in stack.items())),
                    default=None)
 
     def step3(self, start: Trial, start_overrides: list[str]) -> Trial:

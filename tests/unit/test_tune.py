@@ -62,7 +62,38 @@ def test_checkpointing_choices_multiply_step_2_and_each_composes(composed):
     assert space.Candidate(2, (("stage", 3), ("checkpointing", "every_2"))).label() == "z3-ck-every_2"
 
 
+def test_stack_choices_multiply_step_2_leaving_out_what_the_platform_refuses(composed):
+    """tune.compile x tune.kernels add the training stack to step 2 (only the lists given become
+    parameters); a choice the platform refuses at a stage (Liger without a GPU, DeepCompile under ZeRO-0)
+    is left out of the space, with the reason, instead of failing as a trial."""
+    from harness.config.compose import compose
+
+    cfg = composed(["workload.samples_per_step=4", "workload.micro_batch_size=1"])   # the cpu platform
+    cfg.tune.compile, cfg.tune.kernels = ["none", "torch"], ["eager", "liger"]
+    cands = space.batch_candidates(cfg)
+    assert len(cands) == 3 * 3 * 2            # stages x splits of 4 x (none, torch) with eager: liger refused
+    assert {(c.as_dict()["compile"], c.as_dict()["kernels"]) for c in cands} == {("none", "eager"), ("torch", "eager")}
+    for cand in cands:
+        w = compose(["workload.samples_per_step=4", *cand.overrides]).workload
+        assert (w.compile.value, w.kernels.value) == (cand.as_dict()["compile"], cand.as_dict()["kernels"])
+    assert [r.split(": ")[0] for r in space.refused_stacks(cfg)] == [
+        "compile=none kernels=liger, compile=torch kernels=liger at ZeRO-1/2/3"]
+    assert space.stack_here(cfg) == (("compile", "none"), ("kernels", "eager"))
+    assert space.Candidate(2, (("stage", 1), ("compile", "torch"), ("kernels", "liger"))).label() == "z1-c-torch-k-liger"
+    gpu = composed(["platform=h100", "workload=llama-440m", "workload.samples_per_step=8", "workload.micro_batch_size=8"])
+    gpu.tune.compile, gpu.tune.stages = ["deepcompile", "torch"], [0, 1]
+    got = {(c.as_dict()["stage"], c.as_dict()["compile"]) for c in space.batch_candidates(gpu)}
+    assert got == {(0, "torch"), (1, "deepcompile"), (1, "torch")} and "kernels" not in space.stack_here(gpu)
+    gpu.tune.compile, gpu.tune.kernels = [], ["liger", "eager", "liger"]     # each once, in its order
+    assert space.stack_choices(gpu) == [(("kernels", "liger"),), (("kernels", "eager"),)]
+    assert [o for o in space.batch_candidates(gpu)[0].overrides if "workload.k" in o] == ["workload.kernels=liger"]
+    plain = composed([])
+    assert space.stack_choices(plain) == [()] and space.refused_stacks(plain) == []
+
+
 @pytest.mark.parametrize("bad, message", [
+    (["tune.compile=[fast]"], "tune.compile"),
+    (["tune.kernels=[triton]"], "tune.kernels"),
     (["tune.checkpointing=[every_0]"], "tune.checkpointing"),
     (["tune.checkpointing=[sometimes]"], "not a checkpointing choice"),
     (["tune.checkpointing=[full,every_1]"], "each choice once"),
@@ -209,6 +240,7 @@ class FakeWorld:
         v += 0.5 if z.gradient_collective.value == "reduce_scatter" else 0.0
         w = cfg.workload
         v += 0.3 if w.activation_checkpointing and w.checkpoint_policy.value == "selective" else 0.0
+        v += 0.2 if w.compile.value == "torch" else 0.0
         return v
 
     def measure(self, cfg, name, confirming):
@@ -403,6 +435,24 @@ def test_step2_tries_the_checkpointing_choices_and_keeps_the_best(fake_tune):
     assert not any(all(o in ov for o in default) and "zero=stage1" in ov for ov in world.launched)
     assert all("workload.checkpoint_policy=selective" in ov for ov in world.launched
                if "workload.activation_checkpointing=true" in ov)
+
+
+def test_step2_tries_the_stack_choices_the_platform_allows_and_keeps_the_best(fake_tune):
+    """tune.compile x tune.kernels on the cpu platform: Liger is left out (a GPU only), said in the step's
+    note, never launched; the default (none, eager) is that point of the space and is not rerun; the
+    compiled configuration (faster in the fake world) wins."""
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]", "tune.compile=[none,torch]",
+                     "tune.kernels=[eager,liger]") == 0
+    state = json.loads((out / "tune.json").read_text())
+    step = state["steps"][0]
+    assert {(t["params"]["compile"], t["params"]["kernels"]) for t in step["trials"]} == {("none", "eager"), ("torch", "eager")}
+    assert not any("workload.kernels=liger" in ov for ov in world.launched)
+    assert ("left out (refused on this platform): compile=none kernels=liger, compile=torch kernels=liger at ZeRO-1/2/3: "
+            "workload.kernels='liger' is invalid" in step["note"]) and "x compile x kernels" in step["title"]
+    assert step["best"] in ("z1-mb4-ga2-c-torch-k-eager", "z2-mb4-ga2-c-torch-k-eager")
+    default = ["zero=stage1", "workload.micro_batch_size=2", "workload.grad_acc_steps=4", "workload.compile=none"]
+    assert not any(all(o in ov for o in default) for ov in world.launched)
 
 
 def test_bayes_spends_half_its_budget_on_the_models_fresh_best(fake_tune):
