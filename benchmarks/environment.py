@@ -10,15 +10,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from contract import events as ev
-from contract.fingerprint import DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, RANK_FIELDS, RUNTIME_VAR, build
+from contract.fingerprint import DIGEST_VAR, IMAGE_VAR, RANK_FIELDS, RUNTIME_VAR, build, recorded_env, stack_versions
 
 from .machine import machine
 from .probe import node_probe
 
 LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
-
-# Environment variables that change communication behaviour and so belong in the fingerprint.
-
 
 def _version(dist: str) -> Optional[str]:
     try:
@@ -110,6 +107,7 @@ def fingerprint(world_size: int, probe: Optional[dict[str, Any]] = None) -> dict
         deepspeed=_version("deepspeed"),
         transformers=_version("transformers"),
         datasets=_version("datasets"),
+        **stack_versions(),   # triton, liger_kernel, torchao: None when absent
         cuda=torch.version.cuda if cuda else None,
         nccl=nccl,
         driver=_driver_version() if cuda else None,
@@ -122,7 +120,7 @@ def fingerprint(world_size: int, probe: Optional[dict[str, Any]] = None) -> dict
         container_digest=digest,
         container_runtime=runtime,
         lock_mismatches=lock_mismatches(),
-        env={k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        env=recorded_env(os.environ),
         host=socket.gethostname(),
         world_size=world_size,
     )

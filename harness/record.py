@@ -23,7 +23,7 @@ from typing import Any, Optional
 import jsonschema
 
 from contract import events as ev
-from contract.fingerprint import CONTROLLER_FIELDS, DIGEST_VAR, ENV_PREFIXES, IMAGE_VAR, build
+from contract.fingerprint import CONTROLLER_FIELDS, DIGEST_VAR, IMAGE_VAR, build, recorded_env, stack_versions
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
@@ -39,8 +39,10 @@ from .plan import RunSpec
 from .probe import efficiency_pct, node_probes
 from .stack_view import stack_metrics, stack_of
 
-SCHEMA_VERSION = "1.1"
-"""1.1: environment.machine.probe (and each node's), the capability probe; metrics.matmul_eff_pct. A 1.0 record stays valid."""
+SCHEMA_VERSION = "1.2"
+"""1.1: environment.machine.probe (and each node's), the capability probe; metrics.matmul_eff_pct. 1.2:
+environment.triton, liger_kernel, torchao, environment.stack described, the compilers' variables in
+environment.env. A 1.0 or 1.1 record stays valid."""
 NOT_RECORDS = ("suite.json", "gpu-check.json")
 """JSON files a results folder holds beside its records (the suite's index, gpu-check's summary)."""
 SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
@@ -136,10 +138,11 @@ def _version(dist: str) -> Optional[str]:
 
 
 def controller_environment() -> dict[str, Any]:
-    """What the controller knows without importing torch; ranks' own view overrides it."""
+    """What the controller knows without importing torch (the packages' versions from their metadata);
+    ranks' own view overrides it."""
     return build(CONTROLLER_FIELDS, python=py_platform.python_version(), torch=_version("torch"),
                  deepspeed=_version("deepspeed"), transformers=_version("transformers"),
-                 datasets=_version("datasets"), gpu_count=0, env={}, host=socket.gethostname())
+                 datasets=_version("datasets"), **stack_versions(), gpu_count=0, env={}, host=socket.gethostname())
 
 
 SETTINGS = ("measure.inject_delay_s", "measure.warmup_steps", "measure.steps", "platform.launcher")
@@ -164,7 +167,7 @@ def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[
     if seen:
         env.update(seen[0])
     else:  # the ranks never reported: what they were given is the best record
-        env["env"] = {k: v for k, v in run.env.items() if k.startswith(ENV_PREFIXES)}
+        env["env"] = recorded_env(run.env)
     if cfg.platform.container.runtime.value != "none":  # what the ranks were told, if they never said
         env["container_image"] = env.get("container_image") or run.env.get(IMAGE_VAR)
         env["container_digest"] = env.get("container_digest") or run.env.get(DIGEST_VAR)

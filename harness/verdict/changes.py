@@ -4,8 +4,9 @@ node's hardware (CPU model, cores, memory, GPU count and model; never load or cl
 moved figures (harness/probe.py), the machine's fields of contract/fingerprint.py COMPARED, each node
 interface's link rate (`links.node2/eth0: [1.0, 0.25]`), other work on the machine during the run when
 it differs materially (`load.other_cpus`), the software of COMPARED (driver, CUDA, NCCL, PyTorch,
-DeepSpeed, transformers, the image), the packages that moved from the lock (`package.sympy`), the
-recorded variables (`env.NCCL_ALGO`), the settings outside the configuration key
+DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages that moved from the
+lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`), the
+recorded variables (`env.TORCHINDUCTOR_DEBUG_COMPILE`), the settings outside the configuration key
 (`measure.inject_delay_s`), and the suite's own commit with the commits between."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import functools
 import subprocess
 from typing import Any, Optional
 
-from contract.fingerprint import COMPARED
+from contract.fingerprint import COMPARED, STACK_COMPARED
 
 from ..config.schema import REPO_ROOT
 from ..probe import probe_diff
@@ -42,6 +43,7 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
                  if k not in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
     diff.update(package_diff(reference_env.get("lock_mismatches"), current_env.get("lock_mismatches")))
+    diff.update(stack_diff(reference_env.get("stack"), current_env.get("stack")))
     ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
     diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
                  if ref_vars.get(k) != cur_vars.get(k)})
@@ -55,20 +57,34 @@ def package_diff(ref: Any, cur: Any) -> dict[str, Any]:
     """`package.NAME: [reference's, now]` for each package whose installed version moved, read from
     both sides' lock_mismatches (the packages whose version differs from requirements.lock, as each
     rank saw them; a package a side does not list is at the lock's pin, which the other side names).
-    The fields a comparison names on their own (torch, deepspeed, transformers) are left to them;
-    nothing when either side did not read its packages."""
+    The fields a comparison names on their own (torch, deepspeed, transformers, triton, liger-kernel,
+    torchao) are left to them; nothing when either side did not read its packages."""
     if not isinstance(ref, dict) or not isinstance(cur, dict):
         return {}
     out: dict[str, Any] = {}
     for name in sorted(set(ref) | set(cur)):
         a, b = ref.get(name), cur.get(name)
-        if name.lower() in COMPARED or not all(isinstance(x, dict) for x in (a or {}, b or {})):
+        if name.lower().replace("-", "_") in COMPARED or not all(isinstance(x, dict) for x in (a or {}, b or {})):
             continue
         was = a.get("seen") if a else (b or {}).get("lock")
         now = b.get("seen") if b else (a or {}).get("lock")
         if was != now:
             out[f"package.{name}"] = [was, now]
     return out
+
+
+def stack_diff(ref: Any, cur: Any) -> dict[str, Any]:
+    """`stack.FIELD: [reference's, now]` for each of STACK_COMPARED that differs between the two records'
+    training stacks (environment.stack: the compile mode, backend and path, the SDPA backend that ran,
+    Liger's kernels, the FP8 linears), a list said as its items ('flash', 'flash, math'); nothing when
+    either side has no stack (a record from before it was kept)."""
+    if not isinstance(ref, dict) or not isinstance(cur, dict):
+        return {}
+
+    def said(value: Any) -> Any:
+        return ", ".join(map(str, value)) if isinstance(value, list) else value
+    return {f"stack.{k}": [said(ref.get(k)), said(cur.get(k))] for k in STACK_COMPARED
+            if said(ref.get(k)) != said(cur.get(k))}
 
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:

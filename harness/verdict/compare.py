@@ -36,7 +36,7 @@ from ..errors import HarnessError
 from ..probe import PACE_NOISE_PCT, Pace, mix_apart, node_probes, not_comparable, pace
 from ..record import ResultRecord
 from .changes import environment_diff, hardware
-from .changes import HARDWARE_FIELDS, commits_between, package_diff  # noqa: F401 (read from here before)
+from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, STACK_KEYS, Reference, record_config
 

@@ -12,11 +12,11 @@ from harness.nccl_tests.importer import records_from_output
 from harness.nccl_tests.json_format import parse_file
 from harness.record import controller_environment
 
-RANK = ["python", "torch", "deepspeed", "transformers", "datasets", "cuda", "nccl", "driver", "gpu_model",
-        "gpu_count", "cpu_model", "machine", "os", "container_image", "container_digest", "container_runtime",
-        "lock_mismatches", "env", "host", "world_size"]
-CONTROLLER = ["python", "torch", "deepspeed", "transformers", "datasets", "cuda", "nccl", "driver", "gpu_model",
-              "gpu_count", "container_image", "container_digest", "env", "host"]
+RANK = ["python", "torch", "deepspeed", "transformers", "datasets", "triton", "liger_kernel", "torchao", "cuda", "nccl",
+        "driver", "gpu_model", "gpu_count", "cpu_model", "machine", "os", "container_image", "container_digest",
+        "container_runtime", "lock_mismatches", "env", "host", "world_size"]
+CONTROLLER = ["python", "torch", "deepspeed", "transformers", "datasets", "triton", "liger_kernel", "torchao", "cuda",
+              "nccl", "driver", "gpu_model", "gpu_count", "container_image", "container_digest", "env", "host"]
 IMPORTED = ["python", "torch", "deepspeed", "transformers", "cuda", "nccl", "driver", "gpu_model", "gpu_count",
             "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks"]
 
