@@ -26,6 +26,8 @@ FIXED_TOP = {"flops"}
 # what the environment holds that is the same for one configuration on any machine
 ENV_KEPT = {"settings", "world_size", "num_nodes", "num_ranks"}
 ENV_VARS_KEPT = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
+# optional packages (contract/fingerprint.py STACK_PACKAGES): a version in one venv, None in another
+ENV_OPTIONAL = {"triton", "liger_kernel", "torchao"}
 # floats that are not masked (losses) agree to this: the ranks compute in fp32, and another CPU (another
 # vector width: torch picks its kernels by it) sums a softmax in another order. A distillation's KL, a
 # small difference of O(1) terms, then moves by ~1e-7 absolute: 0.0255530 against 0.0255531 (3e-6
@@ -58,6 +60,8 @@ def _environment(env: dict) -> dict:
         elif key == "env":
             out[key] = {k: (v if k in ENV_VARS_KEPT else _mask(v)) for k, v in sorted(value.items())
                         if k in ENV_VARS_KEPT}
+        elif key in ENV_OPTIONAL:
+            out[key] = "<version or None>"
         elif isinstance(value, dict):
             out[key] = {k: _mask(v) for k, v in value.items()}
         else:
