@@ -21,14 +21,15 @@ import torch
 
 def classify(name: str) -> str:
     n = name.lower()
+    # Inductor's kernels first: their names list the fused ops (a RoPE kernel's holds "bmm")
+    if n.startswith(("triton_poi", "triton_tem")):   # pointwise (fused elementwise)
+        return "elementwise"
+    if n.startswith(("triton_red", "triton_per")):   # reductions (norms, losses, fused with their pointwise)
+        return "reduce/norm"
     if any(k in n for k in ("gemm", "cutlass", "xmma", "cublas", "sm90", "nvjet", "matmul", "addmm", "::mm", "bmm")):
         return "gemm"
     if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "efficient_attention")):
         return "attention"
-    if n.startswith(("triton_poi", "triton_tem")):   # Inductor's pointwise kernels (fused elementwise)
-        return "elementwise"
-    if n.startswith(("triton_red", "triton_per")):   # Inductor's reductions (norms, losses, fused with their pointwise)
-        return "reduce/norm"
     if any(k in n for k in ("softmax", "cross_entropy", "nll", "log_softmax")):
         return "softmax/xent"
     if any(k in n for k in ("reduce", "norm", "sum", "mean")):
