@@ -33,7 +33,9 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
         diff.update(_by_node("machine", ".", {h: hardware(m) for h, m in ref_nodes.items()},
                              {h: hardware(m) for h, m in cur_nodes.items()}))
     diff.update(probe_diff(reference_env, current_env))
-    hardware_first = sorted(COMPARED, key=lambda k: k not in HARDWARE_FIELDS)
+    # a field one fingerprint lacks altogether was not kept yet when it was written: it says nothing
+    hardware_first = [k for k in sorted(COMPARED, key=lambda k: k not in HARDWARE_FIELDS)
+                      if k in reference_env and k in current_env]
     diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
                  if k in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
     ref_links, cur_links = reference_env.get("links"), current_env.get("links")

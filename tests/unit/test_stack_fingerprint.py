@@ -89,6 +89,11 @@ def test_a_comparison_names_the_stack_packages_as_any_library_once():
     # a lock's liger-kernel is the field liger_kernel: named by it, not again as a package
     assert package_diff({}, {"liger-kernel": {"lock": "0.8.5", "seen": "0.8.4"}}) == {}
     assert {"triton", "liger_kernel", "torchao"} <= set(fp.COMPARED)
+    # a reference written before the fields existed (every shipped cpu reference) says nothing of them:
+    # a box with torchao installed is not "None -> 0.18.0" against it
+    older = {k: v for k, v in ENV.items() if k not in fp.STACK_PACKAGES}
+    assert environment_diff(older, ENV) == {} and environment_diff(older, {**ENV, "torch": "2.14.0"}) == {
+        "torch": ["2.13.0", "2.14.0"]}
 
 
 def test_a_comparison_names_what_ran_of_the_stack():
