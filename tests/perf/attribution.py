@@ -21,8 +21,16 @@ Cases run for real on the cpu platform where this box can make the change:
   (podman: `containers.recipes --move deepspeed==0.19.7`, `--env MALLOC_ARENA_MAX=2`), OLD in the
   lock's image, expected the image's tag and digest and `deepspeed` / `env.MALLOC_ARENA_MAX`, named by
   every verdict whatever it is (skipped without podman).
-Where it cannot (no second torch, DeepSpeed or transformers offline, no container engine, one
-CPU model), the change is an edit of real records: NEW is another
+- the compiler (issue 38), llama-tiny compiled (`workload.compile=torch`: Inductor's C++ backend), OLD
+  and NEW interleaved: Inductor's C++ kernels built unoptimised (TORCHINDUCTOR_DEBUG_COMPILE=1 in the
+  ranks' environment: -O0; 3.0-3.8x slower on the 2-core EPYC), expected `env.TORCHINDUCTOR_DEBUG_COMPILE`;
+  and torchao moved (0.18.0 -> 0.17.0, or absent -> 0.17.0) in a second venv over this one (the one
+  package installed into it, pip --no-deps; the others through a .pth), expected `torchao`, named by
+  every verdict whatever it is (no package of this layer moved measurably on cpu: sympy 1.14.0 ->
+  1.13.3, Inductor's own, left a cold compile at 65-71 s; skipped when pip cannot fetch it).
+Where it cannot (no second torch, DeepSpeed or transformers offline, no Triton or Liger Kernel on a
+cpu box, no second SDPA backend choosing itself, no container engine, one CPU model), the change is
+an edit of real records: NEW is another
 set of unchanged runs whose fingerprint gets the change and whose throughput is slowed to
 SLOWDOWN (the effect the changed component would have); a different CPU or core count is not
 slowed and must read "not comparable"; a power-capped, a throttled and a PCIe-degraded GPU are
@@ -30,7 +38,9 @@ real `nvidia-smi -q` outputs (tests/data/nvidia_smi/, each cited) put in the pro
 GPU's in OLD's (the same GPU with its link at its max for the PCIe case), and must read "not
 comparable" naming the power limit, the throttle reasons, the link.
 A case is right when some verdict is a regression (or "not comparable" where expected) and every
-regression's "what changed" names exactly the expected keys, nothing else, nothing missing.
+regression's "what changed" names exactly the expected keys, nothing else, nothing missing (beside
+the machine as measured around the run: TRUE_BYSTANDERS); a "not comparable" beside such a
+regression is the machine measured otherwise (a busy neighbour), no wrong attribution.
 
 False alarms: --pairs + 1 runs of the default cpu suite back to back; each consecutive pair
 compared (the later --against the earlier) under compare's rules. A pair with any regression is a
@@ -51,8 +61,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -94,8 +106,19 @@ class Case:
     image: Optional[tuple[list[str], list[str]]] = None
     """A case run in two images (podman): (`python -m containers.recipes` arguments of OLD's image,
     of NEW's), each built when missing; OLD is --repeats runs in the first, NEW in the second, and
-    the case is right when every verdict, whatever it is, names exactly the expected keys (a real
-    library or environment change need not be slower)."""
+    the case is right when every verdict that judged, whatever it is, names exactly the expected keys
+    (a real library or environment change need not be slower; one the machine's measured state kept
+    from judging, "not comparable", names nothing)."""
+
+    base: list[str] = field(default_factory=list)
+    """Overrides of both sides (a compiled configuration): such a case runs its own OLD side,
+    interleaved with NEW so that drift hits both."""
+    runs: Optional[int] = None
+    """NEW's runs of a case with its own OLD side (default --repeats): one suffices for a change far
+    beyond the noise (OLD's repeats judge it)."""
+    moved: Optional[str] = None
+    """A requirement (`torchao==0.17.0`): NEW runs in a second venv over this one in which that one
+    package is installed (overlay_venv), OLD in this venv; judged as an image case."""
 
     @property
     def real(self) -> bool:
@@ -141,6 +164,10 @@ def _both(*edits: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]]
     return edit
 
 
+COMPILED = ["workload.compile=torch"]
+"""llama-tiny compiled with Inductor (its C++ backend on cpu; a first compile 65-85 s on 2 cores, 9-12 s
+with Inductor's caches warm)."""
+
 CASES = [
     Case("slowed micro-step (measure.inject_delay_s=0.1)", {"measure.inject_delay_s"},
          overrides=["measure.inject_delay_s=0.1"]),
@@ -155,6 +182,15 @@ CASES = [
     Case("an NCCL variable (NCCL_ALGO=Tree)", {"env.NCCL_ALGO"}, edit=_set("env.NCCL_ALGO", "Tree")),
     Case("a gloo variable (GLOO_SOCKET_IFNAME=eth0)", {"env.GLOO_SOCKET_IFNAME"},
          edit=_set("env.GLOO_SOCKET_IFNAME", "eth0")),
+    Case("another Triton", {"triton"}, edit=_set("triton", "3.5.1")),
+    Case("another Liger Kernel", {"liger_kernel"}, edit=_set("liger_kernel", "0.8.4")),
+    Case("another torchao", {"torchao"}, edit=_set("torchao", "0.17.0")),
+    Case("another SDPA backend ran (stack.attention_used flash -> math)", {"stack.attention_used"},
+         edit=_set("stack.attention_used", ["math"])),
+    Case("Inductor's C++ kernels unoptimised (TORCHINDUCTOR_DEBUG_COMPILE=1, compiled)",
+         {"env.TORCHINDUCTOR_DEBUG_COMPILE"}, base=COMPILED, env={"TORCHINDUCTOR_DEBUG_COMPILE": "1"}),
+    Case("another torchao, in a second venv (torchao -> 0.17.0, compiled)", {"torchao"}, base=COMPILED,
+         moved="torchao==0.17.0"),
     Case("another container image", {"container_image"},
          edit=_set("container_image", "ghcr.io/example/llm-bench:cpu-2026.10")),
     Case("another DeepSpeed, in a second image (deepspeed 0.19.8 -> 0.19.7, podman)",
@@ -177,13 +213,15 @@ CASES = [
 ]
 
 
-def bench(out: Path, overrides: list[str], neighbours: int = 0, env: Optional[dict[str, str]] = None) -> int:
-    """One `bench` of the harness; `neighbours` busy-looping processes run beside it."""
+def bench(out: Path, overrides: list[str], neighbours: int = 0, env: Optional[dict[str, str]] = None,
+          python: str = sys.executable) -> int:
+    """One `bench` of the harness (its ranks in `python`'s venv); `neighbours` busy-looping processes
+    run beside it."""
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             for _ in range(neighbours)]
     try:
         with open(out.with_suffix(".log"), "w", encoding="utf-8") as log:
-            return subprocess.run([sys.executable, "-m", "harness", "bench", f"out={out}", *overrides],
+            return subprocess.run([python, "-m", "harness", "bench", f"out={out}", *overrides],
                                   cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, **(env or {})}).returncode
     finally:
@@ -243,9 +281,49 @@ def in_images(work: Path, repeats: int, extra: list[str], old_args: list[str], n
     return _load(sides["old"]), _load(sides["new"])
 
 
+def interleaved(work: Path, repeats: int, runs: int, old: list[str], new: list[str], env: dict[str, str],
+                python: str = sys.executable) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """OLD (`old` overrides, --repeats runs) and NEW (`new`, with `env`, in `python`'s venv; `runs`
+    runs), one of each in turn so that drift hits both."""
+    sides: dict[str, list[str]] = {"old": [], "new": []}
+    for i in range(max(repeats, runs)):
+        for side, args, side_env, py, n in (("old", old, {}, sys.executable, repeats),
+                                            ("new", new, env, python, runs)):
+            if i < n:
+                out = work / f"{side}-{i}"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                bench(out, args, env=side_env, python=py)
+                sides[side].append(str(out))
+    return _load(sides["old"]), _load(sides["new"])
+
+
+def overlay_venv(venv: Path, requirement: str) -> Optional[str]:
+    """A second venv over this one: its own site-packages first, holding `requirement` alone (pip
+    --no-deps), then this venv's (a .pth adds it as a site directory, its own .pth files read), so
+    every other package is this venv's. Its python, or None when pip could not install it (offline)."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    ours = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    theirs = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    Path(theirs, "_over_base_venv.pth").write_text(
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", theirs,
+                           "--upgrade", requirement], capture_output=True, text=True)
+    return str(python) if done.returncode == 0 else None
+
+
 def _load(paths: list[str]) -> list[dict[str, Any]]:
     """Records as dicts, for the cases to edit."""
     return [r.to_dict() for r in load_records(paths)]
+
+
+def _installed(dist: str) -> Optional[str]:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _typed(records: list[dict[str, Any]]) -> list[ResultRecord]:
@@ -271,10 +349,11 @@ class Outcome:
     named: list[str]
 
 
-TRUE_BYSTANDERS = ("load.other_cpus",)
-"""Keys a diff may name beside the expected ones: other work on the box, measured during the run. It
-is true when named (a concurrent process in CI did run), and a real load must not fail a case that
-checks the attribution of something else."""
+TRUE_BYSTANDERS = ("load.other_cpus", "probe.*")
+"""Keys a diff may name beside the expected ones: the machine as measured around the run: other work
+on the box during it, and the probe's figures that moved beyond their tolerance before it (a
+neighbour, the VM's host: `probe.fp32_matmul_gflops`). Each is true when named (a concurrent process
+in CI did run), and a real load must not fail a case that checks the attribution of something else."""
 
 
 def names_exactly(diff: dict[str, Any], expected: set[str]) -> bool:
@@ -292,16 +371,20 @@ def judge(case: Case, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> O
     named += sorted({v.reason for v in flagged if v.verdict == "not comparable"})
     kinds = sorted({v.verdict for v in verdicts})
 
+    # a regression naming exactly the cause: the machine measured otherwise than OLD's beside it (a busy
+    # neighbour; "not comparable" for the metrics that move with its speed) attributes nothing wrongly
+    named_right = bool(case.expected) and any(names_exactly(v.environment_diff, case.expected)
+                                              for v in flagged if v.verdict == "regression")
+
     def right_one(v) -> bool:
         if case.reason and re.search(case.reason, v.reason):   # the cause in words (an efficiency across machines too)
             return True
         if v.verdict == "not comparable":
-            return not case.expected and case.reason is None
+            return (not case.expected and case.reason is None) or named_right
         return bool(case.expected) and names_exactly(v.environment_diff, case.expected)
-    if case.image:   # whatever the verdicts: each names exactly what changed
+    if case.image or case.moved:   # whatever the verdicts: each that judged names exactly what changed
         judged = [v for v in verdicts if v.environment_diff]
-        right = bool(judged) and all(names_exactly(v.environment_diff, case.expected) for v in judged) \
-            and not any(v.verdict == "not comparable" for v in verdicts)
+        right = bool(judged) and all(names_exactly(v.environment_diff, case.expected) for v in judged)
         named = sorted({json.dumps(sorted(v.environment_diff)) for v in judged})
         return Outcome(case, right, "/".join(kinds), [", ".join(json.loads(n)) for n in named])
     right = bool(flagged) and all(right_one(v) for v in flagged)
@@ -316,15 +399,15 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
     no noise between the sides, so the check does not depend on this machine's steadiness)."""
     extra = list(extra or [])
     sides: dict[str, list[Path]] = {"old": [], "same": []}
-    if any(not (c.cluster or c.image) for c in cases):   # the shared OLD side, for the cases that use it
+    if any(not (c.cluster or c.image or c.base) for c in cases):   # the shared OLD side, for the cases that use it
         for i in range(repeats):   # OLD and the unchanged NEW interleaved, so drift hits both
             for side in ("old", "same") if edit_source == "same" else ("old",):
                 out = work / f"{side}-{i}"
                 if bench(out, BASE + extra) not in (0,):
                     raise SystemExit(f"the {side} bench failed: see {out}.log")
                 sides[side].append(out)
-    old = _load([str(p) for p in sides["old"]])
-    same = _load([str(p) for p in sides["same"]]) if edit_source == "same" else old
+    old = _load([str(p) for p in sides["old"]]) if sides["old"] else []
+    same = _load([str(p) for p in sides["same"]]) if edit_source == "same" and sides["same"] else old
     outcomes = []
     for n, case in enumerate(cases):
         if case.cluster:
@@ -337,6 +420,19 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
                 print(f"  skipped: {case.name}: needs podman (make containers)", flush=True)
                 continue
             base, new = in_images(work / f"case{n}", repeats, extra, *case.image)
+        elif case.moved:
+            name, _, version = case.moved.partition("==")
+            python = None if _installed(name) == version else overlay_venv(work / f"case{n}" / "venv", case.moved)
+            if python is None:
+                print(f"  skipped: {case.name}: {name} is {version} here already, or pip could not install "
+                      f"{case.moved}", flush=True)
+                continue
+            args = BASE + extra + case.base
+            base, new = interleaved(work / f"case{n}", repeats, case.runs or repeats, args, args, {}, python)
+        elif case.base:
+            args = BASE + extra + case.base
+            base, new = interleaved(work / f"case{n}", repeats, case.runs or repeats, args, args + case.overrides,
+                                    case.env)
         elif case.real:
             outs = []
             for i in range(repeats):
