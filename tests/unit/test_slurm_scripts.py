@@ -54,12 +54,14 @@ def roce_h100_dry_run(tmp_path_factory):
 def test_dry_run_writes_one_batch_script_per_run_and_submits_nothing(roce_h100_dry_run):
     out, proc = roce_h100_dry_run
     scripts = sorted(out.glob("runs/*/job.sbatch"))
-    # the default suite of roce-h100: the collectives, then the paper's Model 1 cells (ZeRO 1/2 x mb 32..512)
+    # the default suite of roce-h100: the collectives, the paper's Model 1 cells (ZeRO 1/2 x mb 32..512), then
+    # mb 128 compiled under ZeRO 1/2 (paper-model1-stack.yaml)
     assert [p.parent.name for p in scripts] == ["00-collectives", "01-z1-mb32-ga32", "02-z1-mb64-ga16",
                                                  "03-z1-mb128-ga8", "04-z1-mb256-ga4", "05-z1-mb512-ga2",
                                                  "06-z2-mb32-ga32", "07-z2-mb64-ga16", "08-z2-mb128-ga8",
-                                                 "09-z2-mb256-ga4", "10-z2-mb512-ga2"]
-    assert "nothing launched" in proc.stdout and "11 script(s) written" in proc.stdout
+                                                 "09-z2-mb256-ga4", "10-z2-mb512-ga2", "11-z1-mb128-ga8-compile",
+                                                 "12-z2-mb128-ga8-compile"]
+    assert "nothing launched" in proc.stdout and "13 script(s) written" in proc.stdout
     assert not list(out.glob("*.json")), "a dry run writes no records"
     for script in scripts:  # the rank programs' inputs are there, so the script can be sbatch'ed by hand
         assert (script.parent / "spec.json").is_file() and (script.parent / "config.yaml").is_file()
