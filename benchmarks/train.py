@@ -209,9 +209,7 @@ def setup_teacher(spec: TrainSpec, device):
 
 
 def planned_warmup(spec: TrainSpec) -> int:
-    """Warm-up steps before any growth: the configured ones, at least 2 when compiling (the first
-    compiles forward and backward; the second meets what the first step's optimizer changed)."""
-    return max(spec.warmup_steps, 2) if spec.stack.compile != "none" else spec.warmup_steps
+    return spec.stack.planned_warmup(spec.warmup_steps)
 
 
 def probes_attention(spec: TrainSpec) -> bool:

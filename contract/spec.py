@@ -69,6 +69,11 @@ class StackSpec:
     compile_warmup_max: int = 4
     """Warm-up steps added at most while a step still compiles."""
 
+    def planned_warmup(self, warmup_steps: int) -> int:
+        """Warm-up steps before any growth: the configured ones, at least 2 when compiling (the first
+        compiles forward and backward; the second meets what the first optimizer step changed)."""
+        return max(warmup_steps, 2) if self.compile != "none" else warmup_steps
+
 
 @dataclass
 class TrainSpec:

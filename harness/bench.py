@@ -116,8 +116,7 @@ def describe(p: PlannedRun) -> str:
 def total_steps(run: RunSpec) -> int:
     if isinstance(run.spec, CollectiveSpec):
         return len(run.spec.ops) * len(run.spec.sizes)
-    warmup = max(run.spec.warmup_steps, 2) if run.spec.stack.compile != "none" else run.spec.warmup_steps
-    return warmup + run.spec.steps + run.spec.profile_steps   # a compile can add warm-up steps still
+    return run.spec.stack.planned_warmup(run.spec.warmup_steps) + run.spec.steps + run.spec.profile_steps
 
 
 def image_of(platform: PlatformConfig, run: RunSpec) -> Optional[str]:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from ..config.choices import Precision
 from ..record import ResultRecord
+from ..verdict.references import STACK_DEFAULTS, STACK_KEYS
 
 
 def default_tolerance(precision: Precision) -> float:
@@ -67,8 +68,7 @@ FP8_TOLERANCE = 0.10
 gradients, 2), so every linear layer's inputs are rounded to ~6 % and the first steps' losses drift
 by a few percent; measured on one H100 (llama-440m, torchao tensorwise, compiled): 1.3 % above bf16
 at step 5 (reference_results/sources/gpu-runs/2026-11-27-h100-stack/)."""
-STACK_FIELDS = ("compile", "compile_mode", "kernels", "attention", "fp8_recipe")
-EAGER = {"compile": "none", "compile_mode": "default", "kernels": "eager", "attention": "auto"}
+STACK_FIELDS, EAGER = STACK_KEYS, STACK_DEFAULTS   # the reference key's own: one list of the stack's fields
 
 
 def stack_tolerance(workload: dict[str, Any]) -> tuple[float, str]:
