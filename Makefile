@@ -14,7 +14,7 @@
 # resolution step can swap in the multi-GB CUDA build of torch.  DeepSpeed is
 # installed with DS_BUILD_OPS=0; then the ops the suite's runs load (on the cpu
 # accelerator: shm_comm, ~1 min on 2 cores) are built once, into
-# $(VENV)/deepspeed-ops/ (python -m benchmarks.ops build; up to date: 0.1 s).
+# $(VENV)/deepspeed-ops/ (python -m benchmarks.node.ops build; up to date: 0.1 s).
 # Runs load them directly and never JIT-build or wait on torch's lock file.
 #
 # The GPU venv (containers/venv_choice.py says which and why, one line): VENV_KIND=gpu|cpu, else
@@ -90,7 +90,7 @@ SHELL := bash
 help:
 	@echo "Targets:"
 	@echo "  venv       create $(VENV), install requirements.lock (torch $(TORCH_VERSION) first), build DeepSpeed's ops once"
-	@echo "             (python -m benchmarks.ops build [--all]; runs never JIT-build them); on a node with an NVIDIA GPU,"
+	@echo "             (python -m benchmarks.node.ops build [--all]; runs never JIT-build them); on a node with an NVIDIA GPU,"
 	@echo "             for a GPU PLATFORM or with VENV_KIND=gpu: $(GPU_LOCK) (CUDA torch, liger-kernel, torchao)"
 	@echo "  gpu-venv-check  install $(GPU_LOCK) for real into a throwaway venv (Python 3.12), import torch, triton,"
 	@echo "             liger_kernel, torchao; print versions, time and size; remove it (no GPU needed)"
@@ -177,11 +177,11 @@ $(STAMP): $(VENV_RECORD) $$(VENV_LOCK) pyproject.toml
 	$(if $(filter $(GPU_LOCK),$(VENV_LOCK)),$(GPU_INSTALL),$(CPU_INSTALL))
 	@echo $(VENV_LOCK) > $@
 
-# DeepSpeed's ops for this venv (benchmarks/ops.py): built when missing or built
+# DeepSpeed's ops for this venv (benchmarks/node/ops.py): built when missing or built
 # for other torch/deepspeed versions, else nothing to do (0.1 s).  No stamp: the
 # op folder's own manifests say what is built.
 venv: $(STAMP)
-	$(PY) -m benchmarks.ops build
+	$(PY) -m benchmarks.node.ops build
 
 # DS_ACCELERATOR is cleared: the harness sets it per platform.
 bench: venv

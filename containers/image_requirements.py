@@ -23,7 +23,7 @@ from packaging.version import Version
 from containers.image_stack import Stack
 
 SUITE_EXTRAS: dict[str, tuple[str, ...]] = {
-    "transformers": ("torch",),  # benchmarks/model.py builds LlamaForCausalLM: the PyTorch models
+    "transformers": ("torch",),  # benchmarks/training/model.py builds LlamaForCausalLM: the PyTorch models
 }
 """Extras of lock packages the suite uses (the lock installs with --no-deps, so nothing asks for
 them; their requirements must hold all the same)."""
@@ -31,7 +31,7 @@ NOT_INSTALLED: dict[tuple[str, str], str] = {
     ("transformers", "accelerate"): (
         "the suite trains with DeepSpeed directly; transformers needs accelerate only for its Trainer and "
         "for device_map/low-memory loading of pretrained checkpoints, which the suite does not use "
-        "(benchmarks/smoke_image.py builds the model without it)"),
+        "(benchmarks/node/smoke_image.py builds the model without it)"),
 }
 """(package, requirement) the suite deliberately does not install, with the reason."""
 

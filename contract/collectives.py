@@ -1,6 +1,6 @@
 """The collective vocabulary, in nccl-tests' semantics: the ops, the dtypes and reductions a sweep takes
 (our names are torch's dtype names), nccl-tests' names for them, element sizes and binaries. The
-harness validates and records with it; the ranks (benchmarks/collectives.py) map it onto torch."""
+harness validates and records with it; the ranks (benchmarks/comm/collectives.py) map it onto torch."""
 from __future__ import annotations
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")

@@ -1,7 +1,7 @@
 """The environment fingerprint's vocabulary and its one builder: the variables the harness tells the
 ranks about their image, the environment variables a record keeps, the fields each side fills (in
 the order a record holds them), and which fields a comparison names when they change and a
-submission requires. The ranks fill the fingerprint (benchmarks/environment.py), the controller
+submission requires. The ranks fill the fingerprint (benchmarks/node/environment.py), the controller
 completes it (harness/record.py), an imported nccl-tests output fills what its text says
 (harness/nccl_tests/importer.py); all three build it with build(). Pure: no torch, no harness."""
 from __future__ import annotations
@@ -62,7 +62,7 @@ FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets", "triton", 
 """Every field a builder fills, in the order a fingerprint holds them (the controller adds more
 afterwards: nodes, links, num_nodes, settings, load, ...; harness.record.environment)."""
 RANK_FIELDS = FIELDS[:FIELDS.index("world_size") + 1]
-"""What a rank knows (benchmarks.environment.fingerprint): everything torch and its node tell it."""
+"""What a rank knows (benchmarks.node.environment.fingerprint): everything torch and its node tell it."""
 CONTROLLER_FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets", "triton", "liger_kernel", "torchao",
                      "cuda", "nccl", "driver", "gpu_model", "gpu_count", "container_image", "container_digest", "env",
                      "host")

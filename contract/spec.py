@@ -47,7 +47,7 @@ class DataSpec:
 
 @dataclass
 class DistillSpec:
-    """A frozen teacher and the distillation loss (see benchmarks/distill.py)."""
+    """A frozen teacher and the distillation loss (see benchmarks/training/distill.py)."""
     alpha: float
     temperature: float
     teacher: ModelSpec
@@ -60,7 +60,7 @@ class DistillSpec:
 
 @dataclass
 class StackSpec:
-    """How the model is compiled, which kernels and attention backend it runs, FP8 (benchmarks/stack.py)."""
+    """How the model is compiled, which kernels and attention backend it runs, FP8 (benchmarks/training/stack.py)."""
     compile: str = "none"        # none | torch | deepcompile
     compile_mode: str = "default"
     kernels: str = "eager"       # eager | liger
@@ -99,7 +99,7 @@ class TrainSpec:
     """With activation_checkpointing: every n-th decoder layer is checkpointed (1: all). Older
     spec.json files lack it: 1."""
     checkpoint_policy: str = "full"
-    """full | selective (torchtitan's op-level policy; benchmarks/checkpoint_policy.py)."""
+    """full | selective (torchtitan's op-level policy; benchmarks/training/checkpoint_policy.py)."""
     inject_delay_s: float = 0.0
     """Deliberate sleep per micro-step (regression-detection checks only)."""
     cpu_mem_limit_gib: Optional[float] = None
@@ -107,7 +107,7 @@ class TrainSpec:
     distill: Optional[DistillSpec] = None
     gradient_collective: str = "all_reduce"
     """ZeRO-1/2 gradient reduction: all_reduce (DeepSpeed's own path) or reduce_scatter
-    (benchmarks/reduce_scatter.py, applied after deepspeed.initialize). Older spec.json files lack
+    (benchmarks/reduce_scatter/install.py, applied after deepspeed.initialize). Older spec.json files lack
     it: all_reduce."""
     stack: StackSpec = field(default_factory=StackSpec)
     """Older spec.json files lack it: eager, as they ran."""

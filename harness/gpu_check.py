@@ -9,7 +9,7 @@ runs on, in one command (at most about 8 minutes on one H100).
    flow at cpu size, which CI runs): every collective through nccl (a one-rank smoke,
    claiming no bandwidth, on one GPU), then the paper's Model 1 (llama-440m, as conf/workload
    defines it) under ZeRO 0, 1, 2, 3;
-4. the instrument's cost: the ZeRO-2 run again as a bare DeepSpeed loop (benchmarks/plain_loop.py,
+4. the instrument's cost: the ZeRO-2 run again as a bare DeepSpeed loop (benchmarks/training/plain_loop.py,
    the same TrainSpec), harness samples/s against plain samples/s;
 5. gpu-check.md and gpu-check.json in OUT: per run MFU, measured peak memory beside the memory
    model's prediction, profile-mode overhead; the collectives' correctness; the plain-loop ratio.
@@ -96,7 +96,7 @@ def plain_loop(p: PlannedRun, out: Path) -> dict[str, Any]:
     spec_path = run_dir / SPEC_FILE
     write_text_atomic(spec_path, p.run.spec.to_json())
     result = run_dir / "result.json"
-    argv = [sys.executable, "-m", "benchmarks.plain_loop", "--spec", str(spec_path), "--out", str(result)]
+    argv = [sys.executable, "-m", "benchmarks.training.plain_loop", "--spec", str(spec_path), "--out", str(result)]
     launch = LocalLauncher().run(dataclasses.replace(p.run, argv=argv, run_dir=run_dir), cwd=REPO_ROOT)
     if launch.timed_out or any(launch.exit_codes.values()) or not result.exists():
         return {"ok": False, "reason": (f"timed out after {p.run.timeout_s:g} s" if launch.timed_out

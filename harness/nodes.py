@@ -73,7 +73,7 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
 
 
 def pulse_of(window: dict[str, Any]) -> Optional[float]:
-    """The machine's fp32 matmul pace over one rank's window (benchmarks/probe.py pulse): the better
+    """The machine's fp32 matmul pace over one rank's window (benchmarks/node/probe.py pulse): the better
     of the pulses right before and right after it (a rate is lowered by interference, never raised:
     on a quiet 2-core EPYC one of a ZeRO-3 run's two pulses read 0.78x the probe, the better one
     0.93-1.11x, docs/measurement.md), either alone when the other failed; None for a rank that read

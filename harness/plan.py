@@ -246,14 +246,14 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
     if cfg.kind == RunKind.collective:
         for group in ("workload", "zero", "data", "deepspeed_config"):
             config.pop(group, None)
-        spec, module = collective_spec(cfg, run_id), "benchmarks.collectives"
+        spec, module = collective_spec(cfg, run_id), "benchmarks.comm.collectives"
     else:
         config.pop("collective", None)
         ds = deepspeed_config(cfg)
         if cfg.deepspeed_config:
             ds = merge_user_deepspeed(ds, load_user_deepspeed(cfg.deepspeed_config), cfg.deepspeed_config)
         config["deepspeed"] = ds
-        spec, module = train_spec(cfg, run_id, ds), "benchmarks.train"
+        spec, module = train_spec(cfg, run_id, ds), "benchmarks.training.train"
     return RunSpec(run_id=run_id, name=name,
                    argv=[sys.executable, "-m", module, "--run-dir", str(run_dir)],
                    env=rank_env(cfg, repo_root, cache_dir, images), num_ranks=cfg.platform.world_size,

@@ -1,11 +1,11 @@
-"""What the capability probe (benchmarks/probe.py) tells the controller: whether two machines are
+"""What the capability probe (benchmarks/node/probe.py) tells the controller: whether two machines are
 comparable, in words when they are not; what a training run achieved against the matmul rates its
 machine measured (matmul_eff_pct: its model FLOPs at those rates, a teacher's in its own dtype, over
 the time taken); the probe's one line in the run summary.
 
 Comparable, by measurement: the two records' probes agree on the device and, on cpu, on the ISA
 class that picks torch's kernels, the GPUs' state (power limit, throttling, PCIe link, ECC,
-persistence, MIG: benchmarks/gpu_state.py) does not differ, and each figure (best of the probe's
+persistence, MIG: benchmarks/node/gpu_state.py) does not differ, and each figure (best of the probe's
 repeats) lies within its tolerance (TOLERANCE_PCT, measured: see docs/measurement.md, "Machines").
 A reference whose record carries no probe is "machine not measured"; a run without one (a record
 from before the probe) is judged by the machines' names as before (harness.verdict.compare.machine_of).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-from benchmarks.gpu_state import state_differences
+from benchmarks.node.gpu_state import state_differences
 
 TOLERANCE_PCT = {"cpu": {"matmul": 40.0, "triad": 60.0}, "cuda": {"matmul": 15.0, "triad": 15.0}}
 """How far a probe figure may differ (|now/ref - 1|, percent) between two runs of one machine, by device.
@@ -25,7 +25,7 @@ and the runs' throughput with it), bf16 7.3-8.8, one core's triad 14.3-26.1 GB/s
 compared exactly, so 40 % still parts them. cuda: not measured yet (no GPU lent to this suite's
 sessions so far; `make gpu-check` records the probe): datacentre GPUs at fixed clocks repeat a
 matmul within a few percent, and their power, clocks and link are compared exactly
-(benchmarks/gpu_state.py). docs/measurement.md, "Machines"."""
+(benchmarks/node/gpu_state.py). docs/measurement.md, "Machines"."""
 PACE_NOISE_PCT = {"cpu": 15.0, "cuda": 5.0}
 """How far a run's pace (harness/nodes.py pulse_of) may differ from the reference's before the machine
 counts as having run at another speed (harness/verdict/compare.py at_machine_pace). cpu, measured
@@ -175,7 +175,7 @@ class Pace(NamedTuple):
 
 def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
     """(now, then, unit, device): the machine's fp32 matmul pace while this run measured (its load.pulse_fp32,
-    benchmarks/probe.py pulse) and the reference's (its own pulse, else its probe's fp32 best, the same
+    benchmarks/node/probe.py pulse) and the reference's (its own pulse, else its probe's fp32 best, the same
     measurement at more repeats); None where either side lacks one or the two ran on other devices."""
     now = ((current_env or {}).get("load") or {}).get("pulse_fp32")
     ref_probes, cur_probes = node_probes(reference_env), node_probes(current_env)

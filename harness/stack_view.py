@@ -1,4 +1,4 @@
-"""What a run's STACK event (benchmarks/stack.py) puts in its record: environment.stack, the settings
+"""What a run's STACK event (benchmarks/training/stack.py) puts in its record: environment.stack, the settings
 of the training stack and what really ran (the compile path, the SDPA backend used, graph breaks by
 reason, recompilations), and the metrics compile_s, graph_breaks and recompiles."""
 from __future__ import annotations

@@ -42,7 +42,7 @@ class Precision(str, Enum):
 
 
 class Compile(str, Enum):
-    """How the model is compiled (benchmarks/stack.py)."""
+    """How the model is compiled (benchmarks/training/stack.py)."""
     none = "none"
     """Eager: transformers' modules as they are (what the paper measured)."""
     torch = "torch"
@@ -69,7 +69,7 @@ class Kernels(str, Enum):
 
 class Attention(str, Enum):
     """The scaled-dot-product attention backend (torch.nn.attention.sdpa_kernel); auto: PyTorch's own
-    choice. The one that actually ran is recorded (benchmarks/stack.py attention_used)."""
+    choice. The one that actually ran is recorded (benchmarks/training/stack.py attention_used)."""
     auto = "auto"
     flash = "flash"
     efficient = "efficient"
@@ -90,7 +90,7 @@ class CheckpointPolicy(str, Enum):
     """Recompute every op of a checkpointed layer; it keeps only its input."""
     selective = "selective"
     """torchtitan's op-level selective AC: keep the outputs of attention and of every other matmul
-    (the 1st, 3rd, ... of each layer), recompute the rest (benchmarks/checkpoint_policy.py)."""
+    (the 1st, 3rd, ... of each layer), recompute the rest (benchmarks/training/checkpoint_policy.py)."""
 
 
 class Checkpointing(NamedTuple):

@@ -239,7 +239,7 @@ class ZeroConfig:
     gradient_collective: GradientCollective = GradientCollective.all_reduce
     """The suite's option for ZeRO-1/2 gradient reduction: all_reduce is DeepSpeed's own path (an
     all-reduce of each bucket, whatever `reduce_scatter` says); reduce_scatter replaces it at run time
-    with real reduce-scatters (benchmarks/reduce_scatter.py; verified DeepSpeed versions only):
+    with real reduce-scatters (benchmarks/reduce_scatter/install.py; verified DeepSpeed versions only):
     under ZeRO-1, equal windows of every rank's partition at the accumulation boundary ((N-1)/N of
     the gradient bytes per rank); under ZeRO-2, one per bucket, padded to N x the bucket's largest
     rank share. ZeRO-3 always reduce-scatters."""

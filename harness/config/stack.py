@@ -1,6 +1,6 @@
 """The training stack's settings (workload.compile, compile_mode, kernels, attention, precision=fp8 and
 fp8_recipe): what each needs, checked before anything launches. Every refusal names the field, the
-value, the platform or GPU, and why (benchmarks/stack.py applies them on the ranks)."""
+value, the platform or GPU, and why (benchmarks/training/stack.py applies them on the ranks)."""
 from __future__ import annotations
 
 import importlib.util

@@ -4,7 +4,7 @@ torch.utils.cpp_extension guards each JIT-built extension with a lock FILE,
 <TORCH_EXTENSIONS_DIR>/<op>/lock (torch.utils.file_baton.FileBaton): created with O_EXCL and held
 OPEN by the process that builds or loads the op, removed when it is done. A process killed in
 between leaves the file, and every later JIT load of that op waits for it forever (no timeout).
-The suite's ranks no longer JIT-load anything (benchmarks/ops.py), but the folder is the checkout's
+The suite's ranks no longer JIT-load anything (benchmarks/node/ops.py), but the folder is the checkout's
 cache that tests, perf scripts and older checkouts share, so before launch each lock file there is
 named and judged:
 - held open by a live process: a build or load in progress; left alone, and said so;
@@ -13,10 +13,10 @@ named and judged:
 - not knowable (no /proc, or a file of another user when not root): left alone, with the command
   that checks and removes it.
 
-And the ops each launched run will load (benchmarks.ops.needed_ops) must be built for the
+And the ops each launched run will load (benchmarks.node.ops.needed_ops) must be built for the
 installation the ranks run (checked for runs outside a container: an image carries its own): an
 optional one that is missing is a note (DeepSpeed runs without it); any other is built here, once,
-by the controller before anything launches (`python -m benchmarks.ops build`, a process of its own:
+by the controller before anything launches (`python -m benchmarks.node.ops build`, a process of its own:
 under the build folder's flock(2), which the kernel drops when a holder dies, so a killed build
 never blocks the next; a killed build's torch lock file is named and removed), never in a rank.
 Only for runs launched on this host: the cpu ops are compiled for the building CPU (-march=native),
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional, Protocol, Sequence
 
-from benchmarks.ops import BY_NAME, Op, build_command, needed_ops, state
+from benchmarks.node.ops import BY_NAME, Op, build_command, needed_ops, state
 from contract.spec import TrainSpec
 
 from ..config.choices import ContainerRuntime, LauncherKind
@@ -226,7 +226,7 @@ def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> Non
         run_id, op, problem, _ = why[name]
         print(f"run {run_id} needs DeepSpeed op {name} ({op.loaded_by}), which is {problem}: building it now, "
               "once, before anything launches", flush=True)
-    argv = [sys.executable, "-m", "benchmarks.ops", "build", *names, "--accelerator", accelerator]
+    argv = [sys.executable, "-m", "benchmarks.node.ops", "build", *names, "--accelerator", accelerator]
     started = time.monotonic()
     result = subprocess.run(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(result.stdout.rstrip(), flush=True)

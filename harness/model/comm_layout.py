@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.reduce_scatter_layout import window_numel
+from benchmarks.reduce_scatter.layout import window_numel
 
 
 def pack_members(elements: list[int], limit: int, crossing: bool = False) -> list[list[int]]:
@@ -47,7 +47,7 @@ def zero_partition_size(group_elements: int, n: int) -> int:
 
 def balanced_window_elements(group_elements: int, n: int, bucket: int) -> list[int]:
     """Per-rank chunk elements w of each window of one optimizer parameter group under ZeRO-1 with
-    zero.gradient_collective=reduce_scatter (benchmarks/reduce_scatter.py, balanced windows): the
+    zero.gradient_collective=reduce_scatter (benchmarks/reduce_scatter/install.py, balanced windows): the
     partition P = zero_partition_size is reduced W = window_numel(P, reduce_bucket_size, N) elements
     at a time (min(P, reduce_bucket_size // N), rounded down to 2), each window ONE reduce-scatter
     of N x w elements (w = W, the last min(W, P - o)): ceil(P / W) messages per group, N x P

@@ -37,7 +37,7 @@ def recompute_flops_per_token(w: WorkloadConfig) -> float:
     full: the layer's forward up to its last saved tensor (non-reentrant torch.utils.checkpoint stops
     early: the down projection's output is saved by nothing, so it is not recomputed; measured in
     tests/unit/test_checkpointing.py): q, k, v, o, gate, up, 2 x (2 h^2 + 2 h kv + 2 h f), and
-    attention, 4 h s (PaLM's forward third). selective (benchmarks/checkpoint_policy.py): only the
+    attention, 4 h s (PaLM's forward third). selective (benchmarks/training/checkpoint_policy.py): only the
     matmuls not kept, k, o and up, 2 x (h kv + h^2 + h f); the attention kernel's output is kept."""
     h = w.hidden_size
     kv = w.num_kv_heads * (h // w.num_heads)

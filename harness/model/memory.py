@@ -43,7 +43,7 @@ DS_PREFETCH_BUCKET = 50_000_000
 DS_MAX_LIVE = 1_000_000_000
 DS_PERSISTENCE = 100_000
 DS_MAX_REUSE = 1_000_000_000
-DISTILL_CHUNK_ELEMENTS = 2**26      # benchmarks/distill.py CHUNK_ELEMENTS (not imported: it imports torch)
+DISTILL_CHUNK_ELEMENTS = 2**26      # benchmarks/training/distill.py CHUNK_ELEMENTS (not imported: it imports torch)
 DISTILL_CHUNK_COPIES = 7            # "a block's intermediates peak at about 7 float32 copies" (same file)
 COMPILE_ACTIVATION_FRACTION = 0.66
 """With workload.compile (torch; deepcompile takes it too), the share of the eager stack's activations
@@ -116,7 +116,7 @@ def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION, kernels
 
 
 def selective_bytes_per_token(w: WorkloadConfig) -> float:
-    """Bytes a layer under the selective policy (benchmarks/checkpoint_policy.py) keeps per token:
+    """Bytes a layer under the selective policy (benchmarks/training/checkpoint_policy.py) keeps per token:
     its input (p h), the saved matmul outputs q (p h), v (p kv), gate (p f), down (p h), and the
     attention kernel's output (p h) with its fp32 log-sum-exp (4 a)."""
     p, h, a = dtype_bytes(w.precision), w.hidden_size, w.num_heads
@@ -140,7 +140,7 @@ def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> Activa
     """Student activations of one micro-step (micro_batch_size x seq_len tokens) at their peak:
     stored + max(head, transient). Head, causal-LM loss (transformers' ForCausalLMLoss: logits
     upcast to fp32, log-softmax kept, its gradient and the input's): 12 V bytes per token.
-    Head, distillation (benchmarks/distill.py): the student logits kept by the chunked loss
+    Head, distillation (benchmarks/training/distill.py): the student logits kept by the chunked loss
     (p V), their gradient accumulated from full-size slice gradients (2 p V), one chunk's fp32
     intermediates (7 x 4 x min(tokens x V, 2^26) bytes). The teacher's logits are teacher memory.
     The training stack (workload.kernels, compile, precision=fp8; harness/model/stack.py):
@@ -323,7 +323,7 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
         step = 4 * psi / n * (copy + unfused)
         f["step_transient"] = " + ".join(["4 Psi/N fp32 gradient partition"] * copy
                                          + ["4 Psi/N unfused AdamW temporary"] * unfused) or "none"
-        if s == 2 and gradient_collective(cfg) == "reduce_scatter":   # benchmarks/reduce_scatter.py, balanced buckets
+        if s == 2 and gradient_collective(cfg) == "reduce_scatter":   # benchmarks/reduce_scatter/install.py, balanced buckets
             step += g * psi / n
             f["step_transient"] += (f" + {g} Psi/N all-to-all receive buffer (gradient_collective=reduce_scatter: the "
                                     "bucket-sharded accumulator replaces DeepSpeed's gradient partition)")

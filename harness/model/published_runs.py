@@ -167,7 +167,7 @@ def cell_checkpointing(c: Cell) -> Optional[tuple[int, str]]:
     """(every n-th layer, policy) of the cell's activation checkpointing, or None without: full (or
     stated for every layer) (1, full); "partial: K of L layers" (L / K, full) (YaFSDP's num-ckpt-layers,
     evenly spaced as transformers' every_n_layers spaces them); "selective" or "selective (op-level)"
-    (1, selective: torchtitan's op policy, benchmarks/checkpoint_policy.py). Layer-level selective and
+    (1, selective: torchtitan's op policy, benchmarks/training/checkpoint_policy.py). Layer-level selective and
     IBM's every n-th block, at an unstated n: None, the nearest this model has."""
     text = c.checkpointing.lower()
     if text.startswith(CHECKPOINTED):

@@ -105,7 +105,7 @@ def traffic_fraction(w: WorkloadConfig, params: ModelParams = PARAMS) -> tuple[f
 
 def fp8_linear_flops_per_token(w: WorkloadConfig) -> float:
     """The FLOPs per token of a training micro-step that torchao runs in FP8: every decoder linear
-    (q, k, v, o, gate, up, down; not lm_head, benchmarks/stack.py fp8_filter), forward and both
+    (q, k, v, o, gate, up, down; not lm_head, benchmarks/training/stack.py fp8_filter), forward and both
     backward products, 6 x their parameters, plus the linears of checkpointing's recompute (full: all
     but attention's 4hs; selective: all of it). 0 unless precision=fp8."""
     if w.precision != Precision.fp8:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks.reduce_scatter_layout import accumulator_elements, balanced_bucket_elements
+from benchmarks.reduce_scatter.layout import accumulator_elements, balanced_bucket_elements
 
 from ..collectives import busbw_factor
 from ..config.choices import Device
@@ -78,7 +78,7 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
     ZeRO-0: the engine all-reduces all gradients at the boundary (5e8-element buckets).
     ZeRO-1: the gradient buckets (reduce_bucket_size) are all-reduced once, at the boundary;
     ZeRO-2: on every micro-step. With zero.gradient_collective=reduce_scatter
-    (benchmarks/reduce_scatter.py): ZeRO-1 reduce-scatters balanced windows of every rank's
+    (benchmarks/reduce_scatter/install.py): ZeRO-1 reduce-scatters balanced windows of every rank's
     partition at the boundary, after backward (balanced_window_elements: N x W elements per
     message, ceil(P / W) per parameter group, not overlapped with backward); ZeRO-2 reduce-scatters
     each bucket in N equal shards every micro-step (balanced_bucket_elements) and moves the shards
@@ -122,7 +122,7 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
         real = tuple(g * sum(tensors[i][1] for i in b) for b in buckets)
         when = " (every micro-step)" if s == 2 else " (at the boundary)"
         if gradient_collective(cfg) == "reduce_scatter" and s == 1:
-            # benchmarks/reduce_scatter.py, balanced windows: per parameter group, window by window,
+            # benchmarks/reduce_scatter/install.py, balanced windows: per parameter group, window by window,
             # ONE reduce-scatter of [chunk_0 | ... | chunk_N-1], chunk r = W elements of rank r's
             # partition: message N x W elements, (N-1)/N of it sent per rank; issued after backward
             # on the compute stream (it needs every gradient), so never overlapped
@@ -132,7 +132,7 @@ def comm_traffic(cfg: BenchConfig) -> list[Traffic]:
                             f"({sum(sizes) / sum(real):.2f}x the real bytes) (at the boundary, after backward)",
                             sizes, 1, False, "last")
         elif gradient_collective(cfg) == "reduce_scatter":
-            # benchmarks/reduce_scatter.py, balanced buckets: each bucket, as backward fills it, ONE
+            # benchmarks/reduce_scatter/install.py, balanced buckets: each bucket, as backward fills it, ONE
             # reduce-scatter of the bucket itself in N equal shards (padded to N x 2 elements), every
             # micro-step; each rank accumulates its shards; at the boundary ONE all-to-all sends every
             # element to the rank whose DeepSpeed partition holds it (input: the rank's accumulator,

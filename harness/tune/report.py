@@ -178,7 +178,7 @@ def write_outputs(tuner, best: Trial, install: bool) -> dict[str, Path]:
                               "gradient_collective": best_cfg.zero.gradient_collective.value,
                               "note": "not DeepSpeed JSON keys: export nccl_env in the ranks' environment; "
                                       "gradient_collective=reduce_scatter is the suite's run-time replacement of "
-                                      "DeepSpeed's ZeRO-1/2 gradient all-reduce (benchmarks/reduce_scatter.py)"}
+                                      "DeepSpeed's ZeRO-1/2 gradient all-reduce (benchmarks/reduce_scatter/install.py)"}
     paths["extras"] = best_dir / "environment.json"
     write_bytes_atomic(paths["extras"], (json.dumps(extras, indent=2) + "\n").encode())
     paths["report"] = tuner.out / "report.md"

@@ -123,7 +123,7 @@ def commits_between(old: str, new: str) -> Optional[int]:
 
 
 def hardware(machine: dict[str, Any]) -> dict[str, Any]:
-    """The machine fields (benchmarks/machine.py) a "what changed" compares, node by node: those
+    """The machine fields (benchmarks/node/machine.py) a "what changed" compares, node by node: those
     that set performance and stay put between runs; never load, current clocks or free memory."""
     cpu, gpus = machine.get("cpu") or {}, machine.get("gpus")
     mem = cpu.get("mem_total_gib")

@@ -69,7 +69,7 @@ def test_a_user_json_naming_deepspeeds_adamw_gets_its_op_built_by_the_controller
     file a killed build left there, and the run goes on; the second run finds it built."""
     import os
 
-    from benchmarks.ops import OPS_DIR_VAR
+    from benchmarks.node.ops import OPS_DIR_VAR
 
     user = tmp_path / "adamw.json"
     user.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}}}))

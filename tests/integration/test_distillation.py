@@ -35,7 +35,7 @@ def check_loss_parts(rec: dict) -> None:
 def checkpoint_runs(tmp_path_factory):
     """ZeRO-2 and ZeRO-3 runs whose fp32 teacher is loaded from a checkpoint of the student's
     own initial weights (the suite's seeded, placement-independent initialisation)."""
-    from benchmarks.model import build_model, initialise
+    from benchmarks.training.model import build_model, initialise
     from harness.config.compose import compose
     from harness.plan import model_spec
 

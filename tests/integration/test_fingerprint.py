@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from benchmarks.machine import cpu_model
+from benchmarks.node.machine import cpu_model
 
 from .conftest import REPO
 
@@ -81,7 +81,7 @@ def shaped_node():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
-READ_NICS = "import json; from benchmarks.machine import nics; print(json.dumps(nics()))"
+READ_NICS = "import json; from benchmarks.node.machine import nics; print(json.dumps(nics()))"
 
 
 @pytest.mark.parametrize("entry", ["nsenter", "ip netns exec", "nsenter, no ip"])

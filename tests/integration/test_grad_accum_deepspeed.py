@@ -17,9 +17,9 @@ import json, sys
 import torch, deepspeed
 from harness.config.compose import compose
 from harness.plan import deepspeed_config
-from benchmarks.train import make_optimizer
+from benchmarks.training.train import make_optimizer
 from contract.spec import OptimizerSpec
-from benchmarks.ops import preload
+from benchmarks.node.ops import preload
 preload()
 deepspeed.init_distributed(dist_backend="gloo")
 stage, extra = int(sys.argv[1]), sys.argv[2:]

@@ -1,5 +1,5 @@
 """A killed run must not poison the next (issue 15): DeepSpeed's ops come prebuilt from the
-installation (benchmarks/ops.py) and are loaded without torch's lock file; a lock file left in the
+installation (benchmarks/node/ops.py) and are loaded without torch's lock file; a lock file left in the
 checkout's torch extension folder is judged before launch (harness/launch/preflight.py) and never waited on.
 
 Real processes, real DeepSpeed, the venv's prebuilt op (`make venv` builds it; nothing is rebuilt
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ops import OPS_DIR_VAR, PAUSE_VAR, build_command, ops_dir
+from benchmarks.node.ops import OPS_DIR_VAR, PAUSE_VAR, build_command, ops_dir
 
 from .conftest import REPO, harness_cmd, run_bench, wait_for
 
@@ -31,7 +31,7 @@ NEXT_RUN_S = 120  # a quick run takes ~10 s on 2 cores; a run waiting on a lock 
 SCRIPT = """
 import json, os, sys
 import torch, deepspeed
-from benchmarks.ops import preload
+from benchmarks.node.ops import preload
 states = preload()
 deepspeed.init_distributed(dist_backend="gloo")
 import deepspeed.comm.comm as c
@@ -74,7 +74,7 @@ def test_a_rank_hands_deepspeed_the_prebuilt_op_and_builds_nothing(tmp_path):
     assert not (tmp_path / "ext").exists()  # no JIT build: torch's extension folder never made
     # an op that is not built is an error naming the command, never a JIT build under a lock
     if result["states"]["fused_adam"] is not None:
-        assert f"{sys.executable} -m benchmarks.ops build fused_adam" in result["fused_adam"]
+        assert f"{sys.executable} -m benchmarks.node.ops build fused_adam" in result["fused_adam"]
         assert "never JIT-builds ops at run time" in result["fused_adam"]
 
 
@@ -82,7 +82,7 @@ def test_without_prebuilt_ops_deepspeed_runs_without_shm_comm_and_builds_nothing
     result, log = rank_process(tmp_path, **{OPS_DIR_VAR: str(tmp_path / "no-ops")})
     assert result["shm"] is None  # DeepSpeed's own path where the op is unsupported
     assert f"warning: deepspeed op {SHM} not built ({tmp_path / 'no-ops' / 'cpu' / SHM}.so missing)" in log
-    assert f"{sys.executable} -m benchmarks.ops build {SHM}" in log
+    assert f"{sys.executable} -m benchmarks.node.ops build {SHM}" in log
     assert result["fused_adam"].startswith("DeepSpeed op fused_adam: not built")
     assert not (tmp_path / "ext").exists()
 

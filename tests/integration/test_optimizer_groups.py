@@ -14,10 +14,10 @@ from .conftest import REPO
 SCRIPT = """
 import json, os, sys
 import torch, deepspeed
-from benchmarks.ops import preload
+from benchmarks.node.ops import preload
 preload()
 deepspeed.init_distributed(dist_backend="gloo")
-from benchmarks.train import decay_groups
+from benchmarks.training.train import decay_groups
 cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": int(sys.argv[1])}}
 with deepspeed.zero.Init(config_dict_or_path=cfg, enabled=sys.argv[1] == "3"):
     model = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))

@@ -1,7 +1,7 @@
 """Peak memory counts from the end of setup (issue 14): a build-time transient (ZeRO 0-2 models and
 the teacher's replica are built in fp32, then cast; for 8B a 32 GB transient) is not the run's
 peak. On cpu the mechanism is Linux's peak-RSS reset (/proc/self/clear_refs), on CUDA
-torch.cuda.reset_peak_memory_stats; both are called by benchmarks.train after setup."""
+torch.cuda.reset_peak_memory_stats; both are called by benchmarks.training.train after setup."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from .conftest import REPO
 
 SCRIPT = """
 import json, resource, torch
-from benchmarks.train import peak_mem_gib, reset_peak_mem
+from benchmarks.training.train import peak_mem_gib, reset_peak_mem
 transient = torch.ones(2**28)            # 1 GiB, written, then freed (returned to the system)
 del transient
 before = peak_mem_gib("cpu")

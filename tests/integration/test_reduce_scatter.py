@@ -1,4 +1,4 @@
-"""The reduce-scatter gradient reduction (benchmarks/reduce_scatter.py) against DeepSpeed's own, on
+"""The reduce-scatter gradient reduction (benchmarks/reduce_scatter/install.py) against DeepSpeed's own, on
 two gloo ranks with a small LLaMA, ZeRO-1 and ZeRO-2, gradient accumulation 2 (ZeRO-2 also 1 and
 3), fp32 (and bf16: with bf16 gradients for ZeRO-1 and 2, with fp32 gradient accumulation for
 ZeRO-2).
@@ -143,9 +143,9 @@ def train(case: Case, collective: str, rank: int) -> dict:
     import deepspeed.comm.comm as ds_comm
     import torch
 
-    from benchmarks.instrument import CommTracer, MicrostepClock
-    from benchmarks.model import build_model, initialise
-    from benchmarks.reduce_scatter import OPTION, install
+    from benchmarks.training.instrument import CommTracer, MicrostepClock
+    from benchmarks.training.model import build_model, initialise
+    from benchmarks.reduce_scatter.install import OPTION, install
 
     torch.manual_seed(0)
     model = build_model(model_spec(case.odd_model))
@@ -212,8 +212,8 @@ def change_the_bucket_layout() -> str:
     import deepspeed
     import torch
 
-    from benchmarks.model import build_model, initialise
-    from benchmarks.reduce_scatter import install
+    from benchmarks.training.model import build_model, initialise
+    from benchmarks.reduce_scatter.install import install
 
     torch.manual_seed(0)
     model = build_model(model_spec())
@@ -249,7 +249,7 @@ def rank_main(rank: int, port: int, out_dir: str, cases: list[Case], layout_chec
     import deepspeed
     import torch
 
-    from benchmarks.ops import preload
+    from benchmarks.node.ops import preload
 
     torch.set_num_threads(1)
     preload()
@@ -342,7 +342,7 @@ def reductions(microstep: list[tuple]) -> dict[str, list[int]]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_gradient_collective_is_a_reduce_scatter(ranks, case):
-    from benchmarks.reduce_scatter_layout import balanced_bucket_elements, plan_bucket_shards
+    from benchmarks.reduce_scatter.layout import balanced_bucket_elements, plan_bucket_shards
 
     accumulators = []
     for rank, results in enumerate(ranks):
@@ -484,7 +484,7 @@ def test_zero2_balanced_bucket_shards_move_the_bucket_not_the_padded_shares(rank
     figure, padded_bucket_elements, from the balanced run's own bucket layout); the balanced input
     is each bucket padded to 2N elements only, i.e. the gradient itself (156,480 elements); and the
     boundary's all-to-all input is each rank's accumulator, the gradient split between the ranks."""
-    from benchmarks.reduce_scatter_layout import (balanced_bucket_elements, boundary_all_to_all_elements,
+    from benchmarks.reduce_scatter.layout import (balanced_bucket_elements, boundary_all_to_all_elements,
                                                   padded_bucket_elements, plan_bucket_shards)
 
     balanced, per_bucket = Case(2, False, True), Case(2, False, True, per_bucket=True)

@@ -71,7 +71,7 @@ from typing import Any, Callable, Optional
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.gpu_state import parse_query  # noqa: E402
+from benchmarks.node.gpu_state import parse_query  # noqa: E402
 from harness.verdict.ab import references_of  # noqa: E402
 from harness.verdict.compare import compare, load_records  # noqa: E402
 from harness.record import ResultRecord  # noqa: E402

@@ -4,7 +4,7 @@
 
 All-reduce over the same sizes, same ranks, same iterations: the sweep through the harness
 (`bench suite=single kind=collective`, its record's out-of-place busbw) and
-benchmarks/plain_collective.py, interleaved over rounds. Prints busbw per size and the ratio
+benchmarks/comm/plain_collective.py, interleaved over rounds. Prints busbw per size and the ratio
 sweep/plain at the largest sizes (target 0.97 or better). Exit status 0 unless a run failed.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ def run_plain(args: argparse.Namespace, work: Path) -> dict[int, float]:
     run.run_dir.mkdir(parents=True)
     (run.run_dir / SPEC_FILE).write_text(run.spec.to_json(), encoding="utf-8")
     result = run.run_dir / "result.json"
-    argv = [sys.executable, "-m", "benchmarks.plain_collective", "--spec", str(run.run_dir / SPEC_FILE),
+    argv = [sys.executable, "-m", "benchmarks.comm.plain_collective", "--spec", str(run.run_dir / SPEC_FILE),
             "--out", str(result)]
     launch = LocalLauncher().run(dataclasses.replace(run, argv=argv), cwd=REPO_ROOT)
     if any(launch.exit_codes.values()) or launch.timed_out or not result.exists():

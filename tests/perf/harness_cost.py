@@ -3,7 +3,7 @@
     .venv/bin/python tests/perf/harness_cost.py [--stage 2] [--rounds 4] [--steps 10] ...
 
 Runs llama-tiny (ZeRO-2, mb 2 x ga 4 by default) on the cpu platform, alternately
-  plain    benchmarks/plain_loop.py: a bare DeepSpeed loop, its ranks started here, and
+  plain    benchmarks/training/plain_loop.py: a bare DeepSpeed loop, its ranks started here, and
   harness  `python -m harness bench suite=single ...`, the way `make bench` runs it,
 with the SAME planned configuration: one TrainSpec (model, DeepSpeed JSON, ZeRO stage, batch
 sizes, warm-up and measured steps) and one rank environment (DS_ACCELERATOR=cpu,
@@ -128,7 +128,7 @@ def run_plain(args: argparse.Namespace, out: Path, index: int) -> Round:
     spec_path = run_dir / SPEC_FILE
     spec_path.write_text(run.spec.to_json(), encoding="utf-8")
     result_path = run_dir / "result.json"
-    argv = [sys.executable, "-m", "benchmarks.plain_loop", "--spec", str(spec_path),
+    argv = [sys.executable, "-m", "benchmarks.training.plain_loop", "--spec", str(spec_path),
             "--out", str(result_path)]
     meter = LoadMeter()
     launch = LocalLauncher().run(dataclasses.replace(run, argv=argv, run_dir=run_dir,
@@ -323,7 +323,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"--out {out} is not empty; choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO_ROOT / ".cache" / "torch_extensions"))
-    # Both sides load DeepSpeed's ops as `make venv` built them (benchmarks/ops.py: no JIT build);
+    # Both sides load DeepSpeed's ops as `make venv` built them (benchmarks/node/ops.py: no JIT build);
     # should anything else JIT-build into .cache/torch_extensions, it must use the same ninja:
     # ninja 1.11 (/usr/bin) and 1.13 (the venv's) do not read each other's .ninja_log and rebuild
     # from scratch. Use the venv's tools, as an activated venv does.

@@ -5,7 +5,7 @@
 Each variant runs in a fresh process (so that peak RSS is its own): bf16 student and teacher
 logits of [1, tokens, vocab] are made, then the loss's forward and backward run. Printed per
 variant: the peak RSS added on top of the logits themselves, and the median forward + backward time.
-  blocked  benchmarks.distill.distillation_loss as the runs use it (blocks of <= 2^26 elements,
+  blocked  benchmarks.training.distill.distillation_loss as the runs use it (blocks of <= 2^26 elements,
            each recomputed in backward)
   whole    the same function with one block (no recomputation): every float32 intermediate of the
            whole [tokens, vocab] kept for backward
@@ -25,7 +25,7 @@ CHILD = r"""
 import json, resource, statistics, sys, time
 import torch
 sys.path.insert(0, {repo!r})
-from benchmarks.distill import CHUNK_ELEMENTS, distillation_loss
+from benchmarks.training.distill import CHUNK_ELEMENTS, distillation_loss
 torch.set_num_threads(2)
 tokens, vocab, whole, repeats = {tokens}, {vocab}, {whole}, {repeats}
 gen = torch.Generator().manual_seed(0)

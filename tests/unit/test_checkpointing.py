@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks.model import build_model
-from benchmarks.train import enable_checkpointing
+from benchmarks.training.model import build_model
+from benchmarks.training.train import enable_checkpointing
 from harness.config.choices import CheckpointPolicy
 from harness.errors import ConfigError
 from harness.model.calibration import Calibration

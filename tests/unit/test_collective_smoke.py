@@ -11,7 +11,7 @@ import json
 import pytest
 from unit_helpers import REPO_ROOT
 
-from benchmarks.collectives import CHUNKED
+from benchmarks.comm.collectives import CHUNKED
 from contract import events as ev
 from contract.collectives import OPS
 from harness.collectives import SMOKE_REASON, Row, format_table
@@ -25,7 +25,7 @@ CUDA_ENV = {"python": "3.11.7", "torch": "2.13.0", "deepspeed": "0.19.8", "trans
 
 
 def row_event(op: str, size: int, n: int) -> dict:
-    """A collective_row event as rank 0 of benchmarks.collectives emits it (float32, sum, root 0)."""
+    """A collective_row event as rank 0 of benchmarks.comm.collectives emits it (float32, sum, root 0)."""
     in_place = None if op in ("all_to_all", "sendrecv") else {"time_us": 12.5, "num_wrong": 0}
     return {"op": op, "size_bytes": size, "count": size // 4 // (n if op in CHUNKED else 1), "dtype": "float",
             "redop": "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none",

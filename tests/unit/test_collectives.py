@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import benchmarks.collectives as bc
-from benchmarks.collectives import Case, count_wrong, expected_values, input_values, nccl_count
+import benchmarks.comm.collectives as bc
+from benchmarks.comm.collectives import Case, count_wrong, expected_values, input_values, nccl_count
 from contract.collectives import OPS
 from contract.spec import CollectiveSpec
 from harness.collectives import Placement, Row, avg_busbw_gbps, busbw_factor, format_table, sizes

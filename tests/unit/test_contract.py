@@ -13,7 +13,7 @@ from harness.nccl_tests.command import command
 
 
 def test_the_ranks_map_every_op_dtype_and_reduction_of_the_vocabulary_onto_torch():
-    ranks = pytest.importorskip("benchmarks.collectives")
+    ranks = pytest.importorskip("benchmarks.comm.collectives")
     assert list(ranks.DTYPES) == list(vocab.DTYPES)
     assert set(ranks.REDOPS) == set(vocab.REDOPS)
     assert all(ranks.NCCL_TYPE_NAMES[d] == vocab.NCCL_TYPES[d] for d in vocab.DTYPES)

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from benchmarks.distill import IGNORE_INDEX, build_teacher, distillation_loss, teacher_deepspeed_config
-from benchmarks.model import build_model, count_params_meta, initialise, parameter_seed
+from benchmarks.training.distill import IGNORE_INDEX, build_teacher, distillation_loss, teacher_deepspeed_config
+from benchmarks.training.model import build_model, count_params_meta, initialise, parameter_seed
 from contract.spec import DistillSpec
 from harness.config.teacher import llama_param_shapes, teacher_workload
 from harness.model.flops import TEACHER_FLOPS_FORMULA, forward_flops_per_token, llama_param_count
@@ -252,7 +252,7 @@ def test_the_blockwise_loss_and_its_gradient_equal_the_whole_computation(chunk_e
 
 
 def test_the_8b_vocabulary_is_split_into_blocks_of_a_quarter_gibibyte():
-    from benchmarks.distill import CHUNK_ELEMENTS
+    from benchmarks.training.distill import CHUNK_ELEMENTS
 
     rows = CHUNK_ELEMENTS // 128256
     assert rows == 523 and rows * 128256 * 4 <= 2**28

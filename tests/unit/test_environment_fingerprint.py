@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from unit_helpers import REPO_ROOT
 
-from benchmarks.environment import fingerprint
+from benchmarks.node.environment import fingerprint
 from contract.fingerprint import CONTROLLER_FIELDS, IMPORTED_FIELDS, RANK_FIELDS
 from harness.nccl_tests.importer import records_from_output
 from harness.nccl_tests.json_format import parse_file

@@ -36,7 +36,7 @@ SMALL = WorkloadConfig(name="small", vocab_size=10, hidden_size=4, intermediate_
     pytest.param(dataclasses.replace(SMALL, tie_embeddings=True), 196, id="hand-counted-tied"),
 ])
 def test_param_count_formula_matches_the_real_transformers_model(w, expected):
-    from benchmarks.model import count_params_meta
+    from benchmarks.training.model import count_params_meta
 
     real = count_params_meta(model_spec(w))
     assert llama_param_count(w) == real

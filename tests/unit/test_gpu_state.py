@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu_state
-
+from benchmarks.node import gpu_state
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia_smi"
 A100 = "a100_sxm4_525.60.13_busy.txt"
 H100_TWO = "h100_535.183.01_two_gpus.txt"

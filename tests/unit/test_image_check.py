@@ -1,5 +1,5 @@
 """The container images' software stack, checked without an engine (containers/image_check.py),
-and the build-time smoke test (benchmarks/smoke_image.py).
+and the build-time smoke test (benchmarks/node/smoke_image.py).
 
 The defect these guard against (issue 14): the GPU image kept the NGC base image's torch
 2.6.0a0+nv25.01 and installed the rest of the lock with --no-deps; transformers 5.23 requires
@@ -92,7 +92,7 @@ def test_gpu_dockerfile_runs_pip_check_and_the_smoke_test_after_copying_the_suit
     text = recipes.dockerfile_path("gpu").read_text()
     assert "nvcr.io" not in recipes.base_arg(recipes.dockerfile_path("gpu"))
     assert "python -m pip check" in text
-    smoke = text.index("python -m benchmarks.smoke_image")
+    smoke = text.index("python -m benchmarks.node.smoke_image")
     assert smoke > text.index("COPY benchmarks /workspace/suite/benchmarks")
     assert smoke > text.index("COPY conf /workspace/suite/conf")
 
@@ -232,7 +232,7 @@ def test_torch_steps_are_followed(tmp_path):
 def test_smoke_module_passes_in_the_venv():
     venv_is_the_locks()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([VENV_PYTHON, "-m", "benchmarks.smoke_image"], cwd=REPO_ROOT, env=env,
+    done = subprocess.run([VENV_PYTHON, "-m", "benchmarks.node.smoke_image"], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "image smoke test passed: llama-440m on the meta device: 439,927,808 parameters" in done.stdout
@@ -241,8 +241,7 @@ def test_smoke_module_passes_in_the_venv():
 
 def test_smoke_fails_clearly_on_a_wrong_parameter_count(monkeypatch, capsys):
     venv_is_the_locks()
-    from benchmarks import smoke_image
-
+    from benchmarks.node import smoke_image
     monkeypatch.setitem(smoke_image.EXPECTED_PARAMS, "llama-440m", 439_927_809)
     assert smoke_image.main([]) == 1
     err = capsys.readouterr().err
@@ -254,8 +253,7 @@ def test_smoke_fails_clearly_when_transformers_rejects_torch(monkeypatch, capsys
     venv_is_the_locks()
     import transformers.utils
 
-    from benchmarks import smoke_image
-
+    from benchmarks.node import smoke_image
     monkeypatch.setattr(transformers.utils, "is_torch_available", lambda: False)
     assert smoke_image.main([]) == 1
     err = capsys.readouterr().err
@@ -264,7 +262,7 @@ def test_smoke_fails_clearly_when_transformers_rejects_torch(monkeypatch, capsys
 
 def test_the_smoke_reads_the_workload_as_the_harness_plans_it(composed):
     """benchmarks/ never imports harness/: the smoke reads the YAML itself; same ModelSpec."""
-    from benchmarks.smoke_image import workload_spec
+    from benchmarks.node.smoke_image import workload_spec
     from harness.plan import model_spec
 
     assert workload_spec("llama-440m") == model_spec(composed(["workload=llama-440m"]).workload)

@@ -1,4 +1,4 @@
-"""The per-micro-step instrument (benchmarks.instrument) over a fake comm backend: what it
+"""The per-micro-step instrument (benchmarks.training.instrument) over a fake comm backend: what it
 records, how it times, and that its table of traced APIs matches DeepSpeed's real backend."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from benchmarks.instrument import (PHASES, TRACED_APIS, CommTracer, MicrostepClock, message_bytes)
+from benchmarks.training.instrument import (PHASES, TRACED_APIS, CommTracer, MicrostepClock, message_bytes)
 
 from unit_helpers import REPO_ROOT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import machine as m
+from benchmarks.node import machine as m
 from harness.hardware import GPU_NAMES, hardware_mismatches
 
 # nvidia-smi --query-gpu=name,uuid,memory.total,clocks.max.sm,clocks.sm,power.limit,ecc.mode.current,pci.bus_id
@@ -106,7 +106,7 @@ def test_every_shipped_gpu_platform_declares_a_model_the_check_knows(composed):
 
 @pytest.mark.parametrize("local_rank,reports", [(None, True), ("0", True), ("1", False), ("7", False)])
 def test_the_first_rank_on_each_node_reports_its_machine(monkeypatch, local_rank, reports):
-    from benchmarks.environment import first_on_node, node_view
+    from benchmarks.node.environment import first_on_node, node_view
 
     if local_rank is None:
         monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from benchmarks.machine import LoadWindow, busy_cpu_s
+from benchmarks.node.machine import LoadWindow, busy_cpu_s
 from harness.verdict.compare import commits_between, environment_diff
 from harness.config.schema import REPO_ROOT
 from harness.nodes import load_during

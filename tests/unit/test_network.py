@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from benchmarks import network as net
+from benchmarks.node import network as net
 from harness.config.schema import REPO_ROOT
 
 DATA = REPO_ROOT / "tests" / "data" / "network"

@@ -315,9 +315,9 @@ def test_balanced_window_elements(elements, n, bucket, windows):
 
 @pytest.mark.parametrize("elements,n,bucket", [(156_480, 2, 20_000), (1_000_003, 8, 100_000), (PSI_8B, 16, 5 * 10**8)])
 def test_the_model_counts_the_windows_the_reduction_plans(elements, n, bucket):
-    """balanced_window_elements against benchmarks/reduce_scatter.py's plan_windows for a group
+    """balanced_window_elements against benchmarks/reduce_scatter/install.py's plan_windows for a group
     whose gradients are all pending: the same windows, N x w elements each."""
-    from benchmarks.reduce_scatter_layout import plan_windows, window_numel
+    from benchmarks.reduce_scatter.layout import plan_windows, window_numel
 
     size = zero_partition_size(elements, n)
     planned = plan_windows([(0, 0, elements)], size, n, window_numel(size, bucket, n))

@@ -192,7 +192,7 @@ def test_plan_run_describes_the_launch_without_touching_the_disk(tiny_cfg, tmp_p
     assert not (tmp_path / "out").exists()
     assert run.num_ranks == 2
     assert run.timeout_s == 900.0
-    assert run.argv == [sys.executable, "-m", "benchmarks.train", "--run-dir", str(run.run_dir)]
+    assert run.argv == [sys.executable, "-m", "benchmarks.training.train", "--run-dir", str(run.run_dir)]
     assert run.env["DS_ACCELERATOR"] == "cpu"
     assert run.env["CUDA_VISIBLE_DEVICES"] == ""
     assert run.env["NCCL_DEBUG"] == "INFO"

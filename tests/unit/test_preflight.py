@@ -1,5 +1,5 @@
 """Before launch (harness/launch/preflight.py): torch's lock files, judged by whether a live process holds
-them, and the DeepSpeed ops the planned runs need (benchmarks/ops.py: which, and whether built)."""
+them, and the DeepSpeed ops the planned runs need (benchmarks/node/ops.py: which, and whether built)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from unit_helpers import REPO_ROOT
 
-from benchmarks import ops
+from benchmarks.node import ops
 from harness.config.choices import OptimizerImpl
 from harness.errors import ConfigError
 from harness.launch.preflight import check, check_ops, clear_stale_locks, find_locks, holders, inspect
@@ -116,7 +116,7 @@ def test_only_torchs_lock_files_are_looked_at(tmp_path):
     ext = tmp_path / "ext"
     stale_lock(ext)
     (ext / "deepspeed_shm_comm" / "lockfile").touch()
-    (ext / ".build.lock").touch()  # benchmarks/ops.py's flock file
+    (ext / ".build.lock").touch()  # benchmarks/node/ops.py's flock file
     assert find_locks(ext) == [ext / "deepspeed_shm_comm" / "lock"]
     assert find_locks(tmp_path / "missing") == []
 
@@ -176,13 +176,13 @@ def test_op_state_says_what_is_missing_or_mismatched(tmp_path, monkeypatch):
 def test_the_default_location_is_the_installations_own(monkeypatch):
     monkeypatch.delenv(ops.OPS_DIR_VAR, raising=False)
     assert ops.ops_dir("cpu") == Path(sys.prefix) / "deepspeed-ops" / "cpu"
-    assert ops.build_command(["fused_adam"], "cpu") == f"{sys.executable} -m benchmarks.ops build fused_adam"
+    assert ops.build_command(["fused_adam"], "cpu") == f"{sys.executable} -m benchmarks.node.ops build fused_adam"
     assert ops.build_command(["fused_adam"], "cuda").endswith("build fused_adam --accelerator cuda")
 
 
 def test_the_build_lock_is_never_stale(tmp_path):
     """flock(2): a builder killed while it holds it does not keep the next one waiting."""
-    code = ("import sys, time; from benchmarks.ops import build_lock; from pathlib import Path\n"
+    code = ("import sys, time; from benchmarks.node.ops import build_lock; from pathlib import Path\n"
             "with build_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(300)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -226,7 +226,7 @@ def test_a_slurm_run_needing_an_op_that_is_not_built_is_refused_with_the_command
     assert "run 00-run needs DeepSpeed op fused_adam (workload.optimizer=deepspeed" in message
     assert f"not built ({tmp_path / 'ops' / 'cpu' / 'fused_adam.so'} missing)" in message
     assert "build them once on a compute node" in message
-    assert message.endswith(f"{sys.executable} -m benchmarks.ops build fused_adam")
+    assert message.endswith(f"{sys.executable} -m benchmarks.node.ops build fused_adam")
     built(tmp_path / "ops" / "cpu", "fused_adam")
     built(tmp_path / "ops" / "cpu", "deepspeed_shm_comm")
     assert check_ops([run]) == []
@@ -242,7 +242,7 @@ def _fake_build(tmp_path, calls, rc=0, build=True):
 
 
 def test_a_local_run_needing_an_op_gets_it_built_by_the_controller_once(tiny_cfg, tmp_path, monkeypatch, capsys):
-    """Built before anything launches, in a process of its own (python -m benchmarks.ops build),
+    """Built before anything launches, in a process of its own (python -m benchmarks.node.ops build),
     once for every run that needs it; a second check finds it built and builds nothing."""
     import harness.launch.preflight as preflight
 
@@ -253,7 +253,7 @@ def test_a_local_run_needing_an_op_gets_it_built_by_the_controller_once(tiny_cfg
     tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed
     runs = [planned(tiny_cfg, tmp_path, 0), planned(tiny_cfg, tmp_path, 1)]
     assert check_ops(runs) == []
-    assert calls == [[sys.executable, "-m", "benchmarks.ops", "build", "fused_adam", "--accelerator", "cpu"]]
+    assert calls == [[sys.executable, "-m", "benchmarks.node.ops", "build", "fused_adam", "--accelerator", "cpu"]]
     out = capsys.readouterr().out
     assert "run 00-run needs DeepSpeed op fused_adam" in out and "building it now, once" in out
     assert "DeepSpeed op(s) fused_adam ready" in out
@@ -272,7 +272,7 @@ def test_a_build_that_fails_launches_nothing_and_says_why(tiny_cfg, tmp_path, mo
     message = str(refused.value)
     assert message.startswith(f"building DeepSpeed op(s) fused_adam failed (exit {rc}")
     assert "nothing was launched" in message and "built in 41 s" in message
-    assert message.endswith(f"{sys.executable} -m benchmarks.ops build fused_adam")
+    assert message.endswith(f"{sys.executable} -m benchmarks.node.ops build fused_adam")
 
 
 def test_a_missing_optional_op_is_a_note_said_once(tiny_cfg, tmp_path, monkeypatch):
@@ -283,7 +283,7 @@ def test_a_missing_optional_op_is_a_note_said_once(tiny_cfg, tmp_path, monkeypat
     runs = [planned(tiny_cfg, tmp_path, 0), planned(tiny_cfg, tmp_path, 1)]
     (note,) = check_ops(runs)
     assert note.startswith("note: DeepSpeed op deepspeed_shm_comm not built")
-    assert "runs go on without it" in note and "benchmarks.ops build deepspeed_shm_comm" in note
+    assert "runs go on without it" in note and "benchmarks.node.ops build deepspeed_shm_comm" in note
     assert check_ops(runs) == []
 
 

@@ -15,8 +15,8 @@ import pytest
 from test_compare import ENV, record, reference
 from test_not_comparable import cpu_env
 
-import benchmarks.probe as probe_module
-from benchmarks.probe import cpu_flags, isa_class, node_probe, pulse
+import benchmarks.node.probe as probe_module
+from benchmarks.node.probe import cpu_flags, isa_class, node_probe, pulse
 from contract.metrics import METRICS
 from harness.verdict.compare import compare, environment_diff
 from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, pace, probe_diff, summary_line

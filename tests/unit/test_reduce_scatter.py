@@ -1,4 +1,4 @@
-"""benchmarks/reduce_scatter.py without ranks: what it refuses (and how the run records it), where
+"""benchmarks/reduce_scatter/install.py without ranks: what it refuses (and how the run records it), where
 it takes the balanced ZeRO-1 windows and the balanced ZeRO-2 bucket shards, the bucket layout it
 packs for the per-bucket reduce-scatter, the window layout of ZeRO-1's balanced path and the shard
 plan of ZeRO-2's (each with a reduction simulated over N ranks)."""
@@ -14,10 +14,10 @@ import pytest
 import unit_helpers  # noqa: F401  (repository root on sys.path)
 
 from benchmarks.failure import classify_failure
-from benchmarks.reduce_scatter import install
-from benchmarks.reduce_scatter_common import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError,
+from benchmarks.reduce_scatter.install import install
+from benchmarks.reduce_scatter.common import (OPTION, VERIFIED_DEEPSPEED, GradientCollectiveError,
                                               balanced_zero1_blockers, balanced_zero2_blockers, check_supported)
-from benchmarks.reduce_scatter_layout import (Piece, Segment, ShardSegment, Window, accumulator_elements,
+from benchmarks.reduce_scatter.layout import (Piece, Segment, ShardSegment, Window, accumulator_elements,
                                               balanced_bucket_elements, boundary_all_to_all_elements,
                                               bucket_shard_numel, padded_bucket_elements, plan_bucket_shards,
                                               plan_layout, plan_windows, split_param, window_numel)
@@ -281,7 +281,7 @@ def test_simulated_reduction_leaves_each_rank_its_partition_summed_over_ranks(se
 
 def test_the_layout_module_imports_no_torch():
     """The controller-side performance model imports it."""
-    code = ("import sys; import benchmarks.reduce_scatter_layout as m; "
+    code = ("import sys; import benchmarks.reduce_scatter.layout as m; "
             "assert 'torch' not in sys.modules, 'torch imported'; print(m.balanced_bucket_elements(5, 2))")
     out = subprocess.run([sys.executable, "-c", code], cwd=unit_helpers.REPO_ROOT, capture_output=True, text=True,
                          check=True)

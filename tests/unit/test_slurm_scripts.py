@@ -100,7 +100,7 @@ def test_a_sweep_is_one_job_array_and_platform_fields_reach_the_header(tmp_path)
     for line in ("#SBATCH --array=0-2%2", "#SBATCH --partition=gpu", "#SBATCH --account=bench",
                  "#SBATCH --qos=high", "#SBATCH --time=01:30:00", "#SBATCH --reservation=perf"):
         assert line in text.splitlines(), line
-    assert text.count("python -m benchmarks.train --run-dir") == 3
+    assert text.count("python -m benchmarks.training.train --run-dir") == 3
     for i in range(3):
         assert f"  {i})" in text.splitlines()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -232,7 +232,7 @@ def test_an_apptainer_image_digest_is_the_sif_files_sha256_and_is_cached(tmp_pat
 
 
 def test_the_fingerprint_names_packages_that_differ_from_the_lock(tmp_path):
-    from benchmarks.environment import lock_mismatches
+    from benchmarks.node.environment import lock_mismatches
 
     lock = tmp_path / "requirements.lock"
     lock.write_text("# comment\npyyaml==0.0.1 \\\n    --hash=sha256:00\nnot-installed-pkg==1.0\n")
@@ -298,6 +298,6 @@ def test_a_local_dry_run_writes_each_runs_rank_commands(tmp_path):
     scripts = sorted(out.glob("runs/*/launch.sh"))
     assert len(scripts) == 2
     text = scripts[0].read_text()
-    assert text.count("-m benchmarks.train --run-dir") == 2 and "RANK=0" in text and "RANK=1" in text
+    assert text.count("-m benchmarks.training.train --run-dir") == 2 and "RANK=0" in text and "RANK=1" in text
     assert subprocess.run(["bash", "-n", str(scripts[0])]).returncode == 0
     assert not list(out.glob("*.json"))

@@ -89,7 +89,7 @@ def test_a_missing_package_is_refused_before_launch_for_runs_of_this_environment
 
 
 def test_the_warm_up_grows_while_a_step_still_compiles_and_no_further_than_its_cap():
-    from benchmarks.train import grow_warmup, planned_warmup, warmup_plan
+    from benchmarks.training.train import grow_warmup, planned_warmup, warmup_plan
     spec = train_spec(compose(["workload.compile=torch", "measure.warmup_steps=1", "measure.compile_warmup_max=2"]),
                       "r", {})
     assert planned_warmup(spec) == 2                     # a first compile, then what the optimizer step changed
@@ -126,7 +126,7 @@ def test_each_variant_states_its_parity_tolerance_fp8_looser_with_its_reason():
 
 
 def test_a_graph_break_is_named_by_dynamos_first_line_and_explanation():
-    from benchmarks.stack import _break_name
+    from benchmarks.training.stack import _break_name
     reason = ("Failed to trace builtin operator\n  Explanation: Dynamo does not know how to trace `print`\n"
               "  Hint: Avoid calling builtin `print`\n")
     assert _break_name(reason) == "Failed to trace builtin operator -- Dynamo does not know how to trace `print`"
@@ -134,7 +134,7 @@ def test_a_graph_break_is_named_by_dynamos_first_line_and_explanation():
 
 def test_fp8_leaves_the_output_head_and_unaligned_linears_in_bf16():
     from types import SimpleNamespace as NS
-    from benchmarks.stack import fp8_filter
+    from benchmarks.training.stack import fp8_filter
     assert fp8_filter(NS(in_features=1024, out_features=3712), "model.layers.0.mlp.up_proj")
     assert not fp8_filter(NS(in_features=1024, out_features=32000), "lm_head")
     assert not fp8_filter(NS(in_features=1000, out_features=1024), "model.layers.0.self_attn.q_proj")
@@ -142,7 +142,7 @@ def test_fp8_leaves_the_output_head_and_unaligned_linears_in_bf16():
 
 def test_the_attention_context_asks_sdpa_for_one_backend_and_auto_for_none():
     import torch
-    from benchmarks.stack import attention_context, attention_probe
+    from benchmarks.training.stack import attention_context, attention_probe
     q = torch.randn(1, 2, 8, 16)
     found: dict = {}
     with attention_context("math"), attention_probe(found):
@@ -154,7 +154,7 @@ def test_the_attention_context_asks_sdpa_for_one_backend_and_auto_for_none():
 
 
 def test_cuda_arch_suffixes_are_dropped_for_deepspeeds_jit_builder():
-    from benchmarks.ops import arch_list_for_deepspeed
+    from benchmarks.node.ops import arch_list_for_deepspeed
     env = {"TORCH_CUDA_ARCH_LIST": "8.0 9.0a;10.0a+PTX"}
     assert arch_list_for_deepspeed(env) == "8.0;9.0;10.0+PTX" and env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0;10.0+PTX"
     assert arch_list_for_deepspeed({"TORCH_CUDA_ARCH_LIST": "9.0"}) is None and arch_list_for_deepspeed({}) is None

@@ -54,7 +54,7 @@ def test_the_controller_fills_them_without_importing_torch():
 
 def test_a_rank_fills_them_too():
     pytest.importorskip("torch")
-    from benchmarks.environment import fingerprint
+    from benchmarks.node.environment import fingerprint
 
     env = fingerprint(2)
     assert {k: env[k] for k in fp.STACK_PACKAGES} == fp.stack_versions()

@@ -62,7 +62,7 @@ def with_checkpoint(path):
 # --- checkpoints that are accepted ----------------------------------------------------------------
 
 def test_a_folder_written_by_transformers_is_accepted(tmp_path):
-    from benchmarks.model import build_model
+    from benchmarks.training.model import build_model
     from harness.plan import model_spec
 
     w = teacher_workload(compose(["workload=llama-tiny-kd"]).workload)

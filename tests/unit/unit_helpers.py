@@ -22,7 +22,7 @@ def options(group: str) -> list[str]:
 
 def node(host: str, rate_gbps: float = 1.0, *, load: float = 0.5, cpu_model: str = "AMD EPYC 7763 64-Core Processor",
          logical_cpus: int = 2, mem_total_gib: float = 7.75, gpus: list | None = None) -> dict:
-    """One node of environment.nodes as a rank reads it (benchmarks/machine.py): a 2-core box whose
+    """One node of environment.nodes as a rank reads it (benchmarks/node/machine.py): a 2-core box whose
     eth0 is a veth shaped to `rate_gbps`, beside a container's bridge port and an unshaped bridge."""
     nic = {"kind": "veth", "state": "up", "mtu": 1500, "master": None, "speed_gbps": 10.0, "qdisc": "tbf"}
     return {"host": host, "machine": {

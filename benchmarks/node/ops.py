@@ -7,7 +7,7 @@ leaves the file behind, and every later load of that op sleeps in torch's FileBa
 no timeout: one killed rank made every later run on that checkout time out.
 
 So nothing at run time builds an op or waits on a lock:
-- `python -m benchmarks.ops build` (`make venv`, the container images) builds the ops into
+- `python -m benchmarks.node.ops build` (`make venv`, the container images) builds the ops into
   <sys.prefix>/deepspeed-ops/<accelerator>/ (SUITE_DEEPSPEED_OPS_DIR replaces <sys.prefix>/deepspeed-ops):
   one folder per installation, since an op is valid only for the torch and deepspeed it was
   compiled against. Builds are serialised by flock(2), which the kernel drops when its holder dies
@@ -110,7 +110,7 @@ def ops_dir(accelerator: str) -> Path:
 
 def build_command(names: Sequence[str], accelerator: str) -> str:
     """The command that builds `names` for this installation (what messages tell the user)."""
-    return " ".join([sys.executable, "-m", "benchmarks.ops", "build", *names]
+    return " ".join([sys.executable, "-m", "benchmarks.node.ops", "build", *names]
                     + ([] if accelerator == "cpu" else ["--accelerator", accelerator]))
 
 
@@ -200,11 +200,11 @@ def _forbid_jit(base: type, accelerator: str) -> None:
         known = self.name in BY_NAME
         raise RuntimeError(
             f"DeepSpeed op {self.name}: "
-            f"{state(BY_NAME[self.name], accelerator).problem if known else 'not one of OPS in benchmarks/ops.py'}; "
+            f"{state(BY_NAME[self.name], accelerator).problem if known else 'not one of OPS in benchmarks/node/ops.py'}; "
             "the suite never JIT-builds ops at run time (a run killed during a build leaves a lock "
             f"that every later run waits on). Build it once: "
             + (build_command([self.name], accelerator) if known else
-               f"add it to OPS in benchmarks/ops.py, then {build_command([self.name], accelerator)}"))
+               f"add it to OPS in benchmarks/node/ops.py, then {build_command([self.name], accelerator)}"))
     base.jit_load = refuse
 
 
@@ -317,7 +317,7 @@ def _build_one(op: Op, accel, folder: Path, work: Path) -> bool:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.ops", description=(
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.node.ops", description=(
         "Build DeepSpeed's ops once for this installation (make venv and the images call `build`), "
         "or show their state. Runs load them without any lock and never build one."))
     parser.add_argument("command", choices=["build", "status"])

@@ -1,5 +1,5 @@
 """Where each gradient element goes in the reduce-scatter gradient reduction
-(benchmarks/reduce_scatter.py): one bucket's pieces per destination rank (the per-bucket path),
+(benchmarks/reduce_scatter/install.py): one bucket's pieces per destination rank (the per-bucket path),
 and the equal windows of every rank's partition (ZeRO-1's balanced path). Pure, no torch: the
 performance model (harness/model/perfmodel.py) uses the same definitions.
 """

@@ -1,8 +1,8 @@
 """The machine a rank runs on, read from the system (never from the platform file): CPU, memory and
 load; each GPU (nvidia-smi: name, UUID, memory, SM clocks, power limit, ECC); the node's GPU/NIC
 topology; each network interface of this network namespace with its link speed, rate shaping and
-effective rate (netlink, tc, ethtool, sysfs: benchmarks/network.py) and each InfiniBand port's rate
-(sysfs). One builder for the fingerprint of every record (benchmarks/environment.py); no torch, so
+effective rate (netlink, tc, ethtool, sysfs: benchmarks/node/network.py) and each InfiniBand port's rate
+(sysfs). One builder for the fingerprint of every record (benchmarks/node/environment.py); no torch, so
 the harness may call it too. Anything unreadable is None, never a guess.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from .network import SYS_NET, interfaces, read_stripped as _read, run_quiet
+from benchmarks.node.network import SYS_NET, interfaces, read_stripped as _read, run_quiet
 
 SMI_TIMEOUT_S = 20.0
 GPU_QUERY = ("name", "uuid", "memory.total", "clocks.max.sm", "clocks.sm", "power.limit", "ecc.mode.current",
@@ -174,7 +174,7 @@ def ib_ports(sys_ib: Path = SYS_IB) -> list[dict[str, Any]]:
 
 def nics(sys_net: Path = SYS_NET, sys_ib: Path = SYS_IB) -> list[dict[str, Any]]:
     """Each network interface of this process's network namespace but loopback (physical, veth,
-    bridge, ...: benchmarks/network.py) with its link speed, rate shaping and effective rate, then
+    bridge, ...: benchmarks/node/network.py) with its link speed, rate shaping and effective rate, then
     each InfiniBand/RoCE port."""
     return interfaces(sys_net) + ib_ports(sys_ib)
 

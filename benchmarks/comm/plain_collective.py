@@ -1,6 +1,6 @@
 """A minimal torch.distributed loop: the baseline `make perf` holds the built-in sweep against.
 
-    python -m benchmarks.plain_collective --spec RUN_DIR/spec.json --out result.json  (ranks' env)
+    python -m benchmarks.comm.plain_collective --spec RUN_DIR/spec.json --out result.json  (ranks' env)
 
 For each size of the spec: one buffer, `warmup_iters` all-reduces, then `iters` timed back to back;
 the slowest rank's average. Nothing else: no check, no events, no in-place pass.
@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from contract.spec import CollectiveSpec
 
-from .collectives import DTYPES
+from benchmarks.comm.collectives import DTYPES
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,17 +2,17 @@
 applied at run time to one DeepSpeed engine's optimizer.
 
 The modules:
-- benchmarks/reduce_scatter.py (this one): `install`, which patches DeepSpeed's optimizer instance
+- benchmarks/reduce_scatter/install.py (this one): `install`, which patches DeepSpeed's optimizer instance
   and picks the path, and path 3, one padded reduce-scatter per bucket (the reduction seams of
   `reduce_ipg_grads`, patched under every path). Every public name of the modules below can be
   imported from here as well.
-- benchmarks/reduce_scatter_common.py: what the paths share: the option and the verified DeepSpeed
+- benchmarks/reduce_scatter/common.py: what the paths share: the option and the verified DeepSpeed
   versions, what is refused (`check_supported`), where the balanced paths apply
   (`balanced_zero1_blockers`, `balanced_zero2_blockers`), `ReduceScatterStats`, the averaging
   (`_scaling`) and the collective (`_issue_reduce_scatter`, and which one each backend gets).
-- benchmarks/reduce_scatter_zero1.py: path 1, ZeRO-1's balanced windows.
-- benchmarks/reduce_scatter_zero2.py: path 2, ZeRO-2's balanced bucket shards.
-- benchmarks/reduce_scatter_layout.py: the layouts (pieces, windows, shard plans), pure arithmetic
+- benchmarks/reduce_scatter/zero1.py: path 1, ZeRO-1's balanced windows.
+- benchmarks/reduce_scatter/zero2.py: path 2, ZeRO-2's balanced bucket shards.
+- benchmarks/reduce_scatter/layout.py: the layouts (pieces, windows, shard plans), pure arithmetic
   without torch, which the performance model imports too.
 
 What DeepSpeed 0.19.8 does (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer):
@@ -56,9 +56,9 @@ one and says which, and why, in a log line on rank 0 (DeepSpeed's logger, at WAR
 shows at DeepSpeed's default level) and in `ReduceScatterStats.path`:
 
 1. ZeRO-1: BALANCED WINDOWS at the accumulation boundary (`path == "balanced_windows"`):
-   benchmarks/reduce_scatter_zero1.py.
+   benchmarks/reduce_scatter/zero1.py.
 
-2. ZeRO-2: BALANCED BUCKET SHARDS (`path == "balanced_buckets"`): benchmarks/reduce_scatter_zero2.py.
+2. ZeRO-2: BALANCED BUCKET SHARDS (`path == "balanced_buckets"`): benchmarks/reduce_scatter/zero2.py.
 
 3. Elsewhere (ZeRO-1 or ZeRO-2 where a blocker applies, or `install(..., balanced=False)`): ONE
    REDUCE-SCATTER PER BUCKET (`path == "per_bucket"`), padded.
@@ -96,7 +96,7 @@ shows at DeepSpeed's default level) and in `ReduceScatterStats.path`:
   nothing reads them.
 
 Every path counts real and padded elements in the `ReduceScatterStats` that `install` returns; the
-collective each backend gets: benchmarks/reduce_scatter_common.py. Verified only with DeepSpeed
+collective each backend gets: benchmarks/reduce_scatter/common.py. Verified only with DeepSpeed
 0.19.8 (VERIFIED_DEEPSPEED); any other version is refused.
 """
 from __future__ import annotations
@@ -104,12 +104,12 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
-from .reduce_scatter_common import (OPTION, _INSTALLED_ATTR, _SHARDS_ATTR, _WINDOWS_ATTR, ReduceScatterStats,
+from benchmarks.reduce_scatter.common import (OPTION, _INSTALLED_ATTR, _SHARDS_ATTR, _WINDOWS_ATTR, ReduceScatterStats,
                                     _flat_layout, _issue_reduce_scatter, _scaling, balanced_zero1_blockers,
                                     balanced_zero2_blockers, check_supported)
-from .reduce_scatter_layout import Piece, plan_layout, split_param, window_numel
-from .reduce_scatter_zero1 import _epilogue, _mark_ready, _Zero1Windows
-from .reduce_scatter_zero2 import _epilogue_zero2, _keep_grads_in_bucket, _reduce_bucket_shards, _Zero2Shards
+from benchmarks.reduce_scatter.layout import Piece, plan_layout, split_param, window_numel
+from benchmarks.reduce_scatter.zero1 import _epilogue, _mark_ready, _Zero1Windows
+from benchmarks.reduce_scatter.zero2 import _epilogue_zero2, _keep_grads_in_bucket, _reduce_bucket_shards, _Zero2Shards
 
 
 def install(engine: Any, balanced: bool = True) -> ReduceScatterStats:
@@ -157,17 +157,17 @@ def install(engine: Any, balanced: bool = True) -> ReduceScatterStats:
                            f"of each bucket (padded to a multiple of {world * align} elements; (N-1)/N of the "
                            "bucket bytes per rank and micro-step), accumulated in a bucket-sharded buffer per "
                            "rank and sent to DeepSpeed's partitions by one all-to-all at the accumulation "
-                           "boundary (benchmarks/reduce_scatter.py)")
+                           "boundary (benchmarks/reduce_scatter/install.py)")
         elif not blockers:
             groups = ", ".join(f"P={int(p)} W={w}" for p, w in zip(opt.partition_size, stats.window_numel))
             logger.warning(f"{OPTION}: ZeRO-{stage} gradients reduced at the accumulation boundary in balanced "
                         f"windows over the {world} partitions, one reduce-scatter of {world} x W elements per "
-                        f"window ({groups}; (N-1)/N of the gradient bytes per rank) (benchmarks/reduce_scatter.py)")
+                        f"window ({groups}; (N-1)/N of the gradient bytes per rank) (benchmarks/reduce_scatter/install.py)")
         else:
             what = "balanced windows" if stage == 1 else "balanced bucket shards"
             logger.warning(f"{OPTION}: ZeRO-{stage} gradients reduced with one reduce-scatter per bucket, padded "
                         f"to {world} x the bucket's largest rank share; {what} not used: "
-                        f"{'; '.join(blockers)} (benchmarks/reduce_scatter.py)")
+                        f"{'; '.join(blockers)} (benchmarks/reduce_scatter/install.py)")
     return stats
 
 

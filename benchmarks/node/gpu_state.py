@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .network import run_quiet
+from benchmarks.node.network import run_quiet
 
 QUERY_TIMEOUT_S = 20.0
 KEYS = ("name", "bus_id", "persistence_mode", "mig_mode_current", "sm_clock_mhz", "sm_clock_max_mhz",

@@ -131,7 +131,7 @@ def build_teacher(spec: DistillSpec, student_ds: dict[str, Any], device: torch.d
     student's ZeRO stage: a replica for 0-2, ZeRO-3 shards for 3."""
     import deepspeed
 
-    from .model import DTYPES, build_model, initialise
+    from benchmarks.training.model import DTYPES, build_model, initialise
 
     zero3 = student_ds.get("zero_optimization", {}).get("stage", 0) == 3
     ds = teacher_deepspeed_config(student_ds, spec.teacher_precision)

@@ -1,6 +1,6 @@
 """Built-in collective sweep on torch.distributed with nccl-tests semantics; runs on every rank.
 
-    python -m benchmarks.collectives --run-dir RUN_DIR     (RANK, WORLD_SIZE, MASTER_* in the env)
+    python -m benchmarks.comm.collectives --run-dir RUN_DIR     (RANK, WORLD_SIZE, MASTER_* in the env)
 
 For each op and size (RUN_DIR/spec.json): warm-up iterations, then timed iterations launched back
 to back with the device synchronised once at the end; the time of a size is the slowest rank's
@@ -33,9 +33,9 @@ from contract.collectives import DTYPES as VOCABULARY_DTYPES
 from contract.collectives import NCCL_TYPES
 from contract.spec import SPEC_FILE, CollectiveSpec
 
-from .environment import announce
-from .failure import run_rank
-from .machine import LoadWindow
+from benchmarks.node.environment import announce
+from benchmarks.failure import run_rank
+from benchmarks.node.machine import LoadWindow
 
 DTYPES = {name: getattr(torch, name) for name in VOCABULARY_DTYPES}
 # nccl-tests' type names, for the printed/recorded `dtype` column

@@ -2,7 +2,7 @@
 (DeepSpeed's engine.compile or DeepCompile) and the SDPA backend, applied as the spec's `stack` says,
 and what each really did, for the record (the STACK event).
 
-Order (benchmarks/train.py setup): the model is built, initialised, checkpointed and cast; then
+Order (benchmarks/training/train.py setup): the model is built, initialised, checkpointed and cast; then
 `prepare_model` patches Liger's kernels into it and swaps its linears for torchao's Float8Linear;
 then deepspeed.initialize; then `compile_engine` (engine.compile(backend="inductor"), which
 torch.compiles the wrapped module under every ZeRO stage; with DeepSpeed's compile.deepcompile in the

@@ -1,8 +1,8 @@
 """A plain DeepSpeed training loop: the baseline `make perf` measures the harness against.
 
-    python -m benchmarks.plain_loop --spec RUN_DIR/spec.json --out result.json   (ranks' env as train.py)
+    python -m benchmarks.training.plain_loop --spec RUN_DIR/spec.json --out result.json   (ranks' env as train.py)
 
-It builds everything exactly as benchmarks/train.py does (same spec, same `setup`: process group,
+It builds everything exactly as benchmarks/training/train.py does (same spec, same `setup`: process group,
 model, client optimizer, DeepSpeed engine; same batches; same memory readout), then runs the
 warm-up and measured optimizer steps timed with perf_counter, and nothing else: no events, no
 loss readout, no instrumentation, no controller polling. Rank 0 writes the figures as JSON.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from contract.spec import TrainSpec
 
-from .stack import CompileWatch, attention_context
-from .train import (grow_warmup, limit_cpu_memory, make_batches, peak_mem_gib, reset_peak_mem, setup, synchronizer,
+from benchmarks.training.stack import CompileWatch, attention_context
+from benchmarks.training.train import (grow_warmup, limit_cpu_memory, make_batches, peak_mem_gib, reset_peak_mem, setup, synchronizer,
                     warmup_plan)
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     limit_cpu_memory(spec.cpu_mem_limit_gib)
     engine, device, _, _ = setup(spec)
     batches = make_batches(spec, rank, world_size, device)
-    since_reset = reset_peak_mem(spec.device)  # as benchmarks.train counts it
+    since_reset = reset_peak_mem(spec.device)  # as benchmarks.training.train counts it
     sync = synchronizer(spec.device)
     step_times = []
     plan = warmup_plan(spec)[:-spec.profile_steps or None]   # throughput steps only; the same warm-up rule

@@ -10,7 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from contract.spec import ModelSpec
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
-"""A workload's precision -> its weights' dtype (fp8: bf16 weights, FP8 matmuls by benchmarks/stack.py)."""
+"""A workload's precision -> its weights' dtype (fp8: bf16 weights, FP8 matmuls by benchmarks/training/stack.py)."""
 
 
 def llama_config(spec: ModelSpec) -> LlamaConfig:

@@ -1,4 +1,4 @@
-"""What the reduce-scatter gradient reduction (benchmarks/reduce_scatter.py, which installs it) shares
+"""What the reduce-scatter gradient reduction (benchmarks/reduce_scatter/install.py, which installs it) shares
 between its three paths: the option and the DeepSpeed versions it is verified with, what it refuses
 (`check_supported`) and where the balanced paths apply (`balanced_zero1_blockers`,
 `balanced_zero2_blockers`), the counts it keeps (`ReduceScatterStats`), each parameter's place in
@@ -39,7 +39,7 @@ def check_version(installed: str) -> None:
     if installed not in VERIFIED_DEEPSPEED:
         raise _refuse(f"installed DeepSpeed {installed} is not a verified version "
                       f"(verified: {', '.join(VERIFIED_DEEPSPEED)}); it replaces private methods of "
-                      "DeepSpeedZeroOptimizer (benchmarks/reduce_scatter.py), check them against "
+                      "DeepSpeedZeroOptimizer (benchmarks/reduce_scatter/install.py), check them against "
                       f"DeepSpeed {installed} before adding it to VERIFIED_DEEPSPEED")
 
 
@@ -61,7 +61,7 @@ class ReduceScatterStats:
     """What the installed reduction did so far (all ranks count the same)."""
     path: str = "per_bucket"
     """balanced_windows (ZeRO-1 at the boundary), balanced_buckets (ZeRO-2) or per_bucket (see the
-    module docstring of benchmarks/reduce_scatter.py)."""
+    module docstring of benchmarks/reduce_scatter/install.py)."""
     window_numel: tuple[int, ...] = ()
     """W per optimizer parameter group (balanced_windows only)."""
     num_collectives: int = 0

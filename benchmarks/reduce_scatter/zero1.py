@@ -1,4 +1,4 @@
-"""Path 1 of the reduce-scatter gradient reduction (benchmarks/reduce_scatter.py installs it and
+"""Path 1 of the reduce-scatter gradient reduction (benchmarks/reduce_scatter/install.py installs it and
 describes the others): ZeRO-1's balanced windows.
 
 1. ZeRO-1: BALANCED WINDOWS at the accumulation boundary (`path == "balanced_windows"`).
@@ -51,9 +51,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reduce_scatter_common import (OPTION, _INSTALLED_ATTR, _WINDOWS_ATTR, ReduceScatterStats,
+from benchmarks.reduce_scatter.common import (OPTION, _INSTALLED_ATTR, _WINDOWS_ATTR, ReduceScatterStats,
                                     _issue_reduce_scatter, _scaling)
-from .reduce_scatter_layout import plan_windows
+from benchmarks.reduce_scatter.layout import plan_windows
 
 
 @dataclass

@@ -12,10 +12,10 @@ from typing import Any, Optional
 from contract import events as ev
 from contract.fingerprint import DIGEST_VAR, IMAGE_VAR, RANK_FIELDS, RUNTIME_VAR, build, recorded_env, stack_versions
 
-from .machine import machine
-from .probe import node_probe
+from benchmarks.node.machine import machine
+from benchmarks.node.probe import node_probe
 
-LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
+LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
 
 def _version(dist: str) -> Optional[str]:
     try:
@@ -74,8 +74,8 @@ def first_on_node() -> bool:
 
 
 def node_view(probe: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """This node's machine as this rank sees it: {host, machine} (benchmarks/machine.py), its
-    capability probe (benchmarks/probe.py) as machine.probe."""
+    """This node's machine as this rank sees it: {host, machine} (benchmarks/node/machine.py), its
+    capability probe (benchmarks/node/probe.py) as machine.probe."""
     return {"host": socket.gethostname(), "machine": {**machine(), "probe": probe}}
 
 

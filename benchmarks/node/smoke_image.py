@@ -1,10 +1,10 @@
 """Smoke test of an installed stack (a container image at build time, or the venv): torch,
 deepspeed and transformers import, transformers accepts this torch, and the llama-440m model of
 conf/workload/llama-440m.yaml builds on the meta device (no memory, no GPU) with the suite's own
-builder (benchmarks/model.py), with the expected parameter count.
+builder (benchmarks/training/model.py), with the expected parameter count.
 
 Run from the suite's root (containers/Dockerfile.gpu RUNs it after copying the suite):
-  python -m benchmarks.smoke_image
+  python -m benchmarks.node.smoke_image
 Exit 0 with one line naming the versions; exit 1 with a message naming them otherwise.
 
 Why a build, not an import: transformers treats a torch older than its minimum (2.6.0 for
@@ -26,7 +26,7 @@ import yaml
 
 from contract.spec import ModelSpec
 
-SUITE_ROOT = Path(__file__).resolve().parents[1]
+SUITE_ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = "llama-440m"
 EXPECTED_PARAMS = {"llama-440m": 439_927_808}
 """Parameters of the workload's model (conf/workload/llama-440m.yaml, README, test_flops)."""
@@ -78,7 +78,7 @@ def check(name: str = WORKLOAD) -> str:
     except Exception as e:
         raise SmokeError(f"reading conf/workload/{name}.yaml failed: {type(e).__name__}: {e}") from None
     try:
-        from benchmarks.model import build_model
+        from benchmarks.training.model import build_model
 
         model = build_model(spec, device="meta")
     except Exception as e:
@@ -96,7 +96,7 @@ def check(name: str = WORKLOAD) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.smoke_image", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.node.smoke_image", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default=WORKLOAD, choices=sorted(EXPECTED_PARAMS))
     ns = ap.parse_args(argv)
     try:

@@ -13,7 +13,7 @@ at x8 carries the same name as a healthy one. The probe records:
   as a busy neighbour on another core moves an all-core triad 4x), best of REPEATS;
 - on cpu, the ISA that picks torch's kernels: torch's CPU capability (ATEN_CPU_CAPABILITY lowers
   it), the avx2 / avx512f / avx512_bf16 / amx flags of /proc/cpuinfo, and the frequency governor;
-- on cuda, the node's GPUs as `nvidia-smi -q` describes them (benchmarks/gpu_state.py: clocks,
+- on cuda, the node's GPUs as `nvidia-smi -q` describes them (benchmarks/node/gpu_state.py: clocks,
   power draw and limit, throttle reasons, ECC, PCIe link, persistence, MIG);
 - other work on the machine during the probe (CPUs' worth), so a busier box is named as such.
 
@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .gpu_state import query
-from .machine import busy_cpu_s, own_cpu_s
-from .network import read_stripped
+from benchmarks.node.gpu_state import query
+from benchmarks.node.machine import busy_cpu_s, own_cpu_s
+from benchmarks.node.network import read_stripped
 
 PROBE_SCHEMA = "1"
 PROBE_DIR = "probes"
@@ -112,7 +112,7 @@ def _linear_rates(dtype_name: str, device: str, n: int, repeats: int, min_s: flo
 def pulse(device: str) -> Optional[float]:
     """The machine's pace now, in about 0.3 s: fp32 F.linear GFLOP/s at the probe's size (one thread
     on cpu: per core, as the probe's fp32 figure), best of PULSE_REPEATS short repeats. The first rank
-    on each node reads it right before and right after a run measures (benchmarks/train.py), so a
+    on each node reads it right before and right after a run measures (benchmarks/training/train.py), so a
     run judged against a reference knows whether the machine itself ran slower than the reference's
     (harness/probe.py pace). None when it fails: a pulse never fails a run."""
     try:
@@ -281,7 +281,7 @@ def node_probe(out_dir: Path, device: str, first_on_node: bool, wait_s: float = 
     return result
 
 
-if __name__ == "__main__":   # python -m benchmarks.probe [cpu|cuda]: this node's probe, printed
+if __name__ == "__main__":   # python -m benchmarks.node.probe [cpu|cuda]: this node's probe, printed
     import sys
 
     print(json.dumps(measure(sys.argv[1] if len(sys.argv) > 1 else "cpu"), indent=1))

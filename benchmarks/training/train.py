@@ -1,6 +1,6 @@
 """LLaMA pretraining benchmark under DeepSpeed ZeRO; runs on every rank.
 
-    python -m benchmarks.train --run-dir RUN_DIR     (RANK, WORLD_SIZE, MASTER_* in the environment)
+    python -m benchmarks.training.train --run-dir RUN_DIR     (RANK, WORLD_SIZE, MASTER_* in the environment)
 
 Reads RUN_DIR/spec.json, trains for warm-up + measured steps, writes events (see events.py).
 Order of steps: warm-up (excluded from figures), throughput mode (nothing wrapped, device
@@ -21,15 +21,15 @@ from typing import Iterator, NoReturn
 from contract import events as ev
 from contract.spec import SPEC_FILE, TrainSpec
 
-from .checkpoint_policy import selective_context
-from .environment import announce, first_on_node
-from .failure import run_rank
-from .instrument import CommTracer, MicrostepClock
-from .machine import LoadWindow
-from .ops import preload
-from .probe import pulse
-from .reduce_scatter import install
-from .stack import CompileWatch, attention_context, attention_probe, compile_engine, prepare_model
+from benchmarks.training.checkpoint_policy import selective_context
+from benchmarks.node.environment import announce, first_on_node
+from benchmarks.failure import run_rank
+from benchmarks.training.instrument import CommTracer, MicrostepClock
+from benchmarks.node.machine import LoadWindow
+from benchmarks.node.ops import preload
+from benchmarks.node.probe import pulse
+from benchmarks.reduce_scatter.install import install
+from benchmarks.training.stack import CompileWatch, attention_context, attention_probe, compile_engine, prepare_model
 
 
 def synchronizer(device: str):
@@ -125,7 +125,7 @@ def _emit_hyperparameters(log: ev.EventLog, spec: TrainSpec, world_size: int) ->
 
 
 def make_batches(spec: TrainSpec, rank: int, world_size: int, device) -> Iterator:
-    from . import data
+    from benchmarks.training import data
 
     if spec.data.source == "corpus":
         batches = data.corpus_batches(spec.data, spec.model.vocab_size, spec.micro_batch_size,
@@ -150,15 +150,15 @@ def limit_cpu_memory(limit_gib: float | None) -> None:
 
 def setup(spec: TrainSpec):
     """Process group, device, model and DeepSpeed engine, exactly as every benchmark builds them.
-    Then the stack (benchmarks/stack.py): Liger's kernels and FP8 linears before DeepSpeed wraps the
+    Then the stack (benchmarks/training/stack.py): Liger's kernels and FP8 linears before DeepSpeed wraps the
     model, the compilation after. Returns (engine, device, num_params, what the stack did)."""
     import deepspeed
     import torch
 
-    from .model import DTYPES, build_model, initialise
+    from benchmarks.training.model import DTYPES, build_model, initialise
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    preload()  # DeepSpeed's ops as built at install time: no JIT build, no lock file (benchmarks/ops.py)
+    preload()  # DeepSpeed's ops as built at install time: no JIT build, no lock file (benchmarks/node/ops.py)
     deepspeed.init_distributed(dist_backend=spec.dist_backend)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if spec.device == "cuda" else torch.device("cpu")
@@ -188,7 +188,7 @@ def setup(spec: TrainSpec):
 def enable_checkpointing(model, spec: TrainSpec) -> list[bool]:
     """Activation checkpointing as the spec asks (transformers' non-reentrant torch.utils.checkpoint
     of each chosen decoder layer's forward, every n-th layer from the first; with policy selective,
-    benchmarks/checkpoint_policy.py chooses what it keeps); returns each decoder layer's flag, in
+    benchmarks/training/checkpoint_policy.py chooses what it keeps); returns each decoder layer's flag, in
     order (harness/model/flops.checkpointed_layers counts the True ones)."""
     if spec.activation_checkpointing:
         kwargs = {"use_reentrant": False}
@@ -203,7 +203,7 @@ def setup_teacher(spec: TrainSpec, device):
     """The distillation teacher (None without one), placed by the student's ZeRO stage."""
     if spec.distill is None:
         return None
-    from .distill import build_teacher
+    from benchmarks.training.distill import build_teacher
 
     return build_teacher(spec.distill, spec.deepspeed, device, spec.seed)
 
@@ -238,7 +238,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     import deepspeed.comm.comm as ds_comm
     import torch
 
-    from .distill import distillation_loss
+    from benchmarks.training.distill import distillation_loss
 
     announce(log, rank, world_size, run_dir, spec.device)  # the probe, then the ranks' view
     if rank == 0:

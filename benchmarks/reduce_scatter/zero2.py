@@ -1,4 +1,4 @@
-"""Path 2 of the reduce-scatter gradient reduction (benchmarks/reduce_scatter.py installs it and
+"""Path 2 of the reduce-scatter gradient reduction (benchmarks/reduce_scatter/install.py installs it and
 describes the others): ZeRO-2's balanced bucket shards.
 
 2. ZeRO-2: BALANCED BUCKET SHARDS (`path == "balanced_buckets"`). ZeRO-2 must reduce each bucket
@@ -64,9 +64,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .reduce_scatter_common import (OPTION, _INSTALLED_ATTR, _SHARDS_ATTR, ReduceScatterStats,
+from benchmarks.reduce_scatter.common import (OPTION, _INSTALLED_ATTR, _SHARDS_ATTR, ReduceScatterStats,
                                     _issue_reduce_scatter, _scaling)
-from .reduce_scatter_layout import ShardPlan, balanced_bucket_elements, plan_bucket_shards
+from benchmarks.reduce_scatter.layout import ShardPlan, balanced_bucket_elements, plan_bucket_shards
 
 
 @dataclass
