@@ -341,6 +341,38 @@ def slowed(rec: dict[str, Any], factor: float) -> dict[str, Any]:
     return rec
 
 
+MACHINE_STATE = ("load", "machine", "nodes")   # the pulses around the run, the probe, each node's
+
+
+def share_machine_state(rec: dict[str, Any], source: dict[str, Any]) -> None:
+    """Give an edited record the machine state (load and pulses, probe, nodes) of one OLD run. Its NEW
+    side is OLD's own records, so without this the two OLD runs' own states would differ between the
+    sides: a neighbour that loaded the box during one of them made the pace rule read an edited case
+    "not comparable: the machine ran 36 % slower" (right about the machine, but not the edit's test)."""
+    for key in MACHINE_STATE:
+        if key in source["environment"]:
+            rec["environment"][key] = copy.deepcopy(source["environment"][key])
+        else:
+            rec["environment"].pop(key, None)
+
+
+def edited(case: Case, old: list[dict[str, Any]], same: list[dict[str, Any]], shared_state: bool
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(OLD, NEW) of an edited case: NEW is `same` (slowed where the case is a slowdown) with the case's
+    edit; with shared_state, both sides carry OLD's first run's machine state, so the edit is all
+    that differs between them."""
+    new = [slowed(r, SLOWDOWN) if case.slow else copy.deepcopy(r) for r in same]
+    base = copy.deepcopy(old)
+    if shared_state:
+        for r in new + base:
+            share_machine_state(r, old[0])
+    for r in new:
+        case.edit(r)
+    for r in base:
+        (case.edit_old or (lambda _: None))(r)
+    return base, new
+
+
 @dataclass
 class Outcome:
     case: Case
@@ -396,7 +428,8 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
            edit_source: str = "same") -> list[Outcome]:
     """Run the OLD side and every case; judge each (printed as it goes). An edited case's NEW side
     is another set of unchanged runs ("same", run interleaved with OLD), or OLD's own records ("old":
-    no noise between the sides, so the check does not depend on this machine's steadiness)."""
+    no noise between the sides, and one machine state on both (share_machine_state), so the check
+    does not depend on this machine's steadiness nor on a neighbour's load between the OLD runs)."""
     extra = list(extra or [])
     sides: dict[str, list[Path]] = {"old": [], "same": []}
     if any(not (c.cluster or c.image or c.base) for c in cases):   # the shared OLD side, for the cases that use it
@@ -441,12 +474,7 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
                 outs.append(str(out))
             new, base = _load(outs), old
         else:
-            new = [slowed(r, SLOWDOWN) if case.slow else copy.deepcopy(r) for r in same]
-            for r in new:
-                case.edit(r)
-            base = copy.deepcopy(old)
-            for r in base:
-                (case.edit_old or (lambda _: None))(r)
+            base, new = edited(case, old, same, shared_state=edit_source == "old")
         outcome = judge(case, base, new)
         print(f"  {'right' if outcome.right else 'WRONG'}: {case.name} ({'run' if case.real else 'edited records'}): "
               f"{outcome.verdicts}; what changed: {'; '.join(outcome.named) or '-'}", flush=True)
