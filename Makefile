@@ -212,6 +212,7 @@ perf: venv
 	$(PY) tests/perf/attribution.py
 	$(PY) tests/perf/zero3_fetch_cost.py
 	$(PY) tests/perf/compile_cost.py
+	$(PY) tests/perf/gpu_noise.py
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv
