@@ -18,7 +18,7 @@ from benchmarks.node.gpu_state import state_differences
 
 TOLERANCE_PCT = {"cpu": {"matmul": 40.0, "triad": 60.0}, "cuda": {"matmul": 12.0, "triad": 5.0}}
 """How far a probe figure may differ (|now/ref - 1|, percent) between two runs of one machine, by device.
-cpu, measured on the cpu platform's 2-core AMD EPYC VM (AVX2) over three hours of this session: fp32
+cpu, measured on the cpu platform's 2-core AMD EPYC VM (AVX2) over three hours: fp32
 matmul (F.linear) best-of-5 65.5-90.8 GFLOP/s per core (max/min 1.39; it drifts with the VM's host,
 and the runs' throughput with it), bf16 7.3-8.8, one core's triad 14.3-26.1 GB/s (1.83 at worst,
 1.55 on a quiet box). A box that lacks AVX-512 differs by 2x in fp32 matmul and the ISA class is

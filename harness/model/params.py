@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .memory import COMPILE_ACTIVATION_FRACTION, FRAGMENTATION_FRACTION
 
 HBM_FRACTION = 0.894
-"""Of a datasheet's HBM bandwidth, what the probe's triad reached on the lent H200 (4,292 of 4,800 GB/s)."""
+"""Of a datasheet's HBM bandwidth, what the probe's triad reached on a one-GPU H200 node (4,292 of 4,800 GB/s)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ModelParams:
     the stage holds parameters: replicated (ZeRO 0-2: the eager forward and backward, DeepSpeed's
     gradient hooks) or sharded (ZeRO-3: besides, each module's gather, release and partition
     bookkeeping around it). A micro-step takes at least host_base_s + this x modules, however fast
-    the GPU: the host issues its work. MEASURED on a lent H200 node (16-core Xeon VM, torch 2.11,
+    the GPU: the host issues its work. MEASURED on a one-GPU H200 node (16-core Xeon VM, torch 2.11,
     DeepSpeed 0.19.8, transformers 5.17): llama-440m's shape with 6, 12 and 24 layers (57, 111, 219
     modules) at mb 8 x ga 4, where the GPU's share of a micro-step is a few ms; the least-squares
     line through the three, residuals under 1.3 ms (replicated) and 19 ms (sharded)
@@ -75,13 +75,13 @@ class ModelParams:
     """The platforms (conf/platform/) that describe the paper's clusters."""
     gemm_efficiency: float = 0.74
     """Fraction of the declared bf16 peak the model's matrix products (and attention) reach when
-    nothing was measured on the platform. MEASURED on the lent H200: llama-440m's GEMM shapes at 16384
+    nothing was measured on the platform. MEASURED on the one-GPU H200 node: llama-440m's GEMM shapes at 16384
     tokens (q/k/v/o, gate/up, down, lm_head; forward, dgrad, wgrad) ran at 650-782 TFLOP/s, median
     736 of 989 (reference_results/sources/gpu-runs/2026-11-26-h200/compute_breakdown_mb128.json)."""
     activation_passes: float = 17.9
     """Memory-bound device traffic of a micro-step (elementwise, norms, casts, RoPE's concatenations,
     softmax and loss) in multiples of the activation bytes its layers keep for backward
-    (memory.layer_bytes_per_token x layers x tokens). MEASURED on the lent H200: 92.5 ms of such
+    (memory.layer_bytes_per_token x layers x tokens). MEASURED on the one-GPU H200 node: 92.5 ms of such
     kernels per llama-440m micro-step at mb 128 x seq 128, at the probe's 4.29 TB/s triad, over
     22.17 GB kept (compute_breakdown_mb128.json; 24-29 at mb 8, where kernels are small)."""
     compile_memory_traffic: float = 0.260
@@ -128,7 +128,7 @@ class ModelParams:
     copy 3 B) gives 8. Measured with compile only: without it (torchao's casts unfused) TO MEASURE."""
     hbm_fraction: float = HBM_FRACTION
     """Of a datasheet's HBM bandwidth, the share a triad reaches: 4,292 of 4,800 GB/s, MEASURED by the
-    probe on the lent H200. Applied to hbm_gbps below and to a platform's declared platform.hbm_gbps."""
+    probe on the one-GPU H200 node. Applied to hbm_gbps below and to a platform's declared platform.hbm_gbps."""
     hbm_gbps: dict[str, float] = field(default_factory=lambda: {
         k: v * HBM_FRACTION for k, v in (("A100-SXM4-40GB", 1555.0), ("A100-SXM4-80GB", 2039.0),
                                          ("H100-SXM5-80GB", 3350.0), ("H200-SXM-141GB", 4800.0))})

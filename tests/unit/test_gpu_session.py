@@ -1,5 +1,5 @@
-"""The one bounded call made on a lent GPU machine (tests/gpu/lent_machine.sh) and the suites it runs:
-checked here, where no GPU is, so that the next lent session's minutes are not spent on a typo."""
+"""The bounded one-call script for a GPU node without network access (tests/gpu/offline_node.sh) and
+the suites it runs: checked here, where no GPU is, so that a GPU node's time is not spent on a typo."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ from unit_helpers import REPO_ROOT
 
 from harness.bench import plan_suite
 
-SCRIPT = REPO_ROOT / "tests" / "gpu" / "lent_machine.sh"
+SCRIPT = REPO_ROOT / "tests" / "gpu" / "offline_node.sh"
 
 
 def test_the_script_parses_and_names_only_what_exists():

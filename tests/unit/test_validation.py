@@ -100,7 +100,7 @@ def test_the_parameters_are_printed_with_their_origin(result):
     unexplained = next(p for p in result.params if p["name"] == "zero3_unexplained_s")
     assert "UNEXPLAINED" in unexplained["source"] and "ib-a100" in unexplained["source"]
     assert all("gpu-runs/2026-11-26-h200" in p["source"] or "gpu-runs/2026-11-27-h100" in p["source"]
-               for p in result.params if p["kind"] == "measured")   # the lent GPU nodes' records
+               for p in result.params if p["kind"] == "measured")   # the GPU nodes' records
     assert next(p for p in result.params if p["name"] == "compile_host_floor")["kind"] == "to measure"
 
 

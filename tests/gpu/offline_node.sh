@@ -1,11 +1,11 @@
 #!/bin/bash
-# One call on a lent GPU machine (the device tool; ../shared/GPU_RUN_NOTES.md): install the carried
-# wheels (.whl/, what the machine's image lacks), record the machine, run make gpu-check's flow,
+# One bounded call on a GPU node without network access (its own Python, torch and CUDA; nothing can
+# be downloaded there): install the carried wheels (.whl/, what the node's Python lacks), record the machine, run make gpu-check's flow,
 # then ZeRO-3's host cost per fetch (conf/suite/gpu-zero3-host.yaml) and where a micro-step's GPU
 # time goes (tests/gpu/compute_breakdown.py) with what time is left, and
 # put the records under $OUT (at most 8 files come back). Every step is bounded: a hang or a
 # failure of one step still brings back the others' records and every log.
-#   device run: bash tests/gpu/lent_machine.sh   (carry: .whl)
+#   bash tests/gpu/offline_node.sh   (with .whl/ beside it; OUT=DIR, BUDGET_S=seconds)
 #   SKIP_GPU_CHECK=1 ZERO3_SUITE=gpu-zero3-layers: only the ZeRO-3 host-cost suite named
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
