@@ -39,7 +39,7 @@ from .errors import HarnessError
 from .launch.local import LaunchResult
 from .launch.slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
                            use_client)
-from .record import ResultRecord
+from .record import CONTENT_PREFIX, ResultRecord
 from .verdict.record_files import load_record
 
 EXIT_NOT_ALL_COLLECTED = 4
@@ -99,6 +99,15 @@ def first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
     return None if a == b else f"{path or '<root>'}: dry run {a!r}, now {b!r}"
 
 
+def made_with(manifest: dict[str, Any]) -> str:
+    """The suite a dry run was planned with, as its manifest names it (harness/record.py suite_identity): a
+    commit, or the content hash of a copy of the suite outside its git checkout (a copy has no commit)."""
+    made = manifest.get("suite_commit")
+    if isinstance(made, str) and made.startswith(CONTENT_PREFIX):
+        return f"the copy of the suite that made it (its files hash to {made}; it had no commit of its own)"
+    return f"the checkout that made it ({made or 'commit unknown'})"
+
+
 def replan(out: Path, manifest: dict[str, Any], jobs: list[DryRunJob]) -> dict[str, PlannedRun]:
     """The dry run's runs planned again, each checked against the config its folder holds."""
     _, planned = plan_suite(manifest["overrides"], manifest["multirun"], out=out)
@@ -108,7 +117,7 @@ def replan(out: Path, manifest: dict[str, Any], jobs: list[DryRunJob]) -> dict[s
         if p is None:
             raise HarnessError(f"the dry run's run {run_id} is not in the suite as it plans now "
                                f"({', '.join(by_id) or 'no runs'}): conf/ or the code changed since the dry run; "
-                               f"collect with the checkout that made it ({manifest.get('suite_commit') or 'commit unknown'})")
+                               f"collect with {made_with(manifest)}")
         try:
             stored = yaml.safe_load((p.run.run_dir / "config.yaml").read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:
@@ -116,8 +125,7 @@ def replan(out: Path, manifest: dict[str, Any], jobs: list[DryRunJob]) -> dict[s
         diff = first_difference(stored, yaml.safe_load(yaml.safe_dump(p.run.config, sort_keys=False)))
         if diff:
             raise HarnessError(f"run {run_id}: its resolved config differs from the dry run's ({diff}): conf/ or "
-                               f"the code changed since; collect with the checkout that made it "
-                               f"({manifest.get('suite_commit') or 'commit unknown'})")
+                               f"the code changed since; collect with {made_with(manifest)}")
     return by_id
 
 

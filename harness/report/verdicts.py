@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from ..verdict.compare import machine_of
-from ..record import ResultRecord
+from ..record import CONTENT_PREFIX, ResultRecord
 from ..verdict.references import REFERENCE_METRICS
 from .legend import config_key, config_labels, grouped, item, legend_lines, rows_text
 from .summary import fmt, text_table
@@ -284,14 +284,16 @@ def tolerance_lines(ranked: list, labels: list[str], ref: str = "ref") -> list[s
 
 def environment_text(diff: dict[str, Any]) -> str:
     """{key: [reference, now]} (or {key: note}) as 'nccl: 2.20 -> 2.21; ...'; the suite's commits
-    shortened, with the count between: 'suite_commit: a785365c4e -> bcccdb5c49 (40 commits between)'."""
+    shortened, with the count between: 'suite_commit: a785365c4e -> bcccdb5c49 (40 commits between)'; a
+    copy's content hash in full ('content:sha256:<16 hex>', harness/record.py suite_identity)."""
     parts = []
     for k, x in diff.items():
         if k == "suite_commit.commits_between":
             continue
         if k == "suite_commit" and isinstance(x, list) and len(x) == 2:
             between = diff.get("suite_commit.commits_between")
-            parts.append(f"{k}: {str(x[0])[:10]} -> {str(x[1])[:10]}"
+            short = [str(c) if str(c).startswith(CONTENT_PREFIX) else str(c)[:10] for c in x]
+            parts.append(f"{k}: {short[0]} -> {short[1]}"
                          + (f" ({between} commit{'' if between == 1 else 's'} between)" if between is not None else ""))
         else:
             parts.append(f"{k}: {x[0]} -> {x[1]}" if isinstance(x, list) and len(x) == 2 else f"{k}: {x}")

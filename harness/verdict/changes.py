@@ -7,7 +7,8 @@ it differs materially (`load.other_cpus`), the software of COMPARED (driver, CUD
 DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages that moved from the
 lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`), the
 recorded variables (`env.TORCHINDUCTOR_DEBUG_COMPILE`), the settings outside the configuration key
-(`measure.inject_delay_s`), and the suite's own commit with the commits between."""
+(`measure.inject_delay_s`), and the suite's own commit with the commits between (or the content hash
+of a copy of the suite that was not its git checkout, harness/record.py suite_identity)."""
 from __future__ import annotations
 
 import functools
@@ -18,6 +19,7 @@ from contract.fingerprint import COMPARED, STACK_COMPARED
 
 from ..config.schema import REPO_ROOT
 from ..probe import probe_diff
+from ..record import CONTENT_PREFIX
 
 HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
 """Fingerprint fields of COMPARED that are the machine, listed before the software in a diff."""
@@ -100,10 +102,13 @@ def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env
 
 
 def _commit_diff(ref: Optional[str], cur: Optional[str]) -> dict[str, Any]:
-    """suite_commit when it differs, and how many commits lie between when this checkout has both."""
+    """suite_commit when it differs (a commit, or the content hash of a copy of the suite outside its checkout:
+    another hash is another suite), and how many commits lie between when both are commits this checkout has."""
     if not ref or not cur or ref == cur:
         return {}
     out: dict[str, Any] = {"suite_commit": [ref, cur]}
+    if ref.startswith(CONTENT_PREFIX) or cur.startswith(CONTENT_PREFIX):
+        return out   # a hash has no place in the history: no count
     between = commits_between(ref.removesuffix("-dirty"), cur.removesuffix("-dirty"))
     if between is not None:
         out["suite_commit.commits_between"] = between

@@ -45,11 +45,17 @@ class Provenance:
     environment: Optional[dict[str, Any]] = None
     """Environment fingerprint of the run (records' `environment`); None for published figures."""
     suite_commit: Optional[str] = None
+    """The suite that made the figure: a commit, or 'content:sha256:<16 hex>' (a copy of the suite outside its
+    git checkout, harness/record.py suite_identity); None for published figures."""
     note: Optional[str] = None
     """Anything the source leaves open (e.g. units it does not state)."""
     inferred: Optional[dict[str, str]] = None
     """Config fields the source does not state but that were inferred (e.g. from its own figures),
     each with its evidence: {field: evidence}. None when every config field is as published."""
+    suite_commit_given: Optional[dict[str, Optional[str]]] = None
+    """{"recorded": the records' suite_commit, "why": ...} when the submitter gave the commit instead
+    (`submit --suite-commit SHA --why TEXT`: the records named a wrong one); suite_commit and
+    environment["suite_commit"] then hold the commit given. None when both are the records' own."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,9 @@ class Reference:
         d = asdict(self)
         d["samples"] = list(self.samples)
         d["num_samples"] = self.num_samples
-        if d["provenance"] is not None and d["provenance"]["inferred"] is None:
-            del d["provenance"]["inferred"]  # optional: files written before the field stay as they were
+        for optional in ("inferred", "suite_commit_given"):   # files written before the fields stay as they were
+            if d["provenance"] is not None and d["provenance"][optional] is None:
+                del d["provenance"][optional]
         return d
 
     @classmethod

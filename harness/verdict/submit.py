@@ -7,6 +7,10 @@ records are aggregated (harness.verdict.references.references_from_records: the 
 sample) and merged into the platform's reference file under an exclusive lock, written atomically.
 An existing reference (same platform, benchmark, config and metric) is replaced only with
 --replace --reason; the old value, samples, source and date go into the new entry's note.
+Records that name a wrong suite commit (a copy of the suite run inside another repository, made
+before suite_identity knew it) are submitted with --suite-commit SHA --why TEXT: a commit of this
+checkout's history, written into each entry's provenance with what the records said and why; the
+records stay as they are.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import getpass
 import json
 import math
 import re
+import subprocess
 import sys
 import warnings
 from datetime import date as Date
@@ -27,9 +32,9 @@ from contract.fingerprint import REQUIRED, REQUIRED_CUDA
 from contract.metrics import METRICS, tolerances_for
 
 from .compare import machine_of
-from ..config.schema import CONF_DIR
+from ..config.schema import CONF_DIR, REPO_ROOT
 from ..errors import HarnessError
-from ..record import ResultRecord, validate_record, write_json_atomic
+from ..record import CONTENT_PREFIX, ResultRecord, suite_identity, validate_record, write_json_atomic
 from .record_files import read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)
@@ -198,6 +203,39 @@ def check_records(records: list[tuple[str, Any]], *, min_repeats: int, system: O
     return problems, system
 
 
+def history_commit(sha: str, root: Path = REPO_ROOT) -> tuple[Optional[str], Optional[str]]:
+    """(the full commit, None) when `sha` (hex, 7 to 40 digits) names a commit of the history of the suite's
+    own checkout at root (HEAD or an ancestor of it), else (None, why not)."""
+    if not re.fullmatch(r"[0-9a-fA-F]{7,40}", sha):
+        return None, f"--suite-commit {sha!r}: not a commit id (7 to 40 hex digits)"
+    here = suite_identity(root)
+    if here.startswith(CONTENT_PREFIX):
+        return None, (f"--suite-commit {sha}: this suite is not a git checkout (its files hash to {here}), so "
+                      "it cannot check that the commit is one of the suite's; submit from a checkout")
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    try:
+        full = git("rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}").stdout.strip()
+        ancestor = bool(full) and git("merge-base", "--is-ancestor", full, "HEAD").returncode == 0
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"--suite-commit {sha}: git could not be asked ({exc})"
+    if not ancestor:
+        return None, (f"--suite-commit {sha}: not a commit of this suite's history (HEAD {here} and its ancestors)"
+                      + ("" if full else ": no commit of this repository has that id (or it is ambiguous)"))
+    return full, None
+
+
+def given_commit(ref: Reference, sha: str, why: str) -> Reference:
+    """ref with the suite commit the submitter gave: in suite_commit and the fingerprint's, what the
+    records carried and why kept beside it (Provenance.suite_commit_given)."""
+    p = ref.provenance
+    recorded = (p.environment or {}).get("suite_commit", p.suite_commit)
+    return dataclasses.replace(ref, provenance=dataclasses.replace(
+        p, suite_commit=sha, environment={**(p.environment or {}), "suite_commit": sha},
+        suite_commit_given={"recorded": recorded, "why": why}))
+
+
 def _read_reference_file(path: Path, platform: str) -> dict[str, Any]:
     if not path.exists():
         return {"schema_version": SCHEMA_VERSION,
@@ -239,13 +277,22 @@ def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool
 
 def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace: bool = False,
            reason: Optional[str] = None, min_repeats: int = 3, submitter: Optional[str] = None,
-           system: Optional[str] = None, today: Optional[str] = None,
-           reference_dir: Path = REFERENCE_DIR) -> list[Change]:
+           system: Optional[str] = None, today: Optional[str] = None, suite_commit: Optional[str] = None,
+           why: Optional[str] = None, reference_dir: Path = REFERENCE_DIR) -> list[Change]:
     """Check the records, then add their references to the platform's file; raises
-    SubmissionRejected (nothing written) with every reason."""
+    SubmissionRejected (nothing written) with every reason. `suite_commit` (with `why`) replaces the
+    suite commit the records carry (history_commit checks it, given_commit writes it)."""
     records, problems = read_records([Path(p) for p in paths])
     checked, system = check_records(records, min_repeats=min_repeats, system=system)
     problems += checked
+    given = None
+    if suite_commit is not None:
+        given, refused = history_commit(suite_commit)
+        problems += [refused] if refused else []
+        if not (why and why.strip()):
+            problems.append("--suite-commit needs --why '...': why the records' suite_commit is wrong")
+    elif why:
+        warnings.warn("--why has no effect without --suite-commit", stacklevel=2)
     if replace and not (reason and reason.strip()):
         problems.append("--replace needs --reason '...': why the old reference is replaced")
     if reason and not replace:
@@ -263,6 +310,7 @@ def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace:
     tolerances = tolerances_for(platform)
     new = references_from_records([ResultRecord.from_dict(r, name) for name, r in records], source=SOURCE, submitter=submitter,
                                   date=today or Date.today().isoformat(), system=system, tolerance_pct=tolerances)
+    new = [given_commit(r, given, why.strip()) for r in new] if given and why else new
     path = Path(reference_file) if reference_file is not None else Path(reference_dir) / f"{platform}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / LOCK_NAME, "a") as lock:  # beside the target: reference_results/.submit.lock
@@ -283,7 +331,8 @@ class _Parser(argparse.ArgumentParser):
 
 def cli(args: list[str]) -> int:
     """python -m harness submit RESULTS... [--reference-file F] [--replace --reason R] [--min-repeats N]
-    [--submitter NAME] [--system TEXT]: check result records and add them to reference_results/."""
+    [--submitter NAME] [--system TEXT] [--suite-commit SHA --why TEXT]: check result records and add them
+    to reference_results/."""
     parser = _Parser(prog="python -m harness submit",
                      description="Check result records and add them, with provenance, to the platform's "
                                  "reference file (reference_results/<platform>.json).")
@@ -295,13 +344,22 @@ def cli(args: list[str]) -> int:
     parser.add_argument("--min-repeats", type=int, default=3, help="runs needed per configuration (default 3)")
     parser.add_argument("--submitter", help="who submits (default: the login user)")
     parser.add_argument("--system", help="system description (default: the platform's description)")
+    parser.add_argument("--suite-commit", metavar="SHA",
+                        help="the suite commit the records were made from, when theirs is wrong (a commit of this "
+                             "checkout's history; needs --why); the records are not changed")
+    parser.add_argument("--why", help="why the records' suite_commit is wrong (kept in each entry's provenance)")
     try:
         ns = parser.parse_args(args)
         changes = submit(ns.results, reference_file=ns.reference_file, replace=ns.replace, reason=ns.reason,
-                         min_repeats=ns.min_repeats, submitter=ns.submitter, system=ns.system)
+                         min_repeats=ns.min_repeats, submitter=ns.submitter, system=ns.system,
+                         suite_commit=ns.suite_commit, why=ns.why)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for change in changes:
         print(change.line())
+    given = {(p.suite_commit, p.suite_commit_given["recorded"]) for c in changes
+             if (p := c.reference.provenance).suite_commit_given}
+    for sha, recorded in sorted(given, key=str):
+        print(f"suite_commit: {sha} as given (--suite-commit), not the records' {recorded}")
     return 0

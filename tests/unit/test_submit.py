@@ -8,6 +8,8 @@ import copy
 import hashlib
 import json
 import math
+import re
+import subprocess
 import tempfile
 import threading
 import time
@@ -369,3 +371,65 @@ def test_a_gpu_record_of_other_hardware_than_declared_is_refused(tmp_path, misma
         run(write_records(tmp_path / "res", recs), tmp_path / "refs", system="x")
     assert words in str(exc.value)
     assert not (tmp_path / "refs" / "h200.json").exists()
+
+
+# --- a wrong suite commit in the records: given at submission, the records left as they are -------
+
+def this_head():
+    from harness.config.schema import REPO_ROOT
+    from harness.record import suite_commit
+
+    if suite_commit().startswith("content:"):
+        pytest.skip("this suite is a copy, not a checkout: --suite-commit cannot be checked here")
+    return subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_given_suite_commit_goes_into_the_provenance_with_what_the_records_said_and_why(tmp_path, ref, capsys):
+    """The H100 records of 2026-11-27 name 2a7ad1e6... (the repository their copy of the suite sat in):
+    the table carries the suite's commit, the records' value and the reason; the records stay as they are."""
+    head = this_head()
+    results = write_records(tmp_path / "res", three())
+    before = snapshot(results)
+    why = "a git archive copy of the suite inside another repository recorded that repository's commit"
+    assert cli([str(results), "--reference-file", str(ref / "cpu.json"), "--submitter", "t",
+                "--suite-commit", head[:12], "--why", why]) == 0
+    assert f"suite_commit: {head} as given (--suite-commit), not the records' ce6a917" in capsys.readouterr().out
+    new = entries(ref)[1:]
+    assert new and all(e["provenance"]["suite_commit"] == head and e["provenance"]["environment"]["suite_commit"] == head
+                       and e["provenance"]["suite_commit_given"] == {"recorded": "ce6a917", "why": why} for e in new)
+    assert validate_reference_file(json.loads((ref / "cpu.json").read_text())) == []
+    assert snapshot(results) == before, "the records are never edited"
+    # without the option nothing is given, and the entry does not carry the field at all
+    run(write_records(tmp_path / "other", three(stage=2)), ref)
+    plain = [e for e in entries(ref) if e["config"].get("zero_stage") == 2]
+    assert plain and all("suite_commit_given" not in e["provenance"] and e["provenance"]["suite_commit"] == "ce6a917"
+                         for e in plain)
+
+
+@pytest.mark.parametrize("sha,why,expected", [
+    ("0" * 40, "x", "not a commit of this suite's history"),
+    ("main", "x", "not a commit id"),
+    ("HEAD~1", "x", "not a commit id"),
+    (None, None, "needs --why"),   # None: this checkout's HEAD, which is a commit
+    (None, "  ", "needs --why"),
+])
+def test_a_given_suite_commit_that_is_not_one_of_the_suites_or_has_no_reason_is_refused(tmp_path, ref, sha, why,
+                                                                                        expected):
+    sha = sha or this_head()
+    before = snapshot(ref)
+    with pytest.raises(SubmissionRejected, match=re.escape(expected)):
+        run(write_records(tmp_path / "res", three()), ref, suite_commit=sha, why=why)
+    assert snapshot(ref) == before
+
+
+def test_a_suite_commit_cannot_be_checked_from_a_copy_of_the_suite(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    full, why = submit_mod.history_commit("b8fea445d815", root=tmp_path)
+    assert full is None and "not a git checkout (its files hash to content:sha256:" in why
+
+
+def test_why_without_a_suite_commit_warns_that_it_has_no_effect(tmp_path, ref):
+    with pytest.warns(UserWarning, match="--why has no effect without --suite-commit"):
+        run(write_records(tmp_path / "res", three()), ref, why="no reason to give")
