@@ -37,7 +37,7 @@ def this_checkout_or_skip() -> str:
 
 
 def archive_into(dest: Path) -> Path:
-    """`git archive HEAD` of the suite's files, unpacked into dest: a copy as a lent machine gets it."""
+    """`git archive HEAD` of the suite's files, unpacked into dest: a copy as a GPU node without network gets it."""
     names = [n for n in (*SUITE_FILES, "requirements.lock", "requirements-gpu.lock") if (REPO_ROOT / n).exists()]
     data = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", "HEAD", *names], capture_output=True,
                           check=True, timeout=60).stdout

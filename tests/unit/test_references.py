@@ -309,3 +309,50 @@ def test_inferred_fields_must_be_config_fields_and_are_optional():
     plain = good_entry()  # written before the field existed: valid, and written back without it
     assert validate_reference_file({"schema_version": "1.0", "references": [plain]}) == []
     assert Reference.from_dict(plain).to_dict() == plain
+
+
+# --- the GPU nodes' tables: what `bench platform=<gpu> suite=gpu-check` is judged against ----------
+
+NOT_MEASURED = {"z1-compile": "no H200 record of a compiled run",
+                "z3-deepcompile": "DeepCompile's op could not be built on the H100 node (2026-11-27-h100-stack)",
+                "kd": "no GPU record of llama-440m distilled from a teacher"}
+"""gpu-check's runs (by name) that a GPU has no record of yet: their verdict is `new` until one is submitted."""
+
+
+@pytest.mark.parametrize("platform,unmeasured", [("h100", {"z3-deepcompile", "kd"}),
+                                                 ("h200", {"z1-compile", "z3-deepcompile", "kd"})])
+def test_every_measured_run_of_gpu_check_has_references_on_its_gpu(platform, unmeasured):
+    """gpu-check on one H100 or H200 is judged, not only listed as new: each training run's configuration
+    key matches references in <platform>.json, but the runs no node has measured (NOT_MEASURED); the
+    one-rank nccl run is a smoke run (no bandwidth) and never has one."""
+    from harness.verdict.compare import matches
+
+    refs = load_references([REFERENCE_DIR / f"{platform}.json"])
+    planned = [(run_id.partition("-")[2], group) for run_id, group in
+               planned_groups([f"platform={platform}", "suite=gpu-check"])]
+    assert unmeasured <= set(NOT_MEASURED) and {"z0", "z1", "z2", "z3"} <= {name for name, _ in planned}
+    for name, group in planned:
+        found = {r.metric for r in refs if matches(r, group)}
+        if name in unmeasured:
+            assert not found, f"{name} has references on {platform} now: take it out of the unmeasured runs"
+        else:
+            assert {"samples_per_s", "peak_mem_gib", "mfu_pct"} <= found, (platform, name, sorted(found))
+
+
+def test_the_h100_references_name_the_suites_commit_not_the_repository_around_its_copy():
+    """The H100 records of 2026-11-27 carry 2a7ad1e6... (the repository their git-archive copy of the suite
+    sat in); the table carries the suite's commit, given at submission, with what the records said and why."""
+    refs = load_references([REFERENCE_DIR / "h100.json"])
+    given = [r for r in refs if r.provenance.suite_commit_given]
+    assert {r.config["micro_batch_size"] for r in given} == {8, 32, 128}   # gpu-check and gpu-zero3-host
+    for ref in refs:
+        p = ref.provenance
+        assert p.suite_commit == p.environment["suite_commit"] and not p.suite_commit.startswith("2a7ad1e6")
+        assert p.environment["gpu_model"].startswith("NVIDIA H100") and p.environment["torch"].startswith("2.11.0")
+    for ref in given:
+        p = ref.provenance
+        assert p.suite_commit == "b8fea445d815c3430288255a7a8458ea6682b53c"
+        assert p.suite_commit_given["recorded"].startswith("2a7ad1e6") and "git archive" in p.suite_commit_given["why"]
+    records = sorted((REFERENCE_DIR / "sources" / "gpu-runs" / "2026-11-27-h100").glob("*/0*.json"))
+    assert len(records) == 15 and all(json.loads(f.read_text())["environment"]["suite_commit"].startswith("2a7ad1e6")
+                                      for f in records), "the records stay as they were written"
