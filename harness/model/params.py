@@ -90,7 +90,7 @@ class ModelParams:
     chains, norms, RoPE and the loss into few kernels. MEASURED on H100 80GB HBM3 nodes (torch 2.11,
     tests/gpu/compute_breakdown.py, llama-440m's shape at mb 128 x seq 128, device time of every
     kernel but the matrix products and attention): eager 111.0 ms of 169.6
-    (../shared/gpu-runs/2026-11-27-h100/compute_breakdown_mb128.json, the issue's 95.6 ms of
+    (reference_results/sources/gpu-runs/2026-11-27-h100/compute_breakdown_mb128.json, the issue's 95.6 ms of
     'elementwise' plus softmax/loss, norms and copies), compiled 28.9 ms of 93.7
     (reference_results/sources/gpu-runs/2026-11-27-h100-stack/compute_breakdown_compiled_mb128.json:
     elementwise 11.3 + reduce/norm 7.8 + other 2.6, and 7.2 ms of Inductor pointwise kernels,
@@ -166,7 +166,7 @@ class ModelParams:
                 Param("activation_passes", self.activation_passes, "x activation bytes kept, per micro-step", "measured", cb)]
         stack = "reference_results/sources/gpu-runs/2026-11-27-h100-stack"
         out += [Param("compile_memory_traffic", self.compile_memory_traffic, "x activation_passes, compiled", "measured",
-                      f"{stack}/compute_breakdown_compiled_mb128.json against ../shared/gpu-runs/2026-11-27-h100/"
+                      f"{stack}/compute_breakdown_compiled_mb128.json against reference_results/sources/gpu-runs/2026-11-27-h100/"
                       "compute_breakdown_mb128.json (H100s: 28.9 of 111.0 ms of memory-bound kernels)"),
                 Param("liger_memory_traffic", self.liger_memory_traffic, "x activation_passes, Liger's kernels", "measured",
                       f"{stack}/gpu-stack 00-z1 and 03-z1-liger (H100: 1.440 -> 0.968 s a step)"),

@@ -76,7 +76,7 @@ def test_the_compile_fraction_is_the_measured_kernel_time_ratio():
     assert misfiled == pytest.approx(7.19, abs=0.01)
     assert gemm - misfiled == pytest.approx(sum(ms for ms, name in compiled["top_kernels_ms"]
                                                 if name.startswith(("nvjet", "cudnn_generated"))), abs=0.05)
-    eager_memory_bound = 169.622 - 58.587     # ../shared/gpu-runs/2026-11-27-h100/compute_breakdown_mb128.json
+    eager_memory_bound = 169.622 - 58.587     # reference_results/sources/gpu-runs/2026-11-27-h100/compute_breakdown_mb128.json
     compiled_memory_bound = compiled["device_ms_total"] - gemm + misfiled
     assert compiled_memory_bound / eager_memory_bound == pytest.approx(PARAMS.compile_memory_traffic, abs=0.001)
 
