@@ -112,7 +112,8 @@ def cmd_compare(args: list[str]) -> int:
                         help="reference file(s) (default: every reference_results/*.json)")
     parser.add_argument("--against", nargs="+", action="extend", metavar="OLD",
                         help="record files or result folders to judge NEW against instead of a reference table "
-                             "(a before/after around an upgrade); repeated configurations pool their samples")
+                             "(a before/after around an upgrade); repeated configurations pool their samples; a "
+                             "configuration OLD ran only on another platform pairs with that, across two machines")
     parser.add_argument("--fail-on", default="regression",
                         help=f"comma list of verdicts that make the exit status 1, or none; valid: {', '.join(compare.VERDICTS)}")
     parser.add_argument("--min-samples", type=int, default=2,

@@ -10,7 +10,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from ..verdict.compare import machine_of
+from ..verdict.compare import ACROSS_MACHINES, machine_of
+from ..verdict.cross_machine import MachinePair, better_ratio, machine_pairs
 from ..record import CONTENT_PREFIX, ResultRecord
 from ..verdict.references import REFERENCE_METRICS
 from .legend import config_key, config_labels, grouped, item, legend_lines, rows_text
@@ -21,6 +22,8 @@ VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data",
 RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (samples/s as is; step time and "
                 "memory inverted), so below 1x is worse: step time 1.07 -> 2.56 s is 0.42x (2.39x slower), "
                 "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
+SPEED_WORDS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "avg_busbw_gbps": "bus bandwidth"}
+"""A machine pair's throughput (cross_machine.SPEED_METRICS) in its summary's words."""
 SHOWN_KEYS = ("zero_stage", "micro_batch_size", "grad_acc_steps", "seq_len")
 """Configuration keys said first in a configuration's label; every other key that tells rows apart follows in full."""
 def _direction(v) -> str:
@@ -54,7 +57,7 @@ def change_text(v) -> str:
         return "-"
     r = ratio(v.worse_pct, _direction(v))
     worse, better = ("more memory", "less memory") if "mem" in v.metric else ("slower", "faster")
-    if r == 1.0 or not math.isfinite(r) or r <= 0:
+    if r == 1.0 or not math.isfinite(r) or r <= 0 or f"{max(r, 1 / r):.2f}" == "1.00":
         return _x(r)
     return f"{_x(r)} ({1 / r:.2f}x {worse})" if r < 1 else f"{_x(r)} ({r:.2f}x {better})"
 
@@ -82,8 +85,9 @@ def verdict_text(v) -> str:
         return v.reason
     why = v.reason.split("gain ", 1)[0].rstrip(" ;:") if "gain " in v.reason else v.reason
     unit = f" {v.unit}" if v.unit else ""
-    text = (f"{fmt(v.value, 3)}{unit} against {fmt(v.reference, 3)}{unit}: {change_text(v)}, 95% interval "
-            f"{interval_text(v)}, tolerance {tolerance_text(v)}")
+    text = f"{fmt(v.value, 3)}{unit} against {fmt(v.reference, 3)}{unit}: {change_text(v)}"
+    text += (", as information (machines apart: no verdict)" if v.verdict == "not comparable" and not v.interval_pct
+             else f", 95% interval {interval_text(v)}, tolerance {tolerance_text(v)}")
     return f"{why}: {text}" if why else text
 
 
@@ -174,8 +178,8 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     shown = verdicts if missing == "rows" else _judged(verdicts)
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
     ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), _config_order(v), v.metric))
-    keys = [config_key(v.platform, v.benchmark, v.config) for v in ranked]
-    labels = config_labels([config_key(v.platform, v.benchmark, v.config) for v in sorted(ranked, key=_config_order)])
+    keys = [_row_key(v) for v in ranked]
+    labels = config_labels([_row_key(v) for v in sorted(ranked, key=_config_order)])
     row_labels = [labels[k] for k in keys]
     ref = "ref" if ref_name == "reference" else ref_name
     units = {(v.metric, v.unit) for v in ranked if v.unit}
@@ -189,9 +193,13 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
             for v, label in zip(ranked, row_labels)]
     text = text_table(headers, rows, markdown)
     varying, common = distinguishing_keys([v.config or {} for v in ranked])
+    several = len({v.reference_platform for v in ranked}) > 1   # some rows against another platform than others
     texts = {k: f"{v.platform}/{v.benchmark} {config_label(v.config or {}, varying)}".strip()
-             for k, v in zip(keys, ranked)}
+             + (f" (against {v.reference_platform or v.platform})" if several else "") for k, v in zip(keys, ranked)}
     lines = legend_lines(labels, texts, " ".join(f"{k}={val}" for k, val in common.items()), markdown)
+    row_of = {id(v): label for v, label in zip(ranked, row_labels)}
+    lines += [line for pair in machine_pairs(ranked, ACROSS_MACHINES)
+              for line in item(pair_text(pair, lambda v: row_of[id(v)], ref), markdown)]
     since = "the reference" if ref == "ref" else ref_name
     lines += problem_lines(ranked, row_labels, since, markdown)
     lines += quiet_change_lines(ranked, row_labels, since, markdown)
@@ -203,6 +211,55 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     if missing == "summary" and unrun_line(verdicts):
         lines += item(unrun_line(verdicts), markdown)
     return text + "\n\n" + "\n".join(lines)
+
+
+def _row_key(v) -> str:
+    """A row's configuration as a key: its platform, benchmark and configuration, and the reference's
+    platform where it is another (a run paired across platforms)."""
+    platform = f"{v.platform} vs {v.reference_platform}" if v.reference_platform else v.platform
+    return config_key(platform, v.benchmark, v.config)
+
+
+def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
+    """A comparison across two machines in one line: 'H100 80GB HBM3 runs these 4 configurations at
+    0.961x the H200's samples/s (geometric mean of now/OLD over the configurations, 0.89x-1.18x); at
+    0.942x of its efficiency (matmul_eff_pct, ...); ranking of the configurations by samples/s changed:
+    c1 and c3 swapped (c1 0.4 % ahead on H100 80GB HBM3, c3 0.6 % on H200)'. `name(v)` names a
+    verdict's configuration."""
+    parts = []
+    speed = SPEED_WORDS.get(pair.speed_metric or "", pair.speed_metric)
+    if pair.speed_ratio is not None:
+        ratios = pair.ratios()
+        lo, hi = min(ratios), max(ratios)
+        spread = f" over the configurations, {_x(lo, hi)}-{_x(hi, lo)}" if len(ratios) > 1 else ""
+        n = pair.num_configs
+        parts.append(f"{pair.now} runs {'these ' + str(n) + ' configurations' if n > 1 else 'this configuration'} at "
+                     f"{_x(pair.speed_ratio)} the {pair.reference}'s {speed} (geometric mean of now/{ref}{spread})")
+    else:
+        parts.append(f"{pair.now} against {pair.reference}")
+    for metric, (r, n) in pair.efficiency.items():
+        parts.append(f"at {_x(r)} of its efficiency ({metric}, {n} configuration{'s' if n != 1 else ''}, judged "
+                     "across the machines)")
+    if pair.num_configs > 1 and not pair.swapped:
+        parts.append(f"ranking of the configurations by {speed} unchanged")
+    elif pair.swapped:
+        swaps = ", ".join(f"{name(a)} and {name(b)} swapped ({name(a)} {now:.1f} % ahead on {pair.now}, {name(b)} "
+                          f"{then:.1f} % on {pair.reference})"
+                          for a, b in pair.swapped for now, then in [pair.gaps_pct(a, b)])
+        parts.append(f"ranking of the configurations by {speed} changed: {swaps}")
+    return "; ".join(parts)
+
+
+def pair_json(pair: MachinePair, name) -> dict[str, Any]:
+    """A MachinePair as the JSON of compare --json carries it on each of its rows (across_machines)."""
+    ratios = pair.ratios()
+    return {"now": pair.now, "reference": pair.reference, "num_configurations": pair.num_configs,
+            "speed_metric": pair.speed_metric, "speed_ratio_geomean": pair.speed_ratio,
+            "speed_ratio_range": [min(ratios), max(ratios)] if ratios else None,
+            "efficiency_ratio_geomean": {m: r for m, (r, _) in pair.efficiency.items()},
+            "ranking": [name(v) for v in pair.speed], "ranking_unchanged": not pair.swapped,
+            "swapped": [{"ahead_now": name(a), "ahead_on_reference": name(b), "gaps_pct": list(pair.gaps_pct(a, b))}
+                        for a, b in pair.swapped], "summary": pair_text(pair, name, "reference")}
 
 
 def _config_order(v) -> tuple:
@@ -317,6 +374,17 @@ def load_line(records: list[ResultRecord]) -> str:
 
 def verdicts_json(verdicts: list) -> str:
     """The verdicts as JSON (compare --json): the reason and the change in the table's terms (the
-    numbers as compare() gives them: worse_pct, interval_pct)."""
-    return json.dumps([{**v.to_dict(), "reason": verdict_text(v), "change": change_text(v),
-                        "interval": interval_text(v), "tolerance": tolerance_text(v)} for v in verdicts], indent=2)
+    numbers as compare() gives them: worse_pct, interval_pct), `ratio` (now/reference of the
+    better-is-higher quantity, also where the machines differ and no verdict is made); a row made
+    across two machines (`machines`: [this run's, the reference's]) carries its pair's summary in
+    `across_machines` (pair_json: the geometric means, the ranking, the summary line)."""
+    varying, _ = distinguishing_keys([v.config or {} for v in verdicts])
+
+    def name(v) -> str:
+        return f"{v.platform}/{v.benchmark} {config_label(v.config or {}, varying)}".strip()
+
+    pairs = {(p.now, p.reference): pair_json(p, name) for p in machine_pairs(verdicts, ACROSS_MACHINES)}
+    return json.dumps([{**v.to_dict(), "reason": verdict_text(v), "change": change_text(v), "ratio": better_ratio(v),
+                        "interval": interval_text(v), "tolerance": tolerance_text(v),
+                        **({"across_machines": pairs[tuple(v.machines)]} if tuple(v.machines or ()) in pairs else {})}
+                       for v in verdicts], indent=2)

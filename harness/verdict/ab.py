@@ -6,17 +6,19 @@ samples, so the bootstrap interval resamples both sides; tolerances per platform
 references.tolerances_for; the first OLD run's fingerprint, so a regression names what changed).
 An OLD configuration none of whose runs ended ok becomes a status reference (value none), so
 oom -> ok reads "status changed" as against a reference table. Then harness.verdict.compare judges NEW
-exactly as against a table: NEW without an OLD counterpart is "new"; OLD without a NEW
-counterpart is one line (`unmatched_line`), not a row per metric.
+exactly as against a table: a NEW configuration pairs with OLD's of its own platform, else with OLD's
+of the same configuration on another platform (another machine: compare.pairing); NEW without an OLD
+counterpart is "new"; OLD without a NEW counterpart is one line (`unmatched_line`), not a row per metric.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import date
 
 from contract.metrics import tolerances_for
 
-from .compare import Group, compare, group_records, load_records
+from .compare import Group, compare, group_records, load_records, pairing
 from ..errors import HarnessError
 from ..record import ResultRecord
 from .references import REFERENCE_METRICS, Provenance, Reference, references_from_records
@@ -60,11 +62,17 @@ def status_references(g: Group, today: str, system: str) -> list[Reference]:
 
 
 def unmatched(old: list[ResultRecord], new: list[ResultRecord]) -> list[Group]:
-    """OLD configurations that no NEW result matches (harness.verdict.compare.matches, on the OLD config)."""
-    new_groups = group_records(new)
-    return [g for g in group_records(old)
-            if not any(n.platform == g.platform and n.benchmark == g.benchmark
-                       and all(n.config.get(k) == v for k, v in g.config.items()) for n in new_groups)]
+    """OLD configurations that no NEW result is paired with (harness.verdict.compare.pairing: its own
+    platform's first, else another platform's of the same configuration)."""
+    groups = group_records(old)
+    stand_ins = [Reference(g.platform, g.benchmark, g.config, "", None, "", "higher", 0.0) for g in groups]
+    paired = {_key(r.platform, r.benchmark, r.config) for n in group_records(new)
+              for side in pairing(stand_ins, n) for r in side}
+    return [g for g in groups if _key(g.platform, g.benchmark, g.config) not in paired]
+
+
+def _key(platform: str, benchmark: str, config: dict) -> tuple:
+    return platform, benchmark, json.dumps(config, sort_keys=True)
 
 
 def unmatched_line(groups: list[Group]) -> str:

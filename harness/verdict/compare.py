@@ -1,10 +1,15 @@
 """Compare results with references: a verdict per run and metric, noise-aware, with attribution.
 
+Pairing: a run's configuration (references.record_config) is judged by the references of its own
+platform that apply; when none does, by those of each other platform that ran the same configuration
+(pairing: an H100's gpu-check against an H200's), across two machines.
+
 Verdicts: pass, regression, improvement, new (no reference), missing (a reference with no result),
 status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data, not comparable (the
-reference's machine measured otherwise than this run's: machines_apart, harness/probe.py; the
-efficiency against each machine's own measured matmul rate is judged across them all the same; or
-the run's own pulse read the machine at a pace that explains its change: at_machine_pace).
+reference's machine is another platform, or measured otherwise than this run's:
+harness/verdict/cross_machine.py apart, harness/probe.py; the row keeps now/reference as information;
+the efficiency against each machine's own measured matmul rate, ACROSS_MACHINES, is judged across them
+all the same; or the run's own pulse read the machine at a pace that explains its change: at_machine_pace).
 
 Decision (per metric): the relative change of the median of this run's samples against the
 reference, signed so that positive is worse (direction-aware), with a bootstrap 95% interval
@@ -33,9 +38,10 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..probe import PACE_NOISE_PCT, Pace, mix_apart, node_probes, not_comparable, pace
+from ..probe import PACE_NOISE_PCT, Pace, mix_apart, pace
 from ..record import ResultRecord
-from .changes import environment_diff, hardware
+from .changes import environment_diff
+from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records
 from .references import REFERENCE_METRICS, STACK_KEYS, Reference, record_config
@@ -81,6 +87,10 @@ class Verdict:
     num_reference_samples: int = 0
     run_ids: list[str] = field(default_factory=list)
     environment_diff: dict[str, Any] = field(default_factory=dict)
+    reference_platform: Optional[str] = None
+    """The reference's platform where it is not the run's (a run paired across platforms), else None."""
+    machines: Optional[list[str]] = None
+    """[this run's machine, the reference's] where the two differ (cross_machine.apart), else None."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,13 +115,32 @@ def group_records(records: list[ResultRecord]) -> list[Group]:
     return list(groups.values())
 
 
-def matches(ref: Reference, group: Group) -> bool:
-    """A reference applies when every entry of its configuration is the group's too, and the group's
-    training stack is the reference's: a stack key (compile, kernels, attention, ...) the reference
-    lacks means it ran eager, as every reference made before the key existed did."""
-    return (ref.platform == group.platform and ref.benchmark == group.benchmark
-            and all(group.config.get(k) == v for k, v in ref.config.items())
+def same_configuration(ref: Reference, group: Group) -> bool:
+    """Every entry of the reference's configuration is the group's too (workload, ZeRO stage, micro
+    batch x grad accumulation, sequence, precision, nodes and ranks, ...), and the group's training
+    stack is the reference's: a stack key (compile, kernels, attention, ...) the reference lacks means
+    it ran eager, as every reference made before the key existed did. The platform is not asked."""
+    return (ref.benchmark == group.benchmark and all(group.config.get(k) == v for k, v in ref.config.items())
             and all(k in ref.config for k in STACK_KEYS if k in group.config))
+
+
+def matches(ref: Reference, group: Group) -> bool:
+    """A reference of the group's own platform applies (same_configuration)."""
+    return ref.platform == group.platform and same_configuration(ref, group)
+
+
+def pairing(references: list[Reference], group: Group) -> list[list[Reference]]:
+    """The references that judge a group, one list per platform: its own platform's when any apply;
+    else, for each other platform that ran the same configuration, that platform's (the run is paired
+    across machines: an H100's gpu-check with an H200's); [[]] when none ran it."""
+    own = [r for r in references if matches(r, group)]
+    if own:
+        return [own]
+    other: dict[str, list[Reference]] = {}
+    for ref in references:
+        if same_configuration(ref, group):
+            other.setdefault(ref.platform, []).append(ref)
+    return [other[p] for p in sorted(other)] or [[]]
 
 
 def worse_pct(current: float, reference: float, direction: str) -> float:
@@ -182,37 +211,6 @@ def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference, paces
             f"at its own pace the {verdict} is a change of {-change:+.1f} %, within the tolerance {ref.tolerance_pct:g} %")
 
 
-def machine_of(env: Optional[dict[str, Any]]) -> Optional[str]:
-    """What a measurement's speed rests on, from the fingerprint's machine (rank 0's node): the
-    GPUs' model and count when it has GPUs, else the CPU's model and usable CPUs; None when the
-    fingerprint does not say (a reference recorded before the machine was read, or one whose CPU
-    model was only the architecture, 'x86_64'), and then nothing is concluded from it."""
-    machine = (env or {}).get("machine") if isinstance(env, dict) else None
-    if not isinstance(machine, dict) or not isinstance(machine.get("cpu") or {}, dict) \
-            or not isinstance(machine.get("gpus") or [], list) or not all(isinstance(g, dict) for g in machine.get("gpus") or []):
-        return None   # malformed (a hand-edited record): nothing concluded from it
-    hw = hardware(machine)
-    if hw["gpu_model"]:
-        return f"{hw['gpu_count']} x {hw['gpu_model']}"
-    model = hw["cpu_model"]
-    if not model or model in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
-        return None
-    return f"{model} ({hw['logical_cpus']} CPUs)"
-
-
-def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> Optional[str]:
-    """'not comparable: ...' when the reference's machine cannot judge this run's, else None: by the
-    two capability probes where this run has one (harness/probe.py), and by the machines' names (a
-    name alike proves nothing; names that differ are two machines)."""
-    taken_on, run_on = machine_of(reference_env), machine_of(current_env)
-    named = (f"reference taken on {taken_on}, this run on {run_on}"
-             if taken_on and run_on and taken_on != run_on else None)
-    measured = not_comparable(reference_env, current_env) if node_probes(current_env) else None
-    if measured and named:
-        return f"{measured}; {named}"
-    return measured or (f"not comparable: {named}" if named else None)
-
-
 def _dtypes(records: list[ResultRecord], metric: str) -> list[str]:
     """The dtypes whose matmul rates an efficiency metric was measured against (its measured_gflops)."""
     return sorted({d for r in records for d in ((r.metrics.get(metric) or {}).get("measured_gflops") or {})})
@@ -227,68 +225,8 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
     verdicts: list[Verdict] = []
     used: set[tuple] = set()
     for g in group_records(records):
-        base = {"platform": g.platform, "benchmark": g.benchmark, "config": g.config,
-                "run_ids": [r.run_id for r in g.records]}
-        applicable = [r for r in references if matches(r, g)]
-        ok = [r for r in g.records if r.status == "ok"]
-        statuses = sorted({r.status for r in g.records})
-        metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
-        for metric in metrics:
-            refs = [r for r in applicable if r.metric == metric]
-            ref = _best(refs) if refs else None
-            if ref:
-                used.add(ref.key())
-            env = g.records[-1].environment
-            samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
-            units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
-            if ref is None:
-                if samples or not ok:
-                    verdicts.append(Verdict(**base, metric=metric, verdict="new", unit=next(iter(units), None),
-                                            reason=f"no reference (status {'/'.join(statuses)})",
-                                            value=statistics.median(samples) if samples else None,
-                                            num_samples=len(samples)))
-                continue
-            fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
-                   "num_reference_samples": ref.num_samples}
-            if ref.status != "ok" or not ok:
-                now = "ok" if ok else "/".join(statuses)
-                if ref.status == now:
-                    verdicts.append(Verdict(**base, metric=metric, verdict="pass", reason=f"status {now}, as the reference", **fig))
-                else:
-                    reasons = "; ".join(r.reason for r in g.records if r.reason)
-                    verdicts.append(Verdict(**base, metric=metric, verdict="status changed", **fig,
-                                            reason=f"{ref.status} -> {now}" + (f": {reasons}" if reasons else ""),
-                                            environment_diff=environment_diff(ref.provenance and ref.provenance.environment, env)))
-                continue
-            if not samples:
-                verdicts.append(Verdict(**base, metric=metric, verdict="missing", **fig,
-                                        reason="the reference has this metric; the results do not"))
-                continue
-            if units != {ref.unit}:
-                verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", **fig,
-                                        reason=f"unit mismatch: results in {sorted(units)}, reference in {ref.unit!r}"))
-                continue
-            apart = machines_apart(ref.provenance and ref.provenance.environment, env)
-            mix = apart and metric in ACROSS_MACHINES and mix_apart(
-                ref.provenance and ref.provenance.environment, env, _dtypes(ok, metric))
-            if mix:
-                apart = f"{apart}; {mix}"
-            if apart and (metric not in ACROSS_MACHINES or mix):
-                verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
-                                        value=statistics.median(samples), num_samples=len(samples), reason=apart))
-                continue
-            verdict, reason, figures = decide(samples, ref, min_samples)
-            explained = (at_machine_pace(verdict, figures, ref, pace(ref.provenance and ref.provenance.environment, env))
-                         if metric in METRICS and METRICS[metric].paced else None)
-            if explained:
-                verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
-                                        value=figures["value"], num_samples=len(samples), reason=explained))
-                continue
-            if apart:   # an efficiency: judged across the two machines, and said so
-                reason = f"across machines ({apart.removeprefix('not comparable: ')}): {reason}"
-            diff = environment_diff(ref.provenance and ref.provenance.environment, env)   # named whatever the verdict
-            verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=reason, **fig, **figures,
-                                    num_samples=len(samples), environment_diff=diff))
+        for applicable in pairing(references, g):
+            verdicts += judge(g, applicable, min_samples, used)
     scope = {(g.platform, g.benchmark) for g in group_records(records)}
     for ref in references:
         if (ref.platform, ref.benchmark) in scope and ref.key() not in used:
@@ -296,6 +234,76 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
                                     "a reference with no result in this comparison", unit=ref.unit,
                                     reference=ref.value, tolerance_pct=ref.tolerance_pct,
                                     num_reference_samples=ref.num_samples))
+    return verdicts
+
+
+def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tuple]) -> list[Verdict]:
+    """The verdicts of one group against the references of one platform (pairing); the keys of the
+    references it used are added to `used`."""
+    verdicts: list[Verdict] = []
+    other = next((r.platform for r in applicable if r.platform != g.platform), None)
+    base = {"platform": g.platform, "benchmark": g.benchmark, "config": g.config,
+            "run_ids": [r.run_id for r in g.records], "reference_platform": other}
+    ok = [r for r in g.records if r.status == "ok"]
+    statuses = sorted({r.status for r in g.records})
+    env = g.records[-1].environment
+    metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
+    for metric in metrics:
+        refs = [r for r in applicable if r.metric == metric]
+        ref = _best(refs) if refs else None
+        if ref:
+            used.add(ref.key())
+        samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
+        units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
+        if ref is None:
+            if samples or not ok:
+                verdicts.append(Verdict(**base, metric=metric, verdict="new", unit=next(iter(units), None),
+                                        reason=f"no reference (status {'/'.join(statuses)})",
+                                        value=statistics.median(samples) if samples else None,
+                                        num_samples=len(samples)))
+            continue
+        ref_env = ref.provenance and ref.provenance.environment
+        two = apart(ref_env, env, ref.platform, g.platform)
+        across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
+        fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
+               "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None}
+        if ref.status != "ok" or not ok:
+            now = "ok" if ok else "/".join(statuses)
+            if ref.status == now:
+                verdicts.append(Verdict(**base, metric=metric, verdict="pass", reason=f"status {now}, as the reference", **fig))
+            else:
+                reasons = "; ".join(r.reason for r in g.records if r.reason)
+                verdicts.append(Verdict(**base, metric=metric, verdict="status changed", **fig,
+                                        reason=(across if other else "") + f"{ref.status} -> {now}"
+                                        + (f": {reasons}" if reasons else ""),
+                                        environment_diff=environment_diff(ref_env, env)))
+            continue
+        if not samples:
+            verdicts.append(Verdict(**base, metric=metric, verdict="missing", **fig,
+                                    reason="the reference has this metric; the results do not"))
+            continue
+        if units != {ref.unit}:
+            verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", **fig,
+                                    reason=f"unit mismatch: results in {sorted(units)}, reference in {ref.unit!r}"))
+            continue
+        mix = two and metric in ACROSS_MACHINES and mix_apart(ref_env, env, _dtypes(ok, metric))
+        if two and (metric not in ACROSS_MACHINES or mix):   # the ratio is information, not a verdict
+            value = statistics.median(samples)
+            change = worse_pct(value, ref.value, ref.direction) if ref.value and math.isfinite(value) else None
+            verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=value,
+                                    worse_pct=change, num_samples=len(samples),
+                                    reason=f"{two.reason}; {mix}" if mix else two.reason))
+            continue
+        verdict, reason, figures = decide(samples, ref, min_samples)
+        explained = (at_machine_pace(verdict, figures, ref, pace(ref_env, env))
+                     if metric in METRICS and METRICS[metric].paced else None)
+        if explained:
+            verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
+                                    value=figures["value"], num_samples=len(samples), reason=explained))
+            continue
+        diff = environment_diff(ref_env, env)   # named whatever the verdict
+        verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,
+                                num_samples=len(samples), environment_diff=diff))
     return verdicts
 
 

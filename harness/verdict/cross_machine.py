@@ -1,0 +1,186 @@
+"""Two machines: whether a reference's machine can judge a run's, the two named, and what a set of
+verdicts across two machines says in one line.
+
+A reference judges a run's speed only on the same machine: the same platform, and where the run
+carries a capability probe the two probes agree (harness/probe.py not_comparable), else the machines'
+names (machine_of). Runs of one configuration on two platforms (an H100's gpu-check against an H200's)
+pair all the same (harness/verdict/compare.py pairing): their throughput and times are "not
+comparable", the ratio shown as information, and the efficiencies against each machine's own measured
+matmul rates (compare.ACROSS_MACHINES) are judged across them. `machine_pairs` sums a comparison up
+per pair of machines: the geometric mean over the paired configurations of now/reference of the
+throughput and of each efficiency, and whether the configurations rank alike by throughput on both.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from contract.metrics import METRICS
+
+from ..probe import node_probes, not_comparable
+from .changes import hardware
+
+SPEED_METRICS = ("samples_per_s", "avg_busbw_gbps", "tokens_per_s")
+"""The throughput a pair of machines is summed up by: the first of these its paired rows hold."""
+
+
+def machine_of(env: Optional[dict[str, Any]]) -> Optional[str]:
+    """What a measurement's speed rests on, from the fingerprint's machine (rank 0's node): the
+    GPUs' model and count when it has GPUs, else the CPU's model and usable CPUs; None when the
+    fingerprint does not say (a reference recorded before the machine was read, or one whose CPU
+    model was only the architecture, 'x86_64'), and then nothing is concluded from it."""
+    machine = (env or {}).get("machine") if isinstance(env, dict) else None
+    if not isinstance(machine, dict) or not isinstance(machine.get("cpu") or {}, dict) \
+            or not isinstance(machine.get("gpus") or [], list) or not all(isinstance(g, dict) for g in machine.get("gpus") or []):
+        return None   # malformed (a hand-edited record): nothing concluded from it
+    hw = hardware(machine)
+    if hw["gpu_model"]:
+        return f"{hw['gpu_count']} x {hw['gpu_model']}"
+    model = hw["cpu_model"]
+    if not model or model in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x"):
+        return None
+    return f"{model} ({hw['logical_cpus']} CPUs)"
+
+
+def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> Optional[str]:
+    """'not comparable: ...' when the reference's machine cannot judge this run's, else None: by the
+    two capability probes where this run has one (harness/probe.py), and by the machines' names (a
+    name alike proves nothing; names that differ are two machines)."""
+    taken_on, run_on = machine_of(reference_env), machine_of(current_env)
+    named = (f"reference taken on {taken_on}, this run on {run_on}"
+             if taken_on and run_on and taken_on != run_on else None)
+    measured = not_comparable(reference_env, current_env) if node_probes(current_env) else None
+    if measured and named:
+        return f"{measured}; {named}"
+    return measured or (f"not comparable: {named}" if named else None)
+
+
+def machine_name(env: Optional[dict[str, Any]], platform: str) -> str:
+    """A machine in a few words: 'H100 80GB HBM3', '8 x H100 80GB HBM3', 'AMD EPYC 7763 64-Core
+    Processor (2 CPUs, AVX2)' (the probe's ISA class when it has one); the platform's name when the
+    fingerprint does not say (a published figure)."""
+    name = machine_of(env)
+    if name is None:
+        return platform
+    name = re.sub(r"\((R|TM)\)", "", name).replace("NVIDIA ", "")
+    if name.startswith("1 x "):
+        name = name[len("1 x "):]
+    probes = node_probes(env)
+    isa = (probes[0].get("isa") or {}).get("class") if probes and probes[0].get("device") == "cpu" else None
+    if isa:
+        name = name[:-1] + f", {isa})" if name.endswith(" CPUs)") else f"{name} ({isa})"
+    return name
+
+
+@dataclass(frozen=True)
+class Apart:
+    """Why a reference's machine cannot judge a run's speed, and the two machines."""
+    reason: str
+    """'not comparable: H100 80GB HBM3 vs H200: memory bandwidth (triad) 3,030 vs 4,292 GB/s'."""
+    machines: tuple[str, str]
+    """(this run's machine, the reference's), named by machine_name; told apart where the names agree."""
+
+
+def apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any], reference_platform: str,
+          platform: str) -> Optional[Apart]:
+    """The two machines when they differ, None when the reference can judge the run. On one platform
+    as machines_apart decides; across two platforms always (another platform is another machine and
+    set-up), in words: the two machines, then what their probes measured apart."""
+    now, then = machine_name(current_env, platform), machine_name(reference_env, reference_platform)
+    if reference_platform != platform and now == then:
+        now, then = f"{now} ({platform})", f"{then} ({reference_platform})"
+    elif now == then:
+        now, then = f"{now} (now)", f"{then} (reference)"
+    if reference_platform == platform:
+        why = machines_apart(reference_env, current_env)
+        return Apart(why, (now, then)) if why else None
+    measured = not_comparable(reference_env, current_env) if node_probes(current_env) else None
+    words = [w for w in (measured or "").removeprefix("not comparable: ").split("; ")
+             if w and not w.startswith("GPU ")]   # the GPUs are named already
+    if not words and machine_of(reference_env) == machine_of(current_env) and machine_of(current_env):
+        words = [f"platform {platform} vs {reference_platform}"]
+    return Apart(f"not comparable: {now} vs {then}" + (f": {'; '.join(words)}" if words else ""), (now, then))
+
+
+def geomean(ratios: list[float]) -> Optional[float]:
+    """The geometric mean of positive ratios: the one ratio whose power n is their product, so a pair
+    of configurations at 0.5x and 2x reads 1x (an arithmetic mean would say 1.25x)."""
+    good = [r for r in ratios if isinstance(r, (int, float)) and r > 0 and math.isfinite(r)]
+    return math.exp(sum(math.log(r) for r in good) / len(good)) if good else None
+
+
+def better_ratio(v: Any) -> Optional[float]:
+    """now/reference of a verdict's better-is-higher quantity (a time or memory inverted); None
+    without both medians."""
+    now, ref = v.value, v.reference
+    if not all(isinstance(x, (int, float)) and x > 0 and math.isfinite(x) for x in (now, ref)):
+        return None
+    direction = METRICS[v.metric].direction if v.metric in METRICS else "higher"
+    return now / ref if direction == "higher" else ref / now
+
+
+@dataclass
+class MachinePair:
+    """What the verdicts between two machines say, summed up."""
+    now: str
+    reference: str
+    speed_metric: Optional[str] = None
+    """The throughput the pair is summed up by (SPEED_METRICS); None when no row has one."""
+    speed: list[Any] = field(default_factory=list)
+    """The speed_metric's verdicts (one per paired configuration) in this machine's order, fastest first."""
+    speed_ratio: Optional[float] = None
+    """Geometric mean over the configurations of now/reference of speed_metric."""
+    efficiency: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """{metric: (geometric mean of now/reference, configurations)} of the efficiencies judged across."""
+    swapped: list[tuple[Any, Any]] = field(default_factory=list)
+    """Pairs of speed verdicts (ahead now, ahead on the reference's machine) whose order the two machines
+    disagree on; [] when the configurations rank alike."""
+
+    @property
+    def num_configs(self) -> int:
+        return len(self.speed)
+
+    def ratios(self) -> list[float]:
+        return [r for r in (better_ratio(v) for v in self.speed) if r is not None]
+
+    @staticmethod
+    def gaps_pct(a: Any, b: Any) -> tuple[float, float]:
+        """(how far a swapped pair's first is ahead on this machine, its second on the reference's), percent."""
+        return 100.0 * (a.value / b.value - 1), 100.0 * (b.reference / a.reference - 1)
+
+
+def machine_pairs(verdicts: list, efficiencies: tuple[str, ...]) -> list[MachinePair]:
+    """One MachinePair per pair of machines the verdicts were made across (Verdict.machines), in the
+    order they first appear."""
+    pairs: dict[tuple[str, str], list] = {}
+    for v in verdicts:
+        if v.machines and v.value is not None and v.reference is not None:
+            pairs.setdefault(tuple(v.machines), []).append(v)
+    out = []
+    for (now, then), rows in pairs.items():
+        pair = MachinePair(now, then)
+        metric = next((m for m in SPEED_METRICS if any(v.metric == m and better_ratio(v) for v in rows)), None)
+        if metric:
+            seen: dict[str, Any] = {}
+            for v in rows:
+                if v.metric == metric and better_ratio(v) is not None:
+                    seen.setdefault(_config_id(v), v)
+            pair.speed_metric = metric
+            pair.speed = sorted(seen.values(), key=lambda v: -v.value)
+            pair.speed_ratio = geomean(pair.ratios())
+            pair.swapped = [(a, b) for i, a in enumerate(pair.speed) for b in pair.speed[i + 1:]
+                            if a.value > b.value and a.reference < b.reference]
+        for m in efficiencies:
+            ratios = [r for r in (better_ratio(v) for v in rows if v.metric == m and v.verdict != "not comparable")
+                      if r is not None]
+            if ratios:
+                pair.efficiency[m] = (geomean(ratios), len(ratios))
+        out.append(pair)
+    return out
+
+
+def _config_id(v: Any) -> str:
+    return json.dumps([v.platform, v.benchmark, v.config], sort_keys=True, default=str)
