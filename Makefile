@@ -109,8 +109,9 @@ help:
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash);"
 	@echo "             then $(GPU_LOCK): pip's resolution of CUDA torch + liger-kernel + torchao, every file hashed"
-	@echo "  containers build \$$CONTAINER_IMAGES with docker or podman from a hash-checked wheelhouse (no network in"
-	@echo "             the build; base pinned by digest, else the local one of base-image); a .sif where apptainer exists"
+	@echo "  containers build \$$CONTAINER_IMAGES with docker or podman from a hash-checked wheelhouse of the image's lock"
+	@echo "             (cpu: $(LOCK), gpu: $(GPU_LOCK); no network in the build; base pinned by digest, else the"
+	@echo "             local one of base-image); a .sif where apptainer exists"
 	@echo "  base-image as root: a local Debian bookworm base with debootstrap, for where no base can be pulled (~70 s)"
 	@echo "  cluster-up     as root: an emulated cluster of \$$NODES nodes on this machine (network namespaces, links"
 	@echo "                 shaped to \$$LINK, a real Slurm); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
@@ -269,9 +270,10 @@ gpu-venv-check:
 
 # The images, built for real (containers/recipes.py): the engine that works (runc on hybrid
 # cgroups, explicit ulimits), the Dockerfile's base pinned by digest or, where it cannot be pulled,
-# the local one of base-image, the wheelhouse of the lock (containers/wheelhouse.py, every hash
-# checked on the host; the build installs with --no-index), then a smoke run of the image and,
-# where apptainer exists, a .sif converted from the same image.  No engine that works: exit 2.
+# the local one of base-image, the wheelhouse of the image's lock, the one make venv installs for
+# that kind (cpu: $(LOCK), gpu: $(GPU_LOCK); containers/wheelhouse.py, every hash checked on the host;
+# the build installs with --no-index and is labelled with that lock's sha256), then a smoke run of the
+# image and, where apptainer exists, a .sif converted from the same image.  No engine that works: exit 2.
 containers: venv
 	$(PY) -m containers.image_check
 	$(PY) -m containers.recipes $(addprefix --image ,$(CONTAINER_IMAGES)) $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE))

@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from packaging import tags
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from containers.lock import (LOCK_PATH, NUM_FETCH_THREADS, PYTHON_VERSIONS, REPO_ROOT, LockError, Pin,
-                             _marker_env, fetch_json, installed_requires, missing_requirements, parse_lock,
+                             applying_requirements, fetch_json, installed_requires, missing_requirements, parse_lock,
                              release_files, write_text_atomic)
 
 GPU_LOCK_PATH = REPO_ROOT / "requirements-gpu.lock"
@@ -129,24 +128,10 @@ def applicable_requires(pins: Sequence[Pin], requires: Callable[[str], Iterable[
     """{canonical name: its Requires-Dist lines that apply on one of `python_versions` on
     `platform`, with no extra or an extra some pin of the closure asks for}: what the lock keeps
     as `# requires:` lines, and all that `missing_requirements` then needs."""
-    by_key = {p.key: p for p in pins}
     out: dict[str, list[str]] = {p.key: [] for p in pins}
-    todo, seen = [(p, "") for p in pins], set()
-    while todo:
-        pin, extra = todo.pop()
-        if (pin.key, extra) in seen:
-            continue
-        seen.add((pin.key, extra))
-        for line in requires(pin.name):
-            req = Requirement(line)
-            if req.marker is not None and not any(req.marker.evaluate(_marker_env(v, extra, platform))
-                                                  for v in python_versions):
-                continue
-            if str(req) not in out[pin.key]:
-                out[pin.key].append(str(req))
-            dep = by_key.get(canonicalize_name(req.name))
-            if dep is not None:
-                todo += [(dep, e) for e in sorted(req.extras)]
+    for pin, _extra, req, _where in applying_requirements(pins, requires, python_versions, platform):
+        if str(req) not in out[pin.key]:
+            out[pin.key].append(str(req))
     return {key: sorted(lines) for key, lines in out.items()}
 
 

@@ -2,12 +2,15 @@
 Requires-Dist with its markers and extras, and Requires-Python, for the image's Python.
 
 Each package's requirements are its Requires-Dist as installed in this venv, whose versions must
-be the lock's (the check says so where they are not: run `make venv`). They are evaluated for
-the image's Python on Linux x86_64, with the extras the suite uses (SUITE_EXTRAS) and those other
-requirements ask for; a requirement the suite leaves out on purpose is in NOT_INSTALLED with the
-reason. Each package's Requires-Python must accept the image's Python. Not covered: what pip
-resolves at build time for an install WITH dependencies (torch's nvidia-* libraries from the
-PyTorch index): the build's `pip check` covers those.
+be the lock's (the check says so where they are not: run `make venv`), and, where the image's lock
+records them (requirements-gpu.lock's `# requires:` lines: the metadata of the very wheels pip
+resolved for Linux x86-64, torch's CUDA build with its nvidia-*, cuda-* and triton requirements
+among them), those too: the gpu image's CUDA packages are checked without being installed here.
+They are evaluated for the image's Python on Linux x86_64, with the extras the suite uses
+(SUITE_EXTRAS) and those other requirements ask for; a requirement the suite leaves out on purpose
+is in NOT_INSTALLED with the reason. Each package's Requires-Python (this venv's) must accept the
+image's Python. Not covered: what pip resolves at build time for an install WITH dependencies
+(none of the shipped images does one): the build's `pip check` covers those.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from containers.gpu_lock import parse_requires
 from containers.image_stack import Stack
+from containers.lock import parse_lock
 
 SUITE_EXTRAS: dict[str, tuple[str, ...]] = {
     "transformers": ("torch",),  # benchmarks/training/model.py builds LlamaForCausalLM: the PyTorch models
@@ -51,6 +56,24 @@ def installed_dist(name: str) -> Optional[Dist]:
     except metadata.PackageNotFoundError:
         return None
     return Dist(dist.version, tuple(dist.requires or ()), dist.metadata.get("Requires-Python"))
+
+
+def lock_dists(lock_text: str, installed: Callable[[str], Optional[Dist]] = installed_dist
+               ) -> Callable[[str], Optional[Dist]]:
+    """What the check reads of each package: for a pin whose requirements the lock records (`#
+    requires:`), the lock's version and those requirements, with this venv's own (its extras,
+    Requires-Python) where it holds the same release; otherwise this venv's (`installed`)."""
+    versions = {canonicalize_name(e.name): e.version for e in parse_lock(lock_text)}
+    recorded = parse_requires(lock_text)
+
+    def dist(name: str) -> Optional[Dist]:
+        key, have = canonicalize_name(name), installed(name)
+        if key not in recorded or key not in versions:
+            return have
+        same = have if have is not None and Version(have.version).public == Version(versions[key]).public else None
+        requires = tuple(dict.fromkeys([*recorded[key], *(same.requires if same else ())]))
+        return Dist(versions[key], requires, same.requires_python if same else None)
+    return dist
 
 
 def marker_env(python: str, extra: str = "") -> dict[str, str]:

@@ -4,11 +4,13 @@ containers/image_check.py; containers/image_requirements.py then checks them):
   which the Dockerfile must apt-get install; a known framework image). An unknown base is an
   error: add it to BASES with what it ships.
 - torch: the torch the base ships (BASES: an NGC PyTorch image), replaced by a `pip install
-  torch==V` the Dockerfile runs (V literal or read from the lock with sed, as the Dockerfiles
-  do); the PyTorch index it comes from gives the local tag (+cpu, +cu130).
-- the rest: each `pip install -r FILE` of the lock, or of a file the Dockerfile derives from it
-  with `grep` (as the old GPU image dropped the torch line), in order. A lock line without a hash
-  that the installed package does not satisfy is refused by --require-hashes.
+  torch==V` the Dockerfile runs (V literal or read from the lock with sed); the PyTorch index it
+  comes from gives the local tag (+cpu, +cu130).
+- the rest: each `pip install -r FILE` of the image's lock (wheelhouse.TARGETS: requirements.lock
+  for the cpu image, requirements-gpu.lock for the gpu image), of its wheelhouse's torch.txt and
+  requirements.txt, or of a file the Dockerfile derives from the lock with `grep`, in order. A
+  lock line without a hash that the installed package does not satisfy is refused by
+  --require-hashes.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from containers.lock import LOCK_PATH, REPO_ROOT, LockEntry, LockError, parse_lock
+from containers.lock import REPO_ROOT, LockEntry, LockError, parse_lock
 from containers.wheelhouse import TARGETS
 
 
@@ -168,9 +170,10 @@ def _expand(word: str, env: dict[str, Optional[str]]) -> Optional[str]:
 class _Image:
     """The image as the Dockerfile builds it, instruction by instruction."""
 
-    def __init__(self, dockerfile: Path, lock_text: str, context: Path):
+    def __init__(self, dockerfile: Path, lock_text: str, lock_name: str, context: Path):
         self.dockerfile = dockerfile
-        self.lock_text = lock_text
+        self.lock_text, self.lock_name = lock_text, lock_name
+        """The image's lock: its text (what the check was given), the name the Dockerfile copies."""
         self.context = context
         self.files: dict[str, str] = {}
         """Text of files in the image the check can follow (the lock and what is derived from it)."""
@@ -205,7 +208,7 @@ class _Image:
                 self.files.update(wheelhouse_files(self.lock_text, dest.rstrip("/"), Path(src).name.split("+")[0]))
                 continue
             target = dest.rstrip("/") + "/" + Path(src).name if dest.endswith("/") or len(sources) > 1 else dest
-            if src == "requirements.lock":
+            if src == self.lock_name:
                 self.files[target] = self.lock_text
             elif (self.context / src).is_file():
                 self.files[target] = (self.context / src).read_text(encoding="utf-8", errors="replace")
@@ -337,7 +340,7 @@ class _Image:
             if path not in self.files:
                 self._problem(f"`{where}`: requirements file {path} is not one the check can follow")
                 continue
-            what = "requirements.lock" if self.files[path] == self.lock_text else f"{path} (from requirements.lock)"
+            what = self.lock_name if self.files[path] == self.lock_text else f"{path} (from {self.lock_name})"
             wanted += [(e.name, e.version, e.hashes, what) for e in _lock_entries(self.files[path], path)]
         for name, version, hs, source in wanted:
             key = canonicalize_name(name)
@@ -352,8 +355,7 @@ class _Image:
                                   + ": pip refuses to download it unverified")
                     continue
                 kept = stack.packages[key] = Installed(name, version, source)
-                if key == "torch" and no_deps and re.search(r"\+cu\d+$", version) \
-                        and "wheelhouse/torch.txt" not in source:   # wheelhouse.py puts nvidia-*, triton there
+                if key == "torch" and no_deps and re.search(r"\+cu\d+$", version):
                     self._problem(f"`{where}`: torch {version} is a CUDA build installed with --no-deps: its "
                                   "nvidia-* libraries are not in the lock; install torch with its dependencies")
             if key in constraints and not _same_public(kept.version, constraints[key]):
@@ -367,12 +369,13 @@ class _Image:
 
 def wheelhouse_files(lock_text: str, dest: str, image: str = "cpu") -> dict[str, str]:
     """What a wheelhouse (containers/wheelhouse.py) of `image` COPY'd to `dest` holds for the check:
-    torch.txt, the lock's torch pin as the image's build (+cpu, +cu130), and requirements.txt, every
-    other pin; each pinned by the sha256 of its file in the wheelhouse (here a stand-in: the
-    wheelhouse is made, and checked, on the host)."""
-    entries = _lock_entries(lock_text, "requirements.lock")
+    torch.txt, the image's lock's torch pin (as the host's torch build where the lock pins it
+    without a hash: +cpu), and requirements.txt, every other pin; each pinned by the sha256 of its
+    file in the wheelhouse (here a stand-in where the lock has none: the wheelhouse is made, and
+    checked, on the host)."""
+    entries = _lock_entries(lock_text, "the image's lock")
     stand_in = "--hash=sha256:" + "0" * 64
-    tag = TARGETS.get(image, {}).get("torch_tag")
+    tag = TARGETS[image].torch_tag if image in TARGETS else None
     line = {e.name: f"{e.name}=={e.version}" + (f"+{tag}" if tag and canonicalize_name(e.name) == "torch" else "")
             + " " + (" ".join(f"--hash=sha256:{h}" for h in e.hashes) or stand_in) + "\n" for e in entries}
     torch = [n for n in line if canonicalize_name(n) == "torch"]
@@ -399,11 +402,19 @@ def _same_public(a: str, b: str) -> bool:
     return va.public == vb.public
 
 
-def derive(dockerfile: Path, lock_path: Path = LOCK_PATH, context: Path = REPO_ROOT) -> Stack:
-    """The Python and packages of the image `dockerfile` builds (with problems found on the way);
-    ImageCheckError when it cannot be derived."""
+def image_of(dockerfile: Path) -> str:
+    """The image a Dockerfile builds, by its name: Dockerfile.gpu the gpu image; another name, cpu."""
+    name = Path(dockerfile).name.partition("Dockerfile.")[2]
+    return name if name in TARGETS else "cpu"
+
+
+def derive(dockerfile: Path, lock_path: Optional[Path] = None, context: Path = REPO_ROOT) -> Stack:
+    """The Python and packages of the image `dockerfile` builds (with problems found on the way),
+    `lock_path` standing for the image's lock (default: that lock); ImageCheckError when it cannot
+    be derived."""
     dockerfile = Path(dockerfile)
-    image = _Image(dockerfile, Path(lock_path).read_text(encoding="utf-8"), Path(context))
+    lock = TARGETS[image_of(dockerfile)].lock
+    image = _Image(dockerfile, Path(lock_path or lock).read_text(encoding="utf-8"), lock.name, Path(context))
     for keyword, args in instructions(dockerfile.read_text(encoding="utf-8")):
         if keyword == "FROM":
             expanded = _expand(args, image.env)

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -198,15 +198,15 @@ def _marker_env(python_version: str, extra: str, base: Optional[Mapping[str, str
     return env
 
 
-def missing_requirements(pins: Sequence[Pin], requires: Callable[[str], Iterable[str]],
-                         python_versions: Sequence[str] = PYTHON_VERSIONS,
-                         platform: Optional[Mapping[str, str]] = None) -> list[str]:
-    """What `pip install --no-deps` of the lock would leave unsatisfied: for each pin, each
-    Requires-Dist (`requires(name)`) that applies on one of `python_versions` (this host's
-    platform, or the marker values `platform` gives; no extras unless a pinned requirement asks
-    for them) must name a pin whose version it accepts."""
+def applying_requirements(pins: Sequence[Pin], requires: Callable[[str], Iterable[str]],
+                          python_versions: Sequence[str] = PYTHON_VERSIONS,
+                          platform: Optional[Mapping[str, str]] = None
+                          ) -> Iterator[tuple[Pin, str, Requirement, list[str]]]:
+    """The closure walk: (pin, the extra it is read with, one of its Requires-Dist, the Pythons of
+    `python_versions` on which it applies) for each requirement (`requires(name)`) that applies on
+    one of them (this host's platform, or the marker values `platform` gives); each pin read once
+    without extras and once with each extra a pinned requirement asks for."""
     by_key = {p.key: p for p in pins}
-    problems: set[str] = set()
     todo = [(p, "") for p in pins]
     seen: set[tuple[str, str]] = set()
     while todo:
@@ -220,15 +220,27 @@ def missing_requirements(pins: Sequence[Pin], requires: Callable[[str], Iterable
                      if req.marker is None or req.marker.evaluate(_marker_env(v, extra, platform))]
             if not where:
                 continue
-            on = f" (Python {', '.join(where)})"
+            yield pin, extra, req, where
             dep = by_key.get(canonicalize_name(req.name))
-            who = f"{pin.name}=={pin.version}" + (f"[{extra}]" if extra else "")
-            if dep is None:
-                problems.add(f"{who} requires {req}{on}, which is not in the lock")
-                continue
-            if not req.specifier.contains(Version(dep.version), prereleases=True):
-                problems.add(f"{who} requires {req}{on}, but the lock pins {dep.name}=={dep.version}")
-            todo += [(dep, e) for e in sorted(req.extras)]
+            if dep is not None:
+                todo += [(dep, e) for e in sorted(req.extras)]
+
+
+def missing_requirements(pins: Sequence[Pin], requires: Callable[[str], Iterable[str]],
+                         python_versions: Sequence[str] = PYTHON_VERSIONS,
+                         platform: Optional[Mapping[str, str]] = None) -> list[str]:
+    """What `pip install --no-deps` of the lock would leave unsatisfied: each requirement of the
+    closure walk (`applying_requirements`) must name a pin whose version it accepts."""
+    by_key = {p.key: p for p in pins}
+    problems: set[str] = set()
+    for pin, extra, req, where in applying_requirements(pins, requires, python_versions, platform):
+        on = f" (Python {', '.join(where)})"
+        dep = by_key.get(canonicalize_name(req.name))
+        who = f"{pin.name}=={pin.version}" + (f"[{extra}]" if extra else "")
+        if dep is None:
+            problems.add(f"{who} requires {req}{on}, which is not in the lock")
+        elif not req.specifier.contains(Version(dep.version), prereleases=True):
+            problems.add(f"{who} requires {req}{on}, but the lock pins {dep.name}=={dep.version}")
     return sorted(problems)
 
 

@@ -10,10 +10,12 @@ For each image (cpu, gpu; containers/Dockerfile.<image>):
    the cpu image, the local debootstrap base (containers/base_image.py, made when missing); the
    gpu image's CUDA base has no local stand-in, so it is not built and the reason is printed (an
    error, exit 1, when the image was asked for with --image).
-3. the wheelhouse (containers/wheelhouse.py): every file of the lock, hash-checked on the host.
-4. `ENGINE build --build-arg BASE_IMAGE=... --build-arg WHEELHOUSE=... -t llm-pretrain-bench:<image>`,
-   also tagged with the lock's sha256 (`<image>-lock<12 hex>`); the engine's layer cache makes a
-   second build of the same lock on one machine reuse the installed stack (seconds).
+3. the wheelhouse (containers/wheelhouse.py): every file of the image's lock, the one the venv of
+   its kind installs too (cpu: requirements.lock, gpu: requirements-gpu.lock), hash-checked on the host.
+4. `ENGINE build --build-arg BASE_IMAGE=... --build-arg LOCK_SHA256=... --build-arg WHEELHOUSE=...
+   -t llm-pretrain-bench:<image>`, labelled and also tagged with that lock's sha256 (from the
+   wheelhouse's MANIFEST: `<image>-lock<12 hex>`); the engine's layer cache makes a second build of
+   the same lock on one machine reuse the installed stack (seconds).
 5. a smoke run of the built image (`python -c "import torch, deepspeed"`): an engine that builds
    but cannot run stops here with its message.
 6. apptainer/singularity on PATH: `ENGINE save --format docker-archive` then
@@ -48,11 +50,12 @@ IMAGE_NAME = "llm-pretrain-bench"
 SIF_DIR = REPO_ROOT / "build" / "containers"
 """Built .sif files and docker archives: build/containers/llm-pretrain-bench-<tag>.sif (the path the
 platform configs use)."""
-NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs",
-                          "requirements-gpu.lock"})
+NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs"})
 """Top-level entries of the repository the Dockerfiles deliberately leave out of the images;
-every other tracked entry must be COPY'd (tests/unit/test_containers.py checks). requirements-gpu.lock
-is the host GPU venv's (`make venv`); nothing in an image reads it (its wheelhouse is made apart)."""
+every other tracked entry must be COPY'd (tests/unit/test_containers.py checks)."""
+NOT_IN = {"cpu": frozenset({"requirements-gpu.lock"}), "gpu": frozenset()}
+"""Left out of one image: the cpu image installs requirements.lock, not the GPU lock (the gpu image
+copies both: its own, and requirements.lock for the harness's lock comparison)."""
 SIF_ENGINES = ("apptainer", "singularity")
 PROBE_TIMEOUT_S = 20.0
 PULL_TIMEOUT_S = 120.0
@@ -233,8 +236,9 @@ def build_image(engine: Engine, image: str, moves: Sequence[wheelhouse.Move] = (
     t0 = time.monotonic()
     dockerfile = dockerfile_path(image)
     base = _base_for(engine, image, dockerfile)
-    house = wheelhouse.ensure(image, moves, torch_index_url=os.environ.get("TORCH_INDEX_URL") or None)
-    lock_sha = json.loads((house / wheelhouse.MANIFEST).read_text(encoding="utf-8"))["lock_sha256"]
+    house = wheelhouse.ensure(image, moves, wheelhouse.TARGETS[image].lock,
+                              torch_index_url=os.environ.get("TORCH_INDEX_URL") or None)
+    lock_sha = json.loads((house / wheelhouse.MANIFEST).read_text(encoding="utf-8"))["lock_sha256"]   # the label
     tag = docker_tag(wheelhouse.folder_name(image, moves).replace("+", "-"))   # a tag allows [A-Za-z0-9_.-]
     argv = ["build", *engine.args.limit_args, *extra,
             "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"BASE_ID={engine.inspect(base) or 'unknown'}",

@@ -1,23 +1,28 @@
-"""The wheelhouse an image installs from with `pip install --no-index`: every file of the lock,
-downloaded on the host with every hash checked, so that the image build needs no network (the
+"""The wheelhouse an image installs from with `pip install --no-index`: every file of the image's
+lock, downloaded on the host with every hash checked, so that the image build needs no network (the
 build's own pip reaches no index here, nor on an offline HPC login node).
 
-    python -m containers.wheelhouse --image cpu [--move NAME==VERSION ...] [--lock PATH]
+    python -m containers.wheelhouse --image cpu|gpu [--move NAME==VERSION ...] [--lock PATH]
 
-writes build/wheelhouse/<image>[+name-version...]/:
-- every wheel of the lock for the image's Python and platform, fetched by `pip download
-  --require-hashes --no-deps` (pip refuses a file whose sha256 is not one of the lock's);
+Each image installs the lock of the venv of its kind (one closure, two consumers): the cpu image
+requirements.lock, the gpu image requirements-gpu.lock (PyPI's CUDA 13 torch with its nvidia-*,
+cuda-* and triton wheels, liger-kernel, torchao; every file hashed). It writes
+build/wheelhouse/<image>[+name-version...]/:
+- every hashed pin's file for the image's Python and platform, fetched by one `pip download
+  --require-hashes --no-deps` (pip refuses a file whose sha256 is not one of the lock's); the gpu
+  image's for CPython 3.12 on Linux x86-64 (gpu_lock.PLATFORM_TAGS), torch and its CUDA wheels
+  among them: no torch index, no file without a lock hash;
 - a wheel built here from each sdist the lock pins (deepspeed, antlr4-python3-runtime), so the
   image's pip needs no build backend from an index; the sdist's lock-verified sha256 is kept in
   MANIFEST.json beside the wheel's own;
-- torch, which the lock pins without a hash (its files are a host-specific build: a local wheel,
-  or the PyTorch index given as TORCH_INDEX_URL); the cpu image refuses a torch that is not a
-  +cpu build;
+- the cpu image's torch, which requirements.lock pins without a hash (its files are a
+  host-specific build: a local wheel, or the PyTorch index given as TORCH_INDEX_URL); refused
+  unless it is a +cpu build;
 - torch.txt and requirements.txt: every file pinned by the sha256 of the file that is here, which
   the image installs with --require-hashes (torch first, as `make venv` does);
-- requirements.lock: the lock it was made from (with --move: the lock with those pins moved to
-  another release, hashed from PyPI's JSON API);
-- MANIFEST.json: the lock's sha256, the target, and each file's origin and sha256.
+- a copy of the lock it was made from, under its own name (with --move: the lock with those pins
+  moved to another release, hashed from PyPI's JSON API);
+- MANIFEST.json: the lock's name and sha256, the target, and each file's origin and sha256.
 
 A wheelhouse whose MANIFEST names the same lock sha256 is reused as it is ("up to date").
 --move makes the second image of a real library change (containers/README.md)."""
@@ -37,20 +42,35 @@ from typing import Callable, Optional, Sequence
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-from containers.lock import (LOCK_PATH, REPO_ROOT, LockError, Pin, fetch_json, file_hashes, parse_lock,
+from containers.gpu_lock import GPU_LOCK_PATH, PLATFORM_TAGS, supported_tags
+from containers.lock import (LOCK_PATH, REPO_ROOT, LockEntry, LockError, Pin, fetch_json, file_hashes, parse_lock,
                              write_text_atomic)
 
 WHEELHOUSE_DIR = REPO_ROOT / "build" / "wheelhouse"
 MANIFEST = "MANIFEST.json"
+
+
+@dataclass(frozen=True)
+class Target:
+    python: str
+    """The image's Python, X.Y (the locks' hashes cover 3.11 and 3.12)."""
+    lock: Path
+    """The lock the image installs: the one the venv of its kind installs (`make venv`)."""
+    platform_args: tuple[str, ...]
+    """How pip fetches for the image's Python and platform; none: this host's (checked)."""
+    torch_tag: Optional[str] = None
+    """Where the lock pins torch without a hash (taken from the host's torch source): the local tag
+    that torch must carry."""
+
+
 TARGETS = {
-    "cpu": {"python": "3.11", "platform_args": [], "torch_tag": "cpu"},
-    "gpu": {"python": "3.12", "torch_tag": "cu130", "torch_index": "https://download.pytorch.org/whl/cu130",
-            "platform_args": ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-                              "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-                              "--platform", "linux_x86_64", "--only-binary=:all:"]},
+    "cpu": Target("3.11", LOCK_PATH, (), torch_tag="cpu"),
+    "gpu": Target("3.12", GPU_LOCK_PATH, ("--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+                                          *(a for tag in PLATFORM_TAGS for a in ("--platform", tag)))),
 }
-"""The image's Python (the lock's hashes cover 3.11 and 3.12) and how pip fetches for it: the cpu
-image's Python is the host's (checked), the gpu image's is asked for by pip's platform options."""
+"""The cpu image: requirements.lock for the host's Python 3.11 (its torch from the host's torch
+source); the gpu image: requirements-gpu.lock for CPython 3.12 on Linux x86-64, every file hashed.
+No --only-binary: --no-deps lets pip fetch the lock's sdists for another platform too."""
 
 
 class WheelhouseError(Exception):
@@ -95,8 +115,8 @@ def moved_lock(text: str, moves: Sequence[Move], fetch: Callable[[str], Optional
         if key not in entries:
             raise WheelhouseError(f"--move {mv.name}=={mv.version}: {mv.name} is not pinned in the lock")
         if key == "torch":
-            raise WheelhouseError("--move torch: torch's files are host-specific (no hashes in the lock); "
-                                  "move another package")
+            raise WheelhouseError("--move torch: torch is not one pin (the cpu image's is host-specific, the gpu "
+                                  "image's brings its CUDA wheels); move another package")
         old = entries[key]
         if old.version == mv.version:
             raise WheelhouseError(f"--move {mv.name}=={mv.version}: the lock already pins that version")
@@ -141,43 +161,58 @@ def _package_of(filename: str) -> str:
     return canonicalize_name(parse_sdist_filename(filename)[0])
 
 
+def _download(python: str, target: Target, entries: Sequence[LockEntry], part: Path, env: dict[str, str]) -> Path:
+    """Every hashed pin of `entries` into part/sdists by one `pip download --require-hashes --no-deps`."""
+    hashed = part / "hashed-pins.txt"
+    hashed.write_text("".join(f"{e.name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes) + "\n"
+                              for e in entries if e.hashes), encoding="utf-8")
+    _pip(python, ["download", "--no-deps", "--require-hashes", "--dest", str(part / "sdists"),
+                  *target.platform_args, "-r", str(hashed)], env)
+    hashed.unlink()
+    return part / "sdists"
+
+
 def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
-         torch_index_url: Optional[str] = None) -> Path:
-    """Fill `out` (atomically: a .partial folder renamed at the end) for `image` from `lock_text`."""
+         torch_index_url: Optional[str] = None, lock_name: Optional[str] = None) -> Path:
+    """Fill `out` (atomically: a .partial folder renamed at the end) for `image` from `lock_text`
+    (the text of the image's lock, named `lock_name`: by default the target's)."""
     target = TARGETS[image]
+    lock_name = lock_name or target.lock.name
     lock_sha = hashlib.sha256(lock_text.encode()).hexdigest()
     if up_to_date(out, lock_sha):
         print(f"wheelhouse {out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out}: up to date "
-              f"(lock sha256 {lock_sha[:12]})")
+              f"({lock_name} sha256 {lock_sha[:12]})")
         return out
-    if image == "cpu":
+    if not target.platform_args:
         host = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                               capture_output=True, text=True, check=True).stdout.strip()
-        if host != target["python"]:
-            raise WheelhouseError(f"the cpu image runs Python {target['python']} but {python} is {host}: its "
-                                  "wheels would not fit; run with a Python 3.11 (make venv's)")
+        if host != target.python:
+            raise WheelhouseError(f"the {image} image runs Python {target.python} but {python} is {host}: its "
+                                  f"wheels would not fit; run with a Python {target.python} (make venv's)")
     entries = parse_lock(lock_text)
     torch = next((e for e in entries if canonicalize_name(e.name) == "torch"), None)
     if torch is None:
-        raise WheelhouseError("the lock pins no torch")
+        raise WheelhouseError(f"{lock_name} pins no torch")
+    unhashed = [e.name for e in entries if not e.hashes]
+    if unhashed and (target.torch_tag is None or unhashed != [torch.name]):
+        raise WheelhouseError(f"{lock_name} pins {', '.join(unhashed)} without a hash: the {image} image takes "
+                              + ("every file, torch's too, hashed from its lock (requirements-gpu.lock: `make lock`)"
+                                 if target.torch_tag is None else "only torch from the host's torch source"))
+    if torch_index_url and torch.hashes:
+        print(f"note: TORCH_INDEX_URL={torch_index_url} does not apply to the {image} image: {lock_name} hashes "
+              "torch like every pin (PyPI's files)", flush=True)
     part = out.with_name(out.name + ".partial")
     shutil.rmtree(part, ignore_errors=True)
     (part / "sdists").mkdir(parents=True)
-    hashed = part / "lock-without-torch.txt"
-    hashed.write_text("".join(f"{e.name}=={e.version} " + " ".join(f"--hash=sha256:{h}" for h in e.hashes) + "\n"
-                              for e in entries if e is not torch), encoding="utf-8")
     env = {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
-    _pip(python, ["download", "--no-deps", "--require-hashes", "--dest", str(part / "sdists"),
-                  *target["platform_args"], "-r", str(hashed)], env)
-    hashed.unlink()
     files: dict[str, dict] = {}
     lock_hashes = {canonicalize_name(e.name): set(e.hashes) for e in entries}
-    for f in sorted((part / "sdists").iterdir()):
+    for f in sorted(_download(python, target, entries, part, env).iterdir()):
         digest, pkg = sha256_of(f), _package_of(f.name)
         if digest not in lock_hashes.get(pkg, set()):   # pip checked it; a second look costs nothing
-            raise WheelhouseError(f"{f.name}: sha256 {digest} is not one of the lock's for {pkg}")
+            raise WheelhouseError(f"{f.name}: sha256 {digest} is not one of {lock_name}'s for {pkg}")
         if f.name.endswith(".whl"):
-            _keep(files, part, f, pkg, "downloaded; sha256 is the lock's")
+            _keep(files, part, f, pkg, f"downloaded; sha256 is {lock_name}'s")
             continue
         built = part / "built"
         # reproducible: the same bytes in every clone (zip times from SOURCE_DATE_EPOCH; DeepSpeed's
@@ -186,69 +221,63 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
         _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)],
              {**env, "SOURCE_DATE_EPOCH": "315532800", "PYTHONHASHSEED": "0"})
         for w in built.iterdir():
-            _keep(files, part, w, pkg, f"built here from {f.name} (sha256 {digest}, the lock's)")
+            if target.platform_args and not set(parse_wheel_filename(w.name)[3]) & supported_tags(target.python):
+                raise WheelhouseError(f"{w.name}, built here from {f.name}, does not fit the {image} image's "
+                                      f"CPython {target.python} on Linux x86-64: {lock_name} needs a wheel for it")
+            _keep(files, part, w, pkg, f"built here from {f.name} (sha256 {digest}, {lock_name}'s)")
         built.rmdir()
     shutil.rmtree(part / "sdists")
-    torch_dir = part / "torch"
-    index_url = torch_index_url or target.get("torch_index")
-    index = ["--index-url", index_url] if index_url else []
-    with_deps = image == "gpu"   # a CUDA torch needs its nvidia-* and triton wheels, which are not in the lock
-    _pip(python, ["download", *([] if with_deps else ["--no-deps"]), "--dest", str(torch_dir),
-                  *target["platform_args"], *index, f"torch=={torch.version}"], {**env, "PIP_CONSTRAINT": ""})
-    extra: list[str] = []
-    for f in sorted(torch_dir.iterdir()):
-        pkg = _package_of(f.name)
-        if pkg != "torch" and pkg in lock_hashes:   # the lock's own file of it is here already
-            f.unlink()
-            continue
-        if pkg == "torch":
-            tag = parse_wheel_filename(f.name)[1].local
-            if tag != target["torch_tag"]:
-                raise WheelhouseError(
-                    f"{f.name}: the {image} image needs torch {torch.version}+{target['torch_tag']}, this is "
-                    f"{torch.version}{'+' + tag if tag else ' (no local tag: a CUDA build from PyPI)'}; "
-                    "set TORCH_INDEX_URL=https://download.pytorch.org/whl/" + target["torch_tag"])
-        else:
-            extra.append(pkg)
-        _keep(files, part, f, pkg, ("host's torch source (the lock pins torch without a hash)" if pkg == "torch"
-                                    else "a dependency of torch from its index (not in the lock)")
-              + (f": {index_url}" if index_url else ""))
-    torch_dir.rmdir()
+    if not torch.hashes:
+        _host_torch(python, image, target, torch.version, part, files, torch_index_url, env)
     have = {meta["package"] for meta in files.values()}
     missing = sorted(set(lock_hashes) - have)
     if missing:
         raise WheelhouseError(f"no file for {', '.join(missing)} in the wheelhouse")
-    by_pkg = {meta["package"]: (name, meta) for name, meta in files.items()}
     versions = {canonicalize_name(e.name): e for e in entries}
-
-    def pinned(pkg: str, name: str) -> str:
-        if pkg in versions:
-            return f"{versions[pkg].name}=={versions[pkg].version}"
-        wheel = parse_wheel_filename(name)
-        return f"{wheel[0]}=={wheel[1]}"
-
-    lines = {pkg: f"{pinned(pkg, name)} --hash=sha256:{meta['sha256']}\n" for pkg, (name, meta) in by_pkg.items()}
-    torch_lines = [lines.pop("torch")] + [lines.pop(pkg) for pkg in sorted(extra)]
-    (part / "torch.txt").write_text("".join(torch_lines), encoding="utf-8")
+    lines = {meta["package"]: f"{versions[meta['package']].name}=={versions[meta['package']].version} "
+                              f"--hash=sha256:{meta['sha256']}\n" for meta in files.values()}
+    (part / "torch.txt").write_text(lines.pop("torch"), encoding="utf-8")
     (part / "requirements.txt").write_text("".join(lines[k] for k in sorted(lines)), encoding="utf-8")
-    (part / "requirements.lock").write_text(lock_text, encoding="utf-8")
-    manifest = {"image": image, "python": target["python"], "lock_sha256": lock_sha, "files": files}
+    (part / lock_name).write_text(lock_text, encoding="utf-8")
+    manifest = {"image": image, "python": target.python, "lock": lock_name, "lock_sha256": lock_sha, "files": files}
     write_text_atomic(part / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     part.rename(out)
     total = sum(m["size"] for m in files.values()) / 2**20
-    print(f"wheelhouse {out}: {len(files)} files, {total:.0f} MiB (lock sha256 {lock_sha[:12]})")
+    print(f"wheelhouse {out}: {len(files)} files, {total:.0f} MiB ({lock_name} sha256 {lock_sha[:12]})")
     return out
 
 
-def ensure(image: str, moves: Sequence[Move] = (), lock_path: Path = LOCK_PATH,
+def _host_torch(python: str, image: str, target: Target, version: str, part: Path, files: dict[str, dict],
+                index_url: Optional[str], env: dict[str, str]) -> None:
+    """The torch a lock pins without a hash, from the host's torch source (TORCH_INDEX_URL, or pip's
+    configuration), alone (--no-deps); refused unless it is the image's build (+cpu)."""
+    torch_dir = part / "torch"
+    index = ["--index-url", index_url] if index_url else []
+    _pip(python, ["download", "--no-deps", "--dest", str(torch_dir), *target.platform_args, *index,
+                  f"torch=={version}"], env)
+    for f in sorted(torch_dir.iterdir()):
+        tag = parse_wheel_filename(f.name)[1].local if f.name.endswith(".whl") else None
+        if tag != target.torch_tag:
+            raise WheelhouseError(
+                f"{f.name}: the {image} image needs torch {version}+{target.torch_tag}, this is "
+                f"{version}{'+' + tag if tag else ' (no local tag: a CUDA build from PyPI)'}; "
+                "set TORCH_INDEX_URL=https://download.pytorch.org/whl/" + str(target.torch_tag))
+        _keep(files, part, f, "torch", "host's torch source (the lock pins torch without a hash)"
+              + (f": {index_url}" if index_url else ""))
+    torch_dir.rmdir()
+
+
+def ensure(image: str, moves: Sequence[Move] = (), lock_path: Optional[Path] = None,
            torch_index_url: Optional[str] = None, python: str = sys.executable) -> Path:
-    """The wheelhouse of `image` for the lock (with `moves` applied), made when missing or stale."""
-    text = Path(lock_path).read_text(encoding="utf-8")
+    """The wheelhouse of `image` for its lock (default: the target's; with `moves` applied), made
+    when missing or stale."""
+    lock_path = Path(lock_path or TARGETS[image].lock)
+    text = lock_path.read_text(encoding="utf-8")
     if moves:
         text = moved_lock(text, moves)
     return make(image, text, WHEELHOUSE_DIR / folder_name(image, moves), python=python,
-                torch_index_url=torch_index_url)
+                torch_index_url=torch_index_url, lock_name=lock_path.name)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -256,7 +285,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--image", choices=sorted(TARGETS), default="cpu")
     ap.add_argument("--move", action="append", default=[], metavar="NAME==VERSION",
                     help="pin NAME to another release for this wheelhouse (a second image of a library change)")
-    ap.add_argument("--lock", type=Path, default=LOCK_PATH)
+    ap.add_argument("--lock", type=Path, default=None,
+                    help="the lock (default: the image's: " + ", ".join(f"{i}: {t.lock.name}" for i, t in TARGETS.items())
+                         + ")")
     ns = ap.parse_args(argv)
     try:
         moves = [Move.parse(m) for m in ns.move]

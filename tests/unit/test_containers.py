@@ -75,9 +75,18 @@ def test_every_tracked_top_level_entry_is_copied_or_left_out_on_purpose():
         pytest.skip("not a git checkout")
     tracked = {line.split("/", 1)[0] for line in done.stdout.splitlines()}
     for image in recipes.IMAGES:
-        undecided = tracked - {s for s, _ in copied(image)} - recipes.NOT_IN_IMAGE
+        undecided = tracked - {s for s, _ in copied(image)} - recipes.NOT_IN_IMAGE - recipes.NOT_IN[image]
         assert not undecided, (f"{sorted(undecided)}: COPY into containers/Dockerfile.{image} or add to "
-                               "NOT_IN_IMAGE in containers/recipes.py")
+                               "NOT_IN_IMAGE (or NOT_IN) in containers/recipes.py")
+
+
+@pytest.mark.parametrize("image", recipes.IMAGES)
+def test_each_image_carries_its_own_lock(image):
+    """The lock an image installs is in it, beside requirements.lock (the harness compares the
+    installed packages with that one): the gpu image holds requirements-gpu.lock, the cpu image not."""
+    sources = {s for s, d in copied(image) if d.startswith("/workspace/suite")}
+    assert wheelhouse.TARGETS[image].lock.name in sources and "requirements.lock" in sources
+    assert ("requirements-gpu.lock" in sources) == (image == "gpu")
 
 
 @pytest.mark.parametrize("image", recipes.IMAGES)
@@ -220,14 +229,21 @@ def test_wheelhouse_names_and_reuse(tmp_path):
     assert not wheelhouse.up_to_date(folder, "f" * 64), "a file changed: made again"
 
 
-def test_the_image_check_follows_the_wheelhouse_copy():
-    """The wheelhouse holds the lock's pins: the static check reads torch.txt and requirements.txt
-    as the lock's torch line and every other pin."""
-    files = image_stack.wheelhouse_files(LOCK_TEXT, "/tmp/wheelhouse")
+@pytest.mark.parametrize("image", recipes.IMAGES)
+def test_the_image_check_follows_the_wheelhouse_copy(image):
+    """The wheelhouse holds the image's lock's pins: the static check reads torch.txt and
+    requirements.txt as the lock's torch line (the cpu image's as the host's +cpu build, the gpu
+    image's as the GPU lock pins and hashes it: PyPI's CUDA build) and every other pin."""
+    text = wheelhouse.TARGETS[image].lock.read_text(encoding="utf-8")
+    files = image_stack.wheelhouse_files(text, "/tmp/wheelhouse", image)
     torch = lock.parse_lock(files["/tmp/wheelhouse/torch.txt"])
     rest = lock.parse_lock(files["/tmp/wheelhouse/requirements.txt"])
+    want = next(e for e in lock.parse_lock(text) if e.name == "torch")
     assert [e.name for e in torch] == ["torch"] and torch[0].hashes
-    assert {e.name for e in rest} == {e.name for e in lock.parse_lock(LOCK_TEXT)} - {"torch"}
+    assert torch[0].version == want.version + ("+cpu" if image == "cpu" else "")
+    if image == "gpu":
+        assert torch[0].hashes == want.hashes, "the GPU lock's own torch hashes"
+    assert {e.name for e in rest} == {e.name for e in lock.parse_lock(text)} - {"torch"}
 
 
 # --- the hashed lock --------------------------------------------------------------------------
@@ -257,7 +273,8 @@ def test_lock_agrees_with_pyproject_pins():
 @pytest.mark.parametrize("image", recipes.IMAGES)
 def test_image_installs_torch_then_the_lock_from_the_wheelhouse_alone(image):
     """Both Dockerfiles install from the wheelhouse only (--no-index: the build needs no network),
-    torch first (torch.txt), then every other pin (requirements.txt), each by its file's sha256."""
+    torch first (torch.txt), then every other pin (requirements.txt), each by its file's sha256;
+    the wheelhouse is the image's lock, which pins every file by hash but the cpu image's torch."""
     text = recipes.dockerfile_path(image).read_text()
     assert f"ARG WHEELHOUSE=build/wheelhouse/{image}" in text and "COPY ${WHEELHOUSE} /tmp/wheelhouse" in text
     flags = "python -m pip install --no-index --find-links=/tmp/wheelhouse --require-hashes --no-deps -r "
@@ -265,8 +282,9 @@ def test_image_installs_torch_then_the_lock_from_the_wheelhouse_alone(image):
     lock_step = text.index(flags + "/tmp/wheelhouse/requirements.txt")
     assert torch_step < lock_step
     assert "--index-url" not in text and "download.pytorch.org/whl" not in text.split("FROM", 1)[1].split("\n# ", 1)[0]
-    unhashed = [e.name for e in lock.parse_lock(LOCK_TEXT) if not e.hashes]
-    assert unhashed == ["torch"], "only torch (pinned in the wheelhouse by its file's hash) may lack one in the lock"
+    unhashed = [e.name for e in lock.parse_lock(wheelhouse.TARGETS[image].lock.read_text()) if not e.hashes]
+    assert unhashed == (["torch"] if image == "cpu" else []), \
+        "only the cpu image's torch (pinned in the wheelhouse by its file's hash) may lack one in its lock"
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")

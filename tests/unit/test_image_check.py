@@ -9,6 +9,7 @@ while the image's build check (imports only) passed.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,12 +17,15 @@ import pytest
 
 from unit_helpers import REPO_ROOT, VENV_PYTHON  # (importing it puts the repository root on sys.path)
 
-from containers import image_check, image_requirements, image_stack, lock, recipes
+from containers import image_check, image_requirements, image_stack, lock, recipes, wheelhouse
 from containers.image_requirements import Dist
 from containers.image_stack import ImageCheckError
 
 LOCK_TEXT = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+GPU_LOCK_TEXT = (REPO_ROOT / "requirements-gpu.lock").read_text(encoding="utf-8")
 LOCK_TORCH = next(e.version for e in lock.parse_lock(LOCK_TEXT) if e.name == "torch")
+LOCKS = {"cpu": LOCK_TEXT, "gpu": GPU_LOCK_TEXT}
+"""What each image installs (containers/wheelhouse.py's TARGETS)."""
 
 OLD_NGC_GPU = """\
 FROM nvcr.io/nvidia/pytorch:25.01-py3
@@ -63,7 +67,7 @@ def venv_is_the_locks() -> None:
 # --- the shipped images -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("image,python,torch", [
-    ("gpu", "3.12", f"{LOCK_TORCH}+cu130"),
+    ("gpu", "3.12", LOCK_TORCH),   # PyPI's torch: the CUDA 13 build, no local tag
     ("cpu", "3.11", f"{LOCK_TORCH}+cpu"),
 ])
 def test_shipped_dockerfile_resolves_with_no_problem(image, python, torch):
@@ -72,10 +76,12 @@ def test_shipped_dockerfile_resolves_with_no_problem(image, python, torch):
     assert stack.problems == []
     assert stack.python.startswith(python)
     assert stack.get("torch").version == torch
-    assert not stack.get("torch").source.startswith("base image")
-    for e in lock.parse_lock(LOCK_TEXT):  # the whole lock, at the lock's versions
+    assert stack.get("torch").source == f"/tmp/wheelhouse/torch.txt (from {wheelhouse.TARGETS[image].lock.name})"
+    entries = lock.parse_lock(LOCKS[image])
+    for e in entries:  # the image's whole lock, at its versions, and nothing else
         have = stack.get(e.name)
         assert have is not None and have.version.split("+")[0] == e.version, e.name
+    assert len(stack.packages) == len(entries)
     assert any("accelerate" in n and "not installed on purpose" in n for n in stack.notes)
 
 
@@ -84,7 +90,8 @@ def test_cli_prints_each_stack_and_exits_0():
     done = run_cli()
     assert done.returncode == 0, done.stdout + done.stderr
     assert "containers/Dockerfile.gpu: nvidia/cuda:" in done.stdout
-    assert f"torch {LOCK_TORCH}+cu130" in done.stdout and f"torch {LOCK_TORCH}+cpu" in done.stdout
+    assert f"torch {LOCK_TORCH}  [/tmp/wheelhouse/torch.txt (from requirements-gpu.lock)]" in done.stdout
+    assert f"torch {LOCK_TORCH}+cpu  [/tmp/wheelhouse/torch.txt (from requirements.lock)]" in done.stdout
     assert done.stdout.count("ok: every requirement and Requires-Python holds") == 2
 
 
@@ -125,16 +132,53 @@ def test_unknown_base_is_an_error_not_a_guess(tmp_path, base):
     assert done.returncode == 1 and f"unknown base image {base!r}" in done.stderr
 
 
+def without(text: str, name: str) -> str:
+    """A lock's text without the pin `name` (its hashes and `# requires:` lines)."""
+    out = re.sub(rf"(?ms)^{re.escape(name)}==.*?(?=^\S|\Z)", "", text)
+    assert out != text, name
+    return out
+
+
 def test_lock_missing_a_dependency_is_reported(tmp_path):
     venv_is_the_locks()
-    entries = [e for e in lock.parse_lock(LOCK_TEXT) if e.name != "hjson"]  # deepspeed requires hjson
-    pins = [lock.Pin(e.name, e.version) for e in entries]
-    short = tmp_path / "requirements.lock"
-    short.write_text(lock.render(pins, {p.key: list(e.hashes) for p, e in zip(pins, entries) if e.hashes}))
-    stack = image_check.check(recipes.dockerfile_path("gpu"), short)
-    assert stack.problems == ["deepspeed 0.19.8 requires hjson; the image does not have hjson"]
-    done = run_cli("--lock", str(short))
+    short = {image: tmp_path / wheelhouse.TARGETS[image].lock.name for image in LOCKS}
+    for image, text in LOCKS.items():
+        short[image].write_text(without(text, "hjson"))   # deepspeed requires hjson
+        stack = image_check.check(recipes.dockerfile_path(image), short[image])
+        assert stack.problems == ["deepspeed 0.19.8 requires hjson; the image does not have hjson"], image
+    done = run_cli("--lock", str(short["cpu"]), "--gpu-lock", str(short["gpu"]))
     assert done.returncode == 1 and done.stdout.count("PROBLEM: deepspeed 0.19.8 requires hjson") == 2
+
+
+def test_gpu_image_is_checked_against_the_gpu_locks_cuda_closure(tmp_path):
+    """The CUDA packages' requirements are read from requirements-gpu.lock (this CPU venv has none of
+    them): a GPU lock without nvidia-cublas is an image that lacks it, for cuDNN and for the
+    cuda-toolkit[cublas] that torch's CUDA build asks for."""
+    venv_is_the_locks()
+    short = tmp_path / "requirements-gpu.lock"
+    short.write_text(without(GPU_LOCK_TEXT, "nvidia-cublas"))
+    problems = image_check.check(recipes.dockerfile_path("gpu"), short).problems
+    cudnn = next(e for e in lock.parse_lock(GPU_LOCK_TEXT) if e.name == "nvidia-cudnn-cu13")
+    assert f"nvidia-cudnn-cu13 {cudnn.version} requires nvidia-cublas; the image does not have nvidia-cublas" in problems
+    assert any(p.startswith("cuda-toolkit ") and p.endswith("(extra cublas); the image does not have nvidia-cublas")
+               for p in problems)
+    assert all("nvidia-cublas" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("step,problem", [
+    ("RUN python -m pip install --no-index --find-links=/tmp/wheelhouse --no-deps accelerate==1.1.0",
+     "accelerate 1.1.0 (pip install accelerate==1.1.0, --no-deps) is not pinned by requirements-gpu.lock"),
+    ("RUN python -m pip install --no-index --find-links=/tmp/wheelhouse --no-deps triton==3.6.0",
+     "requirements-gpu.lock pins triton==3.7.1; the image has 3.6.0 (pip install triton==3.6.0, --no-deps)"),
+])
+def test_gpu_image_installing_beyond_the_gpu_lock_fails_naming_the_package(tmp_path, step, problem):
+    venv_is_the_locks()
+    text = recipes.dockerfile_path("gpu").read_text()
+    anchor = "ENV PYTHONUNBUFFERED=1"
+    dockerfile = write(tmp_path, text.replace(anchor, step + "\n" + anchor), "Dockerfile.gpu")
+    assert problem in image_check.check(dockerfile).problems
+    done = run_cli("--dockerfile", str(dockerfile))
+    assert done.returncode == 1 and f"PROBLEM: {problem}" in done.stdout
 
 
 def test_venv_that_is_not_the_locks_is_said_so(tmp_path):
