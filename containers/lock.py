@@ -52,10 +52,10 @@ FETCH_TIMEOUT_S = 60.0
 NUM_FETCH_THREADS = 8
 
 HEADER = """\
-# requirements.lock -- the ONE lock for this suite: used by the venv that
-# 'make bench' / 'make venv' creates and by both container images
-# (containers/Dockerfile.cpu, containers/Dockerfile.gpu, and the Apptainer
-# .def files generated from them).
+# requirements.lock -- the CPU lock of this suite: the venv that 'make bench' /
+# 'make venv' creates on a host without an NVIDIA GPU, and the cpu image
+# (containers/Dockerfile.cpu).  requirements-gpu.lock holds every pin of it at
+# the same version for the GPU venv and the gpu image (containers/gpu_lock.py).
 #
 # Regenerate with 'make lock' (containers/lock.py): pip freeze of the venv,
 # local version tags such as +cpu stripped, pip/wheel left out, then the sha256
