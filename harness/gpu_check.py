@@ -6,13 +6,16 @@ runs on, in one command (at most about 8 minutes on one H100).
    node alone (nodes=1, local launcher, no container: the check runs in this environment), with
    the node's GPU count; `platform=...` on the command line chooses it instead;
 3. the `gpu-check` suite runs (harness.bench; `suite=...` replaces it, e.g. gpu-check-cpu, the same
-   flow at cpu size, which CI runs): every collective through nccl (a one-rank smoke,
-   claiming no bandwidth, on one GPU), then the paper's Model 1 (llama-440m, as conf/workload
-   defines it) under ZeRO 0, 1, 2, 3;
+   flow at cpu size, which CI runs, or gpu-8b-h100 / gpu-8b-h200): every collective through nccl (a
+   one-rank smoke, claiming no bandwidth, on one GPU), then the paper's Model 1 (llama-440m, as
+   conf/workload defines it) under ZeRO 0, 1, 2, 3, compiled, and distilled from a larger teacher
+   (llama-440m-kd, beside its twin without a teacher);
 4. the instrument's cost: the ZeRO-2 run again as a bare DeepSpeed loop (benchmarks/training/plain_loop.py,
    the same TrainSpec), harness samples/s against plain samples/s;
 5. gpu-check.md and gpu-check.json in OUT: per run MFU, measured peak memory beside the memory
-   model's prediction, profile-mode overhead; the collectives' correctness; the plain-loop ratio.
+   model's prediction, profile-mode overhead; the collectives' correctness; the plain-loop ratio;
+   each distillation run's MFU with and without the teacher's forward beside its twin's, and the
+   teacher's memory; for runs that offload to the host, the memory model's host figure.
 Exit 0 when every run is ok (an OOM is a result, reported), 3 when a run failed.
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch.local import LocalLauncher
 from .model.memory import memory_estimate
+from .model.offload import host_capacity_gib, offload_settings, read_meminfo
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
@@ -113,6 +117,10 @@ class Summary:
     plain: list[dict[str, Any]] = field(default_factory=list)
     parity: list[dict[str, Any]] = field(default_factory=list)
     """Each stack variant's losses against its eager twin (harness/tune/parity.py stack_parity)."""
+    distillation: list[dict[str, Any]] = field(default_factory=list)
+    """Each distillation run beside its twin without a teacher (same student, stage, split, stack)."""
+    host_available_gib: Optional[float] = None
+    """MemAvailable of the node when the summary was written (None: not readable)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,10 +141,12 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
         if rec is None:
             continue
         if p.cfg.kind == RunKind.training:
-            est = memory_estimate(p.cfg)
+            offload = offload_settings(getattr(p.run.spec, "deepspeed", None))
+            est = memory_estimate(p.cfg, offload=offload)
             measured = _value(rec, "peak_mem_gib")
             s.training.append({
-                "run": p.run.name, "zero": p.cfg.zero.stage, "status": rec.status, "reason": rec.reason,
+                "run": p.run.name, "workload": p.cfg.workload.name, "zero": p.cfg.zero.stage,
+                "status": rec.status, "reason": rec.reason,
                 "micro_batch_size": p.cfg.workload.micro_batch_size, "grad_acc_steps": p.cfg.workload.grad_acc_steps,
                 "samples_per_s": _value(rec, "samples_per_s"), "mfu_pct": _value(rec, "mfu_pct"),
                 "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": not est.fits,
@@ -144,7 +154,11 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
                 "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct"),
                 "stack": stack_label(p.cfg.workload), "compile_s": _value(rec, "compile_s"),
                 "graph_breaks": _value(rec, "graph_breaks"), "recompiles": _value(rec, "recompiles"),
-                "attention_used": ((rec.environment.get("stack") or {}).get("attention_used"))})
+                "attention_used": ((rec.environment.get("stack") or {}).get("attention_used")),
+                "mfu_with_teacher_pct": _value(rec, "mfu_with_teacher_pct"), "teacher_mem_gib": _value(rec, "teacher_mem_gib"),
+                "predicted_teacher_gib": est.teacher_gib if p.cfg.workload.distill is not None else None,
+                "offload": (f"optimizer {offload.optimizer} (ratio {offload.ratio:g}), param {offload.param}"
+                            if offload.active else None), "predicted_host_gib": est.host_gib})
             continue
         smoke = rec.smoke
         rows = rec.rows or (smoke or {}).get("rows") or []
@@ -155,6 +169,7 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
     for sp in stack_parity(list(records.values())):
         s.parity.append({"run": names.get(sp.variant.run_id, sp.variant.run_id),
                          "eager": names.get(sp.eager.run_id, sp.eager.run_id), **sp.parity.to_dict(), "why": sp.why})
+    s.distillation = distillation_rows(s.training)
     for name, result in (plain or {}).items():
         harness = next((t for t in s.training if t["run"] == name), None)
         ratio = (harness["samples_per_s"] / result["samples_per_s"]
@@ -162,6 +177,25 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
         s.plain.append({**{k: result.get(k) for k in ("ok", "reason", "samples_per_s")}, "run": name,
                         "harness_over_plain": ratio})
     return s
+
+
+def distillation_rows(training: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each distillation run beside its twin: the same student without a teacher (workload name less
+    `-kd`), at the same ZeRO stage, micro-batch split and stack; the teacher's cost in throughput and
+    the peak memory it adds, measured and as the memory model has it."""
+    rows = []
+    for t in (t for t in training if t["workload"].endswith("-kd")):
+        twin = next((u for u in training if u["workload"] == t["workload"][:-3] and all(
+            u[k] == t[k] for k in ("zero", "micro_batch_size", "grad_acc_steps", "stack"))), None)
+        both = twin is not None and t["peak_mem_gib"] is not None and twin["peak_mem_gib"] is not None
+        rows.append({"run": t["run"], "twin": twin["run"] if twin else None,
+                     "samples_per_s": t["samples_per_s"], "twin_samples_per_s": twin["samples_per_s"] if twin else None,
+                     "mfu_pct": t["mfu_pct"], "mfu_with_teacher_pct": t["mfu_with_teacher_pct"],
+                     "twin_mfu_pct": twin["mfu_pct"] if twin else None,
+                     "teacher_mem_gib": t["teacher_mem_gib"], "predicted_teacher_gib": t["predicted_teacher_gib"],
+                     "added_peak_gib": t["peak_mem_gib"] - twin["peak_mem_gib"] if both else None,
+                     "predicted_added_peak_gib": t["predicted_peak_gib"] - twin["predicted_peak_gib"] if twin else None})
+    return rows
 
 
 def stack_label(w: Any) -> str:
@@ -191,6 +225,22 @@ def markdown(s: Summary) -> str:
         lines += ["", "| run | stack | compile s | graph breaks | recompiles | SDPA backend that ran |", "|---|---|---|---|---|---|"]
         lines += [f"| {t['run']} | {t['stack']} | {_f(t['compile_s'])} | {_f(t['graph_breaks'], '.0f')} | "
                   f"{_f(t['recompiles'], '.0f')} | {', '.join(t['attention_used'] or ['-'])} |" for t in stacked]
+    if s.distillation:
+        lines += ["", "| distilled | twin | samples/s (twin) | MFU % | MFU+teacher % | twin MFU % | teacher GiB "
+                      "| model GiB | added peak GiB (model) |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {d['run']} | {d['twin'] or '-'} | {_f(d['samples_per_s'])} ({_f(d['twin_samples_per_s'])}) | "
+                  f"{_f(d['mfu_pct'])} | {_f(d['mfu_with_teacher_pct'])} | {_f(d['twin_mfu_pct'])} | "
+                  f"{_f(d['teacher_mem_gib'], '.2f')} | {_f(d['predicted_teacher_gib'], '.2f')} | "
+                  f"{_f(d['added_peak_gib'], '+.2f')} ({_f(d['predicted_added_peak_gib'], '+.2f')}) |" for d in s.distillation]
+        lines += ["", "MFU % counts the student's training FLOPs; MFU+teacher % adds the teacher's forward "
+                      "(2 N_t + 4 L_t h_t s a token). teacher GiB: its parameters on the rank (the record's teacher_mem_gib); "
+                      "model GiB: the memory model's teacher term, parameters + logits. Added peak: the run's peak less "
+                      "its twin's (the teacher, and the distillation loss's head in place of cross-entropy's)."]
+    offloaded = [t for t in s.training if t.get("offload")]
+    if offloaded:
+        cap = f"{host_capacity_gib(s.host_available_gib):.1f}" if s.host_available_gib else "-"
+        lines += ["", "| run | offload | host GiB per rank (model) | host capacity GiB (0.9 x available now) |", "|---|---|---|---|"]
+        lines += [f"| {t['run']} | {t['offload']} | {_f(t['predicted_host_gib'])} | {cap} |" for t in offloaded]
     lines += ["", "| collective | status | sizes | #wrong | avg busbw GB/s |", "|---|---|---|---|---|"]
     for c in s.collectives:
         busbw = "smoke: one rank, no bandwidth" if c["smoke"] else _f(c["avg_busbw_gbps"], ".2f")
@@ -229,6 +279,7 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
             print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
             plain[target.run.name] = plain_loop(target, out)
     s = summarise(records, planned, planned[0].cfg.platform.name, f"{detected.count} x {detected.name}", plain)
+    s.host_available_gib = (read_meminfo() or {}).get("MemAvailable")
     text = markdown(s)
     print("\n" + text)
     write_bytes_atomic(out / "gpu-check.md", text.encode("utf-8"))

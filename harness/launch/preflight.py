@@ -22,6 +22,13 @@ never blocks the next; a killed build's torch lock file is named and removed), n
 Only for runs launched on this host: the cpu ops are compiled for the building CPU (-march=native),
 so for Slurm runs it is a refusal before launch naming the run, the setting that needs the op and
 the command to run on a compute node. A build that fails is a refusal with its output's end.
+
+And the host memory of the runs launched on this host with CUDA ranks: what the memory model puts
+there (harness/model/offload.py: each rank's runtime and what ZeRO-3 offloads) against 0.9 x this
+host's MemAvailable. A run that would not fit is refused before anything launches, naming its GPU and
+host figures and what would fit: host memory that runs out is no recorded OOM, as a GPU's is, but the
+kernel's OOM killer (offloaded states are pinned and cannot be swapped). A GPU the model calls
+too small is still launched: its OOM is a result the suites record (the paper's OOM cells).
 """
 from __future__ import annotations
 
@@ -37,10 +44,12 @@ from typing import NamedTuple, Optional, Protocol, Sequence
 from benchmarks.node.ops import BY_NAME, Op, build_command, needed_ops, state
 from contract.spec import TrainSpec
 
-from ..config.choices import ContainerRuntime, LauncherKind
+from ..config.choices import ContainerRuntime, Device, LauncherKind
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..config.stack import check_packages
 from ..errors import ConfigError
+from ..model.memory import memory_estimate
+from ..model.offload import HOST_RESERVE_FRACTION, host_capacity_gib, offload_settings, read_meminfo
 from ..plan import RunSpec
 
 PROC = Path("/proc")
@@ -239,9 +248,44 @@ def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> Non
     print(f"DeepSpeed op(s) {', '.join(names)} ready ({time.monotonic() - started:.0f} s)", flush=True)
 
 
+def check_host_memory(planned: Sequence[Planned], meminfo: Optional[dict[str, float]] = None) -> None:
+    """ConfigError for the runs launched on this host with CUDA ranks whose host memory, as the memory
+    model has it, exceeds host_capacity_gib of this host's MemAvailable (`meminfo`: MemTotal and
+    MemAvailable in GiB; None reads /proc/meminfo, and a host without it is not judged)."""
+    local = [p for p in planned if isinstance(p.run.spec, TrainSpec) and p.cfg.platform.device == Device.cuda
+             and p.cfg.platform.launcher == LauncherKind.local]
+    meminfo = meminfo if meminfo is not None else (read_meminfo() if local else None)
+    if not local or not meminfo:
+        return
+    available = meminfo.get("MemAvailable", meminfo["MemTotal"])
+    cap, problems = host_capacity_gib(available), []
+    for p in local:
+        offload = offload_settings(p.run.spec.deepspeed)
+        est = memory_estimate(p.cfg, offload=offload)
+        need = p.run.num_ranks * est.host_gib
+        if need <= cap:
+            continue
+        items = ", ".join(f"{k} {v:.1f}" for k, v in est.host_items_gib.items())
+        gpu = f"{est.total_gib:.1f} of {est.capacity_gib:.1f} GiB per GPU ({'fits' if est.fits else 'OUT OF MEMORY'})"
+        room = est.capacity_gib - est.total_gib
+        what = (f"keep more on the GPU, which has {room:.1f} GiB to spare (a lower zero_optimization.offload_optimizer.ratio "
+                f"than {offload.ratio:g}" + (f" in {p.cfg.deepspeed_config})" if p.cfg.deepspeed_config else ")") + ", or "
+                if offload.optimizer == "cpu" and room > 0 else "")
+        problems.append(f"run {p.run.run_id} ({p.cfg.workload.name}, ZeRO-{p.cfg.zero.stage}) needs {need:.1f} GiB of host "
+                        f"memory ({p.run.num_ranks} rank(s) x {est.host_gib:.1f} GiB: {items}) where this host has "
+                        f"{cap:.1f} ({1 - HOST_RESERVE_FRACTION:g} x {available:.1f} GiB available of "
+                        f"{meminfo['MemTotal']:.1f}), beside {gpu}: {what}run it on a node with at least "
+                        f"{need / (1 - HOST_RESERVE_FRACTION):.0f} GiB available")
+    if problems:
+        raise ConfigError("the memory model says these runs do not fit this host's memory, so nothing was launched "
+                          "(host memory that runs out is no recorded OOM but the kernel's OOM killer: offloaded "
+                          "states are pinned): " + "; ".join(problems))
+
+
 def check(planned: Sequence[Planned]) -> None:
     """Everything above, printed, before the planned runs are launched."""
     check_packages([p.cfg for p in planned if isinstance(p.run.spec, TrainSpec)])
+    check_host_memory(planned)
     dirs = sorted({Path(p.run.env["TORCH_EXTENSIONS_DIR"]) for p in planned if "TORCH_EXTENSIONS_DIR" in p.run.env})
     for message in check_ops(planned) + [m for d in dirs for m in clear_stale_locks(d)]:
         print(message, flush=True)

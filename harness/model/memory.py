@@ -1,19 +1,22 @@
 """Memory per rank, the first half of the performance model (harness/model/perfmodel.py): ZeRO model
 states (ZeRO paper, Rajbhandari et al. 2020, sec. 3 and 5, Fig. 1, with DeepSpeed 0.19.8's own
 estimators beside them), DeepSpeed's buffers, activations (Korthikanti et al. 2022's method,
-derived for transformers' LlamaForCausalLM), the distillation teacher, and the capacity a
-configuration must fit in. Pure functions, no I/O.
+derived for transformers' LlamaForCausalLM), the distillation teacher, ZeRO-3's offload to the host
+(harness/model/offload.py: the GPU's share, and the host memory beside it), and the capacity a
+configuration must fit in. Pure functions, no I/O, but for reading the offload settings of the user's
+DeepSpeed JSON (`deepspeed_config=`) when the caller does not pass them.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Optional
 
 from ..config.choices import CheckpointPolicy, Compile, Device, Kernels, Precision
 from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from ..config.teacher import llama_param_shapes, teacher_workload
 from .flops import checkpointed_layers, llama_param_count
+from .offload import HOST_RUNTIME_GIB, Offload, host_capacity_gib, read_offload, zero3_split
 
 GIB = 2**30
 ATTENTION = "sdpa"
@@ -217,6 +220,11 @@ class MemoryEstimate:
     """backward or step: which phase holds the peak."""
     formulas: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    host_gib: float = 0.0
+    """Host memory the rank takes on a GPU platform (harness/model/offload.py): its runtime, and what
+    ZeRO-3 offloads there; 0 on the cpu platform, whose device memory is the host's."""
+    host_items_gib: dict[str, float] = field(default_factory=dict)
+    """host_gib by item."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,8 +267,11 @@ def gradient_collective(cfg: BenchConfig) -> str:
     return cfg.zero.gradient_collective.value
 
 
-def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstimate:
-    """Memory per rank of cfg (formulas in the result's `formulas`; see MemoryEstimate)."""
+def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION, offload: Optional[Offload] = None) -> MemoryEstimate:
+    """Memory per rank of cfg (formulas in the result's `formulas`; see MemoryEstimate). `offload`: the
+    DeepSpeed JSON's offload settings (offload.offload_settings of a planned run's JSON); None reads
+    them from cfg.deepspeed_config."""
+    offload = offload if offload is not None else read_offload(cfg.deepspeed_config)
     w, s, n = cfg.workload, cfg.zero.stage, cfg.platform.world_size
     tensors = param_tensors(w)
     psi = sum(t[1] for t in tensors)
@@ -339,6 +350,14 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
         f["teacher"] = (f"{tp} Psi_t{'/N (sharded by ZeRO-3)' if s == 3 else ' (replica)'} + logits {tp} V x tokens")
         notes.append("the teacher's no_grad forward working set precedes the student's forward and is not "
                      "counted; under ZeRO-3 its gathered parameters are assumed released after its forward")
+    host: dict[str, float] = {}
+    if cuda:
+        terms = {"params": params, "grads": grads, "optimizer": optimizer, "step": step, "teacher_params": teacher_params}
+        host = offload_terms(cfg, offload, terms, f, notes)
+        params, grads, optimizer, step, teacher_params = (terms[k] for k in ("params", "grads", "optimizer", "step",
+                                                                             "teacher_params"))
+    elif offload.active:
+        notes.append("offload on the cpu platform moves states within the same host memory: counted as without it")
     runtime = 0.0 if cuda else CPU_RUNTIME_GIB * GIB
     backward_phase = act.total_bytes + buffers + teacher_logits
     base = runtime + params + grads + optimizer + teacher_params
@@ -354,4 +373,48 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION) -> MemoryEstim
         activations_gib=act.total_bytes / GIB, buffers_gib=buffers / GIB,
         teacher_gib=(teacher_params + teacher_logits) / GIB, step_transient_gib=step / GIB,
         runtime_gib=runtime / GIB, total_gib=total / GIB, capacity_gib=cap, fits=total / GIB <= cap,
-        peak_phase="backward" if backward_phase >= step else "step", formulas=f, notes=notes)
+        peak_phase="backward" if backward_phase >= step else "step", formulas=f, notes=notes,
+        host_gib=sum(host.values()) / GIB, host_items_gib={k: v / GIB for k, v in host.items()})
+
+
+def offload_terms(cfg: BenchConfig, o: Offload, terms: dict[str, float], f: dict[str, str], notes: list[str]) -> dict[str, float]:
+    """ZeRO-3's offload to the host (harness/model/offload.py) in place of the GPU terms it moves
+    (params, grads, optimizer, step, teacher_params of `terms`, replaced there); returns the rank's host
+    bytes by item: its runtime alone where nothing is offloaded."""
+    w, s, n = cfg.workload, cfg.zero.stage, cfg.platform.world_size
+    runtime = {"runtime": HOST_RUNTIME_GIB * GIB}
+    if not o.active:
+        return runtime
+    if s != 3 or "nvme" in (o.optimizer, o.param):
+        notes.append(f"offload (optimizer {o.optimizer}, param {o.param}) under ZeRO-{s} is not modelled (only ZeRO-3 "
+                     "to the cpu): counted as if nothing were offloaded")
+        return runtime
+    tensors = param_tensors(w)
+    persist_t = zero_knob(cfg, "stage3_param_persistence_threshold", DS_PERSISTENCE)
+    teacher = None
+    if w.distill is not None:
+        t = teacher_workload(w)
+        teacher = [(math.ceil(e / n), dtype_bytes(t.precision)) for _, e, _ in param_tensors(t)]
+    sp = zero3_split([math.ceil(e / n) for _, e, _ in tensors], sum(e for _, e, _ in tensors if e < persist_t),
+                     accum_bytes(cfg), dtype_bytes(w.precision), o, teacher)
+    if o.optimizer == "cpu":
+        terms.update(grads=sp.gpu_grads, optimizer=sp.gpu_optimizer, step=sp.gpu_step)
+        f["grads"] = "4 B x GPU sub-groups (their fp32 gradients; the accumulation buffer is on the host)"
+        f["optimizer"] = f"12 B x GPU sub-groups ({sp.num_groups - sp.num_host_groups} of {sp.num_groups} stay: offload ratio {o.ratio:g})"
+        f["step_transient"] = "4 B x the largest GPU sub-group (torch AdamW's foreach temporary, sqrt(v))"
+    if o.param == "cpu":
+        terms["params"] = sp.gpu_params
+        f["params"] = "2 x persistent parameters (the partitions are on the host: offload_param)"
+        if teacher:
+            terms["teacher_params"] = 0.0
+            f["teacher"] = "logits only on the GPU (offload_param keeps the teacher's partitions on the host too)"
+    items = "; ".join(f"{k} {v / GIB:.1f}" for k, v in sp.host.items())
+    f["host"] = "; ".join(f"{k}: {v}" for k, v in sp.formulas.items())
+    notes.append(f"host memory per rank (ZeRO-3 offload, {sp.num_host_groups} of {sp.num_groups} optimizer sub-groups on "
+                 f"the host): {sp.host_bytes / GIB:.1f} GiB ({items}); x {cfg.platform.gpus_per_node} ranks per node")
+    return sp.host
+
+
+def host_fits(est: MemoryEstimate, ranks_per_node: int, available_gib: float) -> bool:
+    """Whether a node's ranks fit its host memory (offload.host_capacity_gib of what is available)."""
+    return ranks_per_node * est.host_gib <= host_capacity_gib(available_gib)
