@@ -26,7 +26,7 @@
 #   count, DeepSpeedCPUAdam over 4-5e9 parameters on 16 cores and the gradients' and parameters'
 #   trips over PCIe: a few seconds a step, host-bound; the records measure it. Each 8B run: about
 #   1-2 minutes (model build, pinning about 40 GiB of host memory, 4 steps); cpu_adam is built once
-#   before them (about 30 s).
+#   before them (its two C++ files, compiled in parallel: about a minute).
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
