@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 39, item 4, on a lent GPU node without network access (one H100 80GB or H200 141GB, 16 cores,
+# Issue 39, item 4, on a GPU node without network access (one H100 80GB or H200 141GB, 16 cores,
 # 128 GB of host memory: MemTotal 125.87 GiB), in one bounded call: install the carried wheels (.whl/),
 # record the node, then, most valuable first, each step under its own timeout and writing into $OUT:
 #   1. gpu-check suite=gpu-check-kd: llama-440m under ZeRO-1 (mb 128 x ga 8) without a teacher and

@@ -16,7 +16,7 @@ from harness.model.offload import (LENT_NODE_HOST_GIB, Offload, host_capacity_gi
 
 GPUS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 # (platform, run) -> (workload, GPU GiB, host GiB per rank): the figures the suites' comments and
-# docs/workloads.md give; usable: 70.1 GiB (H100), 124.5 (H200), host 113.3 (0.9 x the lent nodes' 125.87)
+# docs/workloads.md give; usable: 70.1 GiB (H100), 124.5 (H200), host 113.3 (0.9 x the GPU nodes' 125.87)
 EXPECTED = {("h200", "l8b"): ("llama-8b", 107.5, 86.8), ("h200", "l8b-kd"): ("llama-8b-kd", 97.8, 86.8),
             ("h100", "l8b"): ("llama-8b", 64.6, 103.9)}
 
