@@ -101,7 +101,10 @@ help:
 	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
 	@echo "  validate-model  the performance model against every published SC'25 PMBS cell (leave-one-out; exit 1 if a target is missed)"
 	@echo "  gpu-check  on a node with NVIDIA GPUs: llama-440m under ZeRO 0-3 + nccl collectives, MFU, peak memory vs the model (~5 min)"
-	@echo "  perf       the harness's own cost: training vs a plain DeepSpeed loop, collective sweep vs a plain loop, KD loss memory;"
+	@echo "  perf       the harness's own cost. First the benchmarks (python -m tests.benchmarks \$$PERF_ARGS, pytest-benchmark):"
+	@echo "             training and the collective sweep vs plain loops, the probe and pulses; saved in .benchmarks/<machine"
+	@echo "             class>, compared with its last run there; a missed bound fails make perf once the rest has run;"
+	@echo "             then KD loss memory;"
 	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min);"
 	@echo "             attribution (tests/perf/attribution.py); ZeRO-3's host cost per parameter fetch (~5 min)"
 	@echo "             the compiled stack on cpu: compile seconds, compiled vs eager samples/s, loss parity (~4 min)"
@@ -205,15 +208,19 @@ test: venv
 gpu-check: venv
 	$(PY) -m harness gpu-check $(if $(OUT),out=$(OUT)) $(ARGS)
 
+# The benchmarks first (tests/benchmarks: harness_cost.py's and collective_cost.py's runs, the probe):
+# pytest-benchmark's table, the comparison with the last saved run of this machine class, each figure
+# against its bound. Their exit status is kept until every script below has printed.
 perf: venv
-	$(PY) tests/perf/harness_cost.py
-	$(PY) tests/perf/collective_cost.py
-	$(PY) tests/perf/kd_loss_memory.py
-	$(PY) tests/perf/tune_efficiency.py
-	$(PY) tests/perf/attribution.py
-	$(PY) tests/perf/zero3_fetch_cost.py
-	$(PY) tests/perf/compile_cost.py
-	$(PY) tests/perf/gpu_noise.py
+	bench=0; $(PY) -m tests.benchmarks $(PERF_ARGS) || bench=$$?; \
+	$(PY) tests/perf/kd_loss_memory.py; \
+	$(PY) tests/perf/tune_efficiency.py; \
+	$(PY) tests/perf/attribution.py; \
+	$(PY) tests/perf/zero3_fetch_cost.py; \
+	$(PY) tests/perf/compile_cost.py; \
+	$(PY) tests/perf/gpu_noise.py; \
+	if [ $$bench -ne 0 ]; then echo "make perf: the benchmarks failed (exit $$bench): see MISS, REGRESSION or FAILED above" >&2; fi; \
+	exit $$bench
 
 # Records of RESULTS (folders or files) -> reference_results/<platform>.json; ARGS: --replace --reason ...
 submit: venv

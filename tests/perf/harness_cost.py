@@ -232,10 +232,53 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
                      + [fmt.format(*r) for r in rows])
 
 
-def report(args: argparse.Namespace, rounds: list[Round]) -> str:
+@dataclass
+class Figures:
+    """The medians over rounds that report() prints and tests/benchmarks/perf_harness.py bounds."""
+    plain_samples_per_s: Optional[float]
+    harness_samples_per_s: Optional[float]
+    ratio: Optional[float]                       # harness / plain samples/s, target >= RATIO_TARGET
+    paired_ratios: list[float]                   # the same, round by round
+    harness_step_time_s: Optional[float]
+    harness_profile_step_time_s: Optional[float]
+    overhead_pct: Optional[float]                # profile vs throughput step time (information)
+    plain_peak_mem_gib: list[Optional[float]]    # per rank
+    harness_peak_mem_gib: list[Optional[float]]
+    mem_added_pct: list[Optional[float]]         # per rank, target < MEM_TARGET_PCT
+    worst_mem_added_pct: Optional[float]
+    plain_spread_pct: Optional[float]            # the plain rounds alone, max - min over median (>= 2 rounds)
+    busiest_other_load: Optional[float]          # CPUs' worth of other processes' work, the busiest run
+
+
+def figures(rounds: list[Round]) -> Figures:
     ok = [r for r in rounds if r.ok]
     plain = [r for r in ok if r.kind == "plain"]
     harness = [r for r in ok if r.kind == "harness"]
+    p_sps = _median([r.samples_per_s for r in plain])
+    h_sps = _median([r.samples_per_s for r in harness])
+    plain_by_round = {r.index: r for r in plain}
+    nranks = max((len(r.peak_mem_gib) for r in ok), default=0)
+    p_mem = [_median([r.peak_mem_gib[i] for r in plain if len(r.peak_mem_gib) > i]) for i in range(nranks)]
+    h_mem = [_median([r.peak_mem_gib[i] for r in harness if len(r.peak_mem_gib) > i]) for i in range(nranks)]
+    add = [100.0 * (h / p - 1) if h and p else None for p, h in zip(p_mem, h_mem)]
+    sps = [r.samples_per_s for r in plain]
+    return Figures(
+        plain_samples_per_s=p_sps, harness_samples_per_s=h_sps,
+        ratio=h_sps / p_sps if p_sps and h_sps else None,
+        paired_ratios=[h.samples_per_s / plain_by_round[h.index].samples_per_s
+                       for h in harness if h.index in plain_by_round],
+        harness_step_time_s=_median([r.step_time_s for r in harness]),
+        harness_profile_step_time_s=_median([r.profile_step_time_s for r in harness]),
+        overhead_pct=_median([r.overhead_pct for r in harness]),
+        plain_peak_mem_gib=p_mem, harness_peak_mem_gib=h_mem, mem_added_pct=add,
+        worst_mem_added_pct=max((a for a in add if a is not None), default=None),
+        plain_spread_pct=(100.0 * (max(sps) - min(sps)) / statistics.median(sps)) if len(sps) >= 2 else None,
+        busiest_other_load=max((r.other_load for r in rounds if r.other_load is not None), default=None))
+
+
+def report(args: argparse.Namespace, rounds: list[Round]) -> str:
+    ok = [r for r in rounds if r.ok]
+    plain = [r for r in ok if r.kind == "plain"]
     lines = ["", "Rounds (interleaved; step s = median of the measured throughput-mode steps)"]
     rows = []
     for r in rounds:
@@ -253,20 +296,11 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
     def verdict(passed: Optional[bool]) -> str:
         return "-" if passed is None else ("PASS" if passed else "MISS")
 
-    p_sps = _median([r.samples_per_s for r in plain])
-    h_sps = _median([r.samples_per_s for r in harness])
-    ratio = h_sps / p_sps if p_sps and h_sps else None
-    plain_by_round = {r.index: r for r in plain}
-    paired = [h.samples_per_s / plain_by_round[h.index].samples_per_s
-              for h in harness if h.index in plain_by_round]
-    h_step = _median([r.step_time_s for r in harness])
-    h_prof = _median([r.profile_step_time_s for r in harness])
-    overhead = _median([r.overhead_pct for r in harness])
-    nranks = max((len(r.peak_mem_gib) for r in ok), default=0)
-    p_mem = [_median([r.peak_mem_gib[i] for r in plain if len(r.peak_mem_gib) > i]) for i in range(nranks)]
-    h_mem = [_median([r.peak_mem_gib[i] for r in harness if len(r.peak_mem_gib) > i]) for i in range(nranks)]
-    add = [100.0 * (h / p - 1) if h and p else None for p, h in zip(p_mem, h_mem)]
-    worst = max((a for a in add if a is not None), default=None)
+    fig = figures(rounds)
+    p_sps, h_sps, ratio, paired = fig.plain_samples_per_s, fig.harness_samples_per_s, fig.ratio, fig.paired_ratios
+    h_step, h_prof, overhead = fig.harness_step_time_s, fig.harness_profile_step_time_s, fig.overhead_pct
+    p_mem, h_mem, add = fig.plain_peak_mem_gib, fig.harness_peak_mem_gib, fig.mem_added_pct
+    worst, nranks = fig.worst_mem_added_pct, len(p_mem)
 
     rows = [["throughput samples/s", _f(p_sps), _f(h_sps),
              f"harness/plain {_f(ratio)}" + (f" (per round {', '.join(f'{x:.3f}' for x in paired)})"
@@ -302,11 +336,11 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--stage", type=int, default=2, choices=(0, 1, 2, 3), help="ZeRO stage")
-    parser.add_argument("--rounds", type=int, default=4, help="runs of each side, interleaved (2 cannot resolve a 3% target on a noisy 2-core box)")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of each side, interleaved (2 cannot resolve a 3%% target on a noisy 2-core box)")
     parser.add_argument("--mb", type=int, default=2, help="micro-batch size")
     parser.add_argument("--ga", type=int, default=4, help="gradient accumulation steps")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up optimizer steps")
@@ -315,13 +349,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--out", type=Path, default=None,
                         help="working directory (default: results/perf-<timestamp>)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be >= 1")
-    out = (args.out or REPO_ROOT / "results" / f"perf-{datetime.now():%Y%m%d-%H%M%S}").resolve()
-    if out.exists() and any(out.iterdir()):
-        parser.error(f"--out {out} is not empty; choose a new directory")
-    out.mkdir(parents=True, exist_ok=True)
+    return parser
+
+
+def use_venv_tools() -> None:
+    """The environment both sides run in (this process's, inherited by the ranks)."""
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO_ROOT / ".cache" / "torch_extensions"))
     # Both sides load DeepSpeed's ops as `make venv` built them (benchmarks/node/ops.py: no JIT build);
     # should anything else JIT-build into .cache/torch_extensions, it must use the same ninja:
@@ -330,6 +362,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     venv_bin = str(Path(sys.executable).parent)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != venv_bin:
         os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+
+
+def describe(r: Round) -> str:
+    """One run's progress line."""
+    what = (f"{r.samples_per_s:.3f} samples/s, step {r.step_time_s:.3f} s, peak "
+            + " / ".join(f"{g:.3f}" for g in r.peak_mem_gib) + " GiB") if r.ok else f"FAILED: {r.error}"
+    return f"  round {r.index} {r.kind:<7} {what}  ({r.wall_s:.0f} s, other load {_f(r.other_load, 2)} CPUs)"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    out = (args.out or REPO_ROOT / "results" / f"perf-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    if out.exists() and any(out.iterdir()):
+        parser.error(f"--out {out} is not empty; choose a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    use_venv_tools()
 
     print(f"harness cost: llama-tiny ZeRO-{args.stage}, mb {args.mb} x ga {args.ga}, cpu platform "
           f"(2 gloo ranks, OMP_NUM_THREADS=1, DS_ACCELERATOR=cpu); warm-up {args.warmup} + measured "
@@ -345,10 +396,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             if kind == "plain" and r.ok:
                 plain_spec = json.loads((out / f"plain-{index}" / SPEC_FILE).read_text(encoding="utf-8"))
             rounds.append(r)
-            what = (f"{r.samples_per_s:.3f} samples/s, step {r.step_time_s:.3f} s, peak "
-                    + " / ".join(f"{g:.3f}" for g in r.peak_mem_gib) + " GiB") if r.ok else f"FAILED: {r.error}"
-            print(f"  round {index} {kind:<7} {what}  ({r.wall_s:.0f} s, other load "
-                  f"{_f(r.other_load, 2)} CPUs)", flush=True)
+            print(describe(r), flush=True)
     print(report(args, rounds))
     print(f"\ntotal {time.monotonic() - started:.0f} s", flush=True)
     return 0 if all(r.ok for r in rounds) else 1
