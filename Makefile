@@ -47,8 +47,11 @@ export SUITE_CLUSTER := $(CLUSTER)
 TORCH_INDEX_URL ?=
 # `make containers`: force an engine (docker, podman; empty: the first that works) and choose the
 # images (empty: every image whose base can be had here; one named that cannot be built fails).
+# SIF_ROUTE: how the .sif is built (def: apptainer from the definition written from the Dockerfile;
+# oci-archive: converted from the engine's image; empty: oci-archive where an engine works, else def).
 CONTAINER_ENGINE ?=
 CONTAINER_IMAGES ?=
+SIF_ROUTE ?=
 # `make bench CONTAINER=podman` (or docker, apptainer): the ranks run in CONTAINER_IMAGE, the
 # checkout and the results bind-mounted; empty: the host venv (or the platform's container.* settings).
 CONTAINER ?=
@@ -114,7 +117,8 @@ help:
 	@echo "             then $(GPU_LOCK): pip's resolution of CUDA torch + liger-kernel + torchao, every file hashed"
 	@echo "  containers build \$$CONTAINER_IMAGES with docker or podman from a hash-checked wheelhouse of the image's lock"
 	@echo "             (cpu: $(LOCK), gpu: $(GPU_LOCK); no network in the build; base pinned by digest, else the"
-	@echo "             local one of base-image); a .sif where apptainer exists"
+	@echo "             local one of base-image); a .sif where apptainer exists; apptainer alone: each .sif built from"
+	@echo "             build/containers/llm-pretrain-bench-<image>.def, written from the Dockerfile (route def)"
 	@echo "  base-image as root: a local Debian bookworm base with debootstrap, for where no base can be pulled (~70 s)"
 	@echo "  cluster-up     as root: an emulated cluster of \$$NODES nodes on this machine (network namespaces, links"
 	@echo "                 shaped to \$$LINK, a real Slurm); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
@@ -138,6 +142,7 @@ help:
 	@echo "  TORCH_INDEX_URL=$(TORCH_INDEX_URL)   optional index for the torch install only"
 	@echo "  CONTAINER_ENGINE=$(CONTAINER_ENGINE)   force a container engine for containers (fails if it does not work)"
 	@echo "  CONTAINER_IMAGES=$(CONTAINER_IMAGES)   images for containers (empty: every image whose base can be had)"
+	@echo "  SIF_ROUTE=$(SIF_ROUTE)   containers: def|oci-archive, how the .sif is built (empty: oci-archive where an engine works, else def)"
 	@echo "  CONTAINER=$(CONTAINER)   bench/tune/nightly: run the ranks in CONTAINER_IMAGE with this runtime (podman, docker, apptainer)"
 	@echo "  CONTAINER_IMAGE=$(CONTAINER_IMAGE)"
 	@echo "  TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS_DIR)"
@@ -280,10 +285,14 @@ gpu-venv-check:
 # the local one of base-image, the wheelhouse of the image's lock, the one make venv installs for
 # that kind (cpu: $(LOCK), gpu: $(GPU_LOCK); containers/wheelhouse.py, every hash checked on the host;
 # the build installs with --no-index and is labelled with that lock's sha256), then a smoke run of the
-# image and, where apptainer exists, a .sif converted from the same image.  No engine that works: exit 2.
+# image and, where apptainer exists, a .sif converted from the same image (route oci-archive).  The
+# Apptainer definitions are written from the Dockerfiles first (containers/apptainer_def.py, spython's
+# conversion: build/containers/llm-pretrain-bench-<image>.def); with apptainer and no engine, each .sif
+# is built from its definition (route def).  The route is printed first; neither engine nor apptainer: exit 2.
 containers: venv
 	$(PY) -m containers.image_check
-	$(PY) -m containers.recipes $(addprefix --image ,$(CONTAINER_IMAGES)) $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE))
+	$(PY) -m containers.apptainer_def
+	$(PY) -m containers.recipes $(addprefix --image ,$(CONTAINER_IMAGES)) $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE)) $(if $(SIF_ROUTE),--route $(SIF_ROUTE))
 
 base-image: venv
 	$(PY) -m containers.base_image $(if $(CONTAINER_ENGINE),--engine $(CONTAINER_ENGINE)) $(if $(FORCE),--force)

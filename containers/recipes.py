@@ -18,9 +18,13 @@ For each image (cpu, gpu; containers/Dockerfile.<image>):
    the same lock on one machine reuse the installed stack (seconds).
 5. a smoke run of the built image (`python -c "import torch, deepspeed"`): an engine that builds
    but cannot run stops here with its message.
-6. apptainer/singularity on PATH: `ENGINE save --format docker-archive` then
-   `apptainer build IMAGE.sif docker-archive:...`, so the .sif holds the same bits; not on PATH:
-   said, and nothing else.
+6. apptainer/singularity on PATH (containers/sif.py, through spython's client): `ENGINE save
+   --format docker-archive`, then `apptainer build IMAGE.sif docker-archive:...` (route oci-archive),
+   so the .sif holds the same files; not on PATH: said, and nothing else.
+
+No engine that works but apptainer (an Apptainer-only site): route def, each image's .sif built
+by apptainer from the definition containers/apptainer_def.py writes from its Dockerfile, with the
+same wheelhouse (steps 3, then 6). The route chosen is printed first; --route forces one.
 
 --move NAME==VERSION builds the same recipe with that pin moved (a second image of a real library
 change: tag <image>-name-version); --env NAME=VALUE adds `ENV NAME=VALUE` on top of the built image
@@ -40,14 +44,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from containers import base_image, wheelhouse
+from containers import apptainer_client as apptainer
+from containers import apptainer_def, base_image, sif, wheelhouse
 from containers.lock import REPO_ROOT
+from harness.launch.container import ROUTES
 from harness.launch.engine import ENGINES, EngineArgs, engine_args
 
 CONTAINERS_DIR = REPO_ROOT / "containers"
 IMAGES = ("cpu", "gpu")
 IMAGE_NAME = "llm-pretrain-bench"
-SIF_DIR = REPO_ROOT / "build" / "containers"
+SIF_DIR = sif.SIF_DIR
 """Built .sif files and docker archives: build/containers/llm-pretrain-bench-<tag>.sif (the path the
 platform configs use)."""
 NOT_IN_IMAGE = frozenset({".ci", ".dockerignore", ".gitignore", "Makefile", "containers", "docs"})
@@ -56,7 +62,6 @@ every other tracked entry must be COPY'd (tests/unit/test_containers.py checks).
 NOT_IN = {"cpu": frozenset({"requirements-gpu.lock"}), "gpu": frozenset()}
 """Left out of one image: the cpu image installs requirements.lock, not the GPU lock (the gpu image
 copies both: its own, and requirements.lock for the harness's lock comparison)."""
-SIF_ENGINES = ("apptainer", "singularity")
 PROBE_TIMEOUT_S = 20.0
 PULL_TIMEOUT_S = 120.0
 
@@ -79,7 +84,7 @@ def docker_tag(image: str) -> str:
 
 
 def sif_path(tag: str) -> Path:
-    return SIF_DIR / f"{IMAGE_NAME}-{tag}.sif"
+    return sif.sif_path(tag)
 
 
 def _rel(path: Path) -> str:
@@ -206,6 +211,7 @@ class Built:
     seconds: float
     size_mb: float
     sif: Optional[str] = None
+    lock_sha256: Optional[str] = None
 
     def line(self) -> str:
         return (f"built {self.tag}: id {self.image_id[:19]}, {self.size_mb:.0f} MB, base {self.base}, "
@@ -254,7 +260,7 @@ def build_image(engine: Engine, image: str, moves: Sequence[wheelhouse.Move] = (
         said = (smoke.stderr.strip() or smoke.stdout.strip()).splitlines()
         raise RecipeError(f"{engine.name} built {tag} but cannot run it: {said[-1] if said else smoke.returncode}")
     size = engine.inspect(tag, "{{.Size}}") or "0"
-    return Built(tag, engine.inspect(tag) or "?", base, time.monotonic() - t0, int(size) / 1e6)
+    return Built(tag, engine.inspect(tag) or "?", base, time.monotonic() - t0, int(size) / 1e6, lock_sha256=lock_sha)
 
 
 def _with_env(engine: Engine, tag: str, assignment: str) -> str:
@@ -269,25 +275,16 @@ def _with_env(engine: Engine, tag: str, assignment: str) -> str:
     return new
 
 
-def to_sif(engine: Engine, built: Built, search_path: Optional[str] = None) -> str:
-    """The .sif converted from the built image where apptainer/singularity exists, else why not."""
-    exe = next(filter(None, (shutil.which(n, path=search_path) for n in SIF_ENGINES)), None)
+def to_sif(engine: Engine, built: Built, route: sif.RouteChoice) -> str:
+    """The .sif converted from the built image where the route is oci-archive, else why none is made."""
     name = built.tag.split(":", 1)[1]
-    archive = SIF_DIR / f"{IMAGE_NAME}-{name}.tar"
-    if exe is None:
-        return (f"apptainer: not installed here, no .sif made; where it is, `make containers` runs "
-                f"`{engine.name} save --format docker-archive -o {_rel(archive)} {built.tag}` and "
-                f"`apptainer build {_rel(sif_path(name))} docker-archive:{_rel(archive)}`")
-    SIF_DIR.mkdir(parents=True, exist_ok=True)
-    if engine.run("save", "--format", "docker-archive", "-o", str(archive), built.tag, stream=True).returncode != 0:
-        raise RecipeError(f"{engine.name} save of {built.tag} failed")
-    argv = [exe, "build", "--force", str(sif_path(name)), f"docker-archive:{archive}"]
-    print("+ " + shlex.join(argv), flush=True)
-    if subprocess.run(argv, cwd=REPO_ROOT).returncode != 0:
-        raise RecipeError(f"{Path(exe).name} build of {_rel(sif_path(name))} from {_rel(archive)} failed")
-    archive.unlink()
-    built.sif = _rel(sif_path(name))
-    return f"{Path(exe).name}: {built.sif} from the same image ({built.image_id[:19]})"
+    if route.route != "oci-archive" or route.runtime is None:
+        return (f"apptainer: not installed here, no .sif made; where it is, `make containers` converts "
+                f"`{engine.name} save --format docker-archive` of {built.tag} into {_rel(sif_path(name))} "
+                "(route oci-archive), through spython")
+    made = sif.from_archive(route.runtime, engine, built.tag, built.image_id, built.lock_sha256)
+    built.sif = _rel(made.path)
+    return made.line()
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -300,6 +297,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "is skipped with the reason (named with --image, it fails)")
     ap.add_argument("--engine", default=os.environ.get("CONTAINER_ENGINE") or None,
                     help=f"force an engine ({', '.join(ENGINES)}); default: $CONTAINER_ENGINE, else the first that works")
+    ap.add_argument("--route", choices=ROUTES, default=os.environ.get("SIF_ROUTE") or None,
+                    help="how the .sif is built: def (apptainer from the definition) or oci-archive (converted "
+                         "from the engine's image); default: $SIF_ROUTE, else oci-archive where an engine works, "
+                         "def where only apptainer does")
+    ap.add_argument("--cpu-base", choices=apptainer_def.CPU_BASES, default="docker",
+                    help="route def: the cpu image's base (the Dockerfile's by digest, or debootstrap's bookworm)")
     ap.add_argument("--move", action="append", default=[], metavar="NAME==VERSION",
                     help="build with this pin of the lock moved to another release (tag <image>-name-version)")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -308,11 +311,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         moves = [wheelhouse.Move.parse(m) for m in ns.move]
         choice = choose_engine(ns.engine)
-        print(choice.report(), file=sys.stderr if choice.engine is None else sys.stdout)
-        if choice.engine is None:
+        if choice.forced and choice.engine is None:   # this engine, or fail
+            print(choice.report(), file=sys.stderr)
             return 2
+        route = sif.choose_route(choice.engine.name if choice.engine else None, apptainer.runtime(), ns.route)
+    except (RecipeError, wheelhouse.WheelhouseError, sif.SifError, apptainer.ApptainerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if route.route == "def":
+        print("\n".join(p.describe() for p in choice.probes))
+        print(route.line(), flush=True)
+        return _by_definition(route, ns.image or IMAGES, moves, ns.env, ns.cpu_base)
+    print(choice.report(), file=sys.stderr if choice.engine is None else sys.stdout)
+    print(route.line(), file=sys.stderr if choice.engine is None else sys.stdout, flush=True)
+    if choice.engine is None:
+        return 2
+    try:
         engine = Engine(choice.engine)
-    except (RecipeError, wheelhouse.WheelhouseError) as e:
+    except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for note in engine.args.notes:
@@ -322,14 +338,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for image in ns.image or IMAGES:
         try:
             built = build_image(engine, image, moves, ns.env, extra)
-            said = to_sif(engine, built)
+            said = to_sif(engine, built, route)
             print(built.line())
             print(said)
         except BaseUnavailable as e:   # skipped, unless asked for by name
             print(f"{'error' if ns.image else 'not built'}: {e}", file=sys.stderr)
             failed += 1 if ns.image else 0
-        except (RecipeError, wheelhouse.WheelhouseError) as e:   # a build or an engine that fails: always an error
+        except (RecipeError, wheelhouse.WheelhouseError, sif.SifError) as e:   # a build or an engine that fails
             print(f"error: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+def _by_definition(route: sif.RouteChoice, images: Sequence[str], moves: Sequence[wheelhouse.Move],
+                   env: Sequence[str], cpu_base: str) -> int:
+    """Route def: each image's .sif built by apptainer from its definition (no engine)."""
+    assert route.runtime is not None
+    failed = 0
+    for image in images:
+        try:
+            print(sif.from_definition(route.runtime, image, moves, env, cpu_base).line(), flush=True)
+        except (sif.SifError, wheelhouse.WheelhouseError) as e:
+            print(f"error: {image} image: {e}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
 

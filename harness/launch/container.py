@@ -24,6 +24,13 @@ from ..config.schema import ContainerConfig
 from ..errors import HarnessError
 from .engine import engine_args, init_problem
 
+ROUTES = ("def", "oci-archive")
+"""How the suite built a .sif: from the definition written from the Dockerfile (containers/apptainer_def.py),
+or converted from the docker-archive of the image docker or podman built (containers/sif.py)."""
+ROUTE_LABEL = "llm-pretrain-bench.sif.route"
+"""The label of a .sif built from the suite's definition (value: def)."""
+RECORD_SUFFIX = ".json"
+"""Beside each .sif the suite builds: <sif>.json, its sha256, route and source (containers/sif.py)."""
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
               "SLURM_PROCID", "SLURM_NODEID")
 """Passed into docker/podman containers so that ranks under Slurm still see their job."""
@@ -101,7 +108,9 @@ def check_image(c: ContainerConfig, image: str, local_runtime: bool) -> None:
 
 def image_digest(c: ContainerConfig, image: str, cache_dir: Path) -> Optional[str]:
     """sha256 of a .sif file (cached by path, size and mtime), or the image id docker/podman report;
-    None when it cannot be known here (a URI not pulled yet, no engine)."""
+    None when it cannot be known here (a URI not pulled yet, no engine). A .sif whose record beside it
+    (built_route) names these bytes is named with its route: `sha256:<hex> (route: def)` or
+    `(route: oci-archive)`."""
     if c.runtime == ContainerRuntime.apptainer:
         path = Path(image)
         if is_uri(image) or not path.is_file():
@@ -121,13 +130,30 @@ def image_digest(c: ContainerConfig, image: str, cache_dir: Path) -> Optional[st
             known[key] = f"sha256:{h.hexdigest()}"
             cache_dir.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(cache, json.dumps(known, indent=1).encode())
-        return known[key]
+        route = built_route(path, known[key].removeprefix("sha256:"))
+        return f"{known[key]} (route: {route})" if route else known[key]
     try:
         out = subprocess.run([c.runtime.value, "image", "inspect", "--format", "{{.Id}}", image],
                              capture_output=True, text=True, timeout=30, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+def record_path(sif: Path) -> Path:
+    return Path(str(sif) + RECORD_SUFFIX)
+
+
+def built_route(sif: Path, sha256_hex: str) -> Optional[str]:
+    """The route of the .sif whose sha256 is `sha256_hex`, as its record says (`make containers` writes
+    it, containers/sif.py); None without a record, or when the record is of other bytes (the .sif was
+    replaced, or the record copied beside another)."""
+    try:
+        rec = json.loads(record_path(sif).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(rec, dict) and rec.get("sha256") == sha256_hex and rec.get("route") in ROUTES
+    return rec["route"] if ok else None
 
 
 class ImageDigests:

@@ -8,6 +8,7 @@ tests/integration/test_image.py.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -365,29 +366,141 @@ def test_this_venv_is_a_complete_closure_of_the_lock():
     assert lock.missing_requirements(pins, lock.installed_requires) == []
 
 
-# --- Apptainer from the built image -------------------------------------------------------------
+# --- Apptainer: the .sif through spython's client (tests/data/fake_apptainer stands in) -----------
 
-def test_sif_is_converted_from_the_built_image_where_apptainer_exists(tmp_path, monkeypatch):
-    """`podman save --format docker-archive`, then `apptainer build X.sif docker-archive:...`: the
-    .sif holds the image's own bits. Without apptainer: said, nothing made."""
-    log = tmp_path / "calls"
+FAKE_APPTAINER = REPO_ROOT / "tests" / "data" / "fake_apptainer"
+
+
+def docker_archive(path: Path, labels: dict[str, str]) -> Path:
+    """A docker-archive as `podman save --format docker-archive` writes one (manifest and config only)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("config.json", {"config": {"Labels": labels}}),
+                           ("manifest.json", [{"Config": "config.json", "RepoTags": ["x"], "Layers": []}])):
+            raw = json.dumps(data).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    return path
+
+
+@pytest.fixture
+def sif_dirs(tmp_path, monkeypatch):
+    """build/containers in tmp_path; PATH: the stand-in apptainer and this venv's python (the stand-in's
+    exec runs the smoke command on the host), no docker or podman."""
+    from containers import apptainer_def, sif
+
+    monkeypatch.setattr(sif, "SIF_DIR", tmp_path / "sif")
+    monkeypatch.setattr(apptainer_def, "DEF_DIR", tmp_path / "defs")
+    monkeypatch.setattr(sif, "SMOKE", ["python", "-c", "print('torch 2.13.0+cpu deepspeed 0.19.8')"])
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_APPTAINER_CALLS", str(calls))
+    monkeypatch.setenv("PATH", f"{FAKE_APPTAINER}:{Path(VENV_PYTHON).parent}")
+    monkeypatch.delenv("CONTAINER_ENGINE", raising=False)
+    monkeypatch.delenv("SIF_ROUTE", raising=False)
+    return tmp_path, calls
+
+
+def test_sif_is_converted_from_the_built_image_through_spython(sif_dirs, monkeypatch):
+    """Route oci-archive: `podman save --format docker-archive`, then spython's Client.build of
+    docker-archive:...: the .sif holds the image's own files, its labels (the lock's sha256) checked,
+    its record beside it. Without apptainer: said, nothing saved."""
+    from containers import sif
+    from containers import apptainer_client as apptainer
+
+    tmp_path, calls = sif_dirs
+    lock_sha = "c" * 64
+    made = docker_archive(tmp_path / "made.tar", {sif.LOCK_LABEL: lock_sha})
+    log = tmp_path / "podman.log"
     podman = fake_exe(tmp_path / "bin", "podman", f'echo "podman $*" >> {log}; '
-                      'while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done')
-    monkeypatch.setattr(recipes, "SIF_DIR", tmp_path / "sif")
+                      f'while [ $# -gt 0 ]; do [ "$1" = -o ] && /bin/cp {made} "$2"; shift; done')
     eng = recipes.Engine(recipes.EngineProbe("podman", str(podman), True, "answers"), engine.EngineArgs("podman"))
-    built = recipes.Built("llm-pretrain-bench:cpu", "sha256:" + "1" * 64, "base", 1.0, 1.0)
-    said = recipes.to_sif(eng, built, search_path=str(tmp_path / "bin"))
+    built = recipes.Built("llm-pretrain-bench:cpu", "sha256:" + "1" * 64, "base", 1.0, 1.0, lock_sha256=lock_sha)
+    none = sif.choose_route("podman", apptainer.runtime(search_path=str(tmp_path / "bin")))
+    assert none.route is None and "no .sif is made" in none.line()
+    said = recipes.to_sif(eng, built, none)
     assert said.startswith("apptainer: not installed here, no .sif made") and built.sif is None
     assert not log.exists(), "nothing is saved when no apptainer can convert it"
 
-    fake_exe(tmp_path / "bin", "apptainer", f'echo "apptainer $*" >> {log}; : > "$3"')
-    said = recipes.to_sif(eng, built, search_path=str(tmp_path / "bin"))
-    calls = log.read_text().splitlines()
+    route = sif.choose_route("podman", apptainer.runtime())
+    assert route.route == "oci-archive" and route.runtime.version == "apptainer version 1.3.4-fake"
+    assert route.line().startswith("sif route: oci-archive: podman builds each image, apptainer: ")
+    said = recipes.to_sif(eng, built, route)
     archive = tmp_path / "sif" / "llm-pretrain-bench-cpu.tar"
-    assert calls == [f"podman save --format docker-archive -o {archive} llm-pretrain-bench:cpu",
-                     f"apptainer build --force {tmp_path / 'sif' / 'llm-pretrain-bench-cpu.sif'} docker-archive:{archive}"]
-    assert (tmp_path / "sif" / "llm-pretrain-bench-cpu.sif").exists() and not archive.exists()
-    assert "from the same image (sha256:111111111111)" in said
+    final = tmp_path / "sif" / "llm-pretrain-bench-cpu.sif"
+    assert log.read_text().splitlines() == [f"podman save --format docker-archive -o {archive} llm-pretrain-bench:cpu"]
+    done = [json.loads(line) for line in calls.read_text().splitlines()]
+    builds = [c["args"] for c in done if c["action"] == "build"]
+    assert builds == [["--force", f"{final}.partial", f"docker-archive:{archive}"]]
+    assert [c["action"] for c in done].count("inspect") == 1
+    assert final.is_file() and not archive.exists() and not Path(f"{final}.partial").exists()
+    record = json.loads((tmp_path / "sif" / "llm-pretrain-bench-cpu.sif.json").read_text())
+    assert record["sha256"] == hashlib.sha256(final.read_bytes()).hexdigest()
+    assert record["route"] == "oci-archive" and record["image_id"] == built.image_id
+    assert record["smoke"] == ["torch 2.13.0+cpu deepspeed 0.19.8"]
+    assert f"route oci-archive (from the docker-archive of llm-pretrain-bench:cpu (sha256:111111111111))" in said
+    assert "labels: lock sha256 cccccccccccc... (the lock's)" in said and built.sif
+
+    docker_archive(made, {sif.LOCK_LABEL: "d" * 64})   # an image of another lock
+    with pytest.raises(sif.SifError, match="but the image's lock has sha256 c"):
+        recipes.to_sif(eng, built, route)
+
+
+def test_an_apptainer_only_site_builds_from_the_definition(sif_dirs, monkeypatch):
+    """No docker or podman, apptainer: `make containers` says route def and builds each .sif from the
+    definition written from the Dockerfile (spython's Client.build, from the repository root, where
+    its %files paths are), then inspects and runs it; the run records name its sha256 and the route."""
+    from containers import sif
+    from harness.config.choices import ContainerRuntime
+    from harness.config.schema import ContainerConfig
+    from containers.apptainer_client import Runtime
+    from harness.launch.container import image_digest
+
+    tmp_path, calls = sif_dirs
+    house = tmp_path / "wheelhouse" / "cpu"
+    house.mkdir(parents=True)
+    lock_sha = hashlib.sha256(LOCK_TEXT.encode()).hexdigest()
+    (house / wheelhouse.MANIFEST).write_text(json.dumps({"lock_sha256": lock_sha}))
+    monkeypatch.setattr(wheelhouse, "ensure", lambda image, moves, lock, torch_index_url=None: house)
+    assert recipes.choose_engine().engine is None, "an engine on this PATH: the test would build with it"
+    out = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: out.append(" ".join(map(str, a))))
+    assert recipes.main(["--image", "cpu"]) == 0, "\n".join(out)
+    said = "\n".join(out)
+    assert "docker: not found on PATH" in said and "podman: not found on PATH" in said
+    assert "sif route: def (no container engine works here): apptainer: " in said
+    final = tmp_path / "sif" / "llm-pretrain-bench-cpu.sif"
+    definition = tmp_path / "defs" / "llm-pretrain-bench-cpu.def"
+    build = next(json.loads(c) for c in calls.read_text().splitlines() if '"build"' in c)
+    assert build["args"] == ["--force", f"{final}.partial", str(definition)] and build["cwd"] == str(REPO_ROOT)
+    assert f"{house} /opt/wheelhouse" in definition.read_text()
+    record = json.loads(Path(f"{final}.json").read_text())
+    digest = hashlib.sha256(final.read_bytes()).hexdigest()
+    assert record["route"] == "def" and record["sha256"] == digest and record["lock_sha256"] == lock_sha
+    assert record["labels"]["llm-pretrain-bench.sif.route"] == "def"
+    assert f"route def (from {definition})" in said and "(the lock's)" in said
+
+    c = ContainerConfig(runtime=ContainerRuntime.apptainer, image=str(final))
+    assert image_digest(c, str(final), tmp_path / "cache") == f"sha256:{digest} (route: def)"
+    monkeypatch.setenv("FAKE_APPTAINER_FAIL", "build")
+    out.clear()
+    assert recipes.main(["--image", "cpu"]) == 1
+    assert final.read_bytes() and not Path(f"{final}.partial").exists(), "a failed build leaves the old .sif"
+    with pytest.raises(sif.SifError, match="--env MALLOC_ARENA_MAX=2: adds ENV on top of an engine's image"):
+        sif.from_definition(Runtime("apptainer", str(FAKE_APPTAINER / "apptainer"), "1.3.4"), "cpu",
+                            env=["MALLOC_ARENA_MAX=2"])
+
+
+def test_neither_engine_nor_apptainer_says_what_is_missing(tmp_path):
+    (tmp_path / "bin").mkdir()
+    done = run_recipes("--image", "cpu", path=str(tmp_path / "bin"))
+    assert done.returncode == 2
+    assert "error: no usable container engine" in done.stderr
+    assert "neither apptainer nor singularity is on PATH, so the definitions cannot be built here" in done.stderr
+    done = run_recipes("--route", "def", path=str(tmp_path / "bin"))
+    assert done.returncode == 2 and "--route def: neither apptainer nor singularity is on PATH" in done.stderr
 
 
 def test_an_engine_that_builds_but_cannot_run_fails_and_a_missing_gpu_base_is_a_skip(tmp_path, monkeypatch):
@@ -409,6 +522,7 @@ def test_an_engine_that_builds_but_cannot_run_fails_and_a_missing_gpu_base_is_a_
     built = recipes.Built("llm-pretrain-bench:cpu", "sha256:" + "2" * 64, "base", 1.0, 1.0)
     monkeypatch.setattr(recipes, "build_image", lambda *a: fake_build(*a) if a[1] == "gpu" else built)
     monkeypatch.setattr(recipes, "to_sif", lambda *a, **k: "apptainer: not installed here")
+    monkeypatch.setattr(recipes.apptainer, "runtime", lambda: None)
     assert recipes.main(["--engine", "podman"]) == 0, "the gpu image's missing base is a skip"
     assert recipes.main(["--engine", "podman", "--image", "gpu"]) == 1, "asked for by name: an error"
     assert podman.exists()

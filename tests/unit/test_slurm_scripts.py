@@ -231,6 +231,26 @@ def test_an_apptainer_image_digest_is_the_sif_files_sha256_and_is_cached(tmp_pat
     assert image_digest(c, "docker://nvcr.io/x:1", tmp_path / "cache") is None
 
 
+def test_an_apptainer_digest_names_the_route_its_record_gives_for_these_bytes(tmp_path):
+    """`make containers` leaves <sif>.json beside each .sif (containers/sif.py): its sha256 and the route
+    that built it (def: from the definition; oci-archive: from podman/docker's image); the records say
+    both. A record of other bytes (the .sif replaced since) names no route."""
+    import hashlib
+
+    from harness.config.choices import ContainerRuntime
+    from harness.config.schema import ContainerConfig
+    from harness.launch.container import image_digest, record_path
+
+    sif = tmp_path / "bench.sif"
+    sif.write_bytes(b"built by apptainer" * 100)
+    hexdigest = hashlib.sha256(sif.read_bytes()).hexdigest()
+    record_path(sif).write_text(json.dumps({"sha256": hexdigest, "route": "oci-archive"}))
+    c = ContainerConfig(runtime=ContainerRuntime.apptainer, image=str(sif))
+    assert image_digest(c, str(sif), tmp_path / "cache") == f"sha256:{hexdigest} (route: oci-archive)"
+    sif.write_bytes(b"another image")
+    assert image_digest(c, str(sif), tmp_path / "cache") == "sha256:" + hashlib.sha256(b"another image").hexdigest()
+
+
 def test_the_fingerprint_names_packages_that_differ_from_the_lock(tmp_path):
     from benchmarks.node.environment import lock_mismatches
 
