@@ -72,6 +72,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.node.gpu_state import parse_query  # noqa: E402
+from benchmarks.node.probe import PROBE_DIR  # noqa: E402
 from harness.verdict.ab import references_of  # noqa: E402
 from harness.verdict.compare import compare, load_records  # noqa: E402
 from harness.record import ResultRecord  # noqa: E402
@@ -214,9 +215,14 @@ CASES = [
 
 
 def bench(out: Path, overrides: list[str], neighbours: int = 0, env: Optional[dict[str, str]] = None,
-          python: str = sys.executable) -> int:
+          python: str = sys.executable, probe_from: Optional[Path] = None) -> int:
     """One `bench` of the harness (its ranks in `python`'s venv); `neighbours` busy-looping processes
-    run beside it."""
+    run beside it. With `probe_from` (an earlier bench's folder), the bench reads that bench's probe
+    instead of measuring its own (benchmarks/node/probe.py node_probe: a bench's probe is measured
+    once, by its first run): both then carry one measurement of the machine, and what the machine
+    did during each run is their pulses' to say (the pace rule)."""
+    if probe_from is not None and (probe_from / PROBE_DIR).is_dir():
+        shutil.copytree(probe_from / PROBE_DIR, out / PROBE_DIR, dirs_exist_ok=True)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             for _ in range(neighbours)]
     try:
@@ -284,7 +290,8 @@ def in_images(work: Path, repeats: int, extra: list[str], old_args: list[str], n
 def interleaved(work: Path, repeats: int, runs: int, old: list[str], new: list[str], env: dict[str, str],
                 python: str = sys.executable) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """OLD (`old` overrides, --repeats runs) and NEW (`new`, with `env`, in `python`'s venv; `runs`
-    runs), one of each in turn so that drift hits both."""
+    runs), one of each in turn so that drift hits both; every bench reads the first one's probe, so
+    a neighbour that comes and goes between benches moves their pulses, not a probe apart."""
     sides: dict[str, list[str]] = {"old": [], "new": []}
     for i in range(max(repeats, runs)):
         for side, args, side_env, py, n in (("old", old, {}, sys.executable, repeats),
@@ -292,7 +299,8 @@ def interleaved(work: Path, repeats: int, runs: int, old: list[str], new: list[s
             if i < n:
                 out = work / f"{side}-{i}"
                 out.parent.mkdir(parents=True, exist_ok=True)
-                bench(out, args, env=side_env, python=py)
+                first = Path(sides["old"][0]) if sides["old"] else None   # one probe for the case's benches
+                bench(out, args, env=side_env, python=py, probe_from=first)
                 sides[side].append(str(out))
     return _load(sides["old"]), _load(sides["new"])
 
@@ -356,11 +364,22 @@ def share_machine_state(rec: dict[str, Any], source: dict[str, Any]) -> None:
             rec["environment"].pop(key, None)
 
 
+def _copy_of(rec: dict[str, Any], i: int) -> dict[str, Any]:
+    out = copy.deepcopy(rec)
+    out["run_id"] = f"{rec['run_id']}-{i}" if i else rec["run_id"]
+    return out
+
+
 def edited(case: Case, old: list[dict[str, Any]], same: list[dict[str, Any]], shared_state: bool
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(OLD, NEW) of an edited case: NEW is `same` (slowed where the case is a slowdown) with the case's
-    edit; with shared_state, both sides carry OLD's first run's machine state, so the edit is all
-    that differs between them."""
+    edit. With shared_state, both sides are copies of OLD's first run, its machine state and its
+    figures: the edit (and the slowdown) is all that differs between them. Two OLD runs of a busy box
+    can lie 2x apart, and then neither a verdict nor an interval holds: their machine states made the
+    pace rule read "not comparable", and their figures' spread made every edited case "insufficient
+    data" (the bootstrap pairs the sides' samples at random)."""
+    if shared_state:
+        old = same = [_copy_of(old[0], i) for i in range(len(old))]
     new = [slowed(r, SLOWDOWN) if case.slow else copy.deepcopy(r) for r in same]
     base = copy.deepcopy(old)
     if shared_state:
@@ -436,7 +455,7 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
         for i in range(repeats):   # OLD and the unchanged NEW interleaved, so drift hits both
             for side in ("old", "same") if edit_source == "same" else ("old",):
                 out = work / f"{side}-{i}"
-                if bench(out, BASE + extra) not in (0,):
+                if bench(out, BASE + extra, probe_from=None if (side, i) == ("old", 0) else work / "old-0") not in (0,):
                     raise SystemExit(f"the {side} bench failed: see {out}.log")
                 sides[side].append(out)
     old = _load([str(p) for p in sides["old"]]) if sides["old"] else []
@@ -468,9 +487,11 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
                                     case.env)
         elif case.real:
             outs = []
+            # the OLD side's probe, unless the case's cause is the probe's to see (CPU capability, other work)
+            shared = work / "old-0" if case.reason is None else None
             for i in range(repeats):
                 out = work / f"case{n}-{i}"
-                bench(out, BASE + extra + case.overrides, case.neighbours, case.env)
+                bench(out, BASE + extra + case.overrides, case.neighbours, case.env, probe_from=shared)
                 outs.append(str(out))
             new, base = _load(outs), old
         else:
