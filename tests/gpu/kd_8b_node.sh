@@ -28,19 +28,9 @@
 #   1-2 minutes (model build, pinning about 40 GiB of host memory, 4 steps); cpu_adam is built once
 #   before them (its two C++ files, compiled in parallel: about a minute).
 set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
-T0=$(date +%s)
-left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/session.log"; }
-export PYTHONUNBUFFERED=1
-
-log "install carried wheels"
-if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >>"$OUT/session.log" 2>&1; then
-  log "pip into python3's environment failed; --target /tmp/site on PYTHONPATH instead"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$OUT/session.log" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. "$(dirname "$0")/node_common.sh"
+install_carried_wheels
 { nvidia-smi -q; nvidia-smi topo -m; grep -E "MemTotal|MemAvailable" /proc/meminfo; echo "ulimit -l: $(ulimit -l)"; } \
   >"$OUT/nvidia-smi.txt" 2>&1
 timeout 90 python3 - >>"$OUT/session.log" 2>&1 <<'PY'

@@ -8,19 +8,9 @@
 #   bash tests/gpu/offline_node.sh   (with .whl/ beside it; OUT=DIR, BUDGET_S=seconds)
 #   SKIP_GPU_CHECK=1 ZERO3_SUITE=gpu-zero3-layers: only the ZeRO-3 host-cost suite named
 set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-500}        # the whole script, install included
-T0=$(date +%s)
-left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/session.log"; }
-export PYTHONUNBUFFERED=1
-
-log "install carried wheels"
-if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >>"$OUT/session.log" 2>&1; then
-  log "pip into python3's environment failed; --target /tmp/site on PYTHONPATH instead"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$OUT/session.log" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. "$(dirname "$0")/node_common.sh"
+install_carried_wheels
 { nvidia-smi -q; nvidia-smi topo -m; } >"$OUT/nvidia-smi.txt" 2>&1
 python3 - >>"$OUT/session.log" 2>&1 <<'PY'
 import sys, torch, deepspeed, transformers, hydra, importlib.metadata as md

@@ -9,19 +9,10 @@
 # Records come back as records.tar.gz (logs beside it).
 #   bash tests/gpu/stack_node.sh        (carry: .whl; BUDGET_S: the whole script, default 540)
 set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
-T0=$(date +%s)
-left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/session.log"; }
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
-
-log "install carried wheels"
-if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >>"$OUT/session.log" 2>&1; then
-  log "pip into python3's environment failed; --target /tmp/site on PYTHONPATH instead"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$OUT/session.log" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. "$(dirname "$0")/node_common.sh"
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+install_carried_wheels
 if ! timeout 60 python3 -c "import torchao.float8" >>"$OUT/session.log" 2>&1; then
   log "torchao 0.18 does not import with this torch: torchao 0.16 instead"
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --force-reinstall .whl/torchao016/*.whl >>"$OUT/session.log" 2>&1

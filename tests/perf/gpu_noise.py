@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from harness.probe import _best  # noqa: E402  (the probe's best-of figure, as the verdicts read it)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GPU_RUNS = REPO_ROOT / "reference_results" / "sources" / "gpu-runs"
 FIGURES = (("matmul", "fp32"), ("matmul", "bf16"), ("matmul", "fp16"), ("triad",))
@@ -35,14 +38,6 @@ class Noise:
     def pace_pct(self) -> float:
         """The farthest a run's pace lay from its bench's probe, percent."""
         return max((abs(p - 1) * 100 for p in self.paces), default=0.0)
-
-
-def _best(probe: dict[str, Any], *path: str) -> Optional[float]:
-    node: Any = probe
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    value = node.get("best") if isinstance(node, dict) else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _gpu(env: dict[str, Any]) -> Optional[str]:
