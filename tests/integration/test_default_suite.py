@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from contract.metrics import METRICS
+from harness.probe import PACE_NOISE_PCT
 from harness.record import validate_record
 
 pytestmark = pytest.mark.integration
@@ -176,6 +179,30 @@ def test_the_suite_starts_with_a_short_collective_sweep(default_suite):
     assert f"![busbw by message size]({plot})" in (default_suite.out / "summary.md").read_text()
 
 
+def _measured_slower_than_the_references(records) -> list[str]:
+    """The probe figures of this bench that read this box slower than the cpu references' box by more
+    than the pace's noise. Seen in CI on the AVX2 EPYC the references came from: triad 13.1 against
+    their 18.4 GB/s (within the probe's 60 % on one VM) while its fp32 pulse read 81 against 71
+    GFLOP/s per core, and llama-tiny ZeRO-1 mb 4 ran 0.59x their samples/s: memory the pulse cannot
+    see. On such a box the default suite's speed is not the references' to judge; only its paced
+    metrics (speed and time) may read slower."""
+    table = json.loads((Path(__file__).resolve().parents[2] / "reference_results" / "cpu.json").read_text())
+    ref_env = next(r["provenance"]["environment"] for r in table["references"] if r["benchmark"] == "llama-tiny")
+    ref = ref_env["machine"]["probe"]
+    floor = 1 - PACE_NOISE_PCT["cpu"] / 100
+    out = []
+    for rec in records:
+        probe = (rec["environment"].get("machine") or {}).get("probe") or {}
+        for name, path in (("fp32 matmul", ("matmul", "fp32")), ("triad", ("triad",))):
+            now, then = probe, ref
+            for key in path:
+                now, then = (now or {}).get(key), (then or {}).get(key)
+            now, then = (now or {}).get("best"), (then or {}).get("best")
+            if now and then and now < then * floor:
+                out.append(f"{name} {now:.3g} vs the references' {then:.3g}")
+    return sorted(set(out))
+
+
 def test_the_first_bench_on_any_box_calls_no_regression_and_says_what_the_machine_measured(default_suite):
     """Issue 26 items 1 and 4: a fresh clone's first bench prints its machine's probe (one line, its
     time) and no regression against the shipped cpu references: on the box kind they came from they
@@ -185,7 +212,11 @@ def test_the_first_bench_on_any_box_calls_no_regression_and_says_what_the_machin
     assert len(probe) == 1 and "GFLOP/s per core" in probe[0] and " s a node)" in probe[0], probe
     compared = out[out.index("Compared with reference_results/"):]
     rows = [line for line in compared.splitlines() if line.startswith("regression ")]
-    assert not rows, compared
+    slower = _measured_slower_than_the_references(default_suite.records().values())
+    if slower:   # a VM whose host is busier now: its runs' speed is its own (the pulse reads matmul alone)
+        assert all(METRICS[row.split()[2]].paced for row in rows), (slower, compared)
+    else:
+        assert not rows, compared
     for record in default_suite.records().values():
         machine = record["environment"]["machine"]
         assert machine["probe"]["matmul"]["fp32"]["best"] > 0 and machine["probe"]["isa"]["class"]
