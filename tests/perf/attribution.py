@@ -349,21 +349,6 @@ def slowed(rec: dict[str, Any], factor: float) -> dict[str, Any]:
     return rec
 
 
-MACHINE_STATE = ("load", "machine", "nodes")   # the pulses around the run, the probe, each node's
-
-
-def share_machine_state(rec: dict[str, Any], source: dict[str, Any]) -> None:
-    """Give an edited record the machine state (load and pulses, probe, nodes) of one OLD run. Its NEW
-    side is OLD's own records, so without this the two OLD runs' own states would differ between the
-    sides: a neighbour that loaded the box during one of them made the pace rule read an edited case
-    "not comparable: the machine ran 36 % slower" (right about the machine, but not the edit's test)."""
-    for key in MACHINE_STATE:
-        if key in source["environment"]:
-            rec["environment"][key] = copy.deepcopy(source["environment"][key])
-        else:
-            rec["environment"].pop(key, None)
-
-
 def _copy_of(rec: dict[str, Any], i: int) -> dict[str, Any]:
     out = copy.deepcopy(rec)
     out["run_id"] = f"{rec['run_id']}-{i}" if i else rec["run_id"]
@@ -378,13 +363,10 @@ def edited(case: Case, old: list[dict[str, Any]], same: list[dict[str, Any]], sh
     can lie 2x apart, and then neither a verdict nor an interval holds: their machine states made the
     pace rule read "not comparable", and their figures' spread made every edited case "insufficient
     data" (the bootstrap pairs the sides' samples at random)."""
-    if shared_state:
+    if shared_state:   # every copy carries the first run's machine state (load and pulses, probe, nodes)
         old = same = [_copy_of(old[0], i) for i in range(len(old))]
     new = [slowed(r, SLOWDOWN) if case.slow else copy.deepcopy(r) for r in same]
     base = copy.deepcopy(old)
-    if shared_state:
-        for r in new + base:
-            share_machine_state(r, old[0])
     for r in new:
         case.edit(r)
     for r in base:
@@ -447,7 +429,7 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
            edit_source: str = "same") -> list[Outcome]:
     """Run the OLD side and every case; judge each (printed as it goes). An edited case's NEW side
     is another set of unchanged runs ("same", run interleaved with OLD), or OLD's own records ("old":
-    no noise between the sides, and one machine state on both (share_machine_state), so the check
+    no noise between the sides, and one machine state on both (edited), so the check
     does not depend on this machine's steadiness nor on a neighbour's load between the OLD runs)."""
     extra = list(extra or [])
     sides: dict[str, list[Path]] = {"old": [], "same": []}
