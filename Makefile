@@ -101,7 +101,7 @@ help:
 	@echo "             (ARGS=--dry-run writes the Slurm batch scripts / rank commands and launches nothing)"
 	@echo "  tune       three-step tuning: $(PY) -m harness tune platform=\$$PLATFORM [workload=\$$WORKLOAD] [out=\$$OUT] \$$ARGS"
 	@echo "             (same OUT again: resumes; ARGS e.g. tune.strategy=grid tune.budget=6 tune.steps=[2,3])"
-	@echo "  test       run the tests:  $(PY) -m pytest -q tests"
+	@echo "  test       run the tests: tests/unit on every core (pytest -n auto), then the integration tests one at a time"
 	@echo "  validate-model  the performance model against every published SC'25 PMBS cell (leave-one-out; exit 1 if a target is missed)"
 	@echo "  gpu-check  on a node with NVIDIA GPUs: llama-440m under ZeRO 0-3 + nccl collectives, MFU, peak memory vs the model (~5 min)"
 	@echo "  perf       the harness's own cost. First the benchmarks (python -m tests.benchmarks \$$PERF_ARGS, pytest-benchmark):"
@@ -204,9 +204,13 @@ tune: venv
 validate-model: venv
 	$(PY) -m harness model --validate $(ARGS)
 
-# Non-zero pytest exit (including 5, "no tests collected") fails the target.
+# Non-zero pytest exit (including 5, "no tests collected") fails the target. tests/unit on every
+# core (pytest-xdist: they start no ranks and measure nothing; 11 min -> 6 on 2 cores), then the
+# integration tests one at a time: each runs real ranks on the box's cores and measures them, and a
+# neighbour on those cores would move what it measures.
 test: venv
-	$(PY) -m pytest -q --durations=30 tests
+	$(PY) -m pytest -q -n auto --durations=10 tests/unit
+	$(PY) -m pytest -q --durations=30 tests --ignore=tests/unit
 
 # On a node with NVIDIA GPUs: the paper's Model 1 under ZeRO 0-3 on this node's GPUs, every collective
 # through nccl, MFU, measured vs predicted peak memory, the instrument's cost (harness/gpu_check.py).
