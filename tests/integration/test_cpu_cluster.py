@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from harness.record import validate_record
 
 from ..browser import render
-from ..perf.cluster_model import ClusterModelCheck
+from ..perf.cluster_model import BenchFailed, ClusterModelCheck
 from .conftest import REPO, BenchRun
 
 pytestmark = pytest.mark.cluster
@@ -41,12 +43,42 @@ def on_cluster(cluster, cmd: list[str], timeout: float = 900) -> subprocess.Comp
                           env={**os.environ, "SUITE_CLUSTER": cluster.name})
 
 
+@dataclass
+class ModelRounds:
+    check: ClusterModelCheck
+    verdicts: list
+    failed: Optional[str] = None
+
+
 @pytest.fixture(scope="module")
-def cluster_suite(emulated_cluster, tmp_path_factory) -> BenchRun:
-    """The cpu-cluster default suite, as `make bench PLATFORM=cpu-cluster` runs it."""
-    out = tmp_path_factory.mktemp("cpu-cluster") / "out"
-    proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "platform=cpu-cluster", f"out={out}"])
-    return BenchRun(proc.returncode, proc.stdout, proc.stderr, out)
+def model_rounds(emulated_cluster, tmp_path_factory) -> ModelRounds:
+    """Interleaved rounds of the cpu-cluster default suite on the single-node cpu platform and on the
+    cluster (tests/perf/cluster_model.py), MODEL_ROUNDS of them and one more while a configuration
+    has no quiet run: the model's check reads them all, the record tests the first cluster round."""
+    check = ClusterModelCheck(emulated_cluster.name, "default-cpu-cluster", tmp_path_factory.mktemp("model"),
+                              QUIET_OTHER_CPUS)
+    verdicts: list = []
+    try:
+        while len(check.dirs["cpu"]) < MODEL_MAX_ROUNDS:
+            check.round()
+            if len(check.dirs["cpu"]) >= MODEL_ROUNDS:
+                verdicts = check.verdicts()
+                if {v.run_id for v in verdicts} == check.configurations():
+                    break
+    except BenchFailed as exc:
+        return ModelRounds(check, verdicts, str(exc))
+    return ModelRounds(check, verdicts)
+
+
+@pytest.fixture(scope="module")
+def cluster_suite(model_rounds) -> BenchRun:
+    """The cpu-cluster default suite, as `make bench PLATFORM=cpu-cluster` runs it: the first round's
+    cluster side is that command (bench platform=cpu-cluster suite=default-cpu-cluster, its Slurm
+    reached through SUITE_CLUSTER), so it is not run a third time for these tests."""
+    if not model_rounds.check.benches["cluster"]:
+        pytest.fail(f"the cluster side never ran: {model_rounds.failed}")
+    rc, out, log = model_rounds.check.benches["cluster"][0]
+    return BenchRun(rc, log.read_text(), "", out)
 
 
 def test_the_default_suite_runs_on_both_nodes_as_slurm_jobs(cluster_suite):
@@ -97,10 +129,42 @@ def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluste
             assert abs(busbw - payload_gbytes) / payload_gbytes <= 0.10, (row["size_bytes"], placement, busbw)
 
 
-def nightly(cluster, tmp_path: Path, night: str) -> subprocess.CompletedProcess:
-    return on_cluster(cluster, [sys.executable, "-m", "harness", "nightly", "--night", night, "--repeats", "2",
+def nightly(cluster, tmp_path: Path, night: str, repeats: int = 2) -> subprocess.CompletedProcess:
+    return on_cluster(cluster, [sys.executable, "-m", "harness", "nightly", "--night", night, "--repeats", str(repeats),
                                 "--store", f"sqlite:///{tmp_path / 'history.sqlite'}", "platform=cpu-cluster",
                                 f"out={tmp_path / night}"], timeout=1200)
+
+
+def machine_moved(out: Path) -> list[str]:
+    """The baseline verdicts of a night (its junit.xml) that read 'not comparable' because the
+    machine itself measured otherwise than the last night's (a probe figure beyond its tolerance, or
+    the pace rule), with their reasons; [] when none did."""
+    import xml.etree.ElementTree as ET
+    reasons = [s.get("message", "") for s in ET.parse(out / "junit.xml").iter("skipped")]
+    return [r for r in reasons if r.startswith("not comparable")
+            and any(w in r for w in (" matmul ", "memory bandwidth (triad)", "the machine ran"))]
+
+
+def second_night(cluster, tmp_path: Path, night: str) -> subprocess.CompletedProcess:
+    """The night after the link changed. Between two nights a drifting 2-core VM can measure itself
+    otherwise (in CI on 2026-11-27 12 of night 2's 14 baseline verdicts read 'not comparable', the
+    node probes beyond their tolerance, and the night passed): the nightly is right to judge nothing
+    then, and the link's change is untested. Then the night runs once more from the store as the
+    first night left it (the moved attempt kept beside it, its reasons printed); the link's change
+    must be caught by that one. One repeat: against the first night's two, a 4x slower link lies
+    beyond both of them (a verdict needs two samples on one side), and each night costs ~90 s."""
+    store = tmp_path / "history.sqlite"
+    kept = tmp_path / "history-after-first-night.sqlite"
+    kept.write_bytes(store.read_bytes())
+    bad = nightly(cluster, tmp_path, night, repeats=1)
+    moved = machine_moved(tmp_path / night) if bad.returncode == 0 else []
+    if moved:
+        print(f"night {night}: the machine measured otherwise than the first night's, once more:\n  "
+              + "\n  ".join(moved))
+        (tmp_path / night).rename(tmp_path / f"{night}-machine-moved")
+        store.write_bytes(kept.read_bytes())
+        bad = nightly(cluster, tmp_path, night, repeats=1)
+    return bad
 
 
 def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_browser, tmp_path):
@@ -113,7 +177,7 @@ def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_brow
     good = nightly(cluster, tmp_path, "2026-11-01")
     assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-3000:]
     cluster.shape("250mbit")
-    bad = nightly(cluster, tmp_path, "2026-11-02")
+    bad = second_night(cluster, tmp_path, "2026-11-02")
     assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-3000:]
     regressions = [line for line in bad.stdout.splitlines() if line.strip().startswith("regression (baseline)")]
     for what in ("cpu-cluster/all_reduce avg_busbw_gbps", "cpu-cluster/llama-tiny samples_per_s"):
@@ -133,7 +197,7 @@ def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_brow
     assert "regression c" in shown.first_screen and "avg_busbw_gbps" in shown.first_screen
 
 
-def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster, tmp_path):
+def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_rounds):
     """Each cpu-cluster training run's step time, predicted from the single-node runs of this machine
     (the computation, from their profiled micro-steps) and the cluster's own collective sweep (the
     network), never calibrated on the run it predicts: within 15 % of measured, as the median over
@@ -150,14 +214,8 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(cluster
     On two cores one busy neighbour doubles a step time on one side only, so a run during which
     other processes used more than 0.2 CPUs is left out, and listed. If every round of a
     configuration was busy, the model cannot be judged on this box now: skipped, saying so."""
-    check = ClusterModelCheck(cluster.name, "default-cpu-cluster", tmp_path / "model", QUIET_OTHER_CPUS)
-    verdicts = []
-    while len(check.dirs["cpu"]) < MODEL_MAX_ROUNDS:
-        check.round()
-        if len(check.dirs["cpu"]) >= MODEL_ROUNDS:
-            verdicts = check.verdicts()
-            if {v.run_id for v in verdicts} == check.configurations():
-                break
+    assert model_rounds.failed is None, model_rounds.failed
+    check, verdicts = model_rounds.check, model_rounds.verdicts
     assert len(check.configurations()) == 3, check.configurations()      # ZeRO 1, 2 and 3 ran
     judged = {v.run_id for v in verdicts}
     if judged != check.configurations():

@@ -134,6 +134,8 @@ class ClusterModelCheck:
         self.python = str(REPO_ROOT / ".venv" / "bin" / "python") if (REPO_ROOT / ".venv").exists() else sys.executable
         self.load = OtherLoad(str(out))
         self.dirs: dict[str, list[Path]] = {"cpu": [], "cluster": []}
+        self.benches: dict[str, list[tuple[int, Path, Path]]] = {"cpu": [], "cluster": []}
+        """Each bench of a side, failed ones too: (exit status, its out folder, its log)."""
         out.mkdir(parents=True, exist_ok=True)
 
     def round(self) -> None:
@@ -145,6 +147,7 @@ class ClusterModelCheck:
             log = self.out / f"{side}-{k}.log"
             rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": self.cluster}, log, self.load)
             print(f"round {k + 1} {side}: exit {rc} ({d})", flush=True)
+            self.benches[side].append((rc, d, log))
             if rc == 3:                     # bench: a run ended in error or timeout; the others are records
                 print(f"  a run failed (its record says why; see {log}): checking the others")
             elif rc != 0:
