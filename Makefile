@@ -208,9 +208,11 @@ validate-model: venv
 # core (pytest-xdist: they start no ranks and measure nothing; 11 min -> 6 on 2 cores), then the
 # integration tests one at a time: each runs real ranks on the box's cores and measures them, and a
 # neighbour on those cores would move what it measures.
+# A failing unit phase still lets the integration phase run, so one run shows every failure.
 test: venv
-	$(PY) -m pytest -q -n auto --durations=10 tests/unit
-	$(PY) -m pytest -q --durations=30 tests --ignore=tests/unit
+	unit=0; $(PY) -m pytest -q -n auto --durations=10 tests/unit || unit=$$?; \
+	$(PY) -m pytest -q --durations=30 tests --ignore=tests/unit || exit $$?; \
+	exit $$unit
 
 # On a node with NVIDIA GPUs: the paper's Model 1 under ZeRO 0-3 on this node's GPUs, every collective
 # through nccl, MFU, measured vs predicted peak memory, the instrument's cost (harness/gpu_check.py).

@@ -165,25 +165,25 @@ def test_the_runner_saves_every_run_and_compares_only_when_one_is_saved(tmp_path
                                                        "tests/benchmarks/perf_probe.py"]
 
 
-def _make_test_argv() -> list[str]:
-    """The pytest arguments of `make test`'s recipe, as the Makefile spells them."""
+def _make_test_argvs() -> list[list[str]]:
+    """The pytest arguments of each phase of `make test`'s recipe, as the Makefile spells them."""
     recipe = (REPO_ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    line = next(x for x in recipe.splitlines() if "-m pytest" in x)
-    return shlex.split(line.split("-m pytest", 1)[1])
+    return [shlex.split(part.split("||", 1)[0].split(";", 1)[0]) for part in recipe.split("-m pytest")[1:]]
 
 
 def test_make_test_never_collects_the_benchmarks():
-    """`make test` collects tests/ with pytest's own rules: run those rules on tests/benchmarks/ alone
-    (a whole collection takes minutes) and nothing may be collected, although every perf_*.py holds
-    benchmarks."""
-    argv = _make_test_argv()
-    assert argv[-1] == "tests"
+    """`make test` collects tests/unit, then tests/ without it, with pytest's own rules: run the
+    second phase's rules on tests/benchmarks/ alone (a whole collection takes minutes) and nothing
+    may be collected, although every perf_*.py holds benchmarks."""
+    unit, whole = _make_test_argvs()
+    assert unit[-1] == "tests/unit" and "-n" in unit
+    assert "tests" in whole and "--ignore=tests/unit" in whole
     for path in sorted(BENCH_DIR.glob("perf_*.py")):
         tree = ast.parse(path.read_text())
         assert any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_") for n in tree.body), path
     assert len(list(BENCH_DIR.glob("perf_*.py"))) == 3 and not list(BENCH_DIR.glob("test_*.py"))
-    out = subprocess.run([sys.executable, "-m", "pytest", *argv[:-1], "--collect-only", "-p", "no:cacheprovider",
-                          "tests/benchmarks"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "pytest", *[a for a in whole if a != "tests"], "--collect-only",
+                          "-p", "no:cacheprovider", "tests/benchmarks"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 5 and "no tests collected" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 
 
