@@ -185,7 +185,10 @@ def _measured_slower_than_the_references(records) -> list[str]:
     their 18.4 GB/s (within the probe's 60 % on one VM) while its fp32 pulse read 81 against 71
     GFLOP/s per core, and llama-tiny ZeRO-1 mb 4 ran 0.59x their samples/s: memory the pulse cannot
     see. On such a box the default suite's speed is not the references' to judge; only its paced
-    metrics (speed and time) may read slower."""
+    metrics (speed and time) may read slower, and where the triad reads slower, matmul_eff_pct too:
+    it is model FLOP/s over the probe's matmul figure, which has no memory term. Seen in CI the next
+    day: triad 11.8 against 18.4 GB/s, fp32 matmul 81 against 71, ZeRO-1 mb 2 at 0.69x the
+    references' samples/s and 0.59x their matmul_eff_pct. Memory and loss may never read worse."""
     table = json.loads((Path(__file__).resolve().parents[2] / "reference_results" / "cpu.json").read_text())
     ref_env = next(r["provenance"]["environment"] for r in table["references"] if r["benchmark"] == "llama-tiny")
     ref = ref_env["machine"]["probe"]
@@ -211,7 +214,10 @@ def test_the_first_bench_on_any_box_calls_no_regression_and_says_what_the_machin
     rows = [line for line in compared.splitlines() if line.startswith("regression ")]
     slower = _measured_slower_than_the_references(default_suite.records().values())
     if slower:   # a VM whose host is busier now: its runs' speed is its own (the pulse reads matmul alone)
-        assert all(METRICS[row.split()[2]].paced for row in rows), (slower, compared)
+        speed = {m for m, metric in METRICS.items() if metric.paced}
+        if any(s.startswith("triad") for s in slower):   # efficiency over the matmul figure is blind to memory
+            speed.add("matmul_eff_pct")
+        assert all(row.split()[2] in speed for row in rows), (slower, compared)
     else:
         assert not rows, compared
     for record in default_suite.records().values():
