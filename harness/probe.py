@@ -59,7 +59,9 @@ def node_probes(env: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in (probe_of(n.get("machine")) for n in nodes if isinstance(n, dict)) if p]
 
 
-def _best(probe: dict[str, Any], *path: str) -> Optional[float]:
+def best_figure(probe: dict[str, Any], *path: str) -> Optional[float]:
+    """A probe figure's best-of value (what verdicts compare): best_figure(probe, "matmul", "fp32"),
+    best_figure(probe, "triad"); None where the probe lacks it."""
     node: Any = probe
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
@@ -105,9 +107,9 @@ def moved(ref: dict[str, Any], cur: dict[str, Any]) -> list[tuple[str, float, fl
     """(figure, reference, now) of each probe figure beyond its device's tolerance: 'fp32_matmul',
     'bf16_matmul', ... in the suite's dtype order, then 'triad'."""
     tolerance = TOLERANCE_PCT.get(cur.get("device") or "cpu", TOLERANCE_PCT["cpu"])
-    pairs = [(f"{d}_matmul", "matmul", _best(ref, "matmul", d), _best(cur, "matmul", d))
+    pairs = [(f"{d}_matmul", "matmul", best_figure(ref, "matmul", d), best_figure(cur, "matmul", d))
              for d in DTYPE_ORDER if d in ref["matmul"] and d in cur["matmul"]]
-    pairs.append(("triad", "triad", _best(ref, "triad"), _best(cur, "triad")))
+    pairs.append(("triad", "triad", best_figure(ref, "triad"), best_figure(cur, "triad")))
     return [(name, a, b) for name, kind, a, b in pairs if a and b and abs(b / a - 1) * 100 > tolerance[kind]]
 
 
@@ -191,7 +193,7 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
         return None
     then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
     if not isinstance(then, (int, float)) or then <= 0:
-        then = _best(ref_probes[0], "matmul", "fp32")
+        then = best_figure(ref_probes[0], "matmul", "fp32")
     return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
 
 
@@ -202,7 +204,7 @@ def capacity_gflops(probes: list[dict[str, Any]], dtype: str, ranks_per_node: in
     times the GPUs used per node. None when a node's probe lacks the dtype."""
     total = 0.0
     for p in probes:
-        rate = _best(p, "matmul", dtype)
+        rate = best_figure(p, "matmul", dtype)
         if rate is None:
             return None
         if p.get("device") == "cuda":
@@ -245,7 +247,7 @@ def mix_apart(reference_env: Optional[dict[str, Any]], current_env: Optional[dic
     tolerance = TOLERANCE_PCT.get(cur[0].get("device") or "cpu", TOLERANCE_PCT["cpu"])["matmul"]
     base = used[0]
     for d in used[1:]:
-        rates = [(_best(p, "matmul", d), _best(p, "matmul", base)) for p in (ref[0], cur[0])]
+        rates = [(best_figure(p, "matmul", d), best_figure(p, "matmul", base)) for p in (ref[0], cur[0])]
         if not all(a and b for a, b in rates):
             continue
         then, now = (a / b for a, b in rates)
@@ -264,10 +266,10 @@ def summary_line(env: Optional[dict[str, Any]]) -> Optional[str]:
     p = probes[0]
     device = p.get("device") or "cpu"
     mm = p["matmul"]
-    rates = ", ".join(f"{d} {_num(_best(p, 'matmul', d) or 0)}" for d in mm)
+    rates = ", ".join(f"{d} {_num(best_figure(p, 'matmul', d) or 0)}" for d in mm)
     spreads = ", ".join(f"{(mm[d] or {}).get('spread_pct', 0):.0f} %" for d in mm)
     head = (p.get("isa") or {}).get("class") if device == "cpu" else p.get("gpu_name")
-    triad = _best(p, "triad")
+    triad = best_figure(p, "triad")
     more = f" (+{len(probes) - 1} node(s))" if len(probes) > 1 else ""
     took = max(x.get("took_s") or 0 for x in probes)
     return (f"probe ({p.get('host')}{more}, {took:.1f} s a node): {head}; matmul {rates} "

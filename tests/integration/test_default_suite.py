@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contract.metrics import METRICS
-from harness.probe import PACE_NOISE_PCT, _best
+from harness.probe import PACE_NOISE_PCT, best_figure
 from harness.record import validate_record
 
 pytestmark = pytest.mark.integration
@@ -197,7 +197,7 @@ def _measured_slower_than_the_references(records) -> list[str]:
     for rec in records:
         probe = (rec["environment"].get("machine") or {}).get("probe") or {}
         for name, path in (("fp32 matmul", ("matmul", "fp32")), ("triad", ("triad",))):
-            now, then = _best(probe, *path), _best(ref, *path)
+            now, then = best_figure(probe, *path), best_figure(ref, *path)
             if now and then and now < then * floor:
                 out.append(f"{name} {now:.3g} vs the references' {then:.3g}")
     return sorted(set(out))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from harness.probe import _best  # noqa: E402  (the probe's best-of figure, as the verdicts read it)
+from harness.probe import best_figure  # noqa: E402  (the probe's best-of figure, as the verdicts read it)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GPU_RUNS = REPO_ROOT / "reference_results" / "sources" / "gpu-runs"
@@ -66,11 +66,11 @@ def noise(roots: list[Path]) -> dict[str, Noise]:
             if key not in seen_probes:   # one probe a bench (a bench that reused an earlier probe adds none)
                 seen_probes.add(key)
                 for figure in FIGURES:
-                    value = _best(probe, *figure)
+                    value = best_figure(probe, *figure)
                     if value:
                         model.probes.setdefault(" ".join(reversed(figure)), []).append(value)
             pulse = (env.get("load") or {}).get("pulse_fp32")
-            fp32 = _best(probe, "matmul", "fp32")
+            fp32 = best_figure(probe, "matmul", "fp32")
             if isinstance(pulse, (int, float)) and pulse > 0 and fp32:
                 model.paces.append(pulse / fp32)
     return out
