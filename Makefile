@@ -244,7 +244,8 @@ nightly: venv
 # An emulated multi-node cluster on this one machine (testbed/, standard library only, as root):
 # a network namespace per node with its own hostname, a routed switch, tc-shaped links, munged +
 # slurmctld + one slurmd per node. The cpu-cluster platform reaches its Slurm through
-# `python3 -m testbed exec` (platform.slurm.client_prefix); CLUSTER picks a cluster by name.
+# the client script `testbed up` writes into the cluster's folder (platform.slurm.client_prefix; it does
+# what `python3 -m testbed exec` does, in sh); CLUSTER picks a cluster by name.
 cluster-up:
 	$(PYTHON) -m testbed up --name $(CLUSTER) --nodes $(NODES) --link $(LINK)
 

@@ -61,6 +61,10 @@ def _slurm(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
+        if CLIENT_PREFIX:
+            raise HarnessError(f"platform.slurm.client_prefix starts with `{cmd[0]}`, which does not exist: the "
+                               "platform reaches its Slurm through it (cpu-cluster: no emulated cluster of the "
+                               "name SUITE_CLUSTER gives is up; `make cluster-up` starts one)") from None
         raise HarnessError(f"`{cmd[0]}` is not on PATH: platform.launcher=slurm needs the Slurm client "
                            "commands (sbatch, squeue, scontrol, scancel) on this host") from None
     except subprocess.TimeoutExpired:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from testbed.cluster import BASE_DIR, EmulatedCluster, reap_stale
+from testbed.cluster import BASE_DIR, PARTITION, EmulatedCluster, reap_stale
 from testbed.network import netns_exists, payload_gbps
 from testbed.system import Unavailable, cmdline, find_binary, pid_alive
 
@@ -57,6 +57,31 @@ def test_a_batch_job_spans_both_nodes(cluster, tmp_path):
     wait_for(lambda: not cluster.run(["squeue", "-h", "-j", job], check=False).stdout.strip(), 60, "the job to end")
     assert sorted(out.read_text().split()) == ["node1", "node2"]
     assert "JobState=COMPLETED" in cluster.run(["scontrol", "show", "job", job]).stdout
+
+
+def test_the_client_script_runs_slurms_clients_on_node1_without_an_outer_jobs_variables(cluster):
+    """The cpu-cluster platform's client_prefix (testbed/cluster.py CLIENT): node1, this cluster's
+    SLURM_CONF, none of a surrounding job's Slurm input variables; its CPU cost a call is printed
+    beside `python3 -m testbed exec`'s (what it replaced: a Python start at every poll)."""
+    import resource
+
+    env = {**os.environ, "SLURM_JOB_ID": "999", "SBATCH_PARTITION": "nope", "SQUEUE_FORMAT": "%i"}
+    show = "hostname; env | grep -E '^(SLURM|SBATCH|SQUEUE)_' | sort; sinfo -h -o '%P %D'"
+    out = subprocess.run([str(cluster.client), "sh", "-c", show], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["node1", f"SLURM_CONF={cluster.conf}", f"{PARTITION}* 2"], out.stdout
+
+    def cpu_s(argv: list[str], calls: int = 5) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(calls):
+            subprocess.run(argv, cwd=REPO, capture_output=True, check=True, timeout=30)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / calls
+
+    squeue = ["squeue", "-h"]
+    script = cpu_s([str(cluster.client), *squeue])
+    python = cpu_s([sys.executable, "-m", "testbed", "exec", "--name", cluster.name, "--", *squeue])
+    print(f"CPU seconds per squeue call: client script {script:.3f}, python3 -m testbed exec {python:.3f}")
 
 
 def test_shaping_changes_the_rate_on_both_ends(cluster):

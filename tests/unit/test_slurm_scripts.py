@@ -311,6 +311,23 @@ def test_a_failed_sbatch_stops_with_slurms_message(composed, tmp_path, monkeypat
         slurm.SlurmLauncher(cfg.platform, REPO_ROOT, tmp_path / "out").run(run, REPO_ROOT)
 
 
+def test_the_cpu_cluster_reaches_its_slurm_through_the_clusters_client_script(monkeypatch):
+    """The emulated cluster's client is the sh script in its folder (testbed/cluster.py CLIENT): a
+    Python start at every poll took 0.3 of the box's 2 cores from the runs it measured. A cluster that
+    is not up is said so, not 'not on PATH'."""
+    from harness.errors import HarnessError
+    from harness.launch import slurm
+    from testbed.cluster import BASE_DIR, CLIENT
+
+    monkeypatch.setenv("SUITE_CLUSTER", "nosuch")
+    prefix = compose(["platform=cpu-cluster"]).platform.slurm.client_prefix   # not the cached one: SUITE_CLUSTER
+    assert prefix == [str(BASE_DIR / "nosuch" / CLIENT)]
+    monkeypatch.setattr(slurm, "CLIENT_PREFIX", list(prefix))
+    with pytest.raises(HarnessError, match="client_prefix starts with `.*/nosuch/client`, which does not exist.*"
+                                           "make cluster-up"):
+        slurm.queue_states(["1"])
+
+
 def test_a_local_dry_run_writes_each_runs_rank_commands(tmp_path):
     out = tmp_path / "out"
     proc = dry_run(out, "suite=smoke")
