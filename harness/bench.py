@@ -65,19 +65,25 @@ def plan_suite(overrides: list[str], multirun: bool = False, out: Optional[Path]
     first = compose(jobs[0])
     out = out or (Path(first.out).resolve() if first.out else default_out(first))
     planned: list[PlannedRun] = []
+    index = 0                          # a run's place in the whole suite: its run id, with only= too
     for job, label in zip(jobs, multirun_labels(jobs)):
         tag = f"[{label}]" if len(jobs) > 1 else ""
         base = first if job is jobs[0] else compose(job)
         if not base.suite.runs:
             name = base.workload.name if base.kind == RunKind.training else f"collectives-{base.collective.name}"
-            planned += plan_runs(base, name + tag, len(planned), job, out, images)
+            runs = plan_runs(base, name + tag, index, job, out, images)
+            planned += runs
+            index += len(runs)
         for entry in base.suite.runs:
             run_overrides = merge_overrides(job, [f"kind={entry.kind.value}", *entry.overrides])
             try:
                 cfg = compose(run_overrides)
             except HarnessError as exc:
                 raise HarnessError(f"suite {base.suite.name}, run {entry.name}: {exc}") from None
-            planned += plan_runs(cfg, entry.name + tag, len(planned), run_overrides, out, images)
+            runs = plan_runs(cfg, entry.name + tag, index, run_overrides, out, images)
+            index += len(runs)
+            if not base.only or entry.name in base.only:
+                planned += runs
     return out, planned
 
 

@@ -241,6 +241,7 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
     run_dir = out_dir / "runs" / run_id
     config = to_dict(cfg)
     config.pop("suite", None)
+    config.pop("only", None)
     config.pop("tune", None)
     spec: TrainSpec | CollectiveSpec
     if cfg.kind == RunKind.collective:

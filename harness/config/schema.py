@@ -402,6 +402,9 @@ class BenchConfig:
     zero: ZeroConfig = MISSING
     collective: CollectiveConfig = MISSING
     suite: SuiteConfig = MISSING
+    only: list[str] = field(default_factory=list)
+    """Which of the suite's runs a bench makes, by name (only=[z1-mb4-ga2,z2-mb4-ga2]); empty: every
+    run. Each keeps the run id it has in the whole suite, so the records of a part are the whole's."""
     kind: RunKind = RunKind.training
     """What a run of the composed config is (a suite run's kind sets it)."""
     nccl_env: dict[str, str] = field(default_factory=dict)

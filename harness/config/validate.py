@@ -154,6 +154,9 @@ def validate(cfg: BenchConfig) -> None:
     names = [r.name for r in cfg.suite.runs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     _check(not dupes, "suite.runs", dupes, "run names must be unique within a suite")
+    unknown = [n for n in cfg.only if n not in names]
+    _check(not unknown, "only", unknown, f"suite {cfg.suite.name} has the runs {names}" if names
+           else f"suite {cfg.suite.name} has no named runs (only= picks among a suite's runs)")
 
 
 def validate_tune(cfg: BenchConfig) -> None:

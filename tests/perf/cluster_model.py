@@ -8,7 +8,9 @@ from single-node runs of the same machine (the computation) and the cluster's ow
 
 Each round runs the suite on the single-node cpu platform (`bench platform=cpu suite=SUITE`) and on
 the cluster (`bench platform=cpu-cluster suite=SUITE`, SUITE_CLUSTER naming it: every run a Slurm
-job over both nodes), interleaved because a 2-core box drifts. The check is what
+job over both nodes), interleaved because a 2-core box drifts. The collective sweep runs once, in
+the first round's cluster bench (the network the model reads); every other bench makes only the
+suite's training runs (only=). The check is what
 `python -m harness model --against CLUSTER... --compute-records CPU...` does (harness.model.check):
 each cluster run predicted with the median single-node profile compute of its stage and split and
 the cluster's collective sweeps, never calibrated on itself.
@@ -140,10 +142,13 @@ class ClusterModelCheck:
 
     def round(self) -> None:
         k = len(self.dirs["cpu"])
+        training = [r.name for r in compose([f"suite={self.suite}"]).suite.runs if r.kind.value == "training"]
         for side in ("cpu", "cluster"):
             d = self.out / f"{side}-{k}"
             cmd = [self.python, "-m", "harness", "bench", f"platform={'cpu' if side == 'cpu' else 'cpu-cluster'}",
                    f"suite={self.suite}", f"out={d}"]
+            if side == "cpu" or k > 0:   # the network is the first cluster round's sweep; a single node's calibrates nothing
+                cmd.append(f"only=[{','.join(training)}]")
             log = self.out / f"{side}-{k}.log"
             rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": self.cluster}, log, self.load)
             print(f"round {k + 1} {side}: exit {rc} ({d})", flush=True)

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import sys
 import warnings
 
@@ -313,3 +314,27 @@ def test_no_code_assigns_into_a_planned_runs_environment():
                 hits.append(node)
             found += [f"{path.relative_to(REPO_ROOT)}:{n.lineno}" for n in hits]
     assert found == []
+
+
+def test_only_makes_the_named_runs_of_a_suite_under_their_whole_suite_run_ids(tmp_path):
+    """only= picks runs of the suite by name; each keeps the id it has in the whole suite (the
+    cluster model's later rounds skip the collective sweep and still pair with the first round's)."""
+    out = ["platform=cpu-cluster", "suite=default-cpu-cluster", f"out={tmp_path}"]
+    _, whole = plan_suite(out)
+    _, part = plan_suite([*out, "only=[z2-mb4-ga2,z3-mb4-ga2]"])
+    assert [p.run.run_id for p in part] == [p.run.run_id for p in whole][-2:] == ["02-z2-mb4-ga2", "03-z3-mb4-ga2"]
+    assert "only" not in part[0].run.config and part[0].run.config == whole[-2].run.config
+
+
+@pytest.mark.parametrize("only,says", [
+    ("[z9]", "only=['z9'] is invalid: suite default-cpu-cluster has the runs ['collectives', 'z1-mb4-ga2'"),
+    ("[z1-mb4-ga2,z9,z8]", "only=['z9', 'z8'] is invalid"),
+])
+def test_only_refuses_a_run_the_suite_lacks_and_names_those_it_has(tmp_path, only, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        plan_suite(["platform=cpu-cluster", "suite=default-cpu-cluster", f"out={tmp_path}", f"only={only}"])
+
+
+def test_only_on_a_suite_without_named_runs_says_so(tmp_path):
+    with pytest.raises(ConfigError, match="suite single has no named runs"):
+        plan_suite(["suite=single", f"out={tmp_path}", "only=[x]"])
