@@ -38,7 +38,7 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..probe import PACE_NOISE_PCT, Pace, mix_apart, pace
+from ..probe import PACE_NOISE_PCT, Pace, mix_apart, pace, pooled
 from ..record import ResultRecord
 from .changes import environment_diff
 from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
@@ -246,7 +246,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
             "run_ids": [r.run_id for r in g.records], "reference_platform": other}
     ok = [r for r in g.records if r.status == "ok"]
     statuses = sorted({r.status for r in g.records})
-    env = g.records[-1].environment
+    env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]

@@ -24,6 +24,7 @@ from ..config.choices import Precision
 from ..config.compose import compose
 from ..config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_accum_precision, to_dict
 from ..errors import HarnessError
+from ..probe import pooled
 from ..record import ResultRecord
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
@@ -288,7 +289,7 @@ def references_from_records(records: list[ResultRecord], *, source: str, submitt
             samples = tuple(r.metrics[metric]["value"] for r in recs if metric in r.metrics)
             if not samples:
                 continue
-            env = recs[0].environment
+            env = pooled(recs[0].environment, [r.environment for r in recs])   # the runs' probes, pooled
             refs.append(Reference(
                 platform=platform, benchmark=benchmark, config=json.loads(config), metric=metric,
                 value=statistics.median(samples), unit=recs[0].metrics[metric]["unit"],

@@ -306,3 +306,25 @@ def test_a_box_that_stays_busy_keeps_the_quietest_attempt_when_the_time_is_up(mo
 def test_a_machine_whose_load_cannot_be_read_is_measured_once(monkeypatch):
     figure, box = _quiet(monkeypatch, [None, 0.0])
     assert box.calls == 1 and figure == {"best": 90.0, "other_cpus": None, "attempts": 1}
+
+
+def test_a_groups_probes_are_pooled_so_one_runs_dip_does_not_part_the_machine():
+    """CI, the cpu nightly: night 2's second run probed fp32 matmul 45.3 GFLOP/s, quiet (its first run
+    80.6, the runs' pulses 72-77), and judged by that probe alone every verdict read "not comparable".
+    A group's verdict reads the best of its runs' probes of each node; a reference over several runs
+    too; another node's (or another boot's) probe is never pooled in."""
+    from harness.probe import pooled
+
+    first, dipped = env_with(probe(fp32=80.6, bf16=7.9)), env_with(probe(fp32=45.3, bf16=8.5))
+    ref = env_with(probe(fp32=78.2, bf16=8.0))
+    assert differences(probe(fp32=78.2), probe(fp32=45.3))                 # one probe alone parts them
+    both = pooled(dipped, [first, dipped])
+    assert both["machine"]["probe"]["matmul"]["fp32"]["best"] == 80.6 and both["machine"]["probe"]["matmul"]["bf16"]["best"] == 8.5
+    assert dipped["machine"]["probe"]["matmul"]["fp32"]["best"] == 45.3     # the record itself is untouched
+    assert not_comparable(ref, both) is None
+    elsewhere = env_with(probe(fp32=80.6, host="other"))
+    assert pooled(dipped, [elsewhere, dipped])["machine"]["probe"]["matmul"]["fp32"]["best"] == 45.3
+    assert pooled(dipped, [dipped]) is dipped
+    runs = [record(i, env=e) for i, e in enumerate([first, dipped])]
+    (v,) = [v for v in compare(typed(runs), [reference([100.0, 101.0, 99.0], env=ref)]) if v.metric == "samples_per_s"]
+    assert v.verdict != "not comparable", v.reason
