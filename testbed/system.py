@@ -7,10 +7,17 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
+
+
+_APT = threading.Lock()
+"""One apt-get at a time from this process: the integration tests install Slurm or Chromium while a
+thread of theirs installs podman for the image build (tests/integration/background.py), and dpkg's lock
+is held through a whole install, longer than apt-get's own wait for it."""
 
 
 class Unavailable(RuntimeError):
@@ -44,12 +51,13 @@ def install_packages(packages: list[str], binaries: dict[str, str], timeout_s: f
         except subprocess.TimeoutExpired as e:
             raise error(f"apt-get {' '.join(args)} ran past {timeout_s} s") from e
 
-    known = subprocess.run(["apt-cache", "show", *packages], capture_output=True, text=True)
-    if known.returncode != 0:
-        update = apt("update")
-        if update.returncode != 0:
-            raise error(f"apt-get update failed (rc {update.returncode}):\n{update.stderr[-2000:]}")
-    result = apt("install", "-y", "--no-install-recommends", *packages)
+    with _APT:
+        known = subprocess.run(["apt-cache", "show", *packages], capture_output=True, text=True)
+        if known.returncode != 0:
+            update = apt("update")
+            if update.returncode != 0:
+                raise error(f"apt-get update failed (rc {update.returncode}):\n{update.stderr[-2000:]}")
+        result = apt("install", "-y", "--no-install-recommends", *packages)
     if result.returncode != 0:
         raise error(f"apt-get install {' '.join(packages)} failed (rc {result.returncode}):\n"
                     f"{result.stderr[-2000:]}")

@@ -65,9 +65,58 @@ def assert_no_rank_left(run_dir: Path) -> None:
     assert not alive, f"rank processes left behind: {alive}"
 
 
+# --- the session's order: what measures nothing first, beside the background work; what measures last
+from . import background  # noqa: E402
+
+MEASURING = frozenset({
+    "test_attribution", "test_cpu_cluster", "test_default_suite", "test_distillation", "test_emulated_cluster",
+    "test_fingerprint", "test_golden_records", "test_machine_baseline", "test_nightly", "test_peak_memory",
+    "test_postgres_store"})
+"""The modules whose assertions read what the box measured (verdicts against references or a baseline, the
+probe, the pace, step times against the model, a shaped link's rate) or the default suite that some of
+them share: they run last, each after the background work is done (background.py), on a box as quiet as
+when the tests ran one at a time."""
+BACKGROUND_USER = "test_image"
+"""Takes the background job's result (the image's first build): it runs just before the measuring modules."""
+
+
+def _module(item) -> str:
+    module = getattr(item, "module", None)
+    return module.__name__.rsplit(".", 1)[-1] if module is not None else ""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Stable: the order within each group stays pytest's."""
+    items.sort(key=lambda item: 2 if _module(item) in MEASURING else 1 if _module(item) == BACKGROUND_USER else 0)
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or not any(_module(i) == BACKGROUND_USER for i in session.items):
+        return
+    from .test_image import BUILD_JOB, first_build
+
+    background.start(BUILD_JOB, first_build)
+
+
+def wait_for_background() -> None:
+    busy = background.running()
+    waited = background.wait_all()
+    if busy:
+        print(f"waited {waited:.0f} s for the background work ({', '.join(busy)}) to end before measuring")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quiet_box(request):
+    """A measuring module starts when no background work runs (a session-scoped fixture it uses first
+    waits itself: pytest sets those up before any module-scoped one)."""
+    if request.module.__name__.rsplit(".", 1)[-1] in MEASURING:
+        wait_for_background()
+
+
 @pytest.fixture(scope="session")
 def default_suite(tmp_path_factory) -> BenchRun:
-    """The cpu default suite, as `make bench` runs it, with fewer steps."""
+    """The cpu default suite, as `make bench` runs it, with fewer steps, on a box no background work shares."""
+    wait_for_background()
     out = tmp_path_factory.mktemp("default") / "out"
     return run_bench(out, "measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=2")
 
@@ -153,6 +202,7 @@ def emulated_cluster() -> Iterator[EmulatedCluster]:
     them, once per session (`make cluster-up` is the same code). Everything it made is removed at
     the end, also when a test fails or the session is interrupted; a session killed outright is
     cleaned up by the next start. Skips without root, except in CI where it must run."""
+    wait_for_background()
     cluster = EmulatedCluster(f"ci{os.getpid() % 10**6}", num_nodes=2, link=CLUSTER_LINK)
     start_or_skip(cluster, "emulated cluster")
     try:

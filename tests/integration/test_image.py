@@ -15,12 +15,14 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from containers import recipes
 from testbed import system
 
+from . import background
 from .conftest import require_or_skip
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,20 +31,22 @@ BINARIES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap", "c
 """catatonit: podman's --init, which the ranks run under; Debian only recommends it, and the install leaves
 recommends out."""
 TAG = "llm-pretrain-bench:cpu"
+BUILD_JOB = "image"
 
 
-@pytest.fixture(scope="module")
-def podman() -> str:
+def prepare() -> tuple[Optional[str], Optional[str]]:
+    """podman usable here, its packages installed as root when missing: (its path, None), or (None, why not)."""
     missing = system.missing_packages(BINARIES)
     if missing:
         try:
             system.install_packages(missing, BINARIES)
         except system.Unavailable as e:
-            require_or_skip(f"no container engine: {e}")
+            return None, f"no container engine: {e}"
     found = recipes.probe("podman")
     if not found.usable:
-        require_or_skip(f"podman does not work here: {found.detail}")
-    return found.path
+        return None, f"podman does not work here: {found.detail}"
+    return found.path, None
+
 
 def make_containers() -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
@@ -50,14 +54,37 @@ def make_containers() -> tuple[subprocess.CompletedProcess, float]:
                           capture_output=True, text=True, timeout=1800)
     return done, time.monotonic() - t0
 
+
+def first_build() -> tuple[Optional[str], Optional[str], Optional[tuple[subprocess.CompletedProcess, float]]]:
+    """podman prepared, then the first `make containers`: (podman, why not, the build and its seconds).
+    conftest.py starts it in the background when these tests are collected (tests/integration/background.py):
+    it waits on apt, debootstrap and the disk more than on the CPU, so it runs beside the tests that
+    measure nothing, and those that measure wait for it."""
+    path, why = prepare()
+    return path, why, (make_containers() if path else None)
+
+
 @pytest.fixture(scope="module")
-def built(podman):
-    first, first_s = make_containers()
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+def first() -> tuple:
+    return background.result(BUILD_JOB, first_build)
+
+
+@pytest.fixture(scope="module")
+def podman(first) -> str:
+    path, why, _ = first
+    if path is None:
+        require_or_skip(why)
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(podman, first):
+    first_done, first_s = first[2]
+    assert first_done.returncode == 0, first_done.stdout[-3000:] + first_done.stderr[-3000:]
     second, second_s = make_containers()
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    print(f"make containers: {first_s:.0f} s, again {second_s:.0f} s")
-    return first, second
+    print(f"make containers: {first_s:.0f} s (in the background), again {second_s:.0f} s")
+    return first_done, second
 
 def inspect(podman: str, fmt: str) -> str:
     return subprocess.run([podman, "image", "inspect", "--format", fmt, TAG], capture_output=True, text=True,
