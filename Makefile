@@ -208,7 +208,7 @@ validate-model: venv
 # core (pytest-xdist: they start no ranks and measure nothing; 11 min -> 6 on 2 cores), then the
 # integration tests one at a time: each runs real ranks on the box's cores and measures them, and a
 # neighbour on those cores would move what it measures. Only the image's first build runs beside them, in
-# a thread, while the tests that measure nothing run; those that do run after it (docs/tests.md).
+# a thread, while the tests that measure nothing run; those that do run before it (docs/tests.md).
 # A failing unit phase still lets the integration phase run, so one run shows every failure.
 test: venv
 	unit=0; $(PY) -m pytest -q -n auto --durations=10 tests/unit || unit=$$?; \

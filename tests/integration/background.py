@@ -3,11 +3,11 @@ a thread beside the tests that measure nothing.
 
 The cpu image's first build (tests/integration/test_image.py: podman and debootstrap installed when
 missing, the debootstrap base, the wheelhouse, the image) took 334 s on a 2-core AVX-512 box with the
-box 52 % busy on average: run alone, half the box idles for five minutes. conftest.py starts it when
-the session's tests are collected, runs the tests that measure nothing first and makes every test
-whose assertions read a timing, a probe or a verdict wait for it (wait_all), so none of them shares
-the box with it. A test that needs the result takes it with result(); where nothing started the job
-(one test run alone), result() starts it and waits.
+box 52 % busy on average: run alone, half the box idles for five minutes. conftest.py runs the tests
+whose assertions read a timing, a probe or a verdict first, as they always ran, then starts the build
+here with the first test that measures nothing, and the image's tests, which take its result with
+result(), last. Where nothing started the job (the image's tests run alone), result() starts it and
+waits; a measuring test that would run while a job does waits for it first (wait_all).
 """
 from __future__ import annotations
 

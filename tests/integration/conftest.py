@@ -65,7 +65,7 @@ def assert_no_rank_left(run_dir: Path) -> None:
     assert not alive, f"rank processes left behind: {alive}"
 
 
-# --- the session's order: what measures nothing first, beside the background work; what measures last
+# --- the session's order: what measures first, then what measures nothing beside the background work
 from . import background  # noqa: E402
 
 MEASURING = frozenset({
@@ -74,10 +74,11 @@ MEASURING = frozenset({
     "test_postgres_store"})
 """The modules whose assertions read what the box measured (verdicts against references or a baseline, the
 probe, the pace, step times against the model, a shaped link's rate) or the default suite that some of
-them share: they run last, each after the background work is done (background.py), on a box as quiet as
-when the tests ran one at a time."""
+them share: they run first, on the box as it was when every test ran alone and before the real-Slurm
+tests' daemons start; the background work (background.py) starts after them."""
 BACKGROUND_USER = "test_image"
-"""Takes the background job's result (the image's first build): it runs just before the measuring modules."""
+"""Takes the background job's result (the image's first build): it runs last."""
+_build_wanted: list[bool] = []
 
 
 def _module(item) -> str:
@@ -87,15 +88,12 @@ def _module(item) -> str:
 
 def pytest_collection_modifyitems(config, items):
     """Stable: the order within each group stays pytest's."""
-    items.sort(key=lambda item: 2 if _module(item) in MEASURING else 1 if _module(item) == BACKGROUND_USER else 0)
+    items.sort(key=lambda item: 0 if _module(item) in MEASURING else 2 if _module(item) == BACKGROUND_USER else 1)
 
 
 def pytest_collection_finish(session):
-    if session.config.option.collectonly or not any(_module(i) == BACKGROUND_USER for i in session.items):
-        return
-    from .test_image import BUILD_JOB, first_build
-
-    background.start(BUILD_JOB, first_build)
+    _build_wanted[:] = [not session.config.option.collectonly
+                        and any(_module(i) == BACKGROUND_USER for i in session.items)]
 
 
 def wait_for_background() -> None:
@@ -107,10 +105,15 @@ def wait_for_background() -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def quiet_box(request):
-    """A measuring module starts when no background work runs (a session-scoped fixture it uses first
-    waits itself: pytest sets those up before any module-scoped one)."""
+    """A measuring module runs when no background work does (a session-scoped fixture it uses first waits
+    itself: pytest sets those up before any module-scoped one); the first module that measures nothing
+    starts the image's first build in the background when the session has the image's tests."""
     if request.module.__name__.rsplit(".", 1)[-1] in MEASURING:
         wait_for_background()
+    elif _build_wanted and _build_wanted[0]:
+        from .test_image import BUILD_JOB, first_build
+
+        background.start(BUILD_JOB, first_build)
 
 
 @pytest.fixture(scope="session")
