@@ -7,12 +7,11 @@ box 52 % busy on average: run alone, half the box idles for five minutes. confte
 whose assertions read a timing, a probe or a verdict first, as they always ran, then starts the build
 here with the first test that measures nothing, and the image's tests, which take its result with
 result(), last. Where nothing started the job (the image's tests run alone), result() starts it and
-waits; a measuring test that would run while a job does waits for it first (wait_all).
+waits.
 """
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -41,15 +40,3 @@ def result(name: str, work: Callable[[], Any]) -> Any:
     """work()'s result: the background job's (waited for), or work() started now if none was."""
     start(name, work)
     return _jobs[name].result()
-
-
-def running() -> list[str]:
-    return [name for name, future in _jobs.items() if not future.done()]
-
-
-def wait_all() -> float:
-    """Wait until no background job runs; the seconds waited. A job's failure is its taker's to report."""
-    t0 = time.monotonic()
-    for future in list(_jobs.values()):
-        future.exception()   # waits; never raises the job's exception
-    return time.monotonic() - t0

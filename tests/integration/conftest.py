@@ -78,11 +78,11 @@ them share: they run first, on the box as it was when every test ran alone and b
 tests' daemons start; the background work (background.py) starts after them."""
 BACKGROUND_USER = "test_image"
 """Takes the background job's result (the image's first build): it runs last."""
-_build_wanted: list[bool] = []
 
 
-def _module(item) -> str:
-    module = getattr(item, "module", None)
+def _module(node) -> str:
+    """The test module's short name of a test item or a fixture request ("" for neither)."""
+    module = getattr(node, "module", None)
     return module.__name__.rsplit(".", 1)[-1] if module is not None else ""
 
 
@@ -91,26 +91,11 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: 0 if _module(item) in MEASURING else 2 if _module(item) == BACKGROUND_USER else 1)
 
 
-def pytest_collection_finish(session):
-    _build_wanted[:] = [not session.config.option.collectonly
-                        and any(_module(i) == BACKGROUND_USER for i in session.items)]
-
-
-def wait_for_background() -> None:
-    busy = background.running()
-    waited = background.wait_all()
-    if busy:
-        print(f"waited {waited:.0f} s for the background work ({', '.join(busy)}) to end before measuring")
-
-
 @pytest.fixture(scope="module", autouse=True)
-def quiet_box(request):
-    """A measuring module runs when no background work does (a session-scoped fixture it uses first waits
-    itself: pytest sets those up before any module-scoped one); the first module that measures nothing
-    starts the image's first build in the background when the session has the image's tests."""
-    if request.module.__name__.rsplit(".", 1)[-1] in MEASURING:
-        wait_for_background()
-    elif _build_wanted and _build_wanted[0]:
+def background_build(request):
+    """The first module that measures nothing starts the image's first build in the background, when
+    the session has the image's tests: every measuring module has run by then (the order above)."""
+    if _module(request) not in MEASURING and any(_module(i) == BACKGROUND_USER for i in request.session.items):
         from .test_image import BUILD_JOB, first_build
 
         background.start(BUILD_JOB, first_build)
@@ -118,8 +103,7 @@ def quiet_box(request):
 
 @pytest.fixture(scope="session")
 def default_suite(tmp_path_factory) -> BenchRun:
-    """The cpu default suite, as `make bench` runs it, with fewer steps, on a box no background work shares."""
-    wait_for_background()
+    """The cpu default suite, as `make bench` runs it, with fewer steps."""
     out = tmp_path_factory.mktemp("default") / "out"
     return run_bench(out, "measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=2")
 
@@ -205,7 +189,6 @@ def emulated_cluster() -> Iterator[EmulatedCluster]:
     them, once per session (`make cluster-up` is the same code). Everything it made is removed at
     the end, also when a test fails or the session is interrupted; a session killed outright is
     cleaned up by the next start. Skips without root, except in CI where it must run."""
-    wait_for_background()
     cluster = EmulatedCluster(f"ci{os.getpid() % 10**6}", num_nodes=2, link=CLUSTER_LINK)
     start_or_skip(cluster, "emulated cluster")
     try:

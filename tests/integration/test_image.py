@@ -57,9 +57,9 @@ def make_containers() -> tuple[subprocess.CompletedProcess, float]:
 
 def first_build() -> tuple[Optional[str], Optional[str], Optional[tuple[subprocess.CompletedProcess, float]]]:
     """podman prepared, then the first `make containers`: (podman, why not, the build and its seconds).
-    conftest.py starts it in the background when these tests are collected (tests/integration/background.py):
-    it waits on apt, debootstrap and the disk more than on the CPU, so it runs beside the tests that
-    measure nothing, and those that measure wait for it."""
+    conftest.py starts it in the background with the first module that measures nothing, after every
+    module that measures (tests/integration/background.py): it waits on apt, debootstrap and the disk
+    more than on the CPU, so it runs beside the tests that measure nothing."""
     path, why = prepare()
     return path, why, (make_containers() if path else None)
 
