@@ -6,14 +6,16 @@ the time taken); the probe's one line in the run summary.
 Comparable, by measurement: the two records' probes agree on the device and, on cpu, on the ISA
 class that picks torch's kernels, the GPUs' state (power limit, throttling, PCIe link, ECC,
 persistence, MIG: benchmarks/node/gpu_state.py) does not differ, and each figure (best of the probe's
-repeats) lies within its tolerance (TOLERANCE_PCT, measured: see docs/measurement.md, "Machines").
+repeats) lies within its tolerance (TOLERANCE_PCT, measured: see docs/measurement.md, "Machines"):
+the triad, and the matmul rates of the dtypes the run computes in (harness/verdict/compare.py
+run_dtypes; an AMX core's bf16 rate moves 2-3x with its host's neighbours, which an fp32 run never feels).
 A reference whose record carries no probe is "machine not measured"; a run without one (a record
 from before the probe) is judged by the machines' names as before (harness.verdict.compare.machine_of).
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, NamedTuple, Optional
+from typing import Any, Collection, NamedTuple, Optional
 
 from benchmarks.node.gpu_state import state_differences
 
@@ -135,26 +137,29 @@ def _busier(ref: dict[str, Any], cur: dict[str, Any]) -> str:
     return ""
 
 
-def moved(ref: dict[str, Any], cur: dict[str, Any]) -> list[tuple[str, float, float]]:
+def moved(ref: dict[str, Any], cur: dict[str, Any],
+          dtypes: Optional[Collection[str]] = None) -> list[tuple[str, float, float]]:
     """(figure, reference, now) of each probe figure beyond its device's tolerance: 'fp32_matmul',
-    'bf16_matmul', ... in the suite's dtype order, then 'triad'."""
+    'bf16_matmul', ... in the suite's dtype order, then 'triad'; the matmul figures of `dtypes`
+    only, where given (None: every dtype)."""
     tolerance = TOLERANCE_PCT.get(cur.get("device") or "cpu", TOLERANCE_PCT["cpu"])
     pairs = [(f"{d}_matmul", "matmul", best_figure(ref, "matmul", d), best_figure(cur, "matmul", d))
-             for d in DTYPE_ORDER if d in ref["matmul"] and d in cur["matmul"]]
+             for d in DTYPE_ORDER if d in ref["matmul"] and d in cur["matmul"] and (dtypes is None or d in dtypes)]
     pairs.append(("triad", "triad", best_figure(ref, "triad"), best_figure(cur, "triad")))
     return [(name, a, b) for name, kind, a, b in pairs if a and b and abs(b / a - 1) * 100 > tolerance[kind]]
 
 
-def differences(ref: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+def differences(ref: dict[str, Any], cur: dict[str, Any], dtypes: Optional[Collection[str]] = None) -> list[str]:
     """What makes two probes not comparable, in words ('bf16 matmul 1.2 vs 79 GFLOP/s per core: this
-    CPU lacks AVX-512 BF16'); [] when they are comparable. Numbers read 'now vs reference'."""
+    CPU lacks AVX-512 BF16'); [] when they are comparable. Numbers read 'now vs reference'. `dtypes`:
+    the matmul rates compared (those a run computes in, RUN_DTYPES); None: all of them."""
     if ref.get("device") != cur.get("device"):
         return [f"device {cur.get('device')} vs {ref.get('device')}"]
     device = cur.get("device") or "cpu"
     isa = isa_words(ref, cur) if device == "cpu" else None
     unit = UNIT_WORDS.get(device, "GFLOP/s")
     out = [f"memory bandwidth (triad) {_num(b)} vs {_num(a)} GB/s" if name == "triad"
-           else f"{name.replace('_', ' ')} {_num(b)} vs {_num(a)} {unit}" for name, a, b in moved(ref, cur)]
+           else f"{name.replace('_', ' ')} {_num(b)} vs {_num(a)} {unit}" for name, a, b in moved(ref, cur, dtypes)]
     if device == "cuda":
         out += state_differences(ref.get("gpus") or [], cur.get("gpus") or [])
         if ref.get("gpu_name") != cur.get("gpu_name"):
@@ -186,9 +191,11 @@ def probe_diff(reference_env: Optional[dict[str, Any]], current_env: Optional[di
     return out
 
 
-def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[str]:
+def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
+                   dtypes: Optional[Collection[str]] = None) -> Optional[str]:
     """Why a reference measured on reference_env cannot judge a run on current_env ('not comparable:
-    ...'), None when it can. Only for a run that carries a probe (see the module's docstring)."""
+    ...'), None when it can. Only for a run that carries a probe (see the module's docstring).
+    `dtypes`: the matmul rates the run rests on (RUN_DTYPES); None: all the probes measured."""
     current = node_probes(current_env)
     if not current:
         return None
@@ -198,7 +205,7 @@ def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optiona
     words: list[str] = []
     for i, probe in enumerate(current):   # each node against the reference's node of the same host, else its first
         ref = next((r for r in reference if r.get("host") == probe.get("host")), reference[0])
-        for w in differences(ref, probe):
+        for w in differences(ref, probe, dtypes):
             label = f"node {probe.get('host')}: " if len(current) > 1 else ""
             if w not in words and f"{label}{w}" not in words:
                 words.append(f"{label}{w}")

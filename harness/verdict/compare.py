@@ -216,6 +216,19 @@ def _dtypes(records: list[ResultRecord], metric: str) -> list[str]:
     return sorted({d for r in records for d in ((r.metrics.get(metric) or {}).get("measured_gflops") or {})})
 
 
+def run_dtypes(g: Group) -> Optional[list[str]]:
+    """The matmul dtypes a group's speed rests on, whose probe rates decide whether a reference's
+    machine can judge it: those its efficiency was measured against (matmul_eff_pct's
+    measured_gflops: the model's dtype, a distillation teacher's); none for collectives (their
+    bandwidth rests on the link and the memory, the triad); None (every dtype the probes measured)
+    where the records do not say (runs that failed). Measured: on a 2-core AMX VM one core's bf16
+    F.linear read 348-960 GFLOP/s from minute to minute with its host's neighbours (fp32 84-112,
+    within the 40 %), and a CI night whose runs were all fp32 was judged "not comparable" by bf16 alone."""
+    if g.kind == "collective":
+        return []
+    return _dtypes(g.records, "matmul_eff_pct") or None
+
+
 def _best(refs: list[Reference]) -> Reference:
     """The most specific reference (the largest configuration) among those that apply."""
     return max(refs, key=lambda r: len(r.config))
@@ -247,6 +260,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     ok = [r for r in g.records if r.status == "ok"]
     statuses = sorted({r.status for r in g.records})
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
+    dtypes = run_dtypes(g)
     metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
@@ -263,7 +277,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
                                         num_samples=len(samples)))
             continue
         ref_env = ref.provenance and ref.provenance.environment
-        two = apart(ref_env, env, ref.platform, g.platform)
+        two = apart(ref_env, env, ref.platform, g.platform, dtypes)
         across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
         fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
                "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None}

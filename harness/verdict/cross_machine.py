@@ -16,7 +16,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 from contract.metrics import METRICS
 
@@ -45,14 +45,16 @@ def machine_of(env: Optional[dict[str, Any]]) -> Optional[str]:
     return f"{model} ({hw['logical_cpus']} CPUs)"
 
 
-def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any]) -> Optional[str]:
+def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any],
+                   dtypes: Optional[Collection[str]] = None) -> Optional[str]:
     """'not comparable: ...' when the reference's machine cannot judge this run's, else None: by the
-    two capability probes where this run has one (harness/probe.py), and by the machines' names (a
-    name alike proves nothing; names that differ are two machines)."""
+    two capability probes where this run has one (harness/probe.py; their matmul rates in `dtypes`,
+    what the run computes in, all where None), and by the machines' names (a name alike proves
+    nothing; names that differ are two machines)."""
     taken_on, run_on = machine_of(reference_env), machine_of(current_env)
     named = (f"reference taken on {taken_on}, this run on {run_on}"
              if taken_on and run_on and taken_on != run_on else None)
-    measured = not_comparable(reference_env, current_env) if node_probes(current_env) else None
+    measured = not_comparable(reference_env, current_env, dtypes) if node_probes(current_env) else None
     if measured and named:
         return f"{measured}; {named}"
     return measured or (f"not comparable: {named}" if named else None)
@@ -85,19 +87,20 @@ class Apart:
 
 
 def apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any], reference_platform: str,
-          platform: str) -> Optional[Apart]:
+          platform: str, dtypes: Optional[Collection[str]] = None) -> Optional[Apart]:
     """The two machines when they differ, None when the reference can judge the run. On one platform
-    as machines_apart decides; across two platforms always (another platform is another machine and
-    set-up), in words: the two machines, then what their probes measured apart."""
+    as machines_apart decides (`dtypes`: the matmul rates compared); across two platforms always
+    (another platform is another machine and set-up), in words: the two machines, then what their
+    probes measured apart."""
     now, then = machine_name(current_env, platform), machine_name(reference_env, reference_platform)
     if reference_platform != platform and now == then:
         now, then = f"{now} ({platform})", f"{then} ({reference_platform})"
     elif now == then:
         now, then = f"{now} (now)", f"{then} (reference)"
     if reference_platform == platform:
-        why = machines_apart(reference_env, current_env)
+        why = machines_apart(reference_env, current_env, dtypes)
         return Apart(why, (now, then)) if why else None
-    measured = not_comparable(reference_env, current_env) if node_probes(current_env) else None
+    measured = not_comparable(reference_env, current_env, dtypes) if node_probes(current_env) else None
     words = [w for w in (measured or "").removeprefix("not comparable: ").split("; ")
              if w and not w.startswith("GPU ")]   # the GPUs are named already
     if not words and machine_of(reference_env) == machine_of(current_env) and machine_of(current_env):

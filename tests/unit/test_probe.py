@@ -125,6 +125,40 @@ def test_an_efficiency_over_two_dtypes_is_not_judged_where_their_rates_stand_in_
     assert _verdicts(amx, avx2, metric="matmul_eff_pct")[0].verdict == "regression"   # one dtype: judged
 
 
+def test_a_run_is_judged_by_the_matmul_rates_it_computes_in():
+    """CI on a 2-core AMX VM: one core's bf16 F.linear read 441 and 932 GFLOP/s on two nights (its host's
+    neighbours; fp32 stayed within 10 %), and every verdict of the second night, fp32 runs and
+    collectives alike, read "not comparable" by bf16 alone, so the slower link went unseen. A run is
+    judged where the rates it rests on agree: an fp32 run's fp32 matmul, a bf16 run's bf16, a
+    distillation's both, a collective's none (the ISA and the triad always); a run that does not say
+    (it failed), by every rate."""
+    from harness.verdict.compare import Group, run_dtypes
+
+    amx = {"isa": "AVX512", "flags": CPUINFO_SPR, "fp32": 100.0}
+    ref, now = env_with(probe(**amx, bf16=932.0)), env_with(probe(**amx, bf16=441.0))
+
+    def verdict(dtypes: list[str] | None):
+        runs = [record(i, env=now, samples_per_s=(v * 0.5, "samples/s"), matmul_eff_pct=(20.0, "%"))
+                for i, v in enumerate([100.0, 99.5, 100.5])]
+        for r in runs:
+            if dtypes is None:
+                del r["metrics"]["matmul_eff_pct"]
+            else:
+                r["metrics"]["matmul_eff_pct"]["measured_gflops"] = {d: 200.0 for d in dtypes}
+        (v,) = [v for v in compare(typed(runs), [reference([100.0, 101.0, 99.0], env=ref)]) if v.metric == "samples_per_s"]
+        return v
+
+    assert verdict(["fp32"]).verdict == "regression"
+    for dtypes in (["bf16"], ["fp32", "bf16"], None):
+        v = verdict(dtypes)
+        assert v.verdict == "not comparable" and "bf16 matmul 441 vs 932 GFLOP/s per core" in v.reason, (dtypes, v.reason)
+    assert run_dtypes(Group("cpu-cluster", "all_reduce", "collective", {}, [])) == []
+    assert not_comparable(ref, now, []) is None and not_comparable(ref, now) is not None
+    slower_memory = env_with(probe(**amx, bf16=441.0, triad=10.0))
+    assert not_comparable(ref, slower_memory, []) == "not comparable: memory bandwidth (triad) 10 vs 30 GB/s"
+    assert "ISA AVX2 vs AVX512" in not_comparable(ref, env_with(probe()), [])
+
+
 def test_what_changed_names_the_machine_first_and_the_suite_commit_last():
     ref = {**env_with(probe()), "torch": "2.12.0", "suite_commit": "aaaa"}
     cur = {**env_with(probe("DEFAULT", triad=10.0)), "torch": "2.13.0", "suite_commit": "bbbb"}
