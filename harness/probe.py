@@ -152,7 +152,7 @@ def moved(ref: dict[str, Any], cur: dict[str, Any],
 def differences(ref: dict[str, Any], cur: dict[str, Any], dtypes: Optional[Collection[str]] = None) -> list[str]:
     """What makes two probes not comparable, in words ('bf16 matmul 1.2 vs 79 GFLOP/s per core: this
     CPU lacks AVX-512 BF16'); [] when they are comparable. Numbers read 'now vs reference'. `dtypes`:
-    the matmul rates compared (those a run computes in, RUN_DTYPES); None: all of them."""
+    the matmul rates compared (those a run computes in: harness/verdict/compare.py run_dtypes); None: all of them."""
     if ref.get("device") != cur.get("device"):
         return [f"device {cur.get('device')} vs {ref.get('device')}"]
     device = cur.get("device") or "cpu"
@@ -195,7 +195,7 @@ def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optiona
                    dtypes: Optional[Collection[str]] = None) -> Optional[str]:
     """Why a reference measured on reference_env cannot judge a run on current_env ('not comparable:
     ...'), None when it can. Only for a run that carries a probe (see the module's docstring).
-    `dtypes`: the matmul rates the run rests on (RUN_DTYPES); None: all the probes measured."""
+    `dtypes`: the matmul rates the run rests on (harness/verdict/compare.py run_dtypes); None: all the probes measured."""
     current = node_probes(current_env)
     if not current:
         return None

@@ -222,7 +222,7 @@ def run_dtypes(g: Group) -> Optional[list[str]]:
     measured_gflops: the model's dtype, a distillation teacher's); none for collectives (their
     bandwidth rests on the link and the memory, the triad); None (every dtype the probes measured)
     where the records do not say (runs that failed). Measured: on a 2-core AMX VM one core's bf16
-    F.linear read 348-960 GFLOP/s from minute to minute with its host's neighbours (fp32 84-112,
+    F.linear read 352-960 GFLOP/s across one CI run's benches, with its host's neighbours (fp32 84-112,
     within the 40 %), and a CI night whose runs were all fp32 was judged "not comparable" by bf16 alone."""
     if g.kind == "collective":
         return []
