@@ -65,6 +65,33 @@ def assert_no_rank_left(run_dir: Path) -> None:
     assert not alive, f"rank processes left behind: {alive}"
 
 
+MACHINE_MOVED_WORDS = (" matmul ", "memory bandwidth (triad)", "the machine ran")
+"""What a "not comparable" reason says when the machine itself measured otherwise than its baseline: a
+probe figure beyond its tolerance, or the pace rule."""
+
+
+def machine_moved(reasons: list[str]) -> list[str]:
+    """The "not comparable" reasons among `reasons` that the machine's own measurement gave."""
+    return [r.strip() for r in reasons if r.strip().startswith("not comparable")
+            and any(w in r for w in MACHINE_MOVED_WORDS)]
+
+
+def until_the_machine_holds(store: Path, attempt, attempts: int = 3):
+    """attempt(k) -> (result, its "not comparable" reasons by the machine (machine_moved)), run again
+    while those are not empty, against the history store as it was before the first attempt, up to
+    `attempts` in all; the last result. A 2-core VM can measure itself otherwise between two benches
+    (its host's neighbours): its verdicts are then rightly "not comparable", and what the test judges
+    is untested."""
+    kept = store.with_name(store.stem + "-before-attempts" + store.suffix)
+    kept.write_bytes(store.read_bytes())
+    for k in range(1, attempts + 1):
+        result, moved = attempt(k)
+        if not moved or k == attempts:
+            return result
+        print(f"attempt {k}: the machine measured otherwise than its baseline:\n  " + "\n  ".join(moved))
+        store.write_bytes(kept.read_bytes())
+
+
 # --- the session's order: what measures first, then what measures nothing beside the background work
 from . import background  # noqa: E402
 

@@ -17,7 +17,7 @@ from harness.record import validate_record
 
 from ..browser import render
 from ..perf.cluster_model import BenchFailed, ClusterModelCheck
-from .conftest import REPO, BenchRun
+from .conftest import REPO, BenchRun, machine_moved, until_the_machine_holds
 
 pytestmark = pytest.mark.cluster
 MIB = 2**20
@@ -135,39 +135,26 @@ def nightly(cluster, tmp_path: Path, night: str, repeats: int = 2) -> subprocess
                                 f"out={tmp_path / night}"], timeout=1200)
 
 
-def machine_moved(out: Path) -> list[str]:
-    """The baseline verdicts of a night (its junit.xml) that read 'not comparable' because the
-    machine itself measured otherwise than the last night's (a probe figure beyond its tolerance, or
-    the pace rule), with their reasons; [] when none did."""
-    import xml.etree.ElementTree as ET
-    reasons = [s.get("message", "") for s in ET.parse(out / "junit.xml").iter("skipped")]
-    return [r for r in reasons if r.startswith("not comparable")
-            and any(w in r for w in (" matmul ", "memory bandwidth (triad)", "the machine ran"))]
-
-
-def second_night(cluster, tmp_path: Path, night: str, attempts: int = 3) -> subprocess.CompletedProcess:
+def second_night(cluster, tmp_path: Path, night: str) -> subprocess.CompletedProcess:
     """The night after the link changed. Between two nights a drifting 2-core VM can measure itself
     otherwise (in CI on 2026-11-27 12 of night 2's 14 baseline verdicts read 'not comparable', the
     node probes beyond their tolerance, and the night passed; on 2026-11-28 the same, and the night
     failed only on an efficiency judged across machines): the nightly is right to judge nothing then,
     and the link's change is untested. Then the night runs again from the store as the first night
-    left it (the moved attempt kept beside it, its reasons printed), up to `attempts` nights in all;
-    the link's change must be caught by the last. One repeat: against the first night's two, a 4x
-    slower link lies beyond both of them (a verdict needs two samples on one side), and each night
-    costs ~90 s."""
-    store = tmp_path / "history.sqlite"
-    kept = tmp_path / "history-after-first-night.sqlite"
-    kept.write_bytes(store.read_bytes())
-    for attempt in range(1, attempts + 1):
+    left it (the moved attempt kept beside it; conftest.until_the_machine_holds); the link's change
+    must be caught by the last. One repeat: against the first night's two, a 4x slower link lies
+    beyond both of them (a verdict needs two samples on one side), and each night costs ~90 s."""
+    import xml.etree.ElementTree as ET
+
+    def attempt(k: int):
+        if k > 1:
+            (tmp_path / night).rename(tmp_path / f"{night}-machine-moved-{k - 1}")
         bad = nightly(cluster, tmp_path, night, repeats=1)
-        moved = machine_moved(tmp_path / night) if (tmp_path / night / "junit.xml").exists() else []
-        if not moved or attempt == attempts:
-            break
-        print(f"night {night}, attempt {attempt}: the machine measured otherwise than the first night's:\n  "
-              + "\n  ".join(moved))
-        (tmp_path / night).rename(tmp_path / f"{night}-machine-moved-{attempt}")
-        store.write_bytes(kept.read_bytes())
-    return bad
+        junit = tmp_path / night / "junit.xml"
+        skipped = [s.get("message", "") for s in ET.parse(junit).iter("skipped")] if junit.exists() else []
+        return bad, machine_moved(skipped)
+
+    return until_the_machine_holds(tmp_path / "history.sqlite", attempt)
 
 
 def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_browser, tmp_path):

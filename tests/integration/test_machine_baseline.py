@@ -8,23 +8,19 @@ import itertools
 
 import pytest
 
-from .conftest import run_bench
+from .conftest import machine_moved, run_bench, until_the_machine_holds
 
 pytestmark = pytest.mark.integration
 
 ARGS = ("suite=single", "workload.seq_len=64", "measure.warmup_steps=1", "measure.steps=2", "measure.profile_steps=1")
 
 
-def second_bench(tmp_path, attempts: int = 3):
-    """The second bench and its verdict rows. A 2-core VM can measure itself otherwise between two
-    benches a minute apart (its host's neighbours: an AMX core's fp32 F.linear once read 49 against 86
-    GFLOP/s); its verdicts are then "not comparable", rightly, and the judging is untested. Then the
-    bench runs again against the store as the first bench left it, up to `attempts` in all."""
-    store = tmp_path / "history.sqlite"
-    kept = tmp_path / "history-after-first.sqlite"
-    kept.write_bytes(store.read_bytes())
-    for attempt in range(1, attempts + 1):
-        out = tmp_path / ("second" if attempt == 1 else f"second-{attempt}")
+def second_bench(tmp_path):
+    """The second bench: its out folder, its comparison section and the verdict rows; again while the
+    machine measured itself otherwise than the first bench (conftest.until_the_machine_holds: an AMX
+    core's fp32 F.linear once read 49 against 86 GFLOP/s a minute apart)."""
+    def attempt(k: int):
+        out = tmp_path / ("second" if k == 1 else f"second-{k}")
         second = run_bench(out, *ARGS)
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         section = second.stdout.split("Compared with this machine's earlier bench runs", 1)
@@ -32,12 +28,9 @@ def second_bench(tmp_path, attempts: int = 3):
         lines = section[1].splitlines()
         start = next(i for i, line in enumerate(lines) if line.startswith("verdict"))   # the table's header
         rows = [line.split() for line in itertools.takewhile(str.strip, lines[start + 2:])]
-        moved = [line for line in lines if line.strip().startswith("not comparable")
-                 and any(w in line for w in (" matmul ", "memory bandwidth (triad)"))]
-        if not moved or attempt == attempts:
-            return out, section[1], rows
-        print(f"attempt {attempt}: the machine measured otherwise than the first bench's:\n  " + "\n  ".join(moved))
-        store.write_bytes(kept.read_bytes())
+        return (out, section[1], rows), machine_moved(lines)
+
+    return until_the_machine_holds(tmp_path / "history.sqlite", attempt)
 
 
 def test_the_second_bench_is_judged_against_the_first(tmp_path):
