@@ -1,0 +1,117 @@
+"""compose() keeps Hydra's compositions (one costs 0.2-0.6 s; a tune, a plan or the model's sweep
+composes the same ones again): a kept one is handed out as a new object, and what a composition
+reads besides its overrides (every file under conf/, the variables conf/ interpolates) is part of
+its key, so an installed preset, an edited file or another variable is composed afresh."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from unit_helpers import CONF_DIR
+
+import harness.config.compose as composition
+from harness.config.compose import compose
+from harness.errors import ConfigError
+
+
+@pytest.fixture
+def conf(tmp_path, monkeypatch):
+    """A private copy of conf/ that compose() reads, with nothing kept from before."""
+    copy = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, copy)
+    monkeypatch.setattr(composition, "CONF_DIR", copy)
+    monkeypatch.setattr(composition, "_COMPOSED", type(composition._COMPOSED)())
+    return copy
+
+
+def hydra_calls(monkeypatch) -> list:
+    calls: list = []
+    real = composition._hydra
+
+    def counted(overrides, *args, **kwargs):
+        calls.append(list(overrides))
+        return real(overrides, *args, **kwargs)
+
+    monkeypatch.setattr(composition, "_hydra", counted)
+    return calls
+
+
+def test_the_same_overrides_are_composed_once_and_each_caller_gets_its_own_config(conf, monkeypatch):
+    calls = hydra_calls(monkeypatch)
+    first = compose(["workload.micro_batch_size=4"])
+    first.workload.micro_batch_size = 999
+    first.platform.nccl_env["NCCL_ALGO"] = "Ring"
+    second = compose(["workload.micro_batch_size=4"])
+    assert calls == [["workload.micro_batch_size=4"]]
+    assert second.workload.micro_batch_size == 4 and "NCCL_ALGO" not in second.platform.nccl_env
+    assert second is not first and second.workload is not first.workload
+    compose(["workload.micro_batch_size=2"])
+    assert len(calls) == 2
+
+
+def test_a_file_added_or_edited_under_conf_is_composed_afresh(conf, monkeypatch):
+    calls = hydra_calls(monkeypatch)
+    preset = conf / "suite" / "tuned-test.yaml"
+    with pytest.raises(ConfigError, match="tuned-test"):
+        compose(["suite=tuned-test"])
+    runs = "runs:\n  - {name: %s, overrides: [workload=llama-tiny]}\n"
+    preset.write_text("defaults:\n  - suite_schema\nname: tuned-test\n" + runs % "first")
+    assert [r.name for r in compose(["suite=tuned-test"]).suite.runs] == ["first"]
+    preset.write_text("defaults:\n  - suite_schema\nname: tuned-test\n" + runs % "other")   # same size
+    assert [r.name for r in compose(["suite=tuned-test"]).suite.runs] == ["other"]
+    assert len(calls) == 3      # the failed composition is never kept
+
+
+def test_a_variable_that_conf_interpolates_is_part_of_the_key(conf, monkeypatch):
+    calls = hydra_calls(monkeypatch)
+    monkeypatch.setenv("SUITE_CLUSTER", "pm")
+    assert compose(["platform=cpu-cluster"]).platform.slurm.client_prefix[0].endswith("/pm/client")
+    monkeypatch.setenv("SUITE_CLUSTER", "other")
+    assert compose(["platform=cpu-cluster"]).platform.slurm.client_prefix[0].endswith("/other/client")
+    monkeypatch.setenv("SOME_VARIABLE_CONF_NEVER_READS", "1")
+    compose(["platform=cpu-cluster"])
+    assert len(calls) == 2
+
+
+def _suite_lines() -> list[list[str]]:
+    """Each suite of conf/ with the overrides of up to two of its runs (what plan composes)."""
+    import yaml
+
+    lines = []
+    for path in sorted((CONF_DIR / "suite").glob("*.yaml")):
+        runs = (yaml.safe_load(path.read_text()) or {}).get("runs") or []
+        lines += [[f"suite={path.stem}", *run.get("overrides", [])] for run in runs[:2]]
+    return lines
+
+
+SPLIT_CASES = [
+    ["suite=single", "zero=stage3", "workload.micro_batch_size=2", "workload.grad_acc_steps=4"],
+    ["workload.micro_batch_size=2", "suite=single", "zero=stage2", "tune.checkpointing=[none,every_2]"],
+    ["platform=roce-h100", "platform.nodes=16", "workload=llama-8b", "workload.seq_len=8192", "suite=single"],
+    ["platform=h100", "workload=llama-440m", "workload.compile=torch", "suite=single"],
+    ["+nccl_env={NCCL_ALGO: Ring}", "suite=single"],
+    ["nccl_env={NCCL_ALGO: Ring}", "suite=single"],
+    ["workload.micro_batch_sizee=2"],                    # no such key
+    ["workload.micro_batch_size=two"],                   # not an int
+    ["zero=stage9"],                                     # no such option
+    ["zero=3"],                                          # a group given a number
+    ["~workload.seq_len"],
+    ["zero=stage1,stage2"],                              # a sweep: the whole way
+]
+
+
+@pytest.mark.parametrize("overrides", SPLIT_CASES + _suite_lines()[::3], ids=lambda o: " ".join(o)[:60])
+def test_the_group_choices_kept_and_the_values_applied_compose_as_hydra_does(conf, overrides):
+    """The split (group choices composed once, value overrides applied by Hydra's own step) against
+    one whole composition: the same BenchConfig, or the same error message."""
+    key = composition._conf_key()
+
+    def outcome(split: bool):
+        try:
+            return composition._hydra(list(overrides), key, split=split)
+        except ConfigError as exc:
+            return f"ConfigError: {exc}"
+
+    whole = outcome(False)
+    assert outcome(True) == whole
+    assert outcome(True) == whole          # and again, from the kept group choices
