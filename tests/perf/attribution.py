@@ -115,8 +115,8 @@ class Case:
     """Overrides of both sides (a compiled configuration): such a case runs its own OLD side,
     interleaved with NEW so that drift hits both."""
     runs: Optional[int] = None
-    """NEW's runs of a case with its own OLD side (default --repeats): one suffices for a change far
-    beyond the noise (OLD's repeats judge it)."""
+    """NEW's runs of a real case (default --repeats): one suffices for a change far beyond the noise
+    (OLD's repeats judge it) or one the probe names."""
     moved: Optional[str] = None
     """A requirement (`torchao==0.17.0`): NEW runs in a second venv over this one in which that one
     package is installed (overlay_venv), OLD in this venv; judged as an image case."""
@@ -471,7 +471,7 @@ def corpus(work: Path, repeats: int, cases: list[Case] = CASES, extra: Optional[
             outs = []
             # the OLD side's probe, unless the case's cause is the probe's to see (CPU capability, other work)
             shared = work / "old-0" if case.reason is None else None
-            for i in range(repeats):
+            for i in range(case.runs or repeats):
                 out = work / f"case{n}-{i}"
                 bench(out, BASE + extra + case.overrides, case.neighbours, case.env, probe_from=shared)
                 outs.append(str(out))
