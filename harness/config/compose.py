@@ -27,20 +27,15 @@ from .validate import resolve, validate
 
 
 _REGISTERED = False
-_COMPOSED: "OrderedDict[tuple, BenchConfig]" = OrderedDict()
-_COMPOSED_MAX = 1024
-"""Hydra's compositions by (overrides, what conf/ holds, the variables it reads), before resolve():
-one costs 0.2-0.6 s (Hydra's own config, each file loaded, merged with its schema), and a plan, a tune
-or the model's sweep composes the same ones again (tune's trials, the suites of gpu-check, a nightly's
-repeats). A hit is as the composition was: conf/ is keyed by content, so a preset that tune installs or
-a file edited meanwhile is a new key."""
 _NODES: "OrderedDict[tuple, DictConfig]" = OrderedDict()
 _NODES_MAX = 256
 """Hydra's compositions of the group choices alone (suite=, platform=, zero=...), by (those overrides,
-conf/'s key): the value overrides (workload.micro_batch_size=4, ...) are then applied to a copy by
-Hydra's own step for them (ConfigLoaderImpl._apply_overrides_to_config, after the defaults list is
-composed, in struct mode, as Hydra's compose does), 25 ms instead of a whole composition: the trials of
-a tune, the cells of a model sweep and a suite's runs differ in values far more than in groups."""
+what conf/ holds, the variables it reads): one costs 0.2-0.6 s (Hydra's own config, each file loaded,
+merged with its schema). The value overrides (workload.micro_batch_size=4, ...) are applied to a copy
+by Hydra's own step for them (ConfigLoaderImpl._apply_overrides_to_config, after the defaults list is
+composed, in struct mode, as Hydra's compose does), 25 ms: the trials of a tune, the cells of a model
+sweep and a suite's runs differ in values far more than in groups. conf/ is keyed by content, so a
+preset that tune installs or a file edited meanwhile is composed afresh."""
 _ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -77,24 +72,12 @@ def _conf_key() -> tuple:
 
 def compose(overrides: list[str]) -> BenchConfig:
     """Compose conf/ with Hydra overrides and return a validated BenchConfig (a new object each call)."""
-    conf = _conf_key()
-    key = (tuple(overrides), conf)
-    obj = _COMPOSED.get(key)
-    if obj is None:
-        obj = _hydra(list(overrides), conf)
-        _remember(_COMPOSED, key, obj, _COMPOSED_MAX)
-    cfg = resolve(obj)   # a copy: the cached composition is never handed out
+    cfg = resolve(_hydra(list(overrides)))
     validate(cfg)
     return cfg
 
 
-def _remember(cache: OrderedDict, key: tuple, value, most: int) -> None:
-    cache[key] = value
-    if len(cache) > most:
-        cache.popitem(last=False)
-
-
-def _hydra(overrides: list[str], conf: tuple, split: bool = True) -> BenchConfig:
+def _hydra(overrides: list[str], split: bool = True) -> BenchConfig:
     """Hydra's composition of `overrides` as an object; split=False: one whole composition, never the
     group choices' kept one (what the unit test holds the split against)."""
     try:
@@ -103,10 +86,12 @@ def _hydra(overrides: list[str], conf: tuple, split: bool = True) -> BenchConfig
             node = _hydra_node(overrides)
         else:
             groups, values = parts
-            key = (tuple(groups), conf)
+            key = (tuple(groups), _conf_key())
             if key not in _NODES:
-                _remember(_NODES, key, _hydra_node(groups), _NODES_MAX)
-            node = copy.deepcopy(_NODES[key])
+                _NODES[key] = _hydra_node(groups)
+                if len(_NODES) > _NODES_MAX:
+                    _NODES.popitem(last=False)
+            node = copy.deepcopy(_NODES[key])   # the kept composition is never handed out
             ConfigLoaderImpl._apply_overrides_to_config(values, node)
         obj = OmegaConf.to_object(node)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:   # ValueError: Hydra's for zero=3

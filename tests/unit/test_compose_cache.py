@@ -1,7 +1,8 @@
-"""compose() keeps Hydra's compositions (one costs 0.2-0.6 s; a tune, a plan or the model's sweep
-composes the same ones again): a kept one is handed out as a new object, and what a composition
-reads besides its overrides (every file under conf/, the variables conf/ interpolates) is part of
-its key, so an installed preset, an edited file or another variable is composed afresh."""
+"""compose() keeps Hydra's compositions of the group choices (one costs 0.2-0.6 s; a tune, a plan or
+the model's sweep composes the same ones again) and applies the value overrides to a copy: each
+caller gets its own object, and what a composition reads besides its overrides (every file under
+conf/, the variables conf/ interpolates) is part of its key, so an installed preset, an edited file
+or another variable is composed afresh."""
 from __future__ import annotations
 
 import shutil
@@ -20,33 +21,36 @@ def conf(tmp_path, monkeypatch):
     copy = tmp_path / "conf"
     shutil.copytree(CONF_DIR, copy)
     monkeypatch.setattr(composition, "CONF_DIR", copy)
-    monkeypatch.setattr(composition, "_COMPOSED", type(composition._COMPOSED)())
+    monkeypatch.setattr(composition, "_NODES", type(composition._NODES)())
     return copy
 
 
 def hydra_calls(monkeypatch) -> list:
+    """The override lists Hydra composes whole from now on."""
     calls: list = []
-    real = composition._hydra
+    real = composition._hydra_node
 
     def counted(overrides, *args, **kwargs):
         calls.append(list(overrides))
         return real(overrides, *args, **kwargs)
 
-    monkeypatch.setattr(composition, "_hydra", counted)
+    monkeypatch.setattr(composition, "_hydra_node", counted)
     return calls
 
 
-def test_the_same_overrides_are_composed_once_and_each_caller_gets_its_own_config(conf, monkeypatch):
+def test_the_same_group_choices_are_composed_once_and_each_caller_gets_its_own_config(conf, monkeypatch):
     calls = hydra_calls(monkeypatch)
-    first = compose(["workload.micro_batch_size=4"])
+    first = compose(["zero=stage2", "workload.micro_batch_size=4"])
     first.workload.micro_batch_size = 999
     first.platform.nccl_env["NCCL_ALGO"] = "Ring"
-    second = compose(["workload.micro_batch_size=4"])
-    assert calls == [["workload.micro_batch_size=4"]]
+    second = compose(["zero=stage2", "workload.micro_batch_size=4"])
+    assert calls == [["zero=stage2"]]
     assert second.workload.micro_batch_size == 4 and "NCCL_ALGO" not in second.platform.nccl_env
     assert second is not first and second.workload is not first.workload
-    compose(["workload.micro_batch_size=2"])
-    assert len(calls) == 2
+    assert compose(["workload.micro_batch_size=2", "zero=stage2"]).workload.micro_batch_size == 2
+    assert len(calls) == 1                  # another value: no composition
+    assert compose(["zero=stage3", "workload.micro_batch_size=2"]).zero.stage == 3
+    assert len(calls) == 2                  # another group choice: one
 
 
 def test_a_file_added_or_edited_under_conf_is_composed_afresh(conf, monkeypatch):
@@ -104,11 +108,9 @@ SPLIT_CASES = [
 def test_the_group_choices_kept_and_the_values_applied_compose_as_hydra_does(conf, overrides):
     """The split (group choices composed once, value overrides applied by Hydra's own step) against
     one whole composition: the same BenchConfig, or the same error message."""
-    key = composition._conf_key()
-
     def outcome(split: bool):
         try:
-            return composition._hydra(list(overrides), key, split=split)
+            return composition._hydra(list(overrides), split=split)
         except ConfigError as exc:
             return f"ConfigError: {exc}"
 
