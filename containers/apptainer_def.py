@@ -240,6 +240,18 @@ def _quiet_spython() -> Iterator[None]:
         bot.level = level
 
 
+def _copied_with_its_folder(src: str, dest: str, files: list[list[str]]) -> bool:
+    """Whether another %files entry copies a folder of the repository that holds src to where this one
+    puts it (dest the file's own path, or its folder's with a trailing /)."""
+    for folder, to in files:
+        if folder == src or not (REPO_ROOT / folder).is_dir() or not Path(src).is_relative_to(folder):
+            continue
+        inside = Path(to) / Path(src).relative_to(folder)
+        if Path(dest) == inside or (dest.endswith("/") and Path(dest) / Path(src).name == inside):
+            return True
+    return False
+
+
 def generate(image: str, *, cpu_base: str = "docker", wheelhouse: Optional[Path] = None,
              lock_sha: Optional[str] = None, dockerfile: Optional[Path] = None) -> Definition:
     """The definition of `image` from its Dockerfile. `wheelhouse` (default build/wheelhouse/<image>) and
@@ -283,7 +295,14 @@ def generate(image: str, *, cpu_base: str = "docker", wheelhouse: Optional[Path]
                 "it (no layer holds it, unlike the OCI image)"))
         if [src, dest] not in files:
             files.append([src, dest])
-    layer.files = files
+    covered = [[s, d] for s, d in files if _copied_with_its_folder(s, d, files)]
+    if covered:
+        defn.adapted.append(Adapted(
+            "COPY of files a later COPY of their folder copies too", "left out of %files: "
+            + ", ".join(s for s, _ in covered), "Docker copies them first for a layer of their own (one that "
+            "need not be rebuilt after every edit of the folder); %files copies everything before %post anyway, and "
+            "a copy of the folder into the one their copy made would nest it (benchmarks/benchmarks)"))
+    layer.files = [pair for pair in files if pair not in covered]
     layer.labels = [[k, _substitute(v, values)] for k, v in parser.label_pairs]
     layer.labels += [[ROUTE_LABEL, "def"], [SOURCE_LABEL, f"containers/{dockerfile.name}"]]
     layer.environ = [_substitute(e, values) for e in layer.environ]

@@ -10,6 +10,7 @@ import hashlib
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
@@ -78,6 +79,8 @@ def test_every_env_copy_run_and_label_has_its_counterpart(converted):
     post = "\n".join(body["post"])
     environment = body["environment"]
     files = files_of(body)
+    with_its_folder = {src for a in defn.adapted if a.instruction.startswith("COPY of files a later COPY")
+                       for src in a.how.split(": ", 1)[1].split(", ")}
     labels = labels_of(body)
     at = 0   # ENV and RUN keep their Dockerfile order in %post
     seen = {"ENV": 0, "COPY": 0, "RUN": 0, "LABEL": 0}
@@ -94,6 +97,11 @@ def test_every_env_copy_run_and_label_has_its_counterpart(converted):
             for src in words[:-1]:
                 pair = (in_def(image, defn, src), in_def(image, defn, words[-1]).rstrip("/")
                         if words[-1].rstrip("/") == apptainer_def.DOCKER_WHEELHOUSE else words[-1])
+                if src in with_its_folder:   # copied by the COPY of its folder: %files copies all before %post
+                    assert any(Path(src).is_relative_to(s) and Path(d) / Path(src).relative_to(s)
+                               == Path(pair[1]) / (Path(src).name if pair[1].endswith("/") else "")
+                               for s, d in files), f"{keyword} {src}: left out, but no folder of it in %files"
+                    continue
                 assert pair in files, f"{keyword} {src} {words[-1]}: no `{' '.join(pair)}` in %files"
         elif keyword == "RUN":
             script = flat(in_def(image, defn, args))
@@ -213,3 +221,14 @@ def test_written_definitions_and_check_from_the_command_line(tmp_path):
         assert (tmp_path / f"llm-pretrain-bench-{image}.def").read_text() == apptainer_def.generate(image).text
     done = subprocess.run(run + ["--check"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.count("up to date") == len(apptainer_def.IMAGES)
+
+
+def test_a_file_copied_ahead_of_its_folder_is_not_copied_into_it_again(converted):
+    """The Dockerfiles copy benchmarks/node/ops.py (and its packages' __init__) ahead of the suite, so
+    that DeepSpeed's ops are built in a layer of their own; %files keeps only the folder's copy: a
+    second `cp -r benchmarks /workspace/suite/benchmarks` into the folder the first made would nest it."""
+    image, defn, header, body = converted
+    files = files_of(body)
+    assert ("benchmarks", "/workspace/suite/benchmarks") in files
+    assert not any(src.startswith("benchmarks/") for src, _ in files), files
+    assert "left out of %files: benchmarks/__init__.py, benchmarks/node/__init__.py, benchmarks/node/ops.py" in defn.text

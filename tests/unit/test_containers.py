@@ -558,3 +558,24 @@ def test_the_bench_stops_naming_the_missing_init_before_launching(monkeypatch):
     with pytest.raises(HarnessError, match="runtime='podman': its init binary /x is not on this host"):
         container.check_image(c, c.image, local_runtime=True)
     container.check_image(c, c.image, local_runtime=False)   # under Slurm the compute nodes are not this host
+
+
+@pytest.mark.parametrize("image", ["cpu", "gpu"])
+def test_the_ops_are_built_before_the_suite_is_copied_from_only_what_builds_them(image):
+    """DeepSpeed's ops layer comes before the suite's COPY lines, so that an edit of the suite does not
+    rebuild them (about 40 s of g++ on 2 cores): it may copy only benchmarks/node/ops.py and its
+    packages, and that module may import nothing of the suite (only the standard library and deepspeed)."""
+    import ast
+    import sys
+
+    steps = image_stack.instructions(recipes.dockerfile_path(image).read_text(encoding="utf-8"))
+    build = next(i for i, (k, a) in enumerate(steps) if k == "RUN" and "benchmarks.node.ops build" in a)
+    suite = next(i for i, (k, a) in enumerate(steps) if k == "COPY" and a.startswith("harness "))
+    assert build < suite
+    early = [w for k, a in steps[:build] if k == "COPY" and not a.startswith("${WHEELHOUSE}") for w in a.split()[:-1]]
+    assert sorted(early) == ["benchmarks/__init__.py", "benchmarks/node/__init__.py", "benchmarks/node/ops.py"]
+    tree = ast.parse((REPO_ROOT / "benchmarks/node/ops.py").read_text(encoding="utf-8"))
+    imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)
+                for a in (n.names if isinstance(n, ast.Import) else [n])}
+    assert imported - set(sys.stdlib_module_names) - {"__future__"} == {"deepspeed"}, imported
