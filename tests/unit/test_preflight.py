@@ -180,9 +180,9 @@ def test_the_default_location_is_the_installations_own(monkeypatch):
     assert ops.build_command(["fused_adam"], "cuda").endswith("build fused_adam --accelerator cuda")
 
 
-def test_ops_are_compiled_without_debug_information_and_the_manifest_says_so():
-    """DeepSpeed's -g is dropped from what its builder passes (the same machine code, a third less g++
-    time); every other flag stays, in order. The real builders' flags, as jit_load() reads them."""
+def test_deepspeeds_own_builders_lose_only_their_g():
+    """DeepSpeed's -g is dropped from what its builder passes (the same machine code, about a third less
+    g++ time); every other flag stays, in order. The real builders' flags, as jit_load() reads them."""
     from deepspeed.ops.op_builder.cpu import CPUAdamBuilder, FusedAdamBuilder
 
     for cls in (CPUAdamBuilder, FusedAdamBuilder):
