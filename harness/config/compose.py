@@ -5,9 +5,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import pickle
 import re
+import sys
+import tempfile
 from collections import OrderedDict
+from pathlib import Path
 from typing import Optional
+
+import hydra
+import omegaconf
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -37,6 +44,17 @@ composed, in struct mode, as Hydra's compose does), 25 ms: the trials of a tune,
 sweep and a suite's runs differ in values far more than in groups. conf/ is keyed by content, so a
 preset that tune installs or a file edited meanwhile is composed afresh."""
 _ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
+DISK_CACHE = CONF_DIR.parent / ".cache" / "compose"
+"""The same compositions kept on disk for the next process (pickled, one file per key, written by rename):
+every `python -m harness` command composes its suite's runs, the references' shapes and the baseline's
+again, ~0.3 s each on one core before the first rank starts or after the last one ends; read back, 1
+ms. The key adds to the in-memory one what makes a pickled composition valid: the source of
+harness/config/ (the schema it was merged with), Hydra's, OmegaConf's and Python's versions. A file that
+cannot be read or written is composed afresh, never an error: a read-only checkout composes as before."""
+DISK_CACHE_MAX = 512
+"""Files kept (each ~16 KB); past it the least recently used go. An edit of conf/ or of the schema leaves
+its predecessors' files unused until then."""
+_CODE_KEY: Optional[str] = None
 
 
 def register_configs() -> None:
@@ -86,18 +104,80 @@ def _hydra(overrides: list[str], split: bool = True) -> BenchConfig:
             node = _hydra_node(overrides)
         else:
             groups, values = parts
-            key = (tuple(groups), _conf_key())
-            if key not in _NODES:
-                _NODES[key] = _hydra_node(groups)
-                if len(_NODES) > _NODES_MAX:
-                    _NODES.popitem(last=False)
-            node = copy.deepcopy(_NODES[key])   # the kept composition is never handed out
+            node = copy.deepcopy(_kept_node(groups))   # the kept composition is never handed out
             ConfigLoaderImpl._apply_overrides_to_config(values, node)
         obj = OmegaConf.to_object(node)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:   # ValueError: Hydra's for zero=3
         raise ConfigError(_hydra_message(exc, overrides)) from None
     assert isinstance(obj, BenchConfig)
     return obj
+
+
+def _kept_node(groups: list[str]) -> DictConfig:
+    """Hydra's composition of the group choices: kept in this process, else on disk, else composed."""
+    key = (tuple(groups), _conf_key())
+    if key in _NODES:
+        _NODES.move_to_end(key)
+        return _NODES[key]
+    path, disk = _disk_entry(key)
+    node = _read_kept(path, disk)
+    if node is None:
+        node = _hydra_node(groups)          # raises on a bad choice: nothing kept
+        _write_kept(path, disk, node)
+    _NODES[key] = node
+    if len(_NODES) > _NODES_MAX:
+        _NODES.popitem(last=False)
+    return node
+
+
+def _disk_entry(key: tuple) -> tuple[Path, tuple]:
+    """(the file, the key it holds) of a composition on disk."""
+    disk = (key, _code_key())
+    return DISK_CACHE / (hashlib.sha256(repr(disk).encode()).hexdigest()[:32] + ".pickle"), disk
+
+
+def _code_key() -> str:
+    """What a pickled composition depends on besides conf/ and its overrides: harness/config/'s source
+    (the schema's dataclasses and enums it was merged with), Hydra's, OmegaConf's and Python's versions."""
+    global _CODE_KEY
+    if _CODE_KEY is None:
+        digest = hashlib.sha1(f"{hydra.__version__} {omegaconf.__version__} {sys.version}".encode())
+        for path in sorted(Path(__file__).parent.glob("*.py")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        _CODE_KEY = digest.hexdigest()
+    return _CODE_KEY
+
+
+def _read_kept(path: Path, key: tuple) -> Optional[DictConfig]:
+    try:
+        with open(path, "rb") as f:
+            kept_key, node = pickle.load(f)
+    except Exception:  # noqa: BLE001 - missing, truncated, another version's: composed afresh
+        return None
+    try:
+        os.utime(path)                      # recently used: pruned last
+    except OSError:
+        pass                                # a read-only cache is still read
+    return node if kept_key == key and isinstance(node, DictConfig) else None
+
+
+def _write_kept(path: Path, key: tuple, node: DictConfig) -> None:
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump((key, node), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)               # readers see a whole file or none
+        tmp = None
+        kept = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime)
+        for old in kept[:max(0, len(kept) - DISK_CACHE_MAX)]:
+            old.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - not writable, or not picklable: kept in this process only
+        pass
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _hydra_node(overrides: list[str]) -> DictConfig:
