@@ -89,3 +89,18 @@ def test_two_suites_opening_one_new_store_at_once_both_go_on(tmp_path):
     assert [p.returncode for p in procs] == [0] * 4, outs
     with sqlite3.connect(store) as c:
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
+
+
+def test_a_store_at_the_head_is_opened_without_importing_alembic(tmp_path):
+    """Every bench, compare and nightly opens its store; Alembic (~0.25 s to import on one core) is
+    loaded only to create or upgrade one."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "history.sqlite"
+    History(f"sqlite:///{store}")
+    code = ("import sys; from harness.verdict.history import History; h = History(sys.argv[1]); "
+            "print(h.upgraded, sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))")
+    out = subprocess.run([sys.executable, "-c", code, f"sqlite:///{store}"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], check=True).stdout
+    assert out.strip() == "None []"

@@ -60,13 +60,16 @@ def upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
     ('... schema 0001 -> 0002'), None when it was at HEAD or new. A revision newer than HEAD raises
     HarnessError before any write. Two suites creating or upgrading one store at once: the one that
     loses the race finds it at HEAD afterwards and goes on."""
-    from alembic.util.exc import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
     for attempt in range(3):
         try:
             return _upgrade(engine, name, remedy)
-        except (SQLAlchemyError, CommandError):
+        except Exception as exc:
+            if not isinstance(exc, SQLAlchemyError):
+                from alembic.util.exc import CommandError   # only Alembic, loaded by then, raises it
+                if not isinstance(exc, CommandError):
+                    raise
             with engine.connect() as connection:
                 if revision_of(connection) == HEAD:
                     return None
@@ -75,17 +78,29 @@ def upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
     return None
 
 
-def _upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
-    from alembic.runtime.environment import EnvironmentContext
-    from alembic.runtime.migration import MigrationContext
+def at_head(connection: Any) -> bool:
+    """Whether the store's alembic_version says HEAD, read without Alembic (whose import costs every
+    command that opens a store ~0.25 s on one core, and a store is at HEAD but the first time)."""
+    import sqlalchemy as sa
 
-    cfg, script = _script()
-    known = {r.revision for r in script.walk_revisions()}
+    if not sa.inspect(connection).has_table("alembic_version"):
+        return False
+    return [row[0] for row in connection.execute(sa.text("SELECT version_num FROM alembic_version"))] == [HEAD]
+
+
+def _upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":     # one migrating suite at a time; the others then
             import sqlalchemy as sa                      # find the store at HEAD (released at commit)
 
             connection.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+        if at_head(connection):
+            return None
+        from alembic.runtime.environment import EnvironmentContext
+        from alembic.runtime.migration import MigrationContext
+
+        cfg, script = _script()
+        known = {r.revision for r in script.walk_revisions()}
         current = revision_of(connection)
         if current is not None and current not in known:
             raise HarnessError(f"history store {name} is at schema revision {current}, newer than this suite's "
