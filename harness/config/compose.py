@@ -8,7 +8,6 @@ import os
 import pickle
 import re
 import sys
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Optional
@@ -27,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..atomic import write_bytes_atomic
 from ..errors import ConfigError
 from .schema import (CONF_DIR, GROUPS, BenchConfig, CollectiveConfig, PlatformConfig, SuiteConfig, WorkloadConfig,
                      ZeroConfig)
@@ -45,7 +45,7 @@ sweep and a suite's runs differ in values far more than in groups. conf/ is keye
 preset that tune installs or a file edited meanwhile is composed afresh."""
 _ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 DISK_CACHE = CONF_DIR.parent / ".cache" / "compose"
-"""The same compositions kept on disk for the next process (pickled, one file per key, written by rename):
+"""The same compositions kept on disk for the next process (pickled, one file per key, written atomically):
 every `python -m harness` command composes its suite's runs, the references' shapes and the baseline's
 again, ~0.3 s each on one core before the first rank starts or after the last one ends; read back, 1
 ms. The key adds to the in-memory one what makes a pickled composition valid: the source of
@@ -162,22 +162,13 @@ def _read_kept(path: Path, key: tuple) -> Optional[DictConfig]:
 
 
 def _write_kept(path: Path, key: tuple, node: DictConfig) -> None:
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump((key, node), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)               # readers see a whole file or none
-        tmp = None
+        write_bytes_atomic(path, pickle.dumps((key, node), protocol=pickle.HIGHEST_PROTOCOL))
         kept = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime)
         for old in kept[:max(0, len(kept) - DISK_CACHE_MAX)]:
             old.unlink(missing_ok=True)
     except Exception:  # noqa: BLE001 - not writable, or not picklable: kept in this process only
         pass
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def _hydra_node(overrides: list[str]) -> DictConfig:
