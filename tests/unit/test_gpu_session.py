@@ -1,5 +1,7 @@
-"""The bounded one-call script for a GPU node without network access (tests/gpu/offline_node.sh) and
-the suites it runs: checked here, where no GPU is, so that a GPU node's time is not spent on a typo."""
+"""The bounded one-call scripts for a GPU node without network access (tests/gpu/*_node.sh) and the
+suites they run: checked here, where no GPU is, so that a GPU node's time is not spent on a typo. Each
+script is also run through with the node's python3, nvidia-smi and timeout stood in for: the harness
+commands it gives, in its order, each under a positive bound, and its fallbacks."""
 from __future__ import annotations
 
 import re
@@ -43,3 +45,108 @@ def test_the_compute_breakdown_runs_on_cpu_at_a_tiny_size(tmp_path):
     d = json.loads(out.read_text())
     assert d["device"] == "cpu" and d["micro_step_wall_ms"] > 0 and d["device_ms_by_class"]
     assert set(d["gemm"]) == {"qkv/o", "gate/up", "down", "lm_head", "plateau"}
+
+
+# --- every one-call script, run through on this box with the node's commands stood in for --------------
+NODE_SCRIPTS = sorted((REPO_ROOT / "tests" / "gpu").glob("*_node.sh"))
+STAND_INS = {
+    "python3": """#!/bin/bash
+echo "python3 $*" >>"$CALLS"
+case "$*" in
+  -) cat >/dev/null; echo "3.12.3 torch 2.13.0 cuda 13.0 (stand-in)" ;;
+  *platform_overrides*"split("*) echo "$GPU_PLATFORM" ;;
+  *platform_overrides*) echo "platform=$GPU_PLATFORM" ;;
+  *"import torchao.float8"*) exit "${TORCHAO_FAILS:-0}" ;;
+esac
+exit 0
+""",
+    "nvidia-smi": "#!/bin/bash\necho 1024\n",
+    # the bound each step gets, then the step itself
+    "timeout": """#!/bin/bash
+while [ "${1#-}" != "$1" ]; do [ "$1" = -k ] && shift; shift; done
+echo "timeout $1" >>"$CALLS"; shift
+exec "$@"
+""",
+}
+
+
+def dry_run(script, tmp_path, platform: str, **env) -> tuple[list[str], str]:
+    """The script run through with python3, nvidia-smi and timeout stood in for: the commands it gave
+    (each bound as `timeout N` before the command it bounds) and its session log."""
+    import os
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    for name, text in STAND_INS.items():
+        (stand_in / name).write_text(text)
+        (stand_in / name).chmod(0o755)
+    calls, out = tmp_path / "calls", tmp_path / "out"
+    proc = subprocess.run(["bash", str(script)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": f"{stand_in}:{os.environ['PATH']}", "CALLS": str(calls),
+                               "OUT": str(out), "GPU_PLATFORM": platform, **env})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (out / "records.tar.gz").is_file()
+    return calls.read_text().splitlines(), (out / "session.log").read_text()
+
+
+def harness_steps(calls: list[str]) -> list[tuple[int, str]]:
+    """(bound in seconds, command) of every harness command and tests/gpu script the node runs."""
+    steps = []
+    for before, call in zip(["timeout 0"] + calls, calls):
+        if call.startswith("python3 -m harness") or call.startswith("python3 tests/gpu/"):
+            assert before.startswith("timeout "), f"unbounded: {call}"
+            steps.append((int(before.split()[1]), call[len("python3 "):]))
+    return steps
+
+
+@pytest.mark.parametrize("script", NODE_SCRIPTS, ids=lambda p: p.name)
+def test_each_node_script_parses_and_names_suites_and_scripts_that_exist(script):
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = "\n".join(line for line in script.read_text(encoding="utf-8").splitlines() if not line.startswith("#"))
+    for suite in re.findall(r"suite=([\w-]+)(?![\w$<-])", text):
+        assert (REPO_ROOT / "conf" / "suite" / f"{suite}.yaml").is_file(), (script.name, suite)
+    for path in re.findall(r"(tests/gpu/[\w.]+\.(?:py|sh))", text):
+        assert (REPO_ROOT / path).is_file(), (script.name, path)
+    assert "history=none" in text    # the node has no store
+
+
+@pytest.mark.parametrize("platform", ["h200", "h100"])
+def test_the_kd_and_8b_script_runs_the_distillation_check_then_its_gpus_8b_suite_each_bounded(tmp_path, platform):
+    calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "kd_8b_node.sh", tmp_path, platform)
+    steps = harness_steps(calls)
+    assert [s.split(" out=")[0] for _, s in steps] == [
+        "-m harness gpu-check suite=gpu-check-kd", f"-m harness gpu-check suite=gpu-8b-{platform}"]
+    (kd, _), (l8b, _) = steps
+    assert 200 <= kd <= 540 - 300 and 120 < l8b < 540    # the 8B suite keeps 300 s of the 540
+    assert "gpu-check-kd exit 0" in session and "gpu-8b exit 0" in session
+    for _, step in steps:
+        suite = re.search(r"suite=([\w-]+)", step).group(1)
+        plan_suite([f"platform={platform}", f"suite={suite}"])    # composes and plans on this box
+
+
+def test_the_kd_script_runs_the_whole_gpu_check_when_asked(tmp_path):
+    calls, _ = dry_run(REPO_ROOT / "tests" / "gpu" / "kd_8b_node.sh", tmp_path, "h200", FULL="1")
+    assert [s.split(" out=")[0] for _, s in harness_steps(calls)][0] == "-m harness gpu-check suite=gpu-check"
+
+
+@pytest.mark.parametrize("torchao_fails", [False, True])
+def test_the_stack_script_runs_the_stack_suites_and_falls_back_to_the_older_torchao(tmp_path, torchao_fails):
+    calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "stack_node.sh", tmp_path, "h200",
+                             TORCHAO_FAILS="1" if torchao_fails else "0")
+    steps = harness_steps(calls)
+    assert [s.split(" out=")[0] for _, s in steps] == [
+        "-m harness gpu-check suite=gpu-stack", "-m harness bench platform=h200 suite=gpu-stack-extra",
+        "tests/gpu/compute_breakdown.py --compile --out /tmp/gpu-stack-extra/compute_breakdown_compiled_mb128.json"]
+    assert all(bound > 0 for bound, _ in steps) and steps[0][0] >= 540 - 170 - 30
+    fallback = [c for c in calls if ".whl/torchao016/" in c]
+    assert bool(fallback) == torchao_fails and ("torchao 0.16 instead" in session) == torchao_fails
+    for suite in ("gpu-stack", "gpu-stack-extra"):
+        plan_suite(["platform=h200", f"suite={suite}"])
+
+
+def test_the_offline_script_runs_gpu_check_then_the_zero3_host_cost_then_the_breakdown(tmp_path):
+    calls, session = dry_run(SCRIPT, tmp_path, "h100")
+    steps = harness_steps(calls)
+    assert [s.split(" out=")[0] for _, s in steps] == [
+        "-m harness gpu-check", "-m harness bench platform=h100 suite=gpu-zero3-host",
+        "tests/gpu/compute_breakdown.py --out /tmp/gpu-zero3-host/compute_breakdown_mb128.json"]
+    assert all(bound > 0 for bound, _ in steps) and "gpu-zero3-host exit 0" in session
