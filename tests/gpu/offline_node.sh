@@ -12,7 +12,7 @@ BUDGET_S=${BUDGET_S:-500}        # the whole script, install included
 . "$(dirname "$0")/node_common.sh"
 install_carried_wheels
 { nvidia-smi -q; nvidia-smi topo -m; } >"$OUT/nvidia-smi.txt" 2>&1
-python3 - >>"$OUT/session.log" 2>&1 <<'PY'
+timeout 90 python3 - >>"$OUT/session.log" 2>&1 <<'PY'
 import sys, torch, deepspeed, transformers, hydra, importlib.metadata as md
 print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "deepspeed", deepspeed.__version__,
       "transformers", transformers.__version__, "nccl", torch.cuda.nccl.version(), torch.cuda.get_device_name(0))
@@ -27,7 +27,7 @@ fi
 
 if [ "$(left)" -gt 60 ]; then
   log "gpu-zero3-host ($(left) s left)"
-  P=$(python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
+  P=$(timeout 60 python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
   timeout -k 10 $(( $(left) - 20 )) python3 -m harness bench $P suite=${ZERO3_SUITE:-gpu-zero3-host} out=/tmp/gpu-zero3-host history=none \
     >"$OUT/gpu-zero3-host.log" 2>&1
   log "gpu-zero3-host exit $?"

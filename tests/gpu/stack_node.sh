@@ -27,7 +27,7 @@ print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.
       "capability", torch.cuda.get_device_capability())
 PY
 tail -1 "$OUT/session.log"
-P=$(python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
+P=$(timeout 60 python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
 
 log "gpu-check suite=gpu-stack ($(left) s left)"
 timeout -k 10 $(( $(left) - 170 )) python3 -m harness gpu-check suite=gpu-stack out=/tmp/gpu-stack history=none \

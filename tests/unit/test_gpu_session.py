@@ -85,7 +85,11 @@ def dry_run(script, tmp_path, platform: str, **env) -> tuple[list[str], str]:
                                "OUT": str(out), "GPU_PLATFORM": platform, **env})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (out / "records.tar.gz").is_file()
-    return calls.read_text().splitlines(), (out / "session.log").read_text()
+    calls_ = calls.read_text().splitlines()
+    for before, call in zip(["timeout 0"] + calls_, calls_):  # a hung import or GPU query ends within its bound
+        if call.startswith("python3") and " -m pip " not in f" {call} ":
+            assert before.startswith("timeout "), f"{script.name}: unbounded {call[:120]}"
+    return calls_, (out / "session.log").read_text()
 
 
 def harness_steps(calls: list[str]) -> list[tuple[int, str]]:
