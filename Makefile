@@ -88,7 +88,7 @@ SHELL := bash
 .DELETE_ON_ERROR:
 
 .PHONY: help venv bench tune test perf submit nightly lock containers base-image clean distclean validate-model gpu-check \
-	gpu-venv-check cluster-up cluster-down cluster-shape cluster-status FORCE
+	gpu-venv-check node-wheels cluster-up cluster-down cluster-shape cluster-status FORCE
 
 help:
 	@echo "Targets:"
@@ -119,6 +119,8 @@ help:
 	@echo "             (cpu: $(LOCK), gpu: $(GPU_LOCK); no network in the build; base pinned by digest, else the"
 	@echo "             local one of base-image); a .sif where apptainer exists; apptainer alone: each .sif built from"
 	@echo "             build/containers/llm-pretrain-bench-<image>.def, written from the Dockerfile (route def)"
+	@echo "  node-wheels  .whl/: what a GPU node without network lacks (deepspeed, hydra, ...; $(GPU_LOCK)'s pins, hashed)"
+	@echo "             for its own Python 3.12: tests/gpu/*_node.sh install them there (docs/gpu-check.md)"
 	@echo "  base-image as root: a local Debian bookworm base with debootstrap, for where no base can be pulled (~70 s)"
 	@echo "  cluster-up     as root: an emulated cluster of \$$NODES nodes on this machine (network namespaces, links"
 	@echo "                 shaped to \$$LINK, a real Slurm); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
@@ -287,6 +289,12 @@ lock:
 gpu-venv-check:
 	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
 	$(PY) -m containers.gpu_venv_check --venv $(GPU_CHECK_VENV) --make "$(MAKE)" $(if $(GPU_CHECK_PYTHON),--python $(GPU_CHECK_PYTHON))
+
+# For a GPU node without network access (its own Python 3.12 with torch, CUDA and triton): the wheels
+# it lacks, from $(GPU_LOCK) with every hash checked, the sdist-only ones built here, into .whl/
+# (containers/node_wheels.py); tests/gpu/*_node.sh install them on the node.
+node-wheels: venv
+	$(PY) -m containers.node_wheels
 
 # The images, built for real (containers/recipes.py): the engine that works (runc on hybrid
 # cgroups, explicit ulimits), the Dockerfile's base pinned by digest or, where it cannot be pulled,

@@ -172,6 +172,39 @@ def _download(python: str, target: Target, entries: Sequence[LockEntry], part: P
     return part / "sdists"
 
 
+def fetch(python: str, image: str, entries: Sequence[LockEntry], part: Path, lock_name: str,
+          env: Optional[dict[str, str]] = None) -> dict[str, dict]:
+    """Every hashed pin of `entries` for `image`'s Python and platform, into `part`: the wheels as
+    downloaded (each sha256 one of the lock's), a wheel built here from each sdist (reproducibly, and
+    refused when it fits only this host). Returns each file's package, sha256, size and origin."""
+    target = TARGETS[image]
+    env = env or {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
+    (part / "sdists").mkdir(parents=True)
+    files: dict[str, dict] = {}
+    lock_hashes = {canonicalize_name(e.name): set(e.hashes) for e in entries}
+    for f in sorted(_download(python, target, entries, part, env).iterdir()):
+        digest, pkg = sha256_of(f), _package_of(f.name)
+        if digest not in lock_hashes.get(pkg, set()):   # pip checked it; a second look costs nothing
+            raise WheelhouseError(f"{f.name}: sha256 {digest} is not one of {lock_name}'s for {pkg}")
+        if f.name.endswith(".whl"):
+            _keep(files, part, f, pkg, f"downloaded; sha256 is {lock_name}'s")
+            continue
+        built = part / "built"
+        # reproducible: the same bytes in every clone (zip times from SOURCE_DATE_EPOCH; DeepSpeed's
+        # setup.py lists its extras from a set, whose order PYTHONHASHSEED fixes), so the image's
+        # install layer stays cached across clones of one lock
+        _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)],
+             {**env, "SOURCE_DATE_EPOCH": "315532800", "PYTHONHASHSEED": "0"})
+        for w in built.iterdir():
+            if target.platform_args and not set(parse_wheel_filename(w.name)[3]) & supported_tags(target.python):
+                raise WheelhouseError(f"{w.name}, built here from {f.name}, does not fit the {image} image's "
+                                      f"CPython {target.python} on Linux x86-64: {lock_name} needs a wheel for it")
+            _keep(files, part, w, pkg, f"built here from {f.name} (sha256 {digest}, {lock_name}'s)")
+        built.rmdir()
+    shutil.rmtree(part / "sdists")
+    return files
+
+
 def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
          torch_index_url: Optional[str] = None, lock_name: Optional[str] = None) -> Path:
     """Fill `out` (atomically: a .partial folder renamed at the end) for `image` from `lock_text`
@@ -203,30 +236,9 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
               "torch like every pin (PyPI's files)", flush=True)
     part = out.with_name(out.name + ".partial")
     shutil.rmtree(part, ignore_errors=True)
-    (part / "sdists").mkdir(parents=True)
     env = {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
-    files: dict[str, dict] = {}
+    files = fetch(python, image, entries, part, lock_name, env)
     lock_hashes = {canonicalize_name(e.name): set(e.hashes) for e in entries}
-    for f in sorted(_download(python, target, entries, part, env).iterdir()):
-        digest, pkg = sha256_of(f), _package_of(f.name)
-        if digest not in lock_hashes.get(pkg, set()):   # pip checked it; a second look costs nothing
-            raise WheelhouseError(f"{f.name}: sha256 {digest} is not one of {lock_name}'s for {pkg}")
-        if f.name.endswith(".whl"):
-            _keep(files, part, f, pkg, f"downloaded; sha256 is {lock_name}'s")
-            continue
-        built = part / "built"
-        # reproducible: the same bytes in every clone (zip times from SOURCE_DATE_EPOCH; DeepSpeed's
-        # setup.py lists its extras from a set, whose order PYTHONHASHSEED fixes), so the image's
-        # install layer stays cached across clones of one lock
-        _pip(python, ["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(built), str(f)],
-             {**env, "SOURCE_DATE_EPOCH": "315532800", "PYTHONHASHSEED": "0"})
-        for w in built.iterdir():
-            if target.platform_args and not set(parse_wheel_filename(w.name)[3]) & supported_tags(target.python):
-                raise WheelhouseError(f"{w.name}, built here from {f.name}, does not fit the {image} image's "
-                                      f"CPython {target.python} on Linux x86-64: {lock_name} needs a wheel for it")
-            _keep(files, part, w, pkg, f"built here from {f.name} (sha256 {digest}, {lock_name}'s)")
-        built.rmdir()
-    shutil.rmtree(part / "sdists")
     if not torch.hashes:
         _host_torch(python, image, target, torch.version, part, files, torch_index_url, env)
     have = {meta["package"] for meta in files.values()}

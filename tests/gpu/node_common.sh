@@ -1,6 +1,6 @@
 # Sourced by the one-call scripts of a GPU node without network access (offline_node.sh, stack_node.sh,
 # kd_8b_node.sh): $OUT, the clock against BUDGET_S (set it before sourcing), log, and the carried
-# wheels (.whl/: what the node's own Python lacks) installed into the node's python3, or into
+# wheels (.whl/, made by `make node-wheels`: what the node's own Python lacks) installed into the node's python3, or into
 # /tmp/site on PYTHONPATH where its environment refuses them.
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 T0=$(date +%s)
