@@ -46,11 +46,10 @@ def carried(entries: Sequence[LockEntry], names: Sequence[str] = CARRY) -> list[
     by_name = {canonicalize_name(e.name): e for e in entries}
     missing = [n for n in names if canonicalize_name(n) not in by_name]
     unhashed = [n for n in names if canonicalize_name(n) in by_name and not by_name[canonicalize_name(n)].hashes]
-    if missing or unhashed:
-        raise WheelhouseError("the lock " + "; ".join(
-            part for part in (f"pins no {', '.join(missing)}" if missing else "",
-                              f"pins {', '.join(unhashed)} without a hash" if unhashed else "") if part)
-            + ": run `make lock`, or name the lock that has them (--lock)")
+    problems = ([f"pins no {', '.join(missing)}"] if missing else []) + \
+        ([f"pins {', '.join(unhashed)} without a hash"] if unhashed else [])
+    if problems:
+        raise WheelhouseError(f"the lock {'; '.join(problems)}: run `make lock`, or name the lock that has them (--lock)")
     return [by_name[canonicalize_name(n)] for n in names]
 
 

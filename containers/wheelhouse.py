@@ -172,13 +172,18 @@ def _download(python: str, target: Target, entries: Sequence[LockEntry], part: P
     return part / "sdists"
 
 
+def _build_env() -> dict[str, str]:
+    """pip's environment for fetching and building: DeepSpeed's wheel without its ops, no venv constraint."""
+    return {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
+
+
 def fetch(python: str, image: str, entries: Sequence[LockEntry], part: Path, lock_name: str,
           env: Optional[dict[str, str]] = None) -> dict[str, dict]:
     """Every hashed pin of `entries` for `image`'s Python and platform, into `part`: the wheels as
     downloaded (each sha256 one of the lock's), a wheel built here from each sdist (reproducibly, and
     refused when it fits only this host). Returns each file's package, sha256, size and origin."""
     target = TARGETS[image]
-    env = env or {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
+    env = env or _build_env()
     (part / "sdists").mkdir(parents=True)
     files: dict[str, dict] = {}
     lock_hashes = {canonicalize_name(e.name): set(e.hashes) for e in entries}
@@ -236,7 +241,7 @@ def make(image: str, lock_text: str, out: Path, python: str = sys.executable,
               "torch like every pin (PyPI's files)", flush=True)
     part = out.with_name(out.name + ".partial")
     shutil.rmtree(part, ignore_errors=True)
-    env = {**os.environ, "DS_BUILD_OPS": "0", "PIP_CONSTRAINT": ""}
+    env = _build_env()
     files = fetch(python, image, entries, part, lock_name, env)
     lock_hashes = {canonicalize_name(e.name): set(e.hashes) for e in entries}
     if not torch.hashes:
