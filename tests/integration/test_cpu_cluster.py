@@ -118,15 +118,49 @@ def test_the_breakdown_shows_the_inter_node_reductions_where_deepspeed_issues_th
     assert grads["time_s"] >= 0.9 * wire_s, grads
 
 
-def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluster):
-    rec = cluster_suite.records()["00-collectives-all_reduce"]
-    payload_gbytes = emulated_cluster.payload_gbps / 8
+LINK_TOLERANCE = 0.10
+LINK_REMEASURES = 2
+"""A row's busbw is the mean of five iterations (~0.7 s at 16 MiB): one stall of the 2-core host inside
+them reads as a slower link. Sweeps on a quiet box read 0.1193-0.1201 GB/s against the 0.1196 GB/s payload
+rate; in CI one row of four read 0.1069 (16 MiB in place, -10.6 %), the other three within 1 %. The first
+sweep (the suite's first cluster bench) read 0.0977-0.1152 in a test run here, with other processes at
+0.66 CPUs' worth during it (its record's environment.load), the two sweeps after it 0.1123-0.1204 (0.32
+and 0.45). A sweep with a row off by more than LINK_TOLERANCE is measured again, its all_reduce rows from
+4 MiB alone, as one more Slurm job across both nodes (~20 s), up to LINK_REMEASURES times, and the link is
+judged on the last sweep: a stall does not come back row for row, a link shaped otherwise (or unshaped, or a
+wrong busbw factor) is off in every sweep."""
+
+
+def _off_link(rec: dict, payload_gbytes: float) -> list[tuple[int, str, float]]:
+    """(size, placement, busbw GB/s) of the all_reduce rows from 4 MiB off the payload rate by more than
+    LINK_TOLERANCE; fails when the record has no such row."""
     big = [row for row in rec["rows"] if row["size_bytes"] >= 4 * MIB]
-    assert big
-    for row in big:
-        for placement in ("out_of_place", "in_place"):
-            busbw = row[placement]["busbw_gbps"]
-            assert abs(busbw - payload_gbytes) / payload_gbytes <= 0.10, (row["size_bytes"], placement, busbw)
+    assert big, rec["rows"]
+    return [(row["size_bytes"], placement, row[placement]["busbw_gbps"])
+            for row in big for placement in ("out_of_place", "in_place")
+            if abs(row[placement]["busbw_gbps"] - payload_gbytes) / payload_gbytes > LINK_TOLERANCE]
+
+
+def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluster, tmp_path):
+    payload_gbytes = emulated_cluster.payload_gbps / 8
+    off = _off_link(cluster_suite.records()["00-collectives-all_reduce"], payload_gbytes)
+    for k in range(1, LINK_REMEASURES + 1):
+        if not off:
+            break
+        print(f"sweep {k}: off the payload rate {payload_gbytes:.4f} GB/s by more than "
+              f"{LINK_TOLERANCE:.0%}: {off}; measured again")
+        out = tmp_path / f"all_reduce-{k}"
+        proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "platform=cpu-cluster",
+                                             "suite=single", "kind=collective", "collective=cpu-cluster",
+                                             "collective.ops=[all_reduce]", f"collective.min_bytes={4 * MIB}",
+                                             f"out={out}"])
+        run = BenchRun(proc.returncode, proc.stdout, proc.stderr, out)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        (rec,) = run.records().values()
+        validate_record(rec)
+        assert rec["environment"]["hosts"] == ["node1", "node2"]
+        off = _off_link(rec, payload_gbytes)
+    assert not off, (payload_gbytes, off)
 
 
 NIGHTLY_PART = "only=[collectives,z1-mb4-ga2]"
