@@ -119,36 +119,40 @@ def test_the_breakdown_shows_the_inter_node_reductions_where_deepspeed_issues_th
 
 
 LINK_TOLERANCE = 0.10
-LINK_REMEASURES = 2
-"""A row's busbw is the mean of five iterations (~0.7 s at 16 MiB): one stall of the 2-core host inside
-them reads as a slower link. Sweeps on a quiet box read 0.1193-0.1201 GB/s against the 0.1196 GB/s payload
-rate; in CI one row of four read 0.1069 (16 MiB in place, -10.6 %), the other three within 1 %. The first
-sweep (the suite's first cluster bench) read 0.0977-0.1152 in a test run here, with other processes at
-0.66 CPUs' worth during it (its record's environment.load), the two sweeps after it 0.1123-0.1204 (0.32
-and 0.45). A sweep with a row off by more than LINK_TOLERANCE is measured again, its all_reduce rows from
-4 MiB alone, as one more Slurm job across both nodes (~20 s), up to LINK_REMEASURES times, and the link is
-judged on the last sweep: a stall does not come back row for row, a link shaped otherwise (or unshaped, or a
-wrong busbw factor) is off in every sweep."""
+LINK_REMEASURES = 3
+"""A row's busbw is the mean of five iterations (~0.7 s at 16 MiB): a stall of the 2-core host inside
+them reads as a slower link, never a faster one (the shaped link caps the rate). Sweeps on a quiet box
+read 0.1193-0.1201 GB/s against the 0.1196 GB/s payload rate. With the hypervisor taking 30-45 % of the
+box (/proc/stat steal) half the sweeps had a row more than 10 % low: in CI one row of four read 0.1069
+(-10.6 %); in a later CI run the first sweep read 0.1072 in one row, the next 0.0992 in another and the
+third 0.1103-0.1211; by hand, sweeps read 0.0991 and 0.1073 in one row each, every other row within 6 %.
+So each row is judged on its best reading over the sweeps, every reading must stay below the rate plus
+LINK_TOLERANCE, and while a row's best is still more than LINK_TOLERANCE low the all_reduce rows from
+4 MiB are measured again as one more Slurm job across both nodes (~20-30 s), up to LINK_REMEASURES
+times: a stall does not come back row for row, while a link shaped otherwise (or unshaped, or a wrong
+busbw factor) is off in every sweep."""
 
 
-def _off_link(rec: dict, payload_gbytes: float) -> list[tuple[int, str, float]]:
-    """(size, placement, busbw GB/s) of the all_reduce rows from 4 MiB off the payload rate by more than
-    LINK_TOLERANCE; fails when the record has no such row."""
+def _readings(rec: dict) -> dict[tuple[int, str], float]:
+    """{(size, placement): busbw GB/s} of the all_reduce rows from 4 MiB; fails when there is none."""
     big = [row for row in rec["rows"] if row["size_bytes"] >= 4 * MIB]
     assert big, rec["rows"]
-    return [(row["size_bytes"], placement, row[placement]["busbw_gbps"])
-            for row in big for placement in ("out_of_place", "in_place")
-            if abs(row[placement]["busbw_gbps"] - payload_gbytes) / payload_gbytes > LINK_TOLERANCE]
+    return {(row["size_bytes"], p): row[p]["busbw_gbps"] for row in big for p in ("out_of_place", "in_place")}
 
 
 def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluster, tmp_path):
     payload_gbytes = emulated_cluster.payload_gbps / 8
-    off = _off_link(cluster_suite.records()["00-collectives-all_reduce"], payload_gbytes)
+    sweeps = [_readings(cluster_suite.records()["00-collectives-all_reduce"])]
+
+    def low() -> dict[tuple[int, str], float]:
+        best = {key: max(s[key] for s in sweeps) for key in sweeps[0]}
+        return {key: v for key, v in best.items() if v < payload_gbytes * (1 - LINK_TOLERANCE)}
+
     for k in range(1, LINK_REMEASURES + 1):
-        if not off:
+        if not low():
             break
-        print(f"sweep {k}: off the payload rate {payload_gbytes:.4f} GB/s by more than "
-              f"{LINK_TOLERANCE:.0%}: {off}; measured again")
+        print(f"sweep {k}: best readings below the payload rate {payload_gbytes:.4f} GB/s by more than "
+              f"{LINK_TOLERANCE:.0%}: {low()}; measured again")
         out = tmp_path / f"all_reduce-{k}"
         proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "platform=cpu-cluster",
                                              "suite=single", "kind=collective", "collective=cpu-cluster",
@@ -159,8 +163,11 @@ def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluste
         (rec,) = run.records().values()
         validate_record(rec)
         assert rec["environment"]["hosts"] == ["node1", "node2"]
-        off = _off_link(rec, payload_gbytes)
-    assert not off, (payload_gbytes, off)
+        sweeps.append(_readings(rec))
+        assert set(sweeps[-1]) == set(sweeps[0]), (sweeps[0], sweeps[-1])
+    above = [(key, v) for s in sweeps for key, v in s.items() if v > payload_gbytes * (1 + LINK_TOLERANCE)]
+    assert not above, ("faster than the link carries", payload_gbytes, above)
+    assert not low(), (payload_gbytes, low(), sweeps)
 
 
 NIGHTLY_PART = "only=[collectives,z1-mb4-ga2]"
