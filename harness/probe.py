@@ -131,10 +131,12 @@ def isa_words(ref: dict[str, Any], cur: dict[str, Any]) -> Optional[str]:
 
 
 def _busier(ref: dict[str, Any], cur: dict[str, Any]) -> str:
-    a, b = ref.get("other_cpus"), cur.get("other_cpus")
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= 0.5:
-        return f"; other work during the probe {b:.1f} vs {a:.1f} CPUs ({'busier' if b > a else 'quieter'} here)"
-    return ""
+    out = ""
+    for key, what in (("other_cpus", "other work"), ("steal_cpus", "the hypervisor's steal")):
+        a, b = ref.get(key), cur.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= 0.5:
+            out += f"; {what} during the probe {b:.1f} vs {a:.1f} CPUs ({'busier' if b > a else 'quieter'} here)"
+    return out
 
 
 def moved(ref: dict[str, Any], cur: dict[str, Any],

@@ -57,16 +57,33 @@ def cpu() -> dict[str, Any]:
             "mem_total_gib": mem_total_gib(), "load_avg_1_5_15": load}
 
 
-def busy_cpu_s(stat: Optional[str] = None) -> Optional[float]:
-    """CPU seconds the whole machine (this kernel: every network namespace shares it) has spent
-    busy since boot, from /proc/stat's first line: everything but idle and iowait."""
+def _stat_ticks(stat: Optional[str]) -> Optional[list[int]]:
     text = _read(Path("/proc/stat")) if stat is None else stat
     fields = (text or "").split("\n", 1)[0].split()
     if len(fields) < 5 or fields[0] != "cpu":
         return None
-    ticks = [int(x) for x in fields[1:]]
+    return [int(x) for x in fields[1:]]
+
+
+def busy_cpu_s(stat: Optional[str] = None) -> Optional[float]:
+    """CPU seconds the whole machine (this kernel: every network namespace shares it) has spent
+    busy since boot, from /proc/stat's first line: everything but idle, iowait and steal (steal_cpu_s:
+    not this machine's work)."""
+    ticks = _stat_ticks(stat)
+    if ticks is None:
+        return None
     guest = sum(ticks[8:10])   # guest time is counted in user already
-    return (sum(ticks) - ticks[3] - ticks[4] - guest) / os.sysconf("SC_CLK_TCK")
+    steal = ticks[7] if len(ticks) > 7 else 0
+    return (sum(ticks) - ticks[3] - ticks[4] - steal - guest) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_cpu_s(stat: Optional[str] = None) -> Optional[float]:
+    """CPU seconds since boot that a virtual machine's CPUs wanted to run while its hypervisor ran
+    something else (/proc/stat's steal: the host's other guests); 0 on bare metal."""
+    ticks = _stat_ticks(stat)
+    if ticks is None:
+        return None
+    return (ticks[7] if len(ticks) > 7 else 0) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_s() -> float:
@@ -79,14 +96,16 @@ class LoadWindow:
     """How busy the machine was while a rank measured: opened when the measured part starts,
     closed after it. Per rank: the whole machine's busy CPUs and this rank's own, in CPUs' worth
     over the window; the harness subtracts every rank on the same kernel (boot_id) from the
-    machine's busy CPUs to get the other work (harness/nodes.py load_during)."""
+    machine's busy CPUs to get the other work (harness/nodes.py load_during). On a virtual machine,
+    the CPUs' worth its hypervisor took (steal) beside them: no process here did that work, and it
+    slows the ranks as a busy neighbour does."""
 
     def __init__(self) -> None:
-        self.start = (time.monotonic(), busy_cpu_s(), own_cpu_s())
+        self.start = (time.monotonic(), busy_cpu_s(), steal_cpu_s(), own_cpu_s())
 
     def close(self) -> dict[str, Any]:
-        t0, busy0, own0 = self.start
-        wall, busy1 = time.monotonic() - t0, busy_cpu_s()
+        t0, busy0, steal0, own0 = self.start
+        wall, busy1, steal1 = time.monotonic() - t0, busy_cpu_s(), steal_cpu_s()
         try:
             load = [round(x, 2) for x in os.getloadavg()]
         except OSError:
@@ -94,6 +113,7 @@ class LoadWindow:
         rate = (lambda x: round(x / wall, 3)) if wall > 0 else (lambda x: None)
         return {"boot_id": _read(Path("/proc/sys/kernel/random/boot_id")), "wall_s": round(wall, 3),
                 "busy_cpus": None if busy0 is None or busy1 is None else rate(busy1 - busy0),
+                "steal_cpus": None if steal0 is None or steal1 is None else rate(steal1 - steal0),
                 "own_cpus": rate(own_cpu_s() - own0), "load_avg_1_5_15": load}
 
 

@@ -15,9 +15,10 @@ at x8 carries the same name as a healthy one. The probe records:
   it), the avx2 / avx512f / avx512_bf16 / amx flags of /proc/cpuinfo, and the frequency governor;
 - on cuda, the node's GPUs as `nvidia-smi -q` describes them (benchmarks/node/gpu_state.py: clocks,
   power draw and limit, throttle reasons, ECC, PCIe link, persistence, MIG);
-- other work on the machine during the probe (CPUs' worth), so a busier box is named as such; on cpu
-  each figure during which other work took more than QUIET_CPUS is measured again (QUIET_WAIT_S in
-  all), the quietest attempt kept with its own other_cpus and attempts.
+- other work on the machine during the probe (CPUs' worth), so a busier box is named as such, and on a
+  virtual machine what its hypervisor took (steal_cpus); on cpu each figure during which the two took
+  more than QUIET_CPUS is measured again (QUIET_WAIT_S in all), the quietest attempt kept with its own
+  other_cpus, steal_cpus and attempts.
 
 One process per node computes it (the first rank on the node) and writes PROBE_DIR/<host>.json in
 the bench's output folder; the node's other ranks wait for that file (they would otherwise compete
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from benchmarks.node.gpu_state import query
-from benchmarks.node.machine import busy_cpu_s, own_cpu_s
+from benchmarks.node.machine import busy_cpu_s, own_cpu_s, steal_cpu_s
 from benchmarks.node.network import read_stripped
 
 PROBE_SCHEMA = "1"
@@ -94,30 +95,38 @@ def _figure(rates: list[float], unit: str, **more: Any) -> dict[str, Any]:
             "repeats": len(rates), **more}
 
 
-def _other_cpus(t0: float, busy0: Optional[float], own0: float) -> Optional[float]:
-    """Other work on the machine (every process but this one, on this kernel) since (t0, busy0, own0),
-    in CPUs' worth; None where /proc/stat cannot be read."""
-    wall, busy1 = time.monotonic() - t0, busy_cpu_s()
-    if busy0 is None or busy1 is None or wall <= 0:
-        return None
-    return round(max(0.0, (busy1 - busy0) - (own_cpu_s() - own0)) / wall, 3)
+def _start() -> tuple[float, Optional[float], Optional[float], float]:
+    return time.monotonic(), busy_cpu_s(), steal_cpu_s(), own_cpu_s()
+
+
+def _taken(start: tuple[float, Optional[float], Optional[float], float]) -> tuple[Optional[float], Optional[float]]:
+    """(other work on the machine: every process but this one, on this kernel; the CPUs' worth a
+    hypervisor took, steal) since _start(), in CPUs' worth; None where /proc/stat cannot be read."""
+    t0, busy0, steal0, own0 = start
+    wall, busy1, steal1 = time.monotonic() - t0, busy_cpu_s(), steal_cpu_s()
+    if wall <= 0:
+        return None, None
+    other = None if busy0 is None or busy1 is None else round(max(0.0, (busy1 - busy0) - (own_cpu_s() - own0)) / wall, 3)
+    steal = None if steal0 is None or steal1 is None else round(max(0.0, steal1 - steal0) / wall, 3)
+    return other, steal
 
 
 def quiet(measure_figure: Callable[[], dict[str, Any]], deadline: float) -> dict[str, Any]:
-    """measure_figure()'s figure, measured again while other work took more than QUIET_CPUS during it
-    and the monotonic clock is before deadline: the quietest attempt, with its other_cpus and the
-    number of attempts made."""
-    kept: Optional[tuple[dict[str, Any], Optional[float]]] = None
+    """measure_figure()'s figure, measured again while other work and the hypervisor's steal together
+    took more than QUIET_CPUS during it and the monotonic clock is before deadline: the quietest
+    attempt, with its other_cpus, steal_cpus and the number of attempts made."""
+    kept: Optional[tuple[dict[str, Any], Optional[float], Optional[float]]] = None
     attempts = 0
     while True:
-        t0, busy0, own0 = time.monotonic(), busy_cpu_s(), own_cpu_s()
+        start = _start()
         figure = measure_figure()
         attempts += 1
-        other = _other_cpus(t0, busy0, own0)
-        if kept is None or (other is not None and (kept[1] is None or other < kept[1])):
-            kept = (figure, other)
-        if other is None or other <= QUIET_CPUS or time.monotonic() >= deadline:
-            return {**kept[0], "other_cpus": kept[1], "attempts": attempts}
+        other, steal = _taken(start)
+        taken = None if other is None else other + (steal or 0.0)
+        if kept is None or (taken is not None and (kept[1] is None or taken < kept[1] + (kept[2] or 0.0))):
+            kept = (figure, other, steal)
+        if taken is None or taken <= QUIET_CPUS or time.monotonic() >= deadline:
+            return {**kept[0], "other_cpus": kept[1], "steal_cpus": kept[2], "attempts": attempts}
 
 
 def matmul(dtype_name: str, device: str) -> dict[str, Any]:
@@ -213,7 +222,8 @@ def measure(device: str) -> dict[str, Any]:
     """The whole probe of this node (seconds): see the module's docstring."""
     import torch
 
-    t0, busy0, own0 = time.monotonic(), busy_cpu_s(), own_cpu_s()
+    start = _start()
+    t0 = start[0]
     deadline = t0 + QUIET_WAIT_S.get(device, 0.0)
     out: dict[str, Any] = {"schema_version": PROBE_SCHEMA, "host": socket.gethostname(),
                            "boot_id": read_stripped(Path("/proc/sys/kernel/random/boot_id")), "device": device}
@@ -239,7 +249,7 @@ def measure(device: str) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
     out["triad_threads"] = 1 if device == "cpu" else None
-    out["other_cpus"] = _other_cpus(t0, busy0, own0)
+    out["other_cpus"], out["steal_cpus"] = _taken(start)
     out["took_s"] = round(time.monotonic() - t0, 2)
     return out
 

@@ -24,6 +24,9 @@ RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (sampl
                 "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
 SPEED_WORDS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "avg_busbw_gbps": "bus bandwidth"}
 """A machine pair's throughput (cross_machine.SPEED_METRICS) in its summary's words."""
+STEAL_SHOWN_CPUS = 0.05
+"""A hypervisor's steal at or above this (CPUs' worth) is named in the bench's closing line; below it, and
+on bare metal (0), nothing is said."""
 SHOWN_KEYS = ("zero_stage", "micro_batch_size", "grad_acc_steps", "seq_len")
 """Configuration keys said first in a configuration's label; every other key that tells rows apart follows in full."""
 def _direction(v) -> str:
@@ -359,7 +362,8 @@ def environment_text(diff: dict[str, Any]) -> str:
 
 def load_line(records: list[ResultRecord]) -> str:
     """The machine the records ran on and how busy it was: 'ran on AMD EPYC (2 CPUs) (host vm);
-    other work during the measured steps: 0.05-1.30 CPUs (median 0.10) over 13 runs'."""
+    other work during the measured steps: 0.05-1.30 CPUs (median 0.10) over 13 runs', and on a virtual
+    machine whose hypervisor took its CPUs: '; the hypervisor took (steal) 0.30-0.80 CPUs'."""
     envs = [r.environment for r in records]
     machines = sorted({machine_of(e) or "an unrecorded machine" for e in envs if e.get("machine")})
     hosts = sorted({h for e in envs for h in (e.get("hosts") or [])})
@@ -369,6 +373,10 @@ def load_line(records: list[ResultRecord]) -> str:
         busy = (f"{min(other):.2f}-{max(other):.2f} CPUs (median {statistics.median(other):.2f})"
                 if len(other) > 1 else f"{other[0]:.2f} CPUs")
         text += f"; other work during the measured steps: {busy} over {len(other)} record(s)"
+    steal = [l["steal_cpus"] for e in envs for l in [e.get("load") or {}] if isinstance(l.get("steal_cpus"), (int, float))]
+    if steal and max(steal) >= STEAL_SHOWN_CPUS:
+        text += (f"; the hypervisor took (steal) {min(steal):.2f}-{max(steal):.2f} CPUs" if len(steal) > 1
+                 else f"; the hypervisor took (steal) {steal[0]:.2f} CPUs")
     return text
 
 

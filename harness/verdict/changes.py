@@ -92,13 +92,16 @@ def stack_diff(ref: Any, cur: Any) -> dict[str, Any]:
 
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
-    """load.other_cpus when both sides measured it and it differs by a material share of the
-    machine: half a CPU, or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
-    a, b = (ref or {}).get("other_cpus"), (cur or {}).get("other_cpus")
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return {}
+    """load.other_cpus and load.steal_cpus (a virtual machine's hypervisor running its other guests),
+    each when both sides measured it and it differs by a material share of the machine: half a CPU,
+    or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
     cpus = hardware(env.get("machine") or {}).get("logical_cpus") or 1
-    return {"load.other_cpus": [a, b]} if abs(a - b) >= max(0.5, 0.25 * cpus) else {}
+    out: dict[str, Any] = {}
+    for key in ("other_cpus", "steal_cpus"):
+        a, b = (ref or {}).get(key), (cur or {}).get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= max(0.5, 0.25 * cpus):
+            out[f"load.{key}"] = [a, b]
+    return out
 
 
 def _commit_diff(ref: Optional[str], cur: Optional[str]) -> dict[str, Any]:

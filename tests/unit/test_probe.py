@@ -303,24 +303,27 @@ def test_nodes_of_one_machine_probe_one_after_the_other(tmp_path):
 
 class _Box:
     """A stand-in machine for probe.quiet: each attempt at a figure takes a second, during which other
-    work took `others[i]` CPUs' worth (None: /proc/stat unreadable)."""
+    work took `others[i]` CPUs' worth (None: /proc/stat unreadable) and the hypervisor `steals[i]`."""
 
-    def __init__(self, others: list) -> None:
+    def __init__(self, others: list, steals: list | None = None) -> None:
         self.others, self.t, self.busy, self.own, self.calls = list(others), 0.0, 0.0, 0.0, 0
+        self.steals, self.steal = list(steals or [0.0] * len(others)), 0.0
 
     def figure(self) -> dict:
-        other = self.others[self.calls]
+        other, steal = self.others[self.calls], self.steals[self.calls]
         self.calls += 1
         self.t += 1.0
         self.own += 1.0
         self.busy = None if other is None else (self.busy or 0.0) + 1.0 + other
+        self.steal = None if other is None else (self.steal or 0.0) + steal
         return {"best": 100.0 - 10 * self.calls}
 
 
-def _quiet(monkeypatch, others: list, wait_s: float = 8.0) -> tuple[dict, _Box]:
-    box = _Box(others)
+def _quiet(monkeypatch, others: list, wait_s: float = 8.0, steals: list | None = None) -> tuple[dict, _Box]:
+    box = _Box(others, steals)
     monkeypatch.setattr(probe_module, "time", type("clock", (), {"monotonic": staticmethod(lambda: box.t)}))
     monkeypatch.setattr(probe_module, "busy_cpu_s", lambda: box.busy)
+    monkeypatch.setattr(probe_module, "steal_cpu_s", lambda: box.steal)
     monkeypatch.setattr(probe_module, "own_cpu_s", lambda: box.own)
     return probe_module.quiet(box.figure, deadline=wait_s), box
 
@@ -329,17 +332,23 @@ def test_a_figure_measured_while_other_work_ran_is_measured_again_until_quiet(mo
     """On the emulated cluster a node probed while the other node's rank was still importing read bf16
     5.33 against 9.17 GFLOP/s, and the next night judged nothing: such a figure is measured again."""
     figure, box = _quiet(monkeypatch, [1.0, 0.6, 0.1, 0.0])
-    assert box.calls == 3 and figure == {"best": 70.0, "other_cpus": 0.1, "attempts": 3}
+    assert box.calls == 3 and figure == {"best": 70.0, "other_cpus": 0.1, "steal_cpus": 0.0, "attempts": 3}
+
+
+def test_a_figure_measured_while_the_hypervisor_took_the_cpus_is_measured_again(monkeypatch):
+    """No other process ran, but the hypervisor took 0.6 CPUs' worth (steal): the figure is as slowed."""
+    figure, box = _quiet(monkeypatch, [0.0, 0.1, 0.0], steals=[0.6, 0.3, 0.05])
+    assert box.calls == 3 and figure == {"best": 70.0, "other_cpus": 0.0, "steal_cpus": 0.05, "attempts": 3}
 
 
 def test_a_box_that_stays_busy_keeps_the_quietest_attempt_when_the_time_is_up(monkeypatch):
     figure, box = _quiet(monkeypatch, [0.9, 0.5, 0.7, 0.8, 0.4], wait_s=3.0)
-    assert box.calls == 3 and figure == {"best": 80.0, "other_cpus": 0.5, "attempts": 3}
+    assert box.calls == 3 and figure == {"best": 80.0, "other_cpus": 0.5, "steal_cpus": 0.0, "attempts": 3}
 
 
 def test_a_machine_whose_load_cannot_be_read_is_measured_once(monkeypatch):
     figure, box = _quiet(monkeypatch, [None, 0.0])
-    assert box.calls == 1 and figure == {"best": 90.0, "other_cpus": None, "attempts": 1}
+    assert box.calls == 1 and figure == {"best": 90.0, "other_cpus": None, "steal_cpus": None, "attempts": 1}
 
 
 def test_a_groups_probes_are_pooled_so_one_runs_dip_does_not_part_the_machine():
