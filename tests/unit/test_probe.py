@@ -27,14 +27,15 @@ CPUINFO_SPR = "processor\t: 0\nflags\t\t: fpu avx avx2 avx512f avx512_bf16 amx_b
 
 
 def probe(isa: str = "AVX2", fp32: float = 80.0, bf16: float = 1.2, triad: float = 30.0, other: float = 0.0,
-          flags: str = CPUINFO_AVX2, aten: str | None = None, host: str = "vm") -> dict:
+          flags: str = CPUINFO_AVX2, aten: str | None = None, host: str = "vm", steal: float | None = None) -> dict:
     has = {f: f in cpu_flags(flags) for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
     return {"schema_version": "1", "host": host, "device": "cpu", "took_s": 3.3, "usable_cpus": 2,
             "isa": {"torch_cpu_capability": isa, "flags": has, "class": isa_class(isa, has),
                     "aten_cpu_capability_env": aten, "governor": None},
             "matmul": {"fp32": {"best": fp32, "median": fp32, "spread_pct": 3.0, "unit": "GFLOP/s", "n": 512},
                        "bf16": {"best": bf16, "median": bf16, "spread_pct": 2.0, "unit": "GFLOP/s", "n": 512}},
-            "triad": {"best": triad, "median": triad, "spread_pct": 8.0, "unit": "GB/s"}, "other_cpus": other}
+            "triad": {"best": triad, "median": triad, "spread_pct": 8.0, "unit": "GB/s"}, "other_cpus": other,
+            **({} if steal is None else {"steal_cpus": steal})}
 
 
 def env_with(p: dict | None, model: str = "AMD EPYC") -> dict:
@@ -60,8 +61,10 @@ def test_isa_class_reads_torch_capability_and_the_bf16_units():
       "ATEN_CPU_CAPABILITY=default)"]),
     (probe(), probe(fp32=40.0, other=2.0),
      ["fp32 matmul 40 vs 80 GFLOP/s per core; other work during the probe 2.0 vs 0.0 CPUs (busier here)"]),
+    (probe(steal=0.0), probe(fp32=40.0, steal=0.9),
+     ["fp32 matmul 40 vs 80 GFLOP/s per core; the hypervisor's steal during the probe 0.9 vs 0.0 CPUs (busier here)"]),
     (probe(), probe(triad=10.0), ["memory bandwidth (triad) 10 vs 30 GB/s"]),
-], ids=["same box", "AVX-512 BF16 reference", "ATEN_CPU_CAPABILITY=default", "busier", "slower memory"])
+], ids=["same box", "AVX-512 BF16 reference", "ATEN_CPU_CAPABILITY=default", "busier", "stolen", "slower memory"])
 def test_two_probes_differ_by_measured_figures_in_words(ref, cur, words):
     assert differences(ref, cur) == words
 
