@@ -31,9 +31,25 @@ The bound is the target plus that unmodelled share; ZeRO-1/2, whose costs the mo
 Each bound is widened by how far apart the rounds measured that configuration (its own noise, measured
 in the test: on this box the ZeRO-1 step time read 1.004 and 0.932 s in two quiet rounds, 7.4 %
 apart, and the model's -15.7 % against their median is within that noise of the target)."""
-MODEL_ROUNDS = 2              # interleaved rounds (cpu, then cluster) whose median is judged ...
+MODEL_ROUNDS = 2
+"""Interleaved rounds (cpu, then cluster) whose median is judged, made in sequence: when the first
+round judges every configuration within its bound (the target alone, as one round measures no spread
+to widen it by), the model has passed on a real measurement and a second round (~4 min of cpu and
+cluster runs on a 2-core box) could only widen the bound; it is made only when the first round is busy
+or outside a bound, and the median of the rounds is then judged as before. A model wrong by more than
+the target fails either way."""
 MODEL_MAX_ROUNDS = 3          # ... and one more while a configuration has no quiet run
 QUIET_OTHER_CPUS = 0.2        # a run during which other processes took more CPUs' worth is left out
+
+
+def target_pct(run_id: str) -> float:
+    return MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in run_id else MODEL_MAX_ERROR_PCT
+
+
+def model_passes(verdicts) -> bool:
+    """Every configuration's median error within its bound (Verdict.bound: the target, widened by the
+    rounds' spread; below, by the shared cores' measured cost too)."""
+    return bool(verdicts) and all(v.within(target_pct(v.run_id)) for v in verdicts)
 
 
 def on_cluster(cluster, cmd: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
@@ -53,18 +69,21 @@ class ModelRounds:
 @pytest.fixture(scope="module")
 def model_rounds(emulated_cluster, tmp_path_factory) -> ModelRounds:
     """Interleaved rounds of the cpu-cluster default suite on the single-node cpu platform and on the
-    cluster (tests/perf/cluster_model.py), MODEL_ROUNDS of them and one more while a configuration
-    has no quiet run: the model's check reads them all, the record tests the first cluster round."""
+    cluster (tests/perf/cluster_model.py): one, when it judges every configuration quiet and within
+    its bound; else MODEL_ROUNDS of them and one more while a configuration has no quiet run. The
+    model's check reads them all, the record tests the first cluster round."""
     check = ClusterModelCheck(emulated_cluster.name, "default-cpu-cluster", tmp_path_factory.mktemp("model"),
                               QUIET_OTHER_CPUS)
     verdicts: list = []
     try:
         while len(check.dirs["cpu"]) < MODEL_MAX_ROUNDS:
             check.round()
-            if len(check.dirs["cpu"]) >= MODEL_ROUNDS:
-                verdicts = check.verdicts()
-                if {v.run_id for v in verdicts} == check.configurations():
-                    break
+            rounds = len(check.dirs["cpu"])
+            verdicts = check.verdicts()
+            every = {v.run_id for v in verdicts} == check.configurations()
+            if every and (rounds >= MODEL_ROUNDS or model_passes(verdicts)):
+                print(f"the model judged on {rounds} round(s)", flush=True)
+                break
     except BenchFailed as exc:
         return ModelRounds(check, verdicts, str(exc))
     return ModelRounds(check, verdicts)
@@ -236,8 +255,9 @@ def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_brow
 def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_rounds):
     """Each cpu-cluster training run's step time, predicted from the single-node runs of this machine
     (the computation, from their profiled micro-steps) and the cluster's own collective sweep (the
-    network), never calibrated on the run it predicts: within 15 % of measured, as the median over
-    interleaved rounds (tests/perf/cluster_model.py, `python -m harness model --against`); ZeRO-3
+    network), never calibrated on the run it predicts: within 15 % of measured, in the first round or,
+    when that round is busy or outside a bound, as the median over two (three while a configuration has
+    no quiet run) interleaved rounds (tests/perf/cluster_model.py, `python -m harness model --against`); ZeRO-3
     within MODEL_MAX_ERROR_PCT_ZERO3 (its per-gather CPU work is not modelled yet); each widened by
     how far apart the rounds measured the configuration. Below (the model faster than measured) it is
     widened too by how much longer the cluster's own profiled computation took than the single
@@ -263,14 +283,8 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_r
                     f"in {MODEL_MAX_ROUNDS} rounds (other processes above {QUIET_OTHER_CPUS} CPUs)")
     table = "\n".join(f"{v.run_id}: model {v.predicted_s:.3f} s, measured {v.measured_s:.3f} s, "
                       f"{v.error_pct:+.1f} % over {v.runs} run(s) {v.spread_pct:.1f} % apart; the cluster's "
-                      f"computation {v.shared_host_pct:.1f} % of the step longer than the single node's"
+                      f"computation {v.shared_host_pct:.1f} % of the step longer than the single node's; the "
+                      f"hypervisor took up to {'-' if v.steal_cpus is None else f'{v.steal_cpus:.2f}'} CPUs (steal)"
                       for v in verdicts)
     print(table)
-    # the target, plus how far apart this box measured the same configuration round to round: a model
-    # error inside the measurement's own noise is not the model's (issue 26 item 7); below, plus the
-    # shared cores' measured cost, which the emulation has and a real cluster does not
-    target = {v.run_id: (MODEL_MAX_ERROR_PCT_ZERO3 if "z3-" in v.run_id else MODEL_MAX_ERROR_PCT) + v.spread_pct
-              for v in verdicts}
-    bound = {v.run_id: (-(target[v.run_id] + v.shared_host_pct), target[v.run_id]) for v in verdicts}
-    assert all(bound[v.run_id][0] <= v.error_pct <= bound[v.run_id][1] for v in verdicts), \
-        f"{table}\nbounds: {bound}"
+    assert model_passes(verdicts), f"{table}\nbounds: { {v.run_id: v.bound(target_pct(v.run_id)) for v in verdicts} }"
