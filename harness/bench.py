@@ -31,7 +31,8 @@ from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .nccl_tests.importer import nccl_tests_record
 from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
-from .record import ResultRecord, build_collective_records, build_record, suite_commit, write_json_atomic, write_record
+from .provenance import suite_commit
+from .record import ResultRecord, build_collective_records, build_record, write_json_atomic, write_record
 from .verdict.references import read_references
 from .report.plot import busbw_plot
 from .report.summary import Progress, summary

@@ -39,7 +39,8 @@ from .errors import HarnessError
 from .launch.local import LaunchResult
 from .launch.slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
                            use_client)
-from .record import CONTENT_PREFIX, ResultRecord
+from .provenance import CONTENT_PREFIX
+from .record import ResultRecord
 from .verdict.record_files import load_record
 
 EXIT_NOT_ALL_COLLECTED = 4
@@ -100,7 +101,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
 
 
 def made_with(manifest: dict[str, Any]) -> str:
-    """The suite a dry run was planned with, as its manifest names it (harness/record.py suite_identity): a
+    """The suite a dry run was planned with, as its manifest names it (harness/provenance.py suite_identity): a
     commit, or the content hash of a copy of the suite outside its git checkout (a copy has no commit)."""
     made = manifest.get("suite_commit")
     if isinstance(made, str) and made.startswith(CONTENT_PREFIX):

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..verdict.compare import ACROSS_MACHINES, machine_of
 from ..verdict.cross_machine import MachinePair, better_ratio, machine_pairs
-from ..record import CONTENT_PREFIX, ResultRecord
+from ..provenance import CONTENT_PREFIX
+from ..record import ResultRecord
 from ..verdict.references import REFERENCE_METRICS
 from .legend import config_key, config_labels, grouped, item, legend_lines, rows_text
 from .summary import fmt, text_table
@@ -345,7 +346,7 @@ def tolerance_lines(ranked: list, labels: list[str], ref: str = "ref") -> list[s
 def environment_text(diff: dict[str, Any]) -> str:
     """{key: [reference, now]} (or {key: note}) as 'nccl: 2.20 -> 2.21; ...'; the suite's commits
     shortened, with the count between: 'suite_commit: a785365c4e -> bcccdb5c49 (40 commits between)'; a
-    copy's content hash in full ('content:sha256:<16 hex>', harness/record.py suite_identity)."""
+    copy's content hash in full ('content:sha256:<16 hex>', harness/provenance.py suite_identity)."""
     parts = []
     for k, x in diff.items():
         if k == "suite_commit.commits_between":

@@ -8,7 +8,7 @@ DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages
 lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`), the
 recorded variables (`env.TORCHINDUCTOR_DEBUG_COMPILE`), the settings outside the configuration key
 (`measure.inject_delay_s`), and the suite's own commit with the commits between (or the content hash
-of a copy of the suite that was not its git checkout, harness/record.py suite_identity)."""
+of a copy of the suite that was not its git checkout, harness/provenance.py suite_identity)."""
 from __future__ import annotations
 
 import functools
@@ -19,7 +19,7 @@ from contract.fingerprint import COMPARED, STACK_COMPARED
 
 from ..config.schema import REPO_ROOT
 from ..probe import probe_diff
-from ..record import CONTENT_PREFIX
+from ..provenance import CONTENT_PREFIX
 
 HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
 """Fingerprint fields of COMPARED that are the machine, listed before the software in a diff."""

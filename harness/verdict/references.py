@@ -47,7 +47,7 @@ class Provenance:
     """Environment fingerprint of the run (records' `environment`); None for published figures."""
     suite_commit: Optional[str] = None
     """The suite that made the figure: a commit, or 'content:sha256:<16 hex>' (a copy of the suite outside its
-    git checkout, harness/record.py suite_identity); None for published figures."""
+    git checkout, harness/provenance.py suite_identity); None for published figures."""
     note: Optional[str] = None
     """Anything the source leaves open (e.g. units it does not state)."""
     inferred: Optional[dict[str, str]] = None

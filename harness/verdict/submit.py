@@ -34,7 +34,8 @@ from contract.metrics import METRICS, tolerances_for
 from .compare import machine_of
 from ..config.schema import CONF_DIR, REPO_ROOT
 from ..errors import HarnessError
-from ..record import CONTENT_PREFIX, ResultRecord, suite_identity, validate_record, write_json_atomic
+from ..provenance import CONTENT_PREFIX, suite_identity
+from ..record import ResultRecord, validate_record, write_json_atomic
 from .record_files import read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)

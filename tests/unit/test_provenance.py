@@ -1,4 +1,4 @@
-"""Which suite made a record (harness/record.py suite_identity): the suite's own commit from its own
+"""Which suite made a record (harness/provenance.py suite_identity): the suite's own commit from its own
 checkout, a content hash of its files from a copy, never the commit of a repository around a copy.
 
 Found on an H100: a `git archive` copy of the suite inside another git repository recorded that
@@ -15,7 +15,7 @@ import pytest
 
 from harness.collect import made_with
 from harness.config.schema import REPO_ROOT
-from harness.record import SUITE_FILES, content_hash, suite_commit, suite_identity
+from harness.provenance import SUITE_FILES, content_hash, suite_commit, suite_identity
 from harness.report.verdicts import environment_text
 from harness.verdict.changes import environment_diff
 
