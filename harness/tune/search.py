@@ -18,7 +18,7 @@ import math
 from typing import Optional
 
 from ..config.choices import SearchStrategy
-from ..config.schema import TuneConfig
+from ..config.tune_schema import TuneConfig
 from .space import Candidate
 
 MAX_REDUNDANT_ASKS = 200

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.config.choices import SearchStrategy
-from harness.config.schema import TuneConfig
+from harness.config.tune_schema import TuneConfig
 from harness.errors import ConfigError, HarnessError
 from harness.tune import parity, search, space
 from harness.tune.space import Candidate
