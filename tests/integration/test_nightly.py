@@ -12,7 +12,7 @@ import pytest
 
 from harness.verdict.history import History
 
-from .conftest import REPO, assert_no_rank_left, wait_for
+from .conftest import REPO, assert_no_rank_left, machine_moved, until_the_machine_holds, wait_for
 
 pytestmark = pytest.mark.integration
 QUICK = ["suite=single", "workload.micro_batch_size=4", "measure.warmup_steps=1", "measure.steps=3",
@@ -31,11 +31,29 @@ def run(cmd):
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
+def second_night(tmp_path, night, *extra):
+    """The injected night. Between two nights a 2-core VM can measure itself otherwise (in CI on
+    2026-11-29 its probe read fp32 82.4 -> 117 and bf16 322 -> 846 GFLOP/s a core between the two
+    nights, its host's steal gone: every row 'not comparable', the injected delay untested). The
+    nightly is right to judge nothing then; the night runs again from the store as the first night
+    left it (the moved attempt kept beside it; conftest.until_the_machine_holds), and the last
+    attempt must catch the delay."""
+    def attempt(k: int):
+        if k > 1:
+            (tmp_path / night).rename(tmp_path / f"{night}-machine-moved-{k - 1}")
+        bad = run(nightly(tmp_path, night, *extra))
+        junit = tmp_path / night / "junit.xml"
+        skipped = [s.get("message", "") for s in ET.parse(junit).iter("skipped")] if junit.exists() else []
+        return bad, machine_moved(skipped)
+
+    return until_the_machine_holds(tmp_path / "history.sqlite", attempt)
+
+
 def test_an_injected_regression_is_caught_and_what_changed_is_shown(tmp_path):
     good = run(nightly(tmp_path, "2026-11-01"))
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
     assert "vs baseline" in good.stdout
-    bad = run(nightly(tmp_path, "2026-11-02", "measure.inject_delay_s=0.4", "+nccl_env.NCCL_PROTO=Simple"))
+    bad = second_night(tmp_path, "2026-11-02", "measure.inject_delay_s=0.4", "+nccl_env.NCCL_PROTO=Simple")
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "regression (baseline): cpu/llama-tiny samples_per_s" in bad.stdout
     assert "'env.NCCL_PROTO': [None, 'Simple']" in bad.stdout
