@@ -17,7 +17,7 @@ from harness.record import validate_record
 
 from ..browser import render
 from ..perf.cluster_model import BenchFailed, ClusterModelCheck
-from .conftest import REPO, BenchRun, machine_moved, until_the_machine_holds
+from .conftest import REPO, BenchRun, night_until_the_machine_holds
 
 pytestmark = pytest.mark.cluster
 MIB = 2**20
@@ -206,20 +206,10 @@ def second_night(cluster, tmp_path: Path, night: str) -> subprocess.CompletedPro
     node probes beyond their tolerance, and the night passed; on 2026-11-28 the same, and the night
     failed only on an efficiency judged across machines): the nightly is right to judge nothing then,
     and the link's change is untested. Then the night runs again from the store as the first night
-    left it (the moved attempt kept beside it; conftest.until_the_machine_holds); the link's change
+    left it (the moved attempt kept beside it; conftest.night_until_the_machine_holds); the link's change
     must be caught by the last. One repeat: against the first night's two, a 4x slower link lies
     beyond both of them (a verdict needs two samples on one side), and each night costs ~90 s."""
-    import xml.etree.ElementTree as ET
-
-    def attempt(k: int):
-        if k > 1:
-            (tmp_path / night).rename(tmp_path / f"{night}-machine-moved-{k - 1}")
-        bad = nightly(cluster, tmp_path, night, repeats=1)
-        junit = tmp_path / night / "junit.xml"
-        skipped = [s.get("message", "") for s in ET.parse(junit).iter("skipped")] if junit.exists() else []
-        return bad, machine_moved(skipped)
-
-    return until_the_machine_holds(tmp_path / "history.sqlite", attempt)
+    return night_until_the_machine_holds(tmp_path, night, lambda: nightly(cluster, tmp_path, night, repeats=1))
 
 
 def test_a_slower_link_is_caught_by_the_nightly_and_named(cluster, chromium_browser, tmp_path):

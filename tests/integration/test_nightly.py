@@ -12,7 +12,7 @@ import pytest
 
 from harness.verdict.history import History
 
-from .conftest import REPO, assert_no_rank_left, machine_moved, until_the_machine_holds, wait_for
+from .conftest import REPO, assert_no_rank_left, night_until_the_machine_holds, wait_for
 
 pytestmark = pytest.mark.integration
 QUICK = ["suite=single", "workload.micro_batch_size=4", "measure.warmup_steps=1", "measure.steps=3",
@@ -36,17 +36,9 @@ def second_night(tmp_path, night, *extra):
     2026-11-29 its probe read fp32 82.4 -> 117 and bf16 322 -> 846 GFLOP/s a core between the two
     nights, its host's steal gone: every row 'not comparable', the injected delay untested). The
     nightly is right to judge nothing then; the night runs again from the store as the first night
-    left it (the moved attempt kept beside it; conftest.until_the_machine_holds), and the last
+    left it (the moved attempt kept beside it; conftest.night_until_the_machine_holds), and the last
     attempt must catch the delay."""
-    def attempt(k: int):
-        if k > 1:
-            (tmp_path / night).rename(tmp_path / f"{night}-machine-moved-{k - 1}")
-        bad = run(nightly(tmp_path, night, *extra))
-        junit = tmp_path / night / "junit.xml"
-        skipped = [s.get("message", "") for s in ET.parse(junit).iter("skipped")] if junit.exists() else []
-        return bad, machine_moved(skipped)
-
-    return until_the_machine_holds(tmp_path / "history.sqlite", attempt)
+    return night_until_the_machine_holds(tmp_path, night, lambda: run(nightly(tmp_path, night, *extra)))
 
 
 def test_an_injected_regression_is_caught_and_what_changed_is_shown(tmp_path):
