@@ -252,7 +252,11 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_r
     how far apart the rounds measured the configuration. Below (the model faster than measured) it is
     widened too by how much longer the cluster's own profiled computation took than the single
     node's, of the step: the emulated nodes share this box's two cores with the link's TCP work, which
-    a real cluster does not, and the model rightly has no term for it. Measured over five runs of
+    a real cluster does not, and the model rightly has no term for it. Above (the model slower than
+    measured) it is widened by how much shorter the cluster's computation took than the single node's,
+    of the step: the model's computation is the single node's measurement, so the machine itself ran
+    slower while calibrating (CI of 80bdd5b: ZeRO-1 +21.9 %, its cluster runs quiet, steal 0.07).
+    Neither widening excuses the network or the overlap, the model's own part. Measured over five runs of
     this test on 2-core AVX2 EPYCs (2026-11-26): the model's communication matched the cluster's
     measured within 1-3 %, its errors were -3 to -20 %, the cluster computed 1-10 % of the step longer
     than the single node, and what remained beyond that was -13 to +4 %; it must stay within the target.
@@ -272,8 +276,7 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_r
         pytest.skip(f"too busy to judge the model: no quiet run of {sorted(check.configurations() - judged)} "
                     f"in {MODEL_MAX_ROUNDS} rounds (other processes above {QUIET_OTHER_CPUS} CPUs)")
     table = "\n".join(f"{v.run_id}: model {v.predicted_s:.3f} s, measured {v.measured_s:.3f} s, "
-                      f"{v.error_pct:+.1f} % over {v.runs} run(s) {v.spread_pct:.1f} % apart; the cluster's "
-                      f"computation {v.shared_host_pct:.1f} % of the step longer than the single node's; the "
+                      f"{v.error_pct:+.1f} % over {v.runs} run(s) {v.spread_pct:.1f} % apart; {v.computed()}; the "
                       f"hypervisor took up to {'-' if v.steal_cpus is None else f'{v.steal_cpus:.2f}'} CPUs (steal)"
                       for v in verdicts)
     print(table)
