@@ -116,21 +116,27 @@ class Verdict:
     runs: int
     spread_pct: float = 0.0
     """How far apart the rounds' measured step times lay: (max - min) / median, percent (0 for one)."""
-    shared_host_pct: float = 0.0
-    """How much longer the cluster's own profiled computation took than the single-node runs' (the
-    model's computation), as a share of the measured step: both are measurements, of the same code on
-    the same cores. Two emulated nodes share this box's two cores, so the kernel's and gloo's work for
-    the shaped TCP link lands on the cores the other rank computes on; a real cluster's nodes do not
-    share cores, and the model has no term for it (0 when the cluster computed no slower)."""
+    compute_delta_pct: float = 0.0
+    """How much longer (positive) or shorter (negative) the cluster's own profiled computation took
+    than the single-node runs' (the model's computation), as a share of the measured step: both are
+    measurements, of the same code on the same cores. Longer is shared_host_pct, shorter
+    slower_calibration_pct; each widens one side of the bound."""
 
-    slower_calibration_pct: float = 0.0
-    """The converse of shared_host_pct: how much longer the single-node runs computed (the model's
-    computation) than the cluster's own profiled computation, as a share of the measured step. Both
-    sides run the same code on the same cores, so the machine itself ran slower while the model was
-    calibrated (the hypervisor's steal, work below the quiet gate, the host's drift between the
-    sides' benches) and the prediction carries that time, which the cluster's runs did not spend
-    (0 when the cluster computed no faster). CI of 80bdd5b (2026-11-29): ZeRO-1 predicted 1.085 s,
-    measured 0.890 s in two rounds 4 % apart, +21.9 %, its cluster runs at steal 0.07."""
+    @property
+    def shared_host_pct(self) -> float:
+        """How much longer the cluster computed (0 when no longer): two emulated nodes share this box's
+        two cores, so the kernel's and gloo's work for the shaped TCP link lands on the cores the other
+        rank computes on; a real cluster's nodes do not share cores, and the model has no term for it."""
+        return max(0.0, self.compute_delta_pct)
+
+    @property
+    def slower_calibration_pct(self) -> float:
+        """How much longer the single node computed (0 when no longer): the machine itself ran slower
+        while the model was calibrated (the hypervisor's steal, work below the quiet gate, the host's
+        drift between the sides' benches) and the prediction carries that time, which the cluster's
+        runs did not spend. CI of 80bdd5b (2026-11-29): ZeRO-1 predicted 1.085 s, measured 0.890 s
+        in two rounds 4 % apart, +21.9 %, its cluster runs at steal 0.07."""
+        return max(0.0, -self.compute_delta_pct)
 
     steal_cpus: Optional[float] = None
     """The most CPUs' worth the hypervisor took during one of the configuration's cluster runs (None:
@@ -146,8 +152,8 @@ class Verdict:
         not the model's; one round measures no spread, so it is judged on the target alone); below,
         plus the shared cores' measured cost (shared_host_pct), which the emulation has and a real
         cluster does not; above, plus how much slower the machine computed while calibrating than
-        during the cluster's runs (slower_calibration_pct). Both widenings are measured, at most
-        one of them is not 0, and a model wrong in what it adds to the computation (the network,
+        during the cluster's runs (slower_calibration_pct). Both widenings are one measurement's two
+        signs, and a model wrong in what it adds to the computation (the network,
         the overlap) by more than the target still fails."""
         spread = target_pct + self.spread_pct
         return -(spread + self.shared_host_pct), spread + self.slower_calibration_pct
@@ -235,12 +241,11 @@ class ClusterModelCheck:
         for run_id, rs in sorted(by_run.items()):
             measured = [r.measured_step_time_s for r in rs]
             med = statistics.median(measured)
-            slower = 100.0 * (_median_compute(kept["cluster"], run_id) - _median_compute(kept["cpu"], run_id)) / med \
-                if med else 0.0
+            longer = _median_compute(kept["cluster"], run_id) - _median_compute(kept["cpu"], run_id)
             stolen = [x for x in (steal_cpus(rec) for rec in kept["cluster"] if rec.run_id == run_id) if x is not None]
             out.append(Verdict(run_id, statistics.median(r.predicted_step_time_s for r in rs), med, len(rs),
                                100.0 * (max(measured) - min(measured)) / med if med else 0.0,
-                               shared_host_pct=max(0.0, slower), slower_calibration_pct=max(0.0, -slower),
+                               compute_delta_pct=100.0 * longer / med if med else 0.0,
                                steal_cpus=max(stolen) if stolen else None))
         return out
 

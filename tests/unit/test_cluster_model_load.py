@@ -50,20 +50,20 @@ def test_a_verdict_carries_the_steal_of_its_runs():
 
 
 def test_a_verdicts_bound_widens_by_the_rounds_spread_and_below_by_the_shared_cores():
-    one_round = Verdict("z1", predicted_s=0.96, measured_s=1.166, runs=1, shared_host_pct=2.0)
+    one_round = Verdict("z1", predicted_s=0.96, measured_s=1.166, runs=1, compute_delta_pct=2.0)
     assert one_round.bound(15) == (-17.0, 15.0) and not one_round.within(15)    # -17.7 %
     two_rounds = Verdict("z1", predicted_s=0.96, measured_s=1.166, runs=2, spread_pct=19.1)
     assert two_rounds.bound(15) == (-34.1, 34.1) and two_rounds.within(15)
-    assert not Verdict("z1", predicted_s=1.4, measured_s=1.0, runs=2, spread_pct=10, shared_host_pct=50).within(15)
+    assert not Verdict("z1", predicted_s=1.4, measured_s=1.0, runs=2, spread_pct=10, compute_delta_pct=50).within(15)
 
 
 def test_a_verdicts_bound_widens_above_by_a_slower_calibration():
     """The single node computed longer than the cluster did: the model carries that time (CI of 80bdd5b,
     ZeRO-1 +21.9 % with two rounds 4 % apart)."""
     slow_calibration = Verdict("z1", predicted_s=1.085, measured_s=0.890, runs=2, spread_pct=4.0,
-                               slower_calibration_pct=20.0)
+                               compute_delta_pct=-20.0)
     assert slow_calibration.bound(15) == (-19.0, 39.0) and slow_calibration.within(15)
     assert "20.0 % of the step shorter than the single node" in slow_calibration.computed()
     assert not Verdict("z1", 1.085, 0.890, runs=2, spread_pct=4.0).within(15)      # no such measurement: +21.9 % fails
-    assert not Verdict("z1", 1.6, 1.0, runs=2, spread_pct=4.0, slower_calibration_pct=20.0).within(15)  # +60 %
-    assert "7.6 % of the step longer" in Verdict("z3", 1.0, 1.0, 1, shared_host_pct=7.6).computed()
+    assert not Verdict("z1", 1.6, 1.0, runs=2, spread_pct=4.0, compute_delta_pct=-20.0).within(15)  # +60 %
+    assert "7.6 % of the step longer" in Verdict("z3", 1.0, 1.0, 1, compute_delta_pct=7.6).computed()
