@@ -38,7 +38,7 @@ HOST_RESERVE_FRACTION = 0.10
 """Share of the host memory available at launch kept free: the kernel's growth, the page cache the
 run's reads need, the controller process. A choice, not a fit: host memory that runs out is no
 recorded OOM but the kernel's OOM killer (pinned pages cannot be swapped)."""
-LENT_NODE_HOST_GIB = 125.87
+GPU_NODE_HOST_GIB = 125.87
 """MemTotal of the one-GPU H100/H200 nodes as their records' fingerprint read it (machine.cpu.mem_total_gib,
 reference_results/sources/gpu-runs/2026-11-26-h200): the host the 8B suite is sized for."""
 

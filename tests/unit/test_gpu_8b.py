@@ -11,7 +11,7 @@ from harness.errors import ConfigError
 from harness.gpu_check import Detected, markdown, platform_overrides, summarise
 from harness.launch.preflight import check_host_memory
 from harness.model.memory import host_fits, memory_estimate
-from harness.model.offload import (LENT_NODE_HOST_GIB, Offload, host_capacity_gib, offload_settings, on_host, pow2,
+from harness.model.offload import (GPU_NODE_HOST_GIB, Offload, host_capacity_gib, offload_settings, on_host, pow2,
                                    read_offload, sub_groups)
 
 GPUS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
@@ -41,8 +41,8 @@ def test_the_8b_suite_plans_zero3_with_the_optimizer_offloaded_and_fits_gpu_and_
         assert [op.name for op in needed_ops("cuda", ds)] == ["cpu_adam"]      # built by preflight on the node
         est = memory_estimate(p.cfg, offload=offload_settings(ds))
         assert (round(est.total_gib, 1), round(est.host_gib, 1)) == (gpu_gib, host_gib)
-        assert est.fits and host_fits(est, 1, LENT_NODE_HOST_GIB)
-        assert est.total_gib <= 0.93 * est.capacity_gib and est.host_gib <= 0.93 * host_capacity_gib(LENT_NODE_HOST_GIB)
+        assert est.fits and host_fits(est, 1, GPU_NODE_HOST_GIB)
+        assert est.total_gib <= 0.93 * est.capacity_gib and est.host_gib <= 0.93 * host_capacity_gib(GPU_NODE_HOST_GIB)
         assert est.host_gib == pytest.approx(memory_estimate(p.cfg).host_gib)   # read from deepspeed_config= alike
 
 
@@ -62,7 +62,7 @@ def _cfg(platform: str, workload: str, mb: int, *extra: str):
 
 
 def test_without_offload_neither_8b_workload_fits_one_h200_and_all_of_it_on_the_host_fits_no_128_gb_node():
-    host_cap = host_capacity_gib(LENT_NODE_HOST_GIB)
+    host_cap = host_capacity_gib(GPU_NODE_HOST_GIB)
     l8b, kd = _cfg("h200", "llama-8b", 8, "workload.grad_accum_dtype=bf16"), _cfg("h200", "llama-8b-kd", 32)
     assert round(memory_estimate(l8b, offload=Offload()).total_gib, 1) == 155.0 > 124.5
     assert round(memory_estimate(kd, offload=Offload()).total_gib, 1) == 164.5
@@ -75,7 +75,7 @@ def test_without_offload_neither_8b_workload_fits_one_h200_and_all_of_it_on_the_
 
 def test_llama_8b_kd_does_not_fit_an_h100_node_at_any_split():
     """Its 8B teacher takes 15 GiB of the GPU: the best split leaves no margin on either side."""
-    host_cap = host_capacity_gib(LENT_NODE_HOST_GIB)
+    host_cap = host_capacity_gib(GPU_NODE_HOST_GIB)
     cfg = _cfg("h100", "llama-8b-kd", 4)
     best = min(max(m.total_gib / m.capacity_gib, m.host_gib / host_cap)
                for size in (100_000_000, 450_000_000, 1_000_000_000) for r in [x / 50 for x in range(51)]
