@@ -91,9 +91,10 @@ COMPARED = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "tri
             "num_nodes", "num_ranks")
 """Fingerprint fields a comparison lists as what changed (with env, hardware, links, load, settings, the
 training stack and the suite commit, which it compares by their own rules)."""
-STACK_COMPARED = ("mode", "backend", "path", "attention_used", "liger", "fp8")
+STACK_COMPARED = ("mode", "backend", "path", "attention_used", "liger", "fp8", "host_threads")
 """What a comparison names of environment.stack (`stack.attention_used: flash -> cudnn`) when both records
-hold one: what really ran of the training stack. What was asked (compile, kernels, attention,
+hold one: what really ran of the training stack, and the rank's host threads (named only where both
+records hold the field: records before it ran a GPU rank on one thread, unsaid). What was asked (compile, kernels, attention,
 fp8_recipe) is in the configuration's key, so two runs compared asked the same; the compile watch's
 counts are metrics (compile_s, graph_breaks, recompiles)."""
 REQUIRED = ("python", "torch", "deepspeed", "transformers", "suite_commit")

@@ -148,6 +148,22 @@ def limit_cpu_memory(limit_gib: float | None) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
+def rank_threads(device: str, environ: dict[str, str] | None = None, usable: int | None = None) -> int:
+    """CPU threads of a rank: torch's intra-op pool, whose OpenMP runtime DeepSpeed's CPU ops share
+    (DeepSpeedCPUAdam under optimizer offload; the fp32 -> bf16 cast of each updated parameter
+    sub-group, which torch makes on the host before copying it to the GPU).
+    cpu: the platform's cpu_threads, set by the harness as OMP_NUM_THREADS (the ranks share the host).
+    cuda: the rank's share of the cores it may run on, usable // LOCAL_WORLD_SIZE (at least 1).
+    OMP_NUM_THREADS is not the suite's there: unset on one rank, torchrun's 1 for several; a rank held
+    to one thread stepped an offloaded sub-group at a sixteenth of a 16-core node's rate."""
+    environ = os.environ if environ is None else environ
+    if device != "cuda":
+        return max(1, int(environ.get("OMP_NUM_THREADS", "1")))
+    if usable is None:
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, usable // max(1, int(environ.get("LOCAL_WORLD_SIZE", "1"))))
+
+
 def setup(spec: TrainSpec):
     """Process group, device, model and DeepSpeed engine, exactly as every benchmark builds them.
     Then the stack (benchmarks/training/stack.py): Liger's kernels and FP8 linears before DeepSpeed wraps the
@@ -157,7 +173,7 @@ def setup(spec: TrainSpec):
 
     from benchmarks.training.model import DTYPES, build_model, initialise
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_num_threads(rank_threads(spec.device))
     preload()  # DeepSpeed's ops as built at install time: no JIT build, no lock file (benchmarks/node/ops.py)
     deepspeed.init_distributed(dist_backend=spec.dist_backend)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -341,7 +357,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
             log.emit(ev.TRAIN_STEP, value)
         index += 1
     if rank == 0:
-        log.emit(ev.STACK, {**stack, "attention": spec.stack.attention,
+        log.emit(ev.STACK, {**stack, "attention": spec.stack.attention, "host_threads": torch.get_num_threads(),
                             "attention_used": found.get("attention_used", ["not read"] if probes_attention(spec)
                                                         else ["not read (eager, auto)"]),
                             "warmup_steps_run": len(warmup_times), "compile_watch": watch.summary()})

@@ -80,7 +80,7 @@ def package_diff(ref: Any, cur: Any) -> dict[str, Any]:
 def stack_diff(ref: Any, cur: Any) -> dict[str, Any]:
     """`stack.FIELD: [reference's, now]` for each of STACK_COMPARED that differs between the two records'
     training stacks (environment.stack: the compile mode, backend and path, the SDPA backend that ran,
-    Liger's kernels, the FP8 linears), a list said as its items ('flash', 'flash, math'); nothing when
+    Liger's kernels, the FP8 linears; the host threads where both hold them), a list said as its items ('flash', 'flash, math'); nothing when
     either side has no stack (a record from before it was kept)."""
     if not isinstance(ref, dict) or not isinstance(cur, dict):
         return {}
@@ -88,7 +88,7 @@ def stack_diff(ref: Any, cur: Any) -> dict[str, Any]:
     def said(value: Any) -> Any:
         return ", ".join(map(str, value)) if isinstance(value, list) else value
     return {f"stack.{k}": [said(ref.get(k)), said(cur.get(k))] for k in STACK_COMPARED
-            if said(ref.get(k)) != said(cur.get(k))}
+            if said(ref.get(k)) != said(cur.get(k)) and (k != "host_threads" or (k in ref and k in cur))}
 
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:

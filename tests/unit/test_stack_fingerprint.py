@@ -109,6 +109,9 @@ def test_a_comparison_names_what_ran_of_the_stack():
     watched = copy.deepcopy(COMPILED)
     watched["compile_watch"].update(graph_breaks=3, frames_compiled=40)
     assert stack_diff(COMPILED, watched) == {}
+    # the rank's host threads: named where both records hold them (a GPU rank ran one thread before they were kept)
+    assert stack_diff({**COMPILED, "host_threads": 1}, {**COMPILED, "host_threads": 16}) == {"stack.host_threads": [1, 16]}
+    assert stack_diff(COMPILED, {**COMPILED, "host_threads": 16}) == {}
     # a record from before the stack was kept names nothing of it (every older reference)
     assert stack_diff(None, COMPILED) == {} and stack_diff(EAGER, None) == {}
     assert environment_diff({**ENV, "stack": None}, ENV) == {}
