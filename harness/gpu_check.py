@@ -38,8 +38,10 @@ from .config.schema import REPO_ROOT
 from .errors import HarnessError
 from .hardware import GPU_NAMES
 from .launch.local import LocalLauncher
+from .model.calibration import calibrate
 from .model.memory import memory_estimate
 from .model.offload import host_capacity_gib, offload_settings, read_meminfo
+from .model.perfmodel import predict
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
@@ -131,6 +133,16 @@ def _value(rec: ResultRecord, metric: str) -> Optional[float]:
     return m.get("value") if isinstance(m, dict) else None
 
 
+def _offload_times(p: PlannedRun, rec: ResultRecord) -> dict[str, Optional[float]]:
+    """An offloaded run's step time and optimizer-step phase (the median over its profiled steps of the
+    last micro-step's `step` phase) beside the performance model's (harness/model/offload_time.py)."""
+    phases = [step[-1].get("phase_s", {}).get("step") for step in rec.microsteps if step]
+    phases = sorted(x for x in phases if x is not None)
+    pred = predict(p.cfg, calibrate([], p.cfg, []))
+    return {"step_time_s": _value(rec, "step_time_s"), "optimizer_step_s": phases[len(phases) // 2] if phases else None,
+            "predicted_step_time_s": pred.step_time_s, "predicted_offload_step_s": (pred.offload or {}).get("step_s")}
+
+
 def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platform: str, device: str,
               plain: Optional[dict[str, dict[str, Any]]]) -> Summary:
     """Per training run: status, ZeRO stage, samples/s, MFU, measured peak beside the memory
@@ -158,7 +170,8 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
                 "mfu_with_teacher_pct": _value(rec, "mfu_with_teacher_pct"), "teacher_mem_gib": _value(rec, "teacher_mem_gib"),
                 "predicted_teacher_gib": est.teacher_gib if p.cfg.workload.distill is not None else None,
                 "offload": (f"optimizer {offload.optimizer} (ratio {offload.ratio:g}), param {offload.param}"
-                            if offload.active else None), "predicted_host_gib": est.host_gib})
+                            if offload.active else None), "predicted_host_gib": est.host_gib,
+                **(_offload_times(p, rec) if offload.active else {})})
             continue
         smoke = rec.smoke
         rows = rec.rows or (smoke or {}).get("rows") or []
@@ -239,8 +252,11 @@ def markdown(s: Summary) -> str:
     offloaded = [t for t in s.training if t.get("offload")]
     if offloaded:
         cap = f"{host_capacity_gib(s.host_available_gib):.1f}" if s.host_available_gib else "-"
-        lines += ["", "| run | offload | host GiB per rank (model) | host capacity GiB (0.9 x available now) |", "|---|---|---|---|"]
-        lines += [f"| {t['run']} | {t['offload']} | {_f(t['predicted_host_gib'])} | {cap} |" for t in offloaded]
+        lines += ["", "| run | offload | host GiB per rank (model) | host capacity GiB (0.9 x available now) | step s (model) "
+                      "| optimizer step s, profiled (model: host Adam, cast, parameters up) |", "|---|---|---|---|---|---|"]
+        lines += [f"| {t['run']} | {t['offload']} | {_f(t['predicted_host_gib'])} | {cap} | {_f(t.get('step_time_s'), '.3f')} "
+                  f"({_f(t.get('predicted_step_time_s'), '.3f')}) | {_f(t.get('optimizer_step_s'), '.3f')} "
+                  f"({_f(t.get('predicted_offload_step_s'), '.3f')}) |" for t in offloaded]
     lines += ["", "| collective | status | sizes | #wrong | avg busbw GB/s |", "|---|---|---|---|---|"]
     for c in s.collectives:
         busbw = "smoke: one rank, no bandwidth" if c["smoke"] else _f(c["avg_busbw_gbps"], ".2f")

@@ -17,6 +17,7 @@ from ..record import ResultRecord
 from ..verdict.record_files import load_records as load_result_records
 from ..verdict.references import SHAPE_FIELDS, STACK_DEFAULTS, shape_override
 from .calibration_types import BusbwCurve, Calibration
+from .offload import offload_settings
 from .params import PARAMS, ModelParams
 from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor
 from .topology import carried_points
@@ -31,6 +32,15 @@ def host_bound(measured: BenchConfig, step_time_s: float, params: ModelParams = 
     """Whether a measured GPU configuration's step time is within HOST_BOUND_MARGIN of its host floor."""
     floor, _ = host_floor(measured, params)
     return floor > 0 and step_time_s / measured.workload.grad_acc_steps < HOST_BOUND_MARGIN * floor
+
+
+def offloaded(rec: ResultRecord) -> bool:
+    """Whether a GPU record's optimizer ran (partly) on the host (zero_optimization.offload_optimizer in
+    its DeepSpeed JSON): its step holds the host's share, which the model adds itself (offload_time), so
+    it calibrates no GPU efficiency."""
+    config = rec.config if isinstance(rec.config, dict) else {}
+    return ((config.get("platform") or {}).get("device") == Device.cuda.value
+            and offload_settings(config.get("deepspeed")).optimizer != "none")
 
 
 def load_records(paths: Iterable[str | Path]) -> list[ResultRecord]:
@@ -154,6 +164,8 @@ def record_variant(rec: ResultRecord, cfg: BenchConfig) -> BenchConfig:
 def profile_efficiency(rec: ResultRecord, cfg: BenchConfig) -> Optional[float]:
     """FLOPs executed per rank per optimizer step / (median profile-mode compute_s of a step x
     cfg's declared peak); None without profile micro-steps."""
+    if offloaded(rec):
+        return None
     variant = record_variant(rec, cfg)
     profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.microsteps if step]
     if not profiled or statistics.median(profiled) <= 0:
@@ -164,6 +176,8 @@ def profile_efficiency(rec: ResultRecord, cfg: BenchConfig) -> Optional[float]:
 
 def record_efficiency(rec: ResultRecord, cfg: BenchConfig, curves: dict[str, BusbwCurve],
                        params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:
+    if offloaded(rec):
+        return None
     step = rec.metrics.get("step_time_s", {}).get("value")
     variant = record_variant(rec, cfg)
     if step and host_bound(variant, float(step), params):

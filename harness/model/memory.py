@@ -16,7 +16,7 @@ from ..config.choices import CheckpointPolicy, Compile, Device, Kernels, Precisi
 from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from ..config.teacher import llama_param_shapes, teacher_workload
 from .flops import checkpointed_layers, llama_param_count
-from .offload import HOST_RUNTIME_GIB, Offload, host_capacity_gib, read_offload, zero3_split
+from .offload import HOST_RUNTIME_GIB, Offload, OffloadSplit, host_capacity_gib, read_offload, zero3_split
 
 GIB = 2**30
 ATTENTION = "sdpa"
@@ -377,11 +377,25 @@ def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION, offload: Optio
         host_gib=sum(host.values()) / GIB, host_items_gib={k: v / GIB for k, v in host.items()})
 
 
+def offload_split(cfg: BenchConfig, o: Offload) -> OffloadSplit:
+    """ZeRO-3's model states of one rank of cfg, split between the GPU and the host by `o`
+    (offload.zero3_split over the rank's partition of every parameter, in order)."""
+    w, n = cfg.workload, cfg.platform.world_size
+    tensors = param_tensors(w)
+    persist_t = zero_knob(cfg, "stage3_param_persistence_threshold", DS_PERSISTENCE)
+    teacher = None
+    if w.distill is not None:
+        t = teacher_workload(w)
+        teacher = [(math.ceil(e / n), dtype_bytes(t.precision)) for _, e, _ in param_tensors(t)]
+    return zero3_split([math.ceil(e / n) for _, e, _ in tensors], sum(e for _, e, _ in tensors if e < persist_t),
+                       accum_bytes(cfg), dtype_bytes(w.precision), o, teacher)
+
+
 def offload_terms(cfg: BenchConfig, o: Offload, terms: dict[str, float], f: dict[str, str], notes: list[str]) -> dict[str, float]:
     """ZeRO-3's offload to the host (harness/model/offload.py) in place of the GPU terms it moves
     (params, grads, optimizer, step, teacher_params of `terms`, replaced there); returns the rank's host
     bytes by item: its runtime alone where nothing is offloaded."""
-    w, s, n = cfg.workload, cfg.zero.stage, cfg.platform.world_size
+    s = cfg.zero.stage
     runtime = {"runtime": HOST_RUNTIME_GIB * GIB}
     if not o.active:
         return runtime
@@ -389,14 +403,7 @@ def offload_terms(cfg: BenchConfig, o: Offload, terms: dict[str, float], f: dict
         notes.append(f"offload (optimizer {o.optimizer}, param {o.param}) under ZeRO-{s} is not modelled (only ZeRO-3 "
                      "to the cpu): counted as if nothing were offloaded")
         return runtime
-    tensors = param_tensors(w)
-    persist_t = zero_knob(cfg, "stage3_param_persistence_threshold", DS_PERSISTENCE)
-    teacher = None
-    if w.distill is not None:
-        t = teacher_workload(w)
-        teacher = [(math.ceil(e / n), dtype_bytes(t.precision)) for _, e, _ in param_tensors(t)]
-    sp = zero3_split([math.ceil(e / n) for _, e, _ in tensors], sum(e for _, e, _ in tensors if e < persist_t),
-                     accum_bytes(cfg), dtype_bytes(w.precision), o, teacher)
+    sp = offload_split(cfg, o)
     if o.optimizer == "cpu":
         terms.update(grads=sp.gpu_grads, optimizer=sp.gpu_optimizer, step=sp.gpu_step)
         f["grads"] = "4 B x GPU sub-groups (their fp32 gradients; the accumulation buffer is on the host)"
@@ -405,7 +412,7 @@ def offload_terms(cfg: BenchConfig, o: Offload, terms: dict[str, float], f: dict
     if o.param == "cpu":
         terms["params"] = sp.gpu_params
         f["params"] = "2 x persistent parameters (the partitions are on the host: offload_param)"
-        if teacher:
+        if cfg.workload.distill is not None:
             terms["teacher_params"] = 0.0
             f["teacher"] = "logits only on the GPU (offload_param keeps the teacher's partitions on the host too)"
     items = "; ".join(f"{k} {v / GIB:.1f}" for k, v in sp.host.items())

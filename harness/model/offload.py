@@ -121,6 +121,10 @@ class OffloadSplit:
     formulas: dict[str, str] = field(default_factory=dict)
     num_groups: int = 0
     num_host_groups: int = 0
+    elements: int = 0
+    """The rank's partition of the parameters (Psi/N)."""
+    host_elements: int = 0
+    """Of those, the elements of the sub-groups the host steps (DeepSpeedCPUAdam)."""
 
     @property
     def host_bytes(self) -> float:
@@ -168,7 +172,8 @@ def zero3_split(partitions: list[int], persistent: int, accum_bytes: int, param_
         if teacher_partitions:
             host["teacher parameter partitions"] = sum(pinned(b * n, o.pin_memory) for n, b in teacher_partitions)
             f["teacher parameter partitions"] = "the teacher's ZeRO-3 engine takes the student's offload_param" + pin
-    return OffloadSplit(gpu_params, gpu_grads, gpu_optimizer, gpu_step, host, f, len(groups), len(host_groups))
+    return OffloadSplit(gpu_params, gpu_grads, gpu_optimizer, gpu_step, host, f, len(groups), len(host_groups),
+                        psi, sum(host_groups))
 
 
 def host_capacity_gib(available_gib: float) -> float:

@@ -33,6 +33,7 @@ from .comm_layout import prefetch_exposed
 from .flops import (forward_flops_per_token, llama_param_count, recompute_flops_per_token, recompute_fraction,
                     training_flops_per_token)
 from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, overlap_comm
+from .offload_time import OffloadTime, offload_time
 from .params import PARAMS, ModelParams
 from .stack import STACK_CHOICES, fp8_cast_elements, fp8_linear_flops_per_token, stack_notes
 from .stack import traffic_fraction as stack_traffic
@@ -62,6 +63,11 @@ class Prediction:
     hours: Optional[float]
     overlap_rule: str = ""
     notes: list[str] = field(default_factory=list)
+    offload_s: float = 0.0
+    """Per step, what ZeRO-3's optimizer offload to the host adds (harness/model/offload_time.py): the host's
+    Adam, the cast and copy of the updated parameters, the gradients' copies that outlast backward."""
+    offload: Optional[dict[str, Any]] = None
+    """offload_s by item (items_s) with its formulas; None without optimizer offload on a GPU."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k not in ("memory", "comm")}
@@ -218,10 +224,20 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     return flops / (peak * seconds), text
 
 
-def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float, float]:
-    """(compute_s, exposed_comm_s, host_wait_s) per optimizer step at an efficiency. host_wait_s:
+def _offload(cfg: BenchConfig, eff: float, params: ModelParams) -> Optional[OffloadTime]:
+    """offload_time of cfg, its gradients' copies overlapping the step's backward passes: the GPU's
+    backward at `eff`, or the host's share of its floor (FLOP-proportional) where issuing it takes longer."""
+    w, flops = cfg.workload, phase_flops(cfg)
+    gpu = flops["backward"] / (cfg.platform.peak_tflops[w.precision.value] * 1e12 * eff)
+    host = host_floor(cfg, params)[0] * flops["backward"] / sum(flops.values())
+    return offload_time(cfg, max(gpu, host) * w.grad_acc_steps, params)
+
+
+def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float, float, float]:
+    """(compute_s, exposed_comm_s, host_wait_s, offload_s) per optimizer step at an efficiency. host_wait_s:
     what the host adds where it takes longer to issue a micro-step than the GPU to run it (the
-    micro-step's compute and exposed communication): ga x max(0, host floor - GPU)."""
+    micro-step's compute and exposed communication): ga x max(0, host floor - GPU). offload_s: what
+    ZeRO-3's optimizer offload to the host adds (offload_time.offload_time; 0 without it)."""
     peak = cfg.platform.peak_tflops[cfg.workload.precision.value] * 1e12
     phase_s = {ph: fl / (peak * eff) for ph, fl in phase_flops(cfg).items()}
     compute = sum(phase_s.values()) * cfg.workload.grad_acc_steps
@@ -242,14 +258,17 @@ def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS
     ga = cfg.workload.grad_acc_steps
     gpu_micro = sum(phase_s.values()) + sum(v for (phase, _), v in exposed_of.items() if phase != "step") / ga
     host_wait = ga * max(0.0, host_floor(cfg, params)[0] - gpu_micro)
-    return compute, exposed + zero3_calls(cfg, timed, params) * params.zero3_unexplained_s, host_wait
+    off = _offload(cfg, eff, params)
+    return (compute, exposed + zero3_calls(cfg, timed, params) * params.zero3_unexplained_s, host_wait,
+            off.added_s if off else 0.0)
 
 
 def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None,
             params: ModelParams = PARAMS) -> Prediction:
     """Memory, communication, step time and throughput of cfg; hours for `tokens` when given.
     step_time_s = compute (executed FLOPs / (declared peak x efficiency)) + exposed communication
-    (OVERLAP_RULE) + the wait on a host slower than the GPU (host_floor); the optimizer step's own
+    (OVERLAP_RULE) + the wait on a host slower than the GPU (host_floor) + what an optimizer offload
+    to the host adds (offload_time); the optimizer step's own
     time is not modelled apart: a measured efficiency contains it (profile-mode compute includes it).
     With no measured efficiency a GPU takes its roofline (roofline_efficiency)."""
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
@@ -262,9 +281,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     if not (eff > 0 and math.isfinite(eff)):
         raise HarnessError(f"efficiency {eff} ({eff_source}) is not a positive number")
     timed = _timed(cfg, calib, params)
-    compute, exposed, host_wait = _step_time(cfg, eff, timed, params)
+    compute, exposed, host_wait, offload_s = _step_time(cfg, eff, timed, params)
     comm = [e for _, _, es in timed for e in es]
-    step = compute + exposed + host_wait
+    step = compute + exposed + host_wait + offload_s
     samples_per_s = w.micro_batch_size * w.grad_acc_steps * p.world_size / step
     tokens_per_s = samples_per_s * w.seq_len
     config = {"platform": p.name, "workload": w.name, "nodes": p.nodes, "world_size": p.world_size,
@@ -290,6 +309,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
         notes.append(f"host-bound: issuing a micro-step takes the host {floor * 1e3:.1f} ms ({how}; params.host_s_per_module, "
                      f"measured), more than the GPU's work; {host_wait:.4g} s per step waiting on the host")
     notes += stack_notes(cfg, host_wait > 0)
+    off = _offload(cfg, eff, params)
+    if off:
+        notes += off.notes
     if cfg.zero.allgather_bucket_size is not None and cfg.zero.stage in (1, 2):
         notes.append("zero.allgather_bucket_size has no effect: DeepSpeed 0.19.8 all-gathers each parameter "
                      "group whole with all_gather_into_tensor (runtime/utils.py)")
@@ -297,7 +319,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
                       compute_s=compute, comm=comm, comm_s=sum(c.total_time_s for c in comm), exposed_comm_s=exposed,
                       host_wait_s=host_wait, step_time_s=step, samples_per_s=samples_per_s, tokens_per_s=tokens_per_s, efficiency=eff,
                       efficiency_source=eff_source, tokens=tokens,
-                      hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes)
+                      hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes,
+                      offload_s=offload_s, offload={"items_s": off.items, "formulas": off.formulas, "step_s": off.step_s,
+                                                    "exposed_grads_s": off.exposed_grads_s} if off else None)
 
 
 MAX_EFFICIENCY = 4.0

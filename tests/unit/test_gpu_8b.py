@@ -133,9 +133,12 @@ def test_gpu_check_reports_the_host_figure_of_runs_that_offload(tmp_path):
     from unit_helpers import typed
     ids = {p.run.name: p.run.record_ids()[0] for p in planned}
     rec = {"run_id": ids["l8b"], "status": "ok", "reason": None, "benchmark": "llama-8b",
-           "metrics": {"samples_per_s": {"value": 3.1}, "mfu_pct": {"value": 7.0}, "peak_mem_gib": {"value": 101.0}}}
+           "metrics": {"samples_per_s": {"value": 3.1}, "mfu_pct": {"value": 7.0}, "peak_mem_gib": {"value": 101.0},
+                       "step_time_s": {"value": 5.16}},
+           "microsteps": [[{"phase_s": {"forward": 0.2, "backward": 0.4}}, {"phase_s": {"backward": 0.4, "step": 3.3}}]]}
     s = summarise(dict(zip([ids["l8b"]], typed([rec]))), planned, "h200", "1 x NVIDIA H200", None)
     s.host_available_gib = 123.0
     text = markdown(s)
     assert "| l8b | 3 | 8 x 2 | ok | 3.1 | 7.0 | 101.00 | 107.54 | +6.5 | - |" in text
-    assert "| l8b | optimizer cpu (ratio 0.5), param none | 86.8 | 110.7 |" in text
+    # the step and its optimizer phase beside the performance model's (harness/model/offload_time.py)
+    assert "| l8b | optimizer cpu (ratio 0.5), param none | 86.8 | 110.7 | 5.160 (4.034) | 3.300 (2.431) |" in text

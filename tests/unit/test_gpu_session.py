@@ -117,11 +117,14 @@ def test_each_node_script_parses_and_names_suites_and_scripts_that_exist(script)
 def test_the_kd_and_8b_script_runs_the_distillation_check_then_its_gpus_8b_suite_each_bounded(tmp_path, platform):
     calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "kd_8b_node.sh", tmp_path, platform)
     steps = harness_steps(calls)
-    assert [s.split(" out=")[0] for _, s in steps] == [
-        "-m harness gpu-check suite=gpu-check-kd", f"-m harness gpu-check suite=gpu-8b-{platform}"]
-    (kd, _), (l8b, _) = steps
+    assert [s.split(" out=")[0].split(" --out ")[0] for _, s in steps] == [
+        "-m harness gpu-check suite=gpu-check-kd", "tests/gpu/offload_rates.py --elements 1e8",
+        f"-m harness gpu-check suite=gpu-8b-{platform}"]
+    (kd, _), (rates, _), (l8b, _) = steps
     assert 200 <= kd <= 540 - 300 and 120 < l8b < 540    # the 8B suite keeps 300 s of the 540
-    assert "gpu-check-kd exit 0" in session and "gpu-8b exit 0" in session
+    assert rates <= 45 and "python3 -m benchmarks.node.ops build cpu_adam --accelerator cuda" in calls
+    assert "gpu-check-kd exit 0" in session and "offload rates exit 0" in session and "gpu-8b exit 0" in session
+    steps.pop(1)
     for _, step in steps:
         suite = re.search(r"suite=([\w-]+)", step).group(1)
         plan_suite([f"platform={platform}", f"suite={suite}"])    # composes and plans on this box
