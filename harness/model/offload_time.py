@@ -2,11 +2,12 @@
 DeepSpeed 0.19.8 does it (runtime/zero/stage3.py, read there; offload.py places the states):
 
 - gradients, during backward, on DeepSpeed's reduce stream (partition_grads): each parameter's
-  gradient partition goes into the pinned host accumulation buffer (accumulation dtype, a B an
-  element): copied down at the first micro-step; at every later one the buffer comes up to the GPU,
-  takes the new partition, and goes back down (2 a Psi a micro-step); at the boundary the host
-  sub-groups' fp32 gradients go down once more (4 B an element). These copies overlap the backward
-  computation: only what outlasts it is exposed.
+  gradient partition goes into the pinned host accumulation buffer (`grad_partitions_flat_buffer` on
+  the offload device; accumulation dtype, a B an element). At the first micro-step it is copied down,
+  then brought back up as the GPU copy the boundary works on; at every later one the buffer comes up,
+  takes the new partition and goes back down: 2 a Psi a micro-step. At the boundary (the engine's
+  managed accumulation, as the suite steps it) the host sub-groups' fp32 gradients go down once more
+  (4 B an element). These copies overlap the backward computation: only what outlasts it is exposed.
 - the step, after backward, sub-group by sub-group, nothing overlapped: DeepSpeedCPUAdam over the
   host sub-groups (reads parameter, gradient, m, v, writes parameter, m, v: 28 B an element), then
   each updated fp32 sub-group is written into its bf16 GPU partition: torch casts it on the host
@@ -71,7 +72,7 @@ def offload_time(cfg: BenchConfig, backward_s: float, params: ModelParams = PARA
     adam = host / host_rate(params.offload_adam_elements_per_s, t, bw, ADAM_BYTES) if host else 0.0
     cast = host / host_rate(params.offload_cast_elements_per_s, t, bw, CAST_BYTES) if host else 0.0
     up = 2.0 * host / (params.pcie_pageable_gbps * 1e9)
-    grads = (a * psi * (2 * ga - 1) + 4.0 * host) / (params.pcie_pinned_gbps * 1e9)
+    grads = (2.0 * a * psi * ga + 4.0 * host) / (params.pcie_pinned_gbps * 1e9)
     items = {"host Adam": adam, "cast to bf16": cast, "parameters to the GPU": up, "gradients over PCIe": grads}
     formulas = {
         "host Adam": (f"{host:.4g} host elements / min({t} threads x {params.offload_adam_elements_per_s:.3g}/s, "
@@ -79,7 +80,7 @@ def offload_time(cfg: BenchConfig, backward_s: float, params: ModelParams = PARA
         "cast to bf16": (f"{host:.4g} / min({t} threads x {params.offload_cast_elements_per_s:.3g}/s, "
                          f"{bw:g} GB/s / {CAST_BYTES} B)"),
         "parameters to the GPU": f"2 B x {host:.4g} / {params.pcie_pageable_gbps:g} GB/s (pageable)",
-        "gradients over PCIe": (f"({a} B x {psi:.4g} x (2 ga - 1 = {2 * ga - 1}) + 4 B x {host:.4g}) / "
+        "gradients over PCIe": (f"(2 x {a} B x {psi:.4g} x ga {ga} + 4 B x {host:.4g}) / "
                                 f"{params.pcie_pinned_gbps:g} GB/s (pinned), overlapping backward ({backward_s:.4g} s)")}
     notes = [f"optimizer offload: {sp.num_host_groups} of {sp.num_groups} sub-groups ({host:.4g} of {psi:.4g} elements) "
              f"stepped on the host at {t} threads"]

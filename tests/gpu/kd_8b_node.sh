@@ -22,10 +22,10 @@
 #   l8b-kd (H200) llama-8b-kd seq 128, mb 32 x ga 2, same split: GPU 97.8 of 124.5, host 86.8.
 #   l8b  (H100) llama-8b mb 1 x ga 2, 44 of 66 sub-groups on the host: GPU 64.6 of 70.1, host 103.9 of
 #        113.3 (the tightest: 92 % of both). llama-8b-kd does not fit an H100 node (docs/workloads.md).
-#   Step time (`python -m harness model` with each run's overrides): l8b (H200) 4.03 s = 0.74 GPU compute
-#   + 0.17 waiting on the host + 3.12 optimizer offload (host Adam over 4.19e9 elements 1.57, cast 0.45,
-#   parameters up 0.42, gradients' copies outlasting backward 0.69); l8b-kd (H200) 4.31 s (offload 2.95);
-#   l8b (H100) 4.72 s (0.11 compute, 0.81 host wait, offload 3.80 over 5.22e9 host elements).
+#   Step time (`python -m harness model` with each run's overrides): l8b (H200) 4.36 s = 0.74 GPU compute
+#   + 0.17 waiting on the host + 3.44 optimizer offload (host Adam over 4.19e9 elements 1.57, cast 0.45,
+#   parameters up 0.42, gradients' copies outlasting backward 1.01); l8b-kd (H200) 4.64 s (offload 3.27);
+#   l8b (H100) 5.04 s (0.11 compute, 0.81 host wait, offload 4.12 over 5.22e9 host elements).
 #   The offload's rates are assumptions until offload-rates.json (tests/gpu/offload_rates.py, run here
 #   first: DeepSpeedCPUAdam and the cast at 1 and 16 threads, a host triad, pinned and pageable copies)
 #   measures them; each rank now runs its share of the node's cores (16 threads), not 1. Each 8B run:
