@@ -63,8 +63,10 @@ def offload_time(cfg: BenchConfig, backward_s: float, params: ModelParams = PARA
     """What the optimizer's offload to the host adds to cfg's step on a GPU; None where nothing is
     offloaded (or on the cpu platform, whose device is the host: a measured efficiency holds it there).
     `backward_s`: the GPU's backward computation per optimizer step (all micro-steps)."""
+    if cfg.platform.device != Device.cuda or cfg.zero.stage != 3 or not cfg.deepspeed_config:
+        return None
     o = read_offload(cfg.deepspeed_config)
-    if cfg.platform.device != Device.cuda or cfg.zero.stage != 3 or o.optimizer != "cpu":
+    if o.optimizer != "cpu":
         return None
     sp = offload_split(cfg, o)
     ga, a, psi, host = cfg.workload.grad_acc_steps, accum_bytes(cfg), sp.elements, sp.host_elements
