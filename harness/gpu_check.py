@@ -138,9 +138,13 @@ def _offload_times(p: PlannedRun, rec: ResultRecord) -> dict[str, Optional[float
     last micro-step's `step` phase) beside the performance model's (harness/model/offload_time.py)."""
     phases = [step[-1].get("phase_s", {}).get("step") for step in rec.microsteps if step]
     phases = sorted(x for x in phases if x is not None)
-    pred = predict(p.cfg, calibrate([], p.cfg, []))
+    try:
+        pred = predict(p.cfg, calibrate([], p.cfg, []))
+    except (HarnessError, ValueError, KeyError):   # the report keeps the measurement; the model's column says '-'
+        pred = None
     return {"step_time_s": _value(rec, "step_time_s"), "optimizer_step_s": phases[len(phases) // 2] if phases else None,
-            "predicted_step_time_s": pred.step_time_s, "predicted_offload_step_s": (pred.offload or {}).get("step_s")}
+            "predicted_step_time_s": pred.step_time_s if pred else None,
+            "predicted_offload_step_s": ((pred.offload or {}).get("step_s") if pred else None)}
 
 
 def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platform: str, device: str,

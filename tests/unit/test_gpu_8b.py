@@ -142,3 +142,21 @@ def test_gpu_check_reports_the_host_figure_of_runs_that_offload(tmp_path):
     assert "| l8b | 3 | 8 x 2 | ok | 3.1 | 7.0 | 101.00 | 107.54 | +6.5 | - |" in text
     # the step and its optimizer phase beside the performance model's (harness/model/offload_time.py)
     assert "| l8b | optimizer cpu (ratio 0.5), param none | 86.8 | 110.7 | 5.160 (4.355) | 3.300 (2.431) |" in text
+
+
+def test_gpu_check_keeps_an_offloaded_runs_measurement_when_the_model_cannot_predict_it(tmp_path, monkeypatch):
+    import harness.gpu_check as gc
+    from harness.errors import HarnessError
+    from unit_helpers import typed
+
+    def refuse(*_a, **_k):
+        raise HarnessError("efficiency nan is not a positive number")
+    monkeypatch.setattr(gc, "predict", refuse)
+    planned = planned_8b("h200", tmp_path)
+    rid = next(p.run.record_ids()[0] for p in planned if p.run.name == "l8b")
+    rec = {"run_id": rid, "status": "ok", "reason": None, "benchmark": "llama-8b",
+           "metrics": {"samples_per_s": {"value": 3.1}, "step_time_s": {"value": 5.16}, "peak_mem_gib": {"value": 101.0}},
+           "microsteps": [[{"phase_s": {"step": 3.3}}]]}
+    s = summarise(dict(zip([rid], typed([rec]))), planned, "h200", "1 x NVIDIA H200", None)
+    s.host_available_gib = 123.0
+    assert "| 5.160 (-) | 3.300 (-) |" in markdown(s)
