@@ -93,10 +93,12 @@ COMPARED = ("driver", "cuda", "nccl", "torch", "deepspeed", "transformers", "tri
 training stack and the suite commit, which it compares by their own rules)."""
 STACK_COMPARED = ("mode", "backend", "path", "attention_used", "liger", "fp8", "host_threads")
 """What a comparison names of environment.stack (`stack.attention_used: flash -> cudnn`) when both records
-hold one: what really ran of the training stack, and the rank's host threads (named only where both
-records hold the field: records before it ran a GPU rank on one thread, unsaid). What was asked (compile, kernels, attention,
+hold one: what really ran of the training stack, and the rank's host threads. What was asked (compile, kernels, attention,
 fp8_recipe) is in the configuration's key, so two runs compared asked the same; the compile watch's
 counts are metrics (compile_s, graph_breaks, recompiles)."""
+STACK_WHEN_BOTH = ("host_threads",)
+"""Of STACK_COMPARED, the fields named only where both records hold them: records from before the field
+say nothing of it (a GPU rank then ran one thread, which no record states)."""
 REQUIRED = ("python", "torch", "deepspeed", "transformers", "suite_commit")
 REQUIRED_CUDA = ("cuda", "nccl", "driver", "gpu_model")
 """What a submitted record's fingerprint must name (REQUIRED_CUDA too on a cuda platform)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,13 +137,12 @@ def _value(rec: ResultRecord, metric: str) -> Optional[float]:
 def _offload_times(p: PlannedRun, rec: ResultRecord) -> dict[str, Optional[float]]:
     """An offloaded run's step time and optimizer-step phase (the median over its profiled steps of the
     last micro-step's `step` phase) beside the performance model's (harness/model/offload_time.py)."""
-    phases = [step[-1].get("phase_s", {}).get("step") for step in rec.microsteps if step]
-    phases = sorted(x for x in phases if x is not None)
+    phases = [x for x in (step[-1].get("phase_s", {}).get("step") for step in rec.microsteps if step) if x is not None]
     try:
         pred = predict(p.cfg, calibrate([], p.cfg, []))
     except (HarnessError, ValueError, KeyError):   # the report keeps the measurement; the model's column says '-'
         pred = None
-    return {"step_time_s": _value(rec, "step_time_s"), "optimizer_step_s": phases[len(phases) // 2] if phases else None,
+    return {"step_time_s": _value(rec, "step_time_s"), "optimizer_step_s": statistics.median(phases) if phases else None,
             "predicted_step_time_s": pred.step_time_s if pred else None,
             "predicted_offload_step_s": ((pred.offload or {}).get("step_s") if pred else None)}
 

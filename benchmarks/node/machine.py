@@ -47,13 +47,19 @@ def mem_total_gib(meminfo: Optional[str] = None) -> Optional[float]:
     return round(int(m.group(1)) / 2**20, 2) if m else None
 
 
+def usable_cpus() -> Optional[int]:
+    """The CPUs this process may run on (its affinity mask: a Slurm task's, a container's), None where
+    the platform has no affinity call."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
 def cpu() -> dict[str, Any]:
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
     return {"model": cpu_model(), "logical_cpus": os.cpu_count(),
-            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "usable_cpus": usable_cpus(),
             "mem_total_gib": mem_total_gib(), "load_avg_1_5_15": load}
 
 

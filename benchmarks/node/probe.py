@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from benchmarks.node.gpu_state import query
-from benchmarks.node.machine import busy_cpu_s, own_cpu_s, steal_cpu_s
+from benchmarks.node.machine import busy_cpu_s, own_cpu_s, steal_cpu_s, usable_cpus
 from benchmarks.node.network import read_stripped
 
 PROBE_SCHEMA = "1"
@@ -241,7 +241,7 @@ def measure(device: str) -> dict[str, Any]:
         finally:
             torch.set_num_threads(threads)
         out["matmul_threads"] = 1
-    out["usable_cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    out["usable_cpus"] = usable_cpus() or os.cpu_count()
     if device == "cpu":   # one core's bandwidth: a neighbour on another core leaves it be (all cores: it does not)
         torch.set_num_threads(1)
     try:

@@ -25,7 +25,7 @@ from benchmarks.training.checkpoint_policy import selective_context
 from benchmarks.node.environment import announce, first_on_node
 from benchmarks.failure import run_rank
 from benchmarks.training.instrument import CommTracer, MicrostepClock
-from benchmarks.node.machine import LoadWindow
+from benchmarks.node.machine import LoadWindow, usable_cpus
 from benchmarks.node.ops import preload
 from benchmarks.node.probe import pulse
 from benchmarks.reduce_scatter.install import install
@@ -160,7 +160,7 @@ def rank_threads(device: str, environ: dict[str, str] | None = None, usable: int
     if device != "cuda":
         return max(1, int(environ.get("OMP_NUM_THREADS", "1")))
     if usable is None:
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        usable = usable_cpus() or os.cpu_count() or 1
     return max(1, usable // max(1, int(environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 

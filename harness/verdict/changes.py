@@ -15,7 +15,7 @@ import functools
 import subprocess
 from typing import Any, Optional
 
-from contract.fingerprint import COMPARED, STACK_COMPARED
+from contract.fingerprint import COMPARED, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
 from ..probe import probe_diff
@@ -88,7 +88,7 @@ def stack_diff(ref: Any, cur: Any) -> dict[str, Any]:
     def said(value: Any) -> Any:
         return ", ".join(map(str, value)) if isinstance(value, list) else value
     return {f"stack.{k}": [said(ref.get(k)), said(cur.get(k))] for k in STACK_COMPARED
-            if said(ref.get(k)) != said(cur.get(k)) and (k != "host_threads" or (k in ref and k in cur))}
+            if said(ref.get(k)) != said(cur.get(k)) and (k not in STACK_WHEN_BOTH or (k in ref and k in cur))}
 
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The host's share of a ZeRO-3 step with the optimizer offloaded to the host, measured mechanism by
-mechanism on this node: what the performance model's offload terms take (harness/model/offload.py
-offload_time; their values in harness/model/params.py, `offload_*`).
+mechanism on this node: what the performance model's offload terms take (harness/model/offload_time.py;
+their values in harness/model/params.py, `offload_*` and `pcie_*`).
 
     python3 tests/gpu/offload_rates.py [--elements 2e8] [--out FILE.json]
 
@@ -11,7 +11,8 @@ offload_time; their values in harness/model/params.py, `offload_*`).
 2. the cast of the updated fp32 parameters to bf16 into a fresh tensor, as torch makes it on the host
    before a CPU -> GPU copy of another dtype (DeepSpeed's `fp16_partitioned_groups_flat[i].copy_(fp32)`),
    with one thread and with every core;
-3. a host triad (a = b + s c, fp32, every core): the host memory bandwidth Adam meets at many threads;
+3. a host triad (a = b + s c, fp32, every core, arrays of --elements): the host memory bandwidth Adam
+   meets at many threads (the node probe's triad is one core's over 32 MiB, which a large L3 holds);
 4. on a GPU: the copies of the offloaded step, GB/s: pinned GPU -> host (the gradients), pinned host -> GPU,
    pageable host -> GPU (the cast parameters: torch stages a fresh tensor through its own pinned buffer).
 Runs on cpu too (the GPU copies are skipped): there the figures are the host's alone.
@@ -81,10 +82,11 @@ def copy_gbps(n: int, repeats: int) -> dict[str, float]:
 
 
 def measure(n: int, repeats: int, threads: Optional[list[int]] = None) -> dict[str, Any]:
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = threads or sorted({1, usable})
-    from benchmarks.node.machine import machine
+    from benchmarks.node.machine import machine, usable_cpus
     from benchmarks.node.probe import isa
+
+    usable = usable_cpus() or os.cpu_count() or 1
+    threads = threads or sorted({1, usable})
 
     out: dict[str, Any] = {"elements": n, "repeats": repeats, "usable_cpus": usable, "cpu": machine()["cpu"]["model"],
                            "isa": isa()["class"], "python": platform.python_version(), "torch": torch.__version__, "adam_elements_per_s": {}, "cast_elements_per_s": {},
