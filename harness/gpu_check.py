@@ -171,6 +171,7 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
                 "stack": stack_label(p.cfg.workload), "compile_s": _value(rec, "compile_s"),
                 "graph_breaks": _value(rec, "graph_breaks"), "recompiles": _value(rec, "recompiles"),
                 "attention_used": ((rec.environment.get("stack") or {}).get("attention_used")),
+                "graph_break_reasons": ((rec.environment.get("stack") or {}).get("compile_watch") or {}).get("graph_break_reasons"),
                 "mfu_with_teacher_pct": _value(rec, "mfu_with_teacher_pct"), "teacher_mem_gib": _value(rec, "teacher_mem_gib"),
                 "predicted_teacher_gib": est.teacher_gib if p.cfg.workload.distill is not None else None,
                 "offload": (f"optimizer {offload.optimizer} (ratio {offload.ratio:g}), param {offload.param}"
@@ -242,6 +243,10 @@ def markdown(s: Summary) -> str:
         lines += ["", "| run | stack | compile s | graph breaks | recompiles | SDPA backend that ran |", "|---|---|---|---|---|---|"]
         lines += [f"| {t['run']} | {t['stack']} | {_f(t['compile_s'])} | {_f(t['graph_breaks'], '.0f')} | "
                   f"{_f(t['recompiles'], '.0f')} | {', '.join(t['attention_used'] or ['-'])} |" for t in stacked]
+        breaks = [f"- {t['run']}: graph break x{b['count']}: {b['reason'][:160]}"
+                  + (f" (at {b['where'][0]})" if b.get("where") else "")
+                  for t in stacked for b in (t.get("graph_break_reasons") or [])[:5]]
+        lines += ["", *breaks] if breaks else []
     if s.distillation:
         lines += ["", "| distilled | twin | samples/s (twin) | MFU % | MFU+teacher % | twin MFU % | teacher GiB "
                       "| model GiB | added peak GiB (model) |", "|---|---|---|---|---|---|---|---|---|"]

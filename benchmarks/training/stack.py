@@ -11,13 +11,17 @@ inside `attention_context` (torch.nn.attention.sdpa_kernel with the asked backen
 reads which SDPA kernel the dispatcher really ran, once, on a warm-up micro-step.
 
 `CompileWatch` reads TorchDynamo's own counters and compilation metrics around each step: frames
-compiled, recompilations with Dynamo's reason, graph breaks by reason, and Dynamo/Inductor's seconds;
+compiled, recompilations with Dynamo's reason, graph breaks by reason and where each happened (`BreakSites`,
+from Dynamo's graph-break log), and Dynamo/Inductor's seconds;
 a warm-up step that compiled anything is followed by another (at most compile_warmup_max more), so
 the measured steps hold no compile time.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
+from pathlib import Path
 from typing import Any, Iterator
 
 from contract.spec import TrainSpec
@@ -117,11 +121,13 @@ class CompileWatch:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.frames_seen = 0
+        self.break_sites = BreakSites()
         if enabled:
             from torch._dynamo.utils import clear_compilation_metrics, counters
 
             counters.clear()
             clear_compilation_metrics()
+            self.break_sites.listen()
 
     def frames(self) -> int:
         """Frames compiled so far (each compile or recompile of a code object: one)."""
@@ -145,14 +151,16 @@ class CompileWatch:
         metrics = get_compilation_metrics()
         recompiles = [{"frame": m.co_name, "reason": (m.recompile_reason or "")[:300]}
                       for m in metrics if m.recompile_reason]
-        breaks = sorted(((_break_name(reason), n) for reason, n in counters["graph_break"].items()),
-                        key=lambda x: -x[1])
+        by_name: dict[str, int] = {}
+        for reason, n in counters["graph_break"].items():
+            by_name[_break_name(reason)] = by_name.get(_break_name(reason), 0) + n
+        breaks = sorted(by_name.items(), key=lambda x: -x[1])
         seconds = {k: round(sum(getattr(m, k) or 0.0 for m in metrics), 3)
                    for k in ("entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s")}
         backward_s = sum((m.backward_cumulative_compile_time_us or 0) for m in metrics) / 1e6
         return {"frames_compiled": len(metrics), "recompiles": len(recompiles),
                 "recompile_reasons": recompiles[:20], "graph_breaks": sum(n for _, n in breaks),
-                "graph_break_reasons": [{"reason": r, "count": n} for r, n in breaks[:30]],
+                "graph_break_reasons": [{"reason": r, "count": n, "where": self.break_sites.of(r)} for r, n in breaks[:30]],
                 "dynamo_seconds": {**seconds, "backward_compile_time_s": round(backward_s, 3)},
                 "failures": [m.fail_reason[:300] for m in metrics if m.fail_reason][:5]}
 
@@ -162,4 +170,85 @@ def _break_name(reason: str) -> str:
     lines = [ln.strip() for ln in str(reason).splitlines() if ln.strip()]
     head = lines[0] if lines else "unknown"
     explanation = next((ln for ln in lines[1:] if ln.startswith("Explanation:")), "")
-    return (head + (" -- " + explanation[len("Explanation:"):].strip() if explanation else ""))[:300]
+    name = head + (" -- " + explanation[len("Explanation:"):].strip() if explanation else "")
+    return _ADDRESS.sub("", name)[:300]
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+"""An object's address in a reason (`<function f at 0x7f8c...>`): one break per hook, not per address."""
+
+
+BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+"""Dynamo's graph-break artifact logger (torch._logging.getArtifactLogger(symbolic_convert, "graph_breaks"),
+what TORCH_LOGS=graph_breaks prints): one message a break, 'Graph break ... in user code at FILE:LINE',
+its reason, then the user code's traceback (innermost last)."""
+SITE_FRAMES, SITES_PER_BREAK = 3, 3
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_AT = re.compile(r"in user code at (.+):(\d+)")
+
+
+class BreakSites:
+    """Where in the code each graph break happened, read from Dynamo's own graph-break log (its counters
+    key a break by reason alone, and a reason such as 'the function `synchronize` in torch/cuda/__init__.py
+    should not be traced' does not say who called it). Listening prints nothing unless the user asked
+    for the log (TORCH_LOGS): the logger is then left as torch set it, and only read."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def listen(self) -> None:
+        log = logging.getLogger(BREAK_LOGGER)
+        if not log.isEnabledFor(logging.DEBUG):
+            log.setLevel(logging.DEBUG)
+            log.propagate = False
+        for old in [h for h in log.handlers if isinstance(h, _Collect)]:
+            log.removeHandler(old)        # an earlier watch's, in this process
+        log.addHandler(_Collect(self.messages))
+
+    def of(self, reason: str) -> list[str]:
+        """The sites of one break (the messages holding its name's parts, as _break_name keeps them),
+        innermost first ('deepspeed/utils/timer.py:238 in start <- deepspeed/runtime/engine.py:2946 in
+        _forward_prologue'), at most SITES_PER_BREAK; a repeat Dynamo logs without its traceback ('at
+        FILE:LINE') only when no message of the break had one; [] when the log named none."""
+        parts = [part.strip() for part in reason.split(" -- ") if part.strip()]
+        mine = [m for m in self.messages if parts and all(part in _ADDRESS.sub("", m) for part in parts)]
+        traced = [m for m in mine if "User code traceback:" in m]
+        sites: list[str] = []
+        for site in map(break_site, traced or mine):
+            if site and site not in sites:
+                sites.append(site)
+        return sites[:SITES_PER_BREAK]
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]):
+        super().__init__(logging.DEBUG)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+def break_site(message: str) -> str:
+    """One graph-break log message's site: the last SITE_FRAMES frames of its user traceback outside torch
+    (module.py's hook calls, functorch's wrappers: the code that made the call is above them), innermost
+    first, each as a short path (from site-packages/ on), line and function; all frames when every one is
+    torch's; else the 'at FILE:LINE' it names."""
+    frames = _FRAME.findall(message.split("User code traceback:", 1)[1]) if "User code traceback:" in message else []
+    own = [f for f in frames if not short_path(f[0]).startswith("torch/")] or frames
+    if own:
+        return " <- ".join(f"{short_path(f)}:{line} in {fn}" for f, line, fn in reversed(own[-SITE_FRAMES:]))
+    at = _AT.search(message)
+    return f"{short_path(at.group(1))}:{at.group(2)}" if at else ""
+
+
+def short_path(path: str) -> str:
+    """A source file as a reader finds it: from site-packages/ (or dist-packages/) on, the suite's own
+    from its top, else as given."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path[len(SUITE_TOP):] if path.startswith(SUITE_TOP) else path
+
+
+SUITE_TOP = str(Path(__file__).resolve().parents[2]) + "/"

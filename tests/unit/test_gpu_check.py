@@ -161,3 +161,20 @@ def test_the_cpu_suite_ci_runs_is_the_gpu_check_suite_at_cpu_size():
         assert g.kind == c.kind
         assert [o for o in g.overrides if o.startswith(("zero=", "collective=", "workload.compile"))] == \
                [o for o in c.overrides if o.startswith(("zero=", "collective=", "workload.compile"))]
+
+
+def test_each_graph_break_of_a_compiled_run_is_listed_with_where_it_happened(tmp_path):
+    _, planned = plan_suite(["suite=gpu-check", *platform_overrides(Detected(True, 1, "NVIDIA H100 80GB HBM3"), []),
+                             f"out={tmp_path}"])
+    ids = {p.run.name: p.run.record_ids()[0] for p in planned}
+    site = ("deepspeed/accelerator/cuda_accelerator.py:89 in synchronize <- deepspeed/utils/timer.py:238 in start <- "
+            "deepspeed/runtime/engine.py:2946 in _forward_prologue")
+    watch = {"graph_breaks": 1, "graph_break_reasons": [
+        {"reason": "Attempted to call function marked as skipped -- the function `synchronize`", "count": 1, "where": [site]}]}
+    compiled = {**_training(ids["z1-compile"], samples=1229.2, graph_breaks=1, recompiles=0),
+                "environment": {"stack": {"compile": "torch", "compile_watch": watch, "attention_used": ["cudnn"]}}}
+    records = dict(zip([ids["z1-compile"]], typed([compiled])))
+    text = markdown(summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", None))
+    assert "| z1-compile | torch | - | 1 | 0 | cudnn |" in text
+    assert (f"- z1-compile: graph break x1: Attempted to call function marked as skipped -- the function `synchronize` "
+            f"(at {site})") in text

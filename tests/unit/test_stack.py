@@ -132,6 +132,60 @@ def test_a_graph_break_is_named_by_dynamos_first_line_and_explanation():
     assert _break_name(reason) == "Failed to trace builtin operator -- Dynamo does not know how to trace `print`"
 
 
+def _timer_start(untraced):              # stands in for DeepSpeed's ThroughputTimer.start
+    return untraced()
+
+
+def test_each_graph_break_names_where_it_happened_in_code_outside_torch():
+    """A real compile (Dynamo, eager backend): a forward pre-hook calls, through a helper, a function Dynamo
+    will not trace, as DeepSpeed's engine hook calls torch.cuda.synchronize on a GPU. The record names the
+    break (no object address in it) at this file's lines, innermost first, module.py's hook calls left out."""
+    import torch
+    from benchmarks.training.stack import CompileWatch
+
+    watch = CompileWatch(True)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    untraced = torch.compiler.disable(lambda: None)
+    model.register_forward_pre_hook(lambda module, args: _timer_start(untraced))
+    model.compile(backend="eager")
+    model(torch.randn(2, 4)).sum().backward()
+    breaks = watch.summary()["graph_break_reasons"]
+    assert [b["count"] for b in breaks] == [1] and " at 0x" not in breaks[0]["reason"]
+    where = breaks[0]["where"][0].split(" <- ")
+    assert where[0].startswith("tests/unit/test_stack.py:") and where[0].endswith(" in _timer_start")
+    assert where[1].endswith(" in <lambda>") and not any(w.startswith("torch/") for w in where)
+
+
+def test_one_break_at_two_addresses_is_one_reason_counted_twice():
+    """ZeRO-3's per-module hooks are closures: Dynamo's reason holds each one's address."""
+    from torch._dynamo.utils import counters
+    from benchmarks.training.stack import CompileWatch
+
+    watch = CompileWatch(True)
+    for address in ("0x7f8c89712c00", "0x7f8c8988b740"):
+        counters["graph_break"][f"Skip calling `torch.compiler.disable()`d function\n  Explanation: Skip calling "
+                                f"function `<function _pre_forward_module_hook at {address}>`"] += 1
+    breaks = watch.summary()["graph_break_reasons"]
+    assert breaks == [{"reason": "Skip calling `torch.compiler.disable()`d function -- Skip calling function "
+                                 "`<function _pre_forward_module_hook>`", "count": 2, "where": []}]
+    counters.clear()
+
+
+def test_a_graph_break_site_reads_a_gpu_nodes_log_message():
+    from benchmarks.training.stack import break_site
+    sp = "/opt/torch/.venv/lib/python3.12/site-packages/"
+    message = (f"Graph break in user code at {sp}deepspeed/accelerator/cuda_accelerator.py:89\n"
+               "Graph Break Reason: Attempted to call function marked as skipped\n\nUser code traceback:\n"
+               + "".join(f'  File "{sp}{f}", line {n}, in {fn}\n    code\n' for f, n, fn in [
+                   ("torch/nn/modules/module.py", 1821, "inner"), ("deepspeed/runtime/engine.py", 2920, "_module_forward_pre_hook"),
+                   ("deepspeed/runtime/engine.py", 2946, "_forward_prologue"), ("deepspeed/utils/timer.py", 238, "start"),
+                   ("deepspeed/accelerator/cuda_accelerator.py", 89, "synchronize")]))
+    assert break_site(message) == ("deepspeed/accelerator/cuda_accelerator.py:89 in synchronize <- "
+                                   "deepspeed/utils/timer.py:238 in start <- deepspeed/runtime/engine.py:2946 in _forward_prologue")
+    assert break_site(f"Graph break (user stack suppressed due to duplicate graph break) in user code at "
+                      f"{sp}deepspeed/utils/timer.py:238\nGraph Break Reason: x") == "deepspeed/utils/timer.py:238"
+
+
 def test_fp8_leaves_the_output_head_and_unaligned_linears_in_bf16():
     from types import SimpleNamespace as NS
     from benchmarks.training.stack import fp8_filter
