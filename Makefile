@@ -233,6 +233,7 @@ perf: venv
 	$(PY) tests/perf/zero3_fetch_cost.py; \
 	$(PY) tests/perf/compile_cost.py; \
 	$(PY) tests/perf/gpu_noise.py; \
+	$(PY) tests/perf/host_floor.py; \
 	if [ $$bench -ne 0 ]; then echo "make perf: the benchmarks failed (exit $$bench): see MISS, REGRESSION or FAILED above" >&2; fi; \
 	exit $$bench
 

@@ -200,7 +200,8 @@ class ModelParams:
                       "measured", f"{stack}/gpu-stack 00-z1 and 01-z1-compile (H100: 25.95 -> 17.25 GiB)"),
                 Param("compile_host_floor", 1.0, "x the eager host floor", "to measure",
                       "no record shows a compiled host floor (the compiled mb-128 micro-step is GPU-bound): the eager "
-                      "floor is kept; measure compiled runs at mb 8 with 6, 12, 24 layers")]
+                      "floor is kept; suite gpu-compile-host (tests/gpu/compile_host_node.sh) measures it, "
+                      "tests/perf/host_floor.py fits it")]
         rates = "tests/gpu/offload_rates.py"
         out += [Param("offload_adam_elements_per_s", self.offload_adam_elements_per_s, "elements/s per host thread",
                       "assumed", "measured on a 2-core AVX-512 Xeon VM (reference_results/sources/offload-rates); "

@@ -57,6 +57,7 @@ case "$*" in
   *platform_overrides*"split("*) echo "$GPU_PLATFORM" ;;
   *platform_overrides*) echo "platform=$GPU_PLATFORM" ;;
   *"import torchao.float8"*) exit "${TORCHAO_FAILS:-0}" ;;
+  *"ops build dc "*) exit "${DC_FAILS:-0}" ;;
 esac
 exit 0
 """,
@@ -157,3 +158,22 @@ def test_the_offline_script_runs_gpu_check_then_the_zero3_host_cost_then_the_bre
         "-m harness gpu-check", "-m harness bench platform=h100 suite=gpu-zero3-host",
         "tests/gpu/compute_breakdown.py --out /tmp/gpu-zero3-host/compute_breakdown_mb128.json"]
     assert all(bound > 0 for bound, _ in steps) and "gpu-zero3-host exit 0" in session
+
+
+@pytest.mark.parametrize("dc_fails", [False, True])
+def test_the_compile_host_script_runs_deepcompile_and_the_layer_shapes_and_without_deepcompile_if_its_op_fails(
+        tmp_path, dc_fails):
+    calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "compile_host_node.sh", tmp_path, "h100",
+                             DC_FAILS="1" if dc_fails else "0")
+    (bound, step), = harness_steps(calls)
+    assert step.startswith("-m harness bench platform=h100 suite=gpu-compile-host") and 400 < bound < 540
+    assert "python3 -m benchmarks.node.ops build dc --accelerator cuda" in calls
+    assert ("only=[" in step) == dc_fails and ("without its DeepCompile runs" in session) == dc_fails
+    only = re.search(r"(only=\[[^\]]*\])", step)
+    _, planned = plan_suite(["platform=h100", "suite=gpu-compile-host", *([only.group(1)] if only else [])])
+    names = [p.run.name for p in planned]
+    assert any("deepcompile" in n or n.startswith("dc-") for n in names) != dc_fails and len(names) == (8 if dc_fails else 11)
+    # each stack and stage class at two layer counts: a line for tests/perf/host_floor.py
+    for stack in ("c-z3", "c-z1", "e-z3", "e-z1", *([] if dc_fails else ["dc-z3"])):
+        assert {p.cfg.workload.num_layers for p in planned if p.run.name.startswith(stack + "-")} == {6, 24}
+    assert {p.cfg.workload.compile.value for p in planned} == ({"torch", "none"} if dc_fails else {"deepcompile", "torch", "none"})
