@@ -201,7 +201,7 @@ def write_local_script(p: PlannedRun, launcher: LocalLauncher) -> Path:
 
 
 def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> list[ResultRecord]:
-    preflight_check(planned)  # stale lock files of torch's JIT; the DeepSpeed ops the runs need
+    unbuilt = preflight_check(planned)  # stale lock files of torch's JIT; the DeepSpeed ops the runs need
     records = []
     n = 0
     for group in array_groups(planned, multirun):
@@ -214,6 +214,9 @@ def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> lis
             prepare_run_dir(run)
             progress[run.run_id] = Progress(run.run_dir / ev.EVENTS_FILE, run.run_id, total_steps(run))
         first = group[0]
+        if first.run.run_id in unbuilt:    # local runs only: their group is the run
+            records.extend(record_run(first, LaunchResult({}, False, 0.0, cause=unbuilt[first.run.run_id]), out))
+            continue
         if first.cfg.platform.launcher == LauncherKind.slurm:
             launcher = slurm_launcher(first, out, progress)
             if len(group) > 1:

@@ -204,8 +204,8 @@ def status_of(run: RunSpec, launch: LaunchResult, events: list[dict], failures: 
     ooms = [f for f in failures if f["status"] == "oom"]
     if ooms:
         status, cause = "oom", ooms[0]["reason"]
-    elif launch.cause:
-        status, cause = launch.cause_status, f"{launch.cause} after {steps} optimizer steps"
+    elif launch.cause:   # no exit codes: no rank was started (an op it needs did not build)
+        status, cause = launch.cause_status, launch.cause + (f" after {steps} optimizer steps" if launch.exit_codes else "")
     elif signalled:
         rank, code = min(signalled.items())
         status, cause = "error", f"rank {rank} killed by {_signal_name(code)} after {steps} optimizer steps"

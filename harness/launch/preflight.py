@@ -21,7 +21,9 @@ under the build folder's flock(2), which the kernel drops when a holder dies, so
 never blocks the next; a killed build's torch lock file is named and removed), never in a rank.
 Only for runs launched on this host: the cpu ops are compiled for the building CPU (-march=native),
 so for Slurm runs it is a refusal before launch naming the run, the setting that needs the op and
-the command to run on a compute node. A build that fails is a refusal with its output's end.
+the command to run on a compute node. A build that fails is, for bench, an error record of each run
+that needs the op, with the build's output's end, and the other runs go on (gpu-check's eager runs
+are not lost to DeepCompile's op); called alone, check_ops refuses.
 
 And the host memory of the runs launched on this host with CUDA ranks: what the memory model puts
 there (harness/model/offload.py: each rank's runtime and what ZeRO-3 offloads) against 0.9 x this
@@ -188,11 +190,14 @@ class Need(NamedTuple):
     local: bool
 
 
-def check_ops(planned: Sequence[Planned]) -> list[str]:
+def check_ops(planned: Sequence[Planned], failed: Optional[dict[str, str]] = None) -> list[str]:
     """Notes for optional ops that are not built; a required op that is not is built here for runs
-    launched on this host, and a ConfigError for a Slurm run (module docstring)."""
+    launched on this host, and a ConfigError for a Slurm run (module docstring). A build here that fails
+    is a ConfigError too, or, given `failed`, each run that needs the op is put in it (run id -> why, the
+    build's output's end), so that bench records those runs as errors and launches the others."""
     notes: list[str] = []
     missing: dict[tuple[str, str], Need] = {}
+    needing: dict[tuple[str, str], list[str]] = {}
     for p in planned:
         spec = p.run.spec
         if p.cfg.platform.container.runtime != ContainerRuntime.none or not isinstance(spec, TrainSpec):
@@ -204,6 +209,8 @@ def check_ops(planned: Sequence[Planned]) -> list[str]:
                 continue
             if not op.optional:
                 need = Need(p.run.run_id, op, st.problem, p.cfg.platform.launcher == LauncherKind.local)
+                if need.local:
+                    needing.setdefault((op.name, accelerator), []).append(p.run.run_id)
                 found = missing.setdefault((op.name, accelerator), need)
                 if found.local and not need.local:     # one run elsewhere needing it: it is built there
                     missing[(op.name, accelerator)] = need
@@ -215,7 +222,13 @@ def check_ops(planned: Sequence[Planned]) -> list[str]:
     here = {key: v for key, v in missing.items() if v.local}
     for accelerator in sorted({acc for _, acc in here}):
         names = [n for n, acc in here if acc == accelerator]
-        _build_here(names, accelerator, {n: here[(n, accelerator)] for n in names})
+        problem = _build_here(names, accelerator, {n: here[(n, accelerator)] for n in names})
+        if problem is not None and failed is None:
+            raise ConfigError(problem.full.replace("):\n", "), so nothing was launched:\n", 1))
+        if problem is not None:
+            print(f"{problem.full}\nthe runs that need them are recorded as errors; the others go on", flush=True)
+            for name in names:
+                failed.update({run_id: problem.short for run_id in needing[(name, accelerator)]})
     elsewhere = {key: v for key, v in missing.items() if not v.local}
     if elsewhere:
         lines = [f"run {run_id} needs DeepSpeed op {op.name} ({op.loaded_by}), which is {problem}"
@@ -228,8 +241,20 @@ def check_ops(planned: Sequence[Planned]) -> list[str]:
     return notes
 
 
-def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> None:
-    """Build `names` in a process of its own, its output shown; ConfigError when one is still not
+class BuildFailure(NamedTuple):
+    """A build here that left an op unusable: `full` (the build's exit, the ops still not usable, its
+    output's end, the command), printed or refused with; `short`, a run's record's reason (its output's
+    telling lines, the command)."""
+    full: str
+    short: str
+
+
+TELLING = ("error", "Error", "not found", "FAILED", "No such file")
+"""Words of the lines of a build's output a record's reason keeps."""
+
+
+def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> Optional[BuildFailure]:
+    """Build `names` in a process of its own, its output shown; what went wrong when one is still not
     usable afterwards."""
     for name in names:
         run_id, op, problem, _ = why[name]
@@ -241,11 +266,17 @@ def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> Non
     print(result.stdout.rstrip(), flush=True)
     still = [f"{n}: {st.problem}" for n in names for st in [state(BY_NAME[n], accelerator)] if st.problem]
     if result.returncode != 0 or still:
-        tail = "\n".join(result.stdout.strip().splitlines()[-15:])
-        raise ConfigError(f"building DeepSpeed op(s) {', '.join(names)} failed (exit {result.returncode}"
-                          + (f"; {'; '.join(still)}" if still else "") + f"), so nothing was launched:\n{tail}\n"
-                          f"build them by hand to see why: {build_command(names, accelerator)}")
+        lines = result.stdout.strip().splitlines()
+        telling = list(dict.fromkeys(ln.strip()[:200] for ln in lines if any(w in ln for w in TELLING)))[-3:] \
+            or [ln[:200] for ln in lines[-1:]]
+        return BuildFailure(
+            f"building DeepSpeed op(s) {', '.join(names)} failed (exit {result.returncode}"
+            + (f"; {'; '.join(still)}" if still else "") + "):\n" + "\n".join(lines[-15:]) + "\n"
+            f"build them by hand to see why: {build_command(names, accelerator)}",
+            f"DeepSpeed op(s) {', '.join(names)} did not build before launch (exit {result.returncode}): "
+            + " | ".join(telling) + f"; build them by hand to see why: {build_command(names, accelerator)}")
     print(f"DeepSpeed op(s) {', '.join(names)} ready ({time.monotonic() - started:.0f} s)", flush=True)
+    return None
 
 
 def check_host_memory(planned: Sequence[Planned], meminfo: Optional[dict[str, float]] = None) -> None:
@@ -282,10 +313,13 @@ def check_host_memory(planned: Sequence[Planned], meminfo: Optional[dict[str, fl
                           "states are pinned): " + "; ".join(problems))
 
 
-def check(planned: Sequence[Planned]) -> None:
-    """Everything above, printed, before the planned runs are launched."""
+def check(planned: Sequence[Planned]) -> dict[str, str]:
+    """Everything above, printed, before the planned runs are launched; the runs that cannot launch
+    (run id -> why: an op they need did not build here), to be recorded as errors."""
     check_packages([p.cfg for p in planned if isinstance(p.run.spec, TrainSpec)])
     check_host_memory(planned)
     dirs = sorted({Path(p.run.env["TORCH_EXTENSIONS_DIR"]) for p in planned if "TORCH_EXTENSIONS_DIR" in p.run.env})
-    for message in check_ops(planned) + [m for d in dirs for m in clear_stale_locks(d)]:
+    failed: dict[str, str] = {}
+    for message in check_ops(planned, failed) + [m for d in dirs for m in clear_stale_locks(d)]:
         print(message, flush=True)
+    return failed

@@ -164,3 +164,28 @@ def test_a_lock_file_left_in_the_extension_folder_is_never_waited_on(tmp_path):
             library.unlink(missing_ok=True)
         if made_folder and not any(folder.iterdir()):
             folder.rmdir()
+
+
+def test_an_op_that_does_not_build_records_the_runs_needing_it_as_errors_and_the_others_run(tmp_path):
+    """A run that needs fused_adam (workload.optimizer=deepspeed) beside one that needs no op, with no
+    working C++ compiler: the build fails before anything launches, the first run is an error record
+    with the build's own output, the second runs and is ok (as gpu-check's eager runs are not lost to
+    DeepCompile's op on a node where it does not build); bench exits 3, as for any run in error."""
+    ops = tmp_path / "ops" / "cpu"
+    ops.mkdir(parents=True)
+    for suffix in (".so", ".json"):       # the venv's shared-memory op; fused_adam is not built here
+        shutil.copy(ops_dir("cpu") / f"{SHM}{suffix}", ops / f"{SHM}{suffix}")
+    out = tmp_path / "out"
+    proc = subprocess.run(harness_cmd(out, "-m", *QUICK, "workload.optimizer=deepspeed,torch"), cwd=REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", OPS_DIR_VAR: str(tmp_path / "ops"),
+                               "CXX": "/nonexistent/g++"})
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "the runs that need them are recorded as errors" in proc.stdout
+    records = {r["config"]["workload"]["optimizer"]: r for r in
+               (json.loads(p.read_text()) for p in out.glob("*.json") if p.name != "suite.json")}
+    assert records["torch"]["status"] == "ok"
+    failed = records["deepspeed"]
+    assert failed["status"] == "error" and failed["reason"].startswith("DeepSpeed op(s) fused_adam did not build before launch")
+    assert "/nonexistent/g++" in failed["reason"] and "after 0 optimizer steps" not in failed["reason"]
+    assert build_command(["fused_adam"], "cpu") in failed["reason"]

@@ -318,6 +318,27 @@ def test_a_build_that_fails_launches_nothing_and_says_why(tiny_cfg, tmp_path, mo
     assert message.endswith(f"{sys.executable} -m benchmarks.node.ops build fused_adam")
 
 
+def test_for_bench_a_build_that_fails_marks_each_run_needing_the_op_and_no_other(tiny_cfg, tmp_path, monkeypatch, capsys):
+    """bench records those runs as errors with the build's output and launches the rest (gpu-check's
+    eager runs are not lost to DeepCompile's op)."""
+    import copy
+    import harness.launch.preflight as preflight
+
+    monkeypatch.setenv(ops.OPS_DIR_VAR, str(tmp_path / "ops"))
+    monkeypatch.setattr(preflight, "_noted", {"deepspeed_shm_comm"})
+    monkeypatch.setattr(preflight.subprocess, "run", _fake_build(tmp_path, [], rc=1, build=False))
+    plain = planned(copy.deepcopy(tiny_cfg), tmp_path, 0)
+    tiny_cfg.workload.optimizer = OptimizerImpl.deepspeed
+    needing = [planned(tiny_cfg, tmp_path, 1), planned(tiny_cfg, tmp_path, 2)]
+    failed: dict = {}
+    assert check_ops([plain, *needing], failed) == []
+    assert sorted(failed) == sorted(r.run.run_id for r in needing)
+    why = failed[needing[0].run.run_id]
+    assert why.startswith("DeepSpeed op(s) fused_adam did not build before launch (exit 1): ") and "built in 41 s" in why
+    assert why.endswith(f"build them by hand to see why: {sys.executable} -m benchmarks.node.ops build fused_adam")
+    assert "nothing was launched" not in why and "recorded as errors; the others go on" in capsys.readouterr().out
+
+
 def test_a_missing_optional_op_is_a_note_said_once(tiny_cfg, tmp_path, monkeypatch):
     import harness.launch.preflight as preflight
 
