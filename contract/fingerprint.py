@@ -6,6 +6,7 @@ completes it (harness/record.py), an imported nccl-tests output fills what its t
 (harness/nccl_tests/importer.py); all three build it with build(). Pure: no torch, no harness."""
 from __future__ import annotations
 
+import json
 from importlib import metadata
 from typing import Any, Mapping, Optional
 
@@ -99,6 +100,28 @@ counts are metrics (compile_s, graph_breaks, recompiles)."""
 STACK_WHEN_BOTH = ("host_threads",)
 """Of STACK_COMPARED, the fields named only where both records hold them: records from before the field
 say nothing of it (a GPU rank then ran one thread, which no record states)."""
+DEEPSPEED_JSON = "deepspeed_json"
+"""environment.deepspeed_json: the DeepSpeed JSON the ranks ran (config.deepspeed: the suite's, with a user's
+deepspeed_config= merged over it) flattened to dotted keys (flat_json). A comparison names each key that
+differs (`deepspeed.memory_breakdown: None -> True`) where both records hold the field: the reference key
+holds the configuration, not a user's JSON, so a debugging flag left on (memory_breakdown made llama-tiny
+13x slower on cpu), DeepSpeed's timers or its compile section would otherwise slow a run unnamed."""
+
+
+def flat_json(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: scalar} of a JSON object; a list as its compact JSON text; an empty object as {}."""
+    if isinstance(value, Mapping):
+        if not value and prefix:
+            return {prefix: {}}
+        out: dict[str, Any] = {}
+        for k in sorted(value, key=str):
+            out.update(flat_json(value[k], f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, (list, tuple)):
+        return {prefix: json.dumps(value, separators=(",", ":"), sort_keys=True)}
+    return {prefix: value}
+
+
 REQUIRED = ("python", "torch", "deepspeed", "transformers", "suite_commit")
 REQUIRED_CUDA = ("cuda", "nccl", "driver", "gpu_model")
 """What a submitted record's fingerprint must name (REQUIRED_CUDA too on a cuda platform)."""

@@ -22,7 +22,8 @@ from typing import Any, Optional
 import jsonschema
 
 from contract import events as ev
-from contract.fingerprint import CONTROLLER_FIELDS, DIGEST_VAR, IMAGE_VAR, build, recorded_env, stack_versions
+from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR, IMAGE_VAR, build, flat_json, recorded_env,
+                                  stack_versions)
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
@@ -307,6 +308,7 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
     env = environment(run, cfg, events, ranks, launch)
     metrics, flops = (compute_metrics(cfg, steps, ranks, num_params, teacher, node_probes(env)) if status == "ok"
                       else ({}, None))
+    env[DEEPSPEED_JSON] = flat_json(run.spec.deepspeed)   # what the ranks ran, a user's JSON merged in
     stack = next((e["value"] for e in events if e["key"] == ev.STACK), None)
     if stack:
         env["stack"] = stack_of(stack)

@@ -24,7 +24,7 @@ VARYING_TOP = {"created_utc", "wall_s"}
 # fields named like timings that a configuration fixes (the platform's peak TFLOP/s)
 FIXED_TOP = {"flops"}
 # what the environment holds that is the same for one configuration on any machine
-ENV_KEPT = {"settings", "world_size", "num_nodes", "num_ranks"}
+ENV_KEPT = {"settings", "world_size", "num_nodes", "num_ranks", "deepspeed_json"}
 ENV_VARS_KEPT = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
 # optional packages (contract/fingerprint.py STACK_PACKAGES): a version in one venv, None in another
 ENV_OPTIONAL = {"triton", "liger_kernel", "torchao"}

@@ -15,7 +15,7 @@ import functools
 import subprocess
 from typing import Any, Optional
 
-from contract.fingerprint import COMPARED, STACK_COMPARED, STACK_WHEN_BOTH
+from contract.fingerprint import COMPARED, DEEPSPEED_JSON, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
 from ..probe import probe_diff
@@ -48,6 +48,7 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
                  if k not in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
     diff.update(package_diff(reference_env.get("lock_mismatches"), current_env.get("lock_mismatches")))
     diff.update(stack_diff(reference_env.get("stack"), current_env.get("stack")))
+    diff.update(deepspeed_diff(reference_env.get(DEEPSPEED_JSON), current_env.get(DEEPSPEED_JSON)))
     ref_vars, cur_vars = reference_env.get("env", {}) or {}, current_env.get("env", {}) or {}
     diff.update({f"env.{k}": [ref_vars.get(k), cur_vars.get(k)] for k in sorted(set(ref_vars) | set(cur_vars))
                  if ref_vars.get(k) != cur_vars.get(k)})
@@ -89,6 +90,14 @@ def stack_diff(ref: Any, cur: Any) -> dict[str, Any]:
         return ", ".join(map(str, value)) if isinstance(value, list) else value
     return {f"stack.{k}": [said(ref.get(k)), said(cur.get(k))] for k in STACK_COMPARED
             if said(ref.get(k)) != said(cur.get(k)) and (k not in STACK_WHEN_BOTH or (k in ref and k in cur))}
+
+
+def deepspeed_diff(ref: Any, cur: Any) -> dict[str, Any]:
+    """`deepspeed.KEY: [reference's, now]` for each dotted key of the DeepSpeed JSON that differs, None where
+    one side lacks it; nothing when either record has no environment.deepspeed_json (from before it was kept)."""
+    if not isinstance(ref, dict) or not isinstance(cur, dict):
+        return {}
+    return {f"deepspeed.{k}": [ref.get(k), cur.get(k)] for k in sorted(set(ref) | set(cur)) if ref.get(k) != cur.get(k)}
 
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Attribution (issue 16 item 4), in CI: a slowed micro-step run for real, Inductor's kernels built
-unoptimised in a compiled run for real (issue 38), and every change the corpus makes by editing real
+unoptimised in a compiled run for real (issue 38), DeepSpeed's memory_breakdown left on in a user's
+DeepSpeed JSON for real, and every change the corpus makes by editing real
 records (versions, the training stack's packages and SDPA backend, NCCL and gloo variables, image,
 link, CPU), each judged as `compare NEW --against OLD` judges: the verdict names exactly the change; a
 slower machine (torch's non-vectorised kernels, for real) and a degraded GPU (real nvidia-smi -q
@@ -29,8 +30,11 @@ def test_each_injected_change_is_named_exactly_and_another_machine_is_not_compar
     unoptimised = next(c for c in CASES if "TORCHINDUCTOR_DEBUG_COMPILE" in c.env)
     # and one run of torch's non-vectorised kernels: its verdict is the probe's (the CPU capability it
     # measured), whatever the steps read, and its steps are the slowest of the corpus
-    cases = [delay, dataclasses.replace(slower_kernels, runs=1), dataclasses.replace(unoptimised, runs=1)] + \
-        [c for c in CASES if not c.real]
+    # and one run with DeepSpeed's memory_breakdown on in the user's JSON (13x slower): no library, variable or
+    # setting of the configuration's key moved, the DeepSpeed JSON did
+    memory_breakdown = next(c for c in CASES if "memory_breakdown" in c.name)
+    cases = [delay, dataclasses.replace(slower_kernels, runs=1), dataclasses.replace(unoptimised, runs=1),
+             dataclasses.replace(memory_breakdown, runs=1)] + [c for c in CASES if not c.real]
     outcomes = corpus(tmp_path, repeats=2, cases=cases, extra=FAST, edit_source="old")
     wrong = [f"{o.case.name}: {o.verdicts}, what changed: {o.named}" for o in outcomes if not o.right]
     assert not wrong, wrong

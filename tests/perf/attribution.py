@@ -169,6 +169,10 @@ COMPILED = ["workload.compile=torch"]
 """llama-tiny compiled with Inductor (its C++ backend on cpu; a first compile 65-85 s on 2 cores, 9-12 s
 with Inductor's caches warm)."""
 
+MEMORY_BREAKDOWN = REPO_ROOT / "tests" / "data" / "deepspeed" / "memory_breakdown.json"
+"""{"memory_breakdown": true}: DeepSpeed's see_memory_usage, forced, around every forward, backward and step
+(gc.collect() and a log line each): llama-tiny ZeRO-1 on 2 cores 40.5 -> 3.2 samples/s."""
+
 CASES = [
     Case("slowed micro-step (measure.inject_delay_s=0.1)", {"measure.inject_delay_s"},
          overrides=["measure.inject_delay_s=0.1"]),
@@ -192,6 +196,8 @@ CASES = [
          {"env.TORCHINDUCTOR_DEBUG_COMPILE"}, base=COMPILED, env={"TORCHINDUCTOR_DEBUG_COMPILE": "1"}),
     Case("another torchao, in a second venv (torchao -> 0.17.0, compiled)", {"torchao"}, base=COMPILED,
          moved="torchao==0.17.0"),
+    Case("DeepSpeed's memory_breakdown left on in the user's JSON (deepspeed_config=, run for real)",
+         {"deepspeed.memory_breakdown"}, overrides=[f"deepspeed_config={MEMORY_BREAKDOWN}"]),
     Case("another container image", {"container_image"},
          edit=_set("container_image", "ghcr.io/example/llm-bench:cpu-2026.10")),
     Case("another DeepSpeed, in a second image (deepspeed 0.19.8 -> 0.19.7, podman)",
