@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 SPEC_FILE = "spec.json"
+HOST_THREADS_VAR = "SUITE_HOST_THREADS"
+"""platform.host_threads, as the harness passes it to a GPU rank (benchmarks/training/train.py rank_threads)."""
 
 
 @dataclass

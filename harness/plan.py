@@ -16,7 +16,7 @@ from typing import Any
 
 from contract.collectives import DTYPE_BYTES
 from contract.fingerprint import DIGEST_VAR
-from contract.spec import CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, StackSpec, TrainSpec
+from contract.spec import HOST_THREADS_VAR, CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, StackSpec, TrainSpec
 
 from .collectives import sizes
 from .config.choices import Compile, ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
@@ -214,6 +214,8 @@ def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path, images: ImageDi
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env["DS_ACCELERATOR"] = "cuda"
+        if cfg.platform.host_threads is not None:
+            env[HOST_THREADS_VAR] = str(cfg.platform.host_threads)
     env.update({k: str(v) for k, v in cfg.platform.nccl_env.items()})
     env.update({k: str(v) for k, v in cfg.nccl_env.items()})
     if digest:  # last: it wins over a same-named nccl_env entry

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, NoReturn
 
 from contract import events as ev
-from contract.spec import SPEC_FILE, TrainSpec
+from contract.spec import HOST_THREADS_VAR, SPEC_FILE, TrainSpec
 
 from benchmarks.training.checkpoint_policy import selective_context
 from benchmarks.node.environment import announce, first_on_node
@@ -153,12 +153,15 @@ def rank_threads(device: str, environ: dict[str, str] | None = None, usable: int
     (DeepSpeedCPUAdam under optimizer offload; the fp32 -> bf16 cast of each updated parameter
     sub-group, which torch makes on the host before copying it to the GPU).
     cpu: the platform's cpu_threads, set by the harness as OMP_NUM_THREADS (the ranks share the host).
-    cuda: the rank's share of the cores it may run on, usable // LOCAL_WORLD_SIZE (at least 1).
+    cuda: platform.host_threads where set (the harness passes it as HOST_THREADS_VAR), else the rank's share
+    of the cores it may run on, usable // LOCAL_WORLD_SIZE (at least 1).
     OMP_NUM_THREADS is not the suite's there: unset on one rank, torchrun's 1 for several; a rank held
     to one thread stepped an offloaded sub-group at a sixteenth of a 16-core node's rate."""
     environ = os.environ if environ is None else environ
     if device != "cuda":
         return max(1, int(environ.get("OMP_NUM_THREADS", "1")))
+    if environ.get(HOST_THREADS_VAR):
+        return max(1, int(environ[HOST_THREADS_VAR]))
     if usable is None:
         usable = usable_cpus() or os.cpu_count() or 1
     return max(1, usable // max(1, int(environ.get("LOCAL_WORLD_SIZE", "1"))))

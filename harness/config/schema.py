@@ -111,6 +111,12 @@ class PlatformConfig:
     """Default NCCL_* environment for every rank."""
     cpu_threads: int = 1
     """OMP_NUM_THREADS of each rank on a cpu platform (its ranks share the host's cores)."""
+    host_threads: Optional[int] = None
+    """CPU threads of each rank on a GPU platform: torch's intra-op pool, which DeepSpeedCPUAdam and the
+    host's fp32 -> bf16 cast share under ZeRO-3's optimizer offload (benchmarks/training/train.py
+    rank_threads; the performance model's offload time uses it). None: the rank's share of the cores it
+    may run on (usable // ranks on the node: 16 on a one-GPU 16-core node, 14 on a DGX H100). Set it where
+    that share is wrong: a job given fewer cores than its affinity shows, or cores kept for data loading."""
     shared_host: bool = False
     """Every node runs on this one machine (the emulated cluster, testbed/): all ranks of every node
     share its cores, so the performance model slows a rank's computation by ranks x cpu_threads /

@@ -62,6 +62,12 @@ def validate(cfg: BenchConfig) -> None:
     _check(p.rails >= 0, "platform.rails", p.rails, "must be >= 0 (0: one NIC per GPU)")
     _check(p.nodes >= 1, "platform.nodes", p.nodes, "must be >= 1")
     _check(1 <= p.cpu_threads <= 1024, "platform.cpu_threads", p.cpu_threads, "threads per rank in [1, 1024]")
+    if p.host_threads is not None:
+        _check(1 <= p.host_threads <= 1024, "platform.host_threads", p.host_threads,
+               "threads per GPU rank in [1, 1024], or null for the rank's share of its cores")
+        if p.device == Device.cpu:
+            warnings.warn(f"platform.host_threads={p.host_threads} has no effect on a cpu platform: "
+                          "platform.cpu_threads sets a rank's threads there", stacklevel=2)
     _check(p.mem_per_device_gib > 0, "platform.mem_per_device_gib", p.mem_per_device_gib, "must be > 0")
     _check(p.hbm_gbps >= 0, "platform.hbm_gbps", p.hbm_gbps, "must be >= 0 GB/s (0: the model's table by gpu_model)")
     if p.device == Device.cpu:

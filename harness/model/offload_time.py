@@ -70,7 +70,7 @@ def offload_time(cfg: BenchConfig, backward_s: float, params: ModelParams = PARA
         return None
     sp = offload_split(cfg, o)
     ga, a, psi, host = cfg.workload.grad_acc_steps, accum_bytes(cfg), sp.elements, sp.host_elements
-    t, bw = params.offload_host_threads, params.offload_host_gbps
+    t, bw = cfg.platform.host_threads or params.offload_host_threads, params.offload_host_gbps
     adam = host / host_rate(params.offload_adam_elements_per_s, t, bw, ADAM_BYTES) if host else 0.0
     cast = host / host_rate(params.offload_cast_elements_per_s, t, bw, CAST_BYTES) if host else 0.0
     up = 2.0 * host / (params.pcie_pageable_gbps * 1e9)

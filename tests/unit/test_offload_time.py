@@ -103,11 +103,35 @@ def test_an_offloaded_gpu_record_calibrates_no_efficiency():
     ("cuda", {}, 16, 16),                                        # one rank on a 16-core node: all of them
     ("cuda", {"LOCAL_WORLD_SIZE": "8", "OMP_NUM_THREADS": "1"}, 112, 14),   # torchrun's 1 is not the suite's
     ("cuda", {"LOCAL_WORLD_SIZE": "8"}, 4, 1),                   # never 0
+    ("cuda", {"LOCAL_WORLD_SIZE": "8", "SUITE_HOST_THREADS": "6"}, 112, 6),   # platform.host_threads, as the plan passes it
     ("cpu", {"OMP_NUM_THREADS": "3", "LOCAL_WORLD_SIZE": "2"}, 16, 3),      # the platform's cpu_threads
     ("cpu", {}, 16, 1),
 ])
 def test_a_rank_runs_its_share_of_the_node_on_a_gpu_and_the_platforms_threads_on_cpu(device, environ, usable, threads):
     assert rank_threads(device, environ, usable) == threads
+
+
+def test_a_users_host_threads_reach_the_ranks_and_the_models_offload_time():
+    import warnings
+    from harness.errors import ConfigError
+    from harness.plan import rank_env
+
+    def env(c):
+        return rank_env(c, REPO_ROOT, REPO_ROOT / ".cache")
+
+    cfg = _cfg("platform.host_threads=2")
+    assert env(cfg)["SUITE_HOST_THREADS"] == "2" and "SUITE_HOST_THREADS" not in env(_cfg())
+    two, auto = offload_time(cfg, 0.5), offload_time(_cfg(), 0.5)
+    # 16 threads are held to the host's 75 GB/s (28 B an element); 2 threads step 2 x 0.72e9 elements/s
+    assert two.items["host Adam"] / auto.items["host Adam"] == pytest.approx((75e9 / 28) / (2 * 0.72e9))
+    assert "at 2 threads" in two.notes[0] and "at 16 threads" in auto.notes[0]
+    with pytest.raises(ConfigError, match="platform.host_threads"):
+        _cfg("platform.host_threads=0")
+    with pytest.warns(UserWarning, match="platform.cpu_threads sets a rank's threads there"):
+        compose(["platform=cpu", "platform.host_threads=4"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _cfg("platform.host_threads=null")
 
 
 def test_the_rates_script_measures_adam_the_cast_and_the_triad_on_cpu(tmp_path):
