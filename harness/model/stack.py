@@ -48,7 +48,7 @@ STACK_TO_MEASURE = {
     "compile_host_floor": "the host floor of a compiled micro-step: no record shows it (at mb 128 the compiled micro-step, "
                           "96 ms, is GPU-bound: its kernels, 93.7 ms, fill its wall time, 94.3 ms), so the eager floor "
                           "(host_base_s + host_s_per_module x modules, 79 ms for llama-440m) is kept; conf/suite/gpu-compile-host.yaml "
-                          "measures it (6 and 24 layers at mb 8), tests/perf/host_floor.py fits it",
+                          "measures it (6 and 12 layers at mb 8), tests/perf/host_floor.py fits it",
     "deepcompile": "DeepCompile: not measured (its op did not build on the one node); torch.compile's figures are used, "
                    "and ZeRO's collectives as eager DeepSpeed schedules them",
     "compile_liger": "compile with Liger's kernels: not measured (the one try, a bare loop on an H100, failed inside "

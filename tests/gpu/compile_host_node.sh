@@ -5,15 +5,15 @@
 # bench suite=gpu-compile-host, most valuable first:
 #   1. llama-440m ZeRO-3 with DeepCompile at gpu-check's size (mb 128 x ga 8), beside the references' eager
 #      ZeRO-3 (H100 370 samples/s, host-bound: ZeRO-3's hooks on the host, which DeepCompile compiles away);
-#   2. its 24- and 6-layer shapes at mb 8 x ga 4 under DeepCompile, torch.compile (ZeRO-3, ZeRO-1) and eager:
+#   2. its 12- and 6-layer shapes at mb 8 x ga 4 compiled (ZeRO-1, then ZeRO-3), under DeepCompile and eager:
 #      the compiled host floor (harness/model/params.py compile_host_floor, "to measure"), fitted at the end by
 #      tests/perf/host_floor.py (base + per module x modules, and each stack over eager's).
 # If DeepCompile's op does not build, the suite runs without its DeepCompile runs (the build's log says why).
 # Records come back as records.tar.gz, logs beside it.
 #   device run: bash tests/gpu/compile_host_node.sh    (carry: .whl; BUDGET_S: the whole script, default 540)
 #
-# Expected: eager floors as the H200's (replicated 10.4 ms + 0.315 ms a module, sharded 1.9 + 1.56: 79 and
-# 343 ms a micro-step at 24 layers); a compiled ZeRO-1 micro-step issues a handful of graphs instead of ~2,000
+# Expected: eager floors as the H200's (replicated 10.4 ms + 0.315 ms a module, sharded 1.9 + 1.56: 45 and
+# 175 ms a micro-step at 12 layers); a compiled ZeRO-1 micro-step issues a handful of graphs instead of ~2,000
 # kernels, so its floor should fall well below eager's; torch.compile under ZeRO-3 keeps DeepSpeed's hooks
 # eager (graph breaks at each module: 43 at 7 sites for llama-tiny on cpu), so its floor should stay near
 # eager ZeRO-3's; DeepCompile's is the question.
@@ -36,7 +36,7 @@ log "DeepCompile's op ($(left) s left)"
 ONLY=""
 if ! timeout -k 10 180 python3 -m benchmarks.node.ops build dc --accelerator cuda >"$OUT/dc-build.log" 2>&1; then
   log "DeepCompile's op did not build (dc-build.log): the suite runs without its DeepCompile runs"
-  ONLY="only=[c-z3-L24-mb8,c-z3-L6-mb8,c-z1-L24-mb8,c-z1-L6-mb8,e-z3-L24-mb8,e-z3-L6-mb8,e-z1-L24-mb8,e-z1-L6-mb8]"
+  ONLY="only=[c-z1-L12-mb8,c-z1-L6-mb8,c-z3-L12-mb8,c-z3-L6-mb8,e-z3-L12-mb8,e-z3-L6-mb8,e-z1-L12-mb8,e-z1-L6-mb8]"
 fi
 log "bench suite=gpu-compile-host ($(left) s left)"
 timeout -k 10 $(( $(left) - 25 )) python3 -m harness bench $P suite=gpu-compile-host $ONLY out=/tmp/gpu-compile-host \

@@ -175,5 +175,8 @@ def test_the_compile_host_script_runs_deepcompile_and_the_layer_shapes_and_witho
     assert any("deepcompile" in n or n.startswith("dc-") for n in names) != dc_fails and len(names) == (8 if dc_fails else 11)
     # each stack and stage class at two layer counts: a line for tests/perf/host_floor.py
     for stack in ("c-z3", "c-z1", "e-z3", "e-z1", *([] if dc_fails else ["dc-z3"])):
-        assert {p.cfg.workload.num_layers for p in planned if p.run.name.startswith(stack + "-")} == {6, 24}
+        assert {p.cfg.workload.num_layers for p in planned if p.run.name.startswith(stack + "-")} == {6, 12}
+    # the floor the model's compiled ZeRO 0-2 runs use comes first after DeepCompile at gpu-check's size
+    assert names[:3] == (["c-z1-L12-mb8", "c-z1-L6-mb8", "c-z3-L12-mb8"] if dc_fails else
+                         ["z3-deepcompile", "c-z1-L12-mb8", "c-z1-L6-mb8"])
     assert {p.cfg.workload.compile.value for p in planned} == ({"torch", "none"} if dc_fails else {"deepcompile", "torch", "none"})
