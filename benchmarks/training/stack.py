@@ -211,7 +211,7 @@ class BreakSites:
         _forward_prologue'), at most SITES_PER_BREAK; a repeat Dynamo logs without its traceback ('at
         FILE:LINE') only when no message of the break had one; [] when the log named none."""
         parts = [part.strip() for part in reason.split(" -- ") if part.strip()]
-        mine = [m for m in self.messages if parts and all(part in _ADDRESS.sub("", m) for part in parts)]
+        mine = [m for m in self.messages if parts and all(part in m for part in parts)]
         traced = [m for m in mine if "User code traceback:" in m]
         sites: list[str] = []
         for site in map(break_site, traced or mine):
@@ -226,7 +226,7 @@ class _Collect(logging.Handler):
         self.into = into
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.into.append(record.getMessage())
+        self.into.append(_ADDRESS.sub("", record.getMessage()))   # as _break_name keeps a reason
 
 
 def break_site(message: str) -> str:

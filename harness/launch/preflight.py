@@ -224,9 +224,10 @@ def check_ops(planned: Sequence[Planned], failed: Optional[dict[str, str]] = Non
         names = [n for n, acc in here if acc == accelerator]
         problem = _build_here(names, accelerator, {n: here[(n, accelerator)] for n in names})
         if problem is not None and failed is None:
-            raise ConfigError(problem.full.replace("):\n", "), so nothing was launched:\n", 1))
+            raise ConfigError(f"{problem.head}, so nothing was launched:\n{problem.output}")
         if problem is not None:
-            print(f"{problem.full}\nthe runs that need them are recorded as errors; the others go on", flush=True)
+            print(f"{problem.head}:\n{problem.output}\nthe runs that need them are recorded as errors; the others go on",
+                  flush=True)
             for name in names:
                 failed.update({run_id: problem.short for run_id in needing[(name, accelerator)]})
     elsewhere = {key: v for key, v in missing.items() if not v.local}
@@ -242,10 +243,11 @@ def check_ops(planned: Sequence[Planned], failed: Optional[dict[str, str]] = Non
 
 
 class BuildFailure(NamedTuple):
-    """A build here that left an op unusable: `full` (the build's exit, the ops still not usable, its
-    output's end, the command), printed or refused with; `short`, a run's record's reason (its output's
-    telling lines, the command)."""
-    full: str
+    """A build here that left an op unusable: `head` (the ops, the build's exit, those still not usable) and
+    `output` (its output's end, the command), printed or refused with; `short`, a run's record's reason (its
+    output's telling lines, the command)."""
+    head: str
+    output: str
     short: str
 
 
@@ -269,12 +271,13 @@ def _build_here(names: list[str], accelerator: str, why: dict[str, Need]) -> Opt
         lines = result.stdout.strip().splitlines()
         telling = list(dict.fromkeys(ln.strip()[:200] for ln in lines if any(w in ln for w in TELLING)))[-3:] \
             or [ln[:200] for ln in lines[-1:]]
+        command = f"build them by hand to see why: {build_command(names, accelerator)}"
         return BuildFailure(
             f"building DeepSpeed op(s) {', '.join(names)} failed (exit {result.returncode}"
-            + (f"; {'; '.join(still)}" if still else "") + "):\n" + "\n".join(lines[-15:]) + "\n"
-            f"build them by hand to see why: {build_command(names, accelerator)}",
+            + (f"; {'; '.join(still)}" if still else "") + ")",
+            "\n".join(lines[-15:]) + "\n" + command,
             f"DeepSpeed op(s) {', '.join(names)} did not build before launch (exit {result.returncode}): "
-            + " | ".join(telling) + f"; build them by hand to see why: {build_command(names, accelerator)}")
+            + " | ".join(telling) + f"; {command}")
     print(f"DeepSpeed op(s) {', '.join(names)} ready ({time.monotonic() - started:.0f} s)", flush=True)
     return None
 
