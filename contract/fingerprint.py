@@ -25,7 +25,8 @@ prefix here): like ENV_EXCLUDED, a path."""
 ENV_EXCLUDED = ("TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR")
 """Variables of those prefixes a record leaves out: where the compilers keep their caches, a path that
 says nothing of what runs and differs between checkouts (harness/plan.py sets TRITON_CACHE_DIR under
-each checkout's .cache/) and jobs; a cold cache shows as compile_s."""
+each checkout's .cache/) and jobs; what the caches held is measure.compile_cache (cold: the run's own,
+empty) and the record's compile_watch.cache (hits and misses)."""
 
 
 def recorded_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -70,6 +70,7 @@ class StackSpec:
     fp8_recipe: str = "tensorwise"
     compile_warmup_max: int = 4
     """Warm-up steps added at most while a step still compiles."""
+    compile_cache: str = "cold"  # cold | warm: the compilers' on-disk caches a rank starts from
 
     def planned_warmup(self, warmup_steps: int) -> int:
         """Warm-up steps before any growth: the configured ones, at least 2 when compiling (the first

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +31,7 @@ from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .nccl_tests.importer import nccl_tests_record
-from .plan import RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
+from .plan import COLD_CACHE, RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
 from .provenance import suite_commit
 from .record import ResultRecord, build_collective_records, build_record, write_json_atomic, write_record
 from .verdict.references import read_references
@@ -108,8 +109,15 @@ def refuse_existing_results(out: Path, planned: list[PlannedRun]) -> None:
 
 def prepare_run_dir(run: RunSpec) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    drop_compile_cache(run)   # a relaunch into the folder (a resumed tune) compiles cold too
     write_text_atomic(run.run_dir / SPEC_FILE, run.spec.to_json())
     write_text_atomic(run.run_dir / "config.yaml", yaml.safe_dump(run.config, sort_keys=False))
+
+
+def drop_compile_cache(run: RunSpec) -> None:
+    """Remove the run folder's cold compile cache (harness/plan.py compile_cache_env): what the ranks compiled
+    is no part of the results, and a GPU run's Triton kernels weigh hundreds of MB."""
+    shutil.rmtree(run.run_dir / COLD_CACHE, ignore_errors=True)
 
 
 def describe(p: PlannedRun) -> str:
@@ -228,6 +236,7 @@ def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> lis
                         .run(first.run, cwd=REPO_ROOT)}
         for p in group:
             progress[p.run.run_id].poll()
+            drop_compile_cache(p.run)
             records.extend(record_run(p, launches[p.run.run_id], out))
     return records
 

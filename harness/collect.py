@@ -33,8 +33,8 @@ import yaml
 
 from contract import events as ev
 
-from .bench import (DRY_RUN_MANIFEST, EXIT_RUN_FAILED, PlannedRun, plan_suite, run_records, write_and_show,
-                    write_results)
+from .bench import (DRY_RUN_MANIFEST, EXIT_RUN_FAILED, PlannedRun, drop_compile_cache, plan_suite, run_records,
+                    write_and_show, write_results)
 from .errors import HarnessError
 from .launch.local import LaunchResult
 from .launch.slurm import (ACTIVE, JobInfo, final_state, job_result, jobs_of_scripts, output_file, rank_exit_codes,
@@ -237,6 +237,7 @@ def collect(out: Path) -> int:
             if f.state == "ended":
                 f.launch = launch_of(planned[r], f, out)
                 f.records = run_records(planned[r], f.launch, out)
+                drop_compile_cache(planned[r].run)
         written = []
         for r in order:
             f = found[r]

@@ -32,7 +32,7 @@ from typing import Any, Optional
 from contract.spec import SPEC_FILE
 
 from .atomic import write_bytes_atomic, write_text_atomic
-from .bench import EXIT_RUN_FAILED, PlannedRun, bench, plan_suite
+from .bench import EXIT_RUN_FAILED, PlannedRun, bench, drop_compile_cache, plan_suite
 from .config.choices import RunKind
 from .config.compose import compose, group_options
 from .config.schema import REPO_ROOT
@@ -43,6 +43,7 @@ from .model.calibration import calibrate
 from .model.memory import memory_estimate
 from .model.offload import host_capacity_gib, offload_settings, read_meminfo
 from .model.perfmodel import predict
+from .plan import compile_cache_env
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
@@ -104,7 +105,10 @@ def plain_loop(p: PlannedRun, out: Path) -> dict[str, Any]:
     write_text_atomic(spec_path, p.run.spec.to_json())
     result = run_dir / "result.json"
     argv = [sys.executable, "-m", "benchmarks.training.plain_loop", "--spec", str(spec_path), "--out", str(result)]
-    launch = LocalLauncher().run(dataclasses.replace(p.run, argv=argv, run_dir=run_dir), cwd=REPO_ROOT)
+    # its own cold compile cache (a compiled run's), in its own folder, dropped after it as the harness's run's
+    plain = dataclasses.replace(p.run, argv=argv, run_dir=run_dir, env={**p.run.env, **compile_cache_env(p.cfg, run_dir)})
+    launch = LocalLauncher().run(plain, cwd=REPO_ROOT)
+    drop_compile_cache(plain)
     if launch.timed_out or any(launch.exit_codes.values()) or not result.exists():
         return {"ok": False, "reason": (f"timed out after {p.run.timeout_s:g} s" if launch.timed_out
                                         else f"rank exit codes {launch.exit_codes}; see {run_dir}/rank0.log")}
@@ -169,6 +173,7 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
                 "peak_error_pct": (100 * (est.total_gib - measured) / measured) if measured else None,
                 "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct"),
                 "stack": stack_label(p.cfg.workload), "compile_s": _value(rec, "compile_s"),
+                "compile_cache": (rec.metrics.get("compile_s") or {}).get("cache"),
                 "graph_breaks": _value(rec, "graph_breaks"), "recompiles": _value(rec, "recompiles"),
                 "attention_used": ((rec.environment.get("stack") or {}).get("attention_used")),
                 "graph_break_reasons": ((rec.environment.get("stack") or {}).get("compile_watch") or {}).get("graph_break_reasons"),
@@ -240,8 +245,10 @@ def markdown(s: Summary) -> str:
                      f"{_f(t['peak_error_pct'], '+.1f')} | {_f(t['profile_overhead_pct'])} |")
     stacked = [t for t in s.training if t.get("stack", "eager") != "eager"]
     if stacked:
-        lines += ["", "| run | stack | compile s | graph breaks | recompiles | SDPA backend that ran |", "|---|---|---|---|---|---|"]
-        lines += [f"| {t['run']} | {t['stack']} | {_f(t['compile_s'])} | {_f(t['graph_breaks'], '.0f')} | "
+        lines += ["", "| run | stack | compile s | compilers' caches | graph breaks | recompiles | SDPA backend that ran |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {t['run']} | {t['stack']} | {_f(t['compile_s'])} | {t.get('compile_cache') or '-'} | "
+                  f"{_f(t['graph_breaks'], '.0f')} | "
                   f"{_f(t['recompiles'], '.0f')} | {', '.join(t['attention_used'] or ['-'])} |" for t in stacked]
         breaks = [f"- {t['run']}: graph break x{b['count']}: {b['reason'][:160]}"
                   + (f" (at {b['where'][0]})" if b.get("where") else "")

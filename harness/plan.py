@@ -19,7 +19,7 @@ from contract.fingerprint import DIGEST_VAR
 from contract.spec import HOST_THREADS_VAR, CollectiveSpec, DataSpec, DistillSpec, ModelSpec, OptimizerSpec, StackSpec, TrainSpec
 
 from .collectives import sizes
-from .config.choices import Compile, ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
+from .config.choices import Compile, CompileCache, ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
 from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
 from .config.teacher import checkpoint_files, teacher_workload
 from .errors import ConfigError
@@ -183,7 +183,8 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
         distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value,
         stack=StackSpec(compile=w.compile.value, compile_mode=w.compile_mode.value, kernels=w.kernels.value,
                         attention=w.attention.value, fp8_recipe=w.fp8_recipe.value,
-                        compile_warmup_max=m.compile_warmup_max))
+                        compile_warmup_max=m.compile_warmup_max,
+                        compile_cache=m.compile_cache.value))
 
 
 def rank_env(cfg: BenchConfig, repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> dict[str, str]:
@@ -237,6 +238,22 @@ def collective_spec(cfg: BenchConfig, run_id: str) -> CollectiveSpec:
         check=c.check, in_place=c.in_place)
 
 
+COLD_CACHE = "compile-cache"
+"""The run folder's subfolder a compiled run compiles into with measure.compile_cache=cold."""
+
+
+def compile_cache_env(cfg: BenchConfig, run_dir: Path) -> dict[str, str]:
+    """Where a compiled run's ranks keep Inductor's and Triton's caches. cold: the run folder's COLD_CACHE,
+    emptied before the launch and removed after it (harness/bench.py), which every rank of the run sees (the
+    ranks read their spec from that folder) and shares, as the ranks of a first job on a machine share torch's
+    default cache: one rank compiles a kernel, the others wait on its lock and load it. warm, or eager: the
+    environment's (TORCHINDUCTOR_CACHE_DIR, else torch's own under the temp folder)."""
+    if cfg.kind != RunKind.training or cfg.workload.compile == Compile.none or cfg.measure.compile_cache != CompileCache.cold:
+        return {}
+    folder = run_dir.resolve() / COLD_CACHE
+    return {"TORCHINDUCTOR_CACHE_DIR": str(folder), "TRITON_CACHE_DIR": str(folder / "triton")}
+
+
 def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_dir: Path,
              repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> RunSpec:
     run_id = f"{index:02d}-{safe_name(name)}"
@@ -259,7 +276,8 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
         spec, module = train_spec(cfg, run_id, ds), "benchmarks.training.train"
     return RunSpec(run_id=run_id, name=name,
                    argv=[sys.executable, "-m", module, "--run-dir", str(run_dir)],
-                   env=rank_env(cfg, repo_root, cache_dir, images), num_ranks=cfg.platform.world_size,
+                   env={**rank_env(cfg, repo_root, cache_dir, images), **compile_cache_env(cfg, run_dir)},
+                   num_ranks=cfg.platform.world_size,
                    timeout_s=cfg.measure.timeout_s, run_dir=run_dir, spec=spec, config=config,
                    overrides=list(overrides))
 

@@ -90,6 +90,17 @@ def compile_engine(engine: Any, spec: TrainSpec) -> dict[str, Any]:
             "path": "deepspeed engine.compile (DeepCompile)" if deep else "deepspeed engine.compile (torch.compile)"}
 
 
+def cache_counts(setting: str) -> dict[str, Any]:
+    """What the compilers' on-disk caches gave over the run (Dynamo's counters): Inductor's FX graph cache and
+    AOT autograd's, each graph a hit, a miss (compiled, then stored) or a bypass (not cacheable). Which caches
+    the rank found is the harness's (harness/plan.py compile_cache_env: measure.compile_cache)."""
+    from torch._dynamo.utils import counters
+
+    return {"setting": setting,
+            "fx_graph": {k: counters["inductor"][f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")},
+            "aot_autograd": {k: counters["aot_autograd"][f"autograd_cache_{k}"] for k in ("hit", "miss", "bypass")}}
+
+
 def attention_context(backend: str) -> contextlib.AbstractContextManager:
     """sdpa_kernel with the one backend asked for; auto: PyTorch's own choice (no context)."""
     if backend == "auto":
@@ -118,8 +129,9 @@ def attention_probe(found: dict[str, Any]) -> Iterator[None]:
 class CompileWatch:
     """TorchDynamo's view of the compilation, step by step (cumulative from `start`)."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, cache: str = "cold"):
         self.enabled = enabled
+        self.cache = cache
         self.frames_seen = 0
         self.break_sites = BreakSites()
         if enabled:
@@ -162,6 +174,7 @@ class CompileWatch:
                 "recompile_reasons": recompiles[:20], "graph_breaks": sum(n for _, n in breaks),
                 "graph_break_reasons": [{"reason": r, "count": n, "where": self.break_sites.of(r)} for r, n in breaks[:30]],
                 "dynamo_seconds": {**seconds, "backward_compile_time_s": round(backward_s, 3)},
+                "cache": cache_counts(self.cache),
                 "failures": [m.fail_reason[:300] for m in metrics if m.fail_reason][:5]}
 
 

@@ -323,7 +323,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     if rank == 0:
         log.emit(ev.RUN_START)
     window = LoadWindow()
-    watch = CompileWatch(spec.stack.compile != "none")
+    watch = CompileWatch(spec.stack.compile != "none", spec.stack.compile_cache)
     plan = warmup_plan(spec)
     peak, index, warmup_times, found = None, 0, [], {}
     while index < len(plan):

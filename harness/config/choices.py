@@ -53,6 +53,17 @@ class Compile(str, Enum):
     collectives scheduled inside the compiled graph; ZeRO 1-3 on CUDA only."""
 
 
+class CompileCache(str, Enum):
+    """The compilers' on-disk caches a compiled run starts from (measure.compile_cache)."""
+    cold = "cold"
+    """Empty: the run's ranks compile into fresh Inductor and Triton caches in the run folder, which they
+    share and the harness removes after the launch, so compile_s is what a first job on the machine waits
+    for, whatever ran before."""
+    warm = "warm"
+    """The caches as the environment has them (TORCHINDUCTOR_CACHE_DIR, else torch's own under the temp
+    folder; Triton's under the checkout's .cache/): a repeat of a configuration loads its compiled graphs."""
+
+
 CompileMode = Enum("CompileMode", {m: m for m in ("default", "reduce-overhead", "max-autotune",
                                                  "max-autotune-no-cudagraphs")}, type=str)
 """torch.compile's mode (workload.compile_mode), as torch.compile spells it (a functional Enum: the

@@ -25,8 +25,8 @@ def test_each_injected_change_is_named_exactly_and_another_machine_is_not_compar
     # 0.3 s per micro-step: 1.2 s a step, over 1.5x on a box twice as slow as this one
     delay = Case("slowed micro-step", {"measure.inject_delay_s"}, overrides=["measure.inject_delay_s=0.3"])
     slower_kernels = next(c for c in CASES if c.env.get("ATEN_CPU_CAPABILITY") == "default")
-    # one NEW run against two OLD: the -O0 kernels cost ~90 s (their C++ builds, then 4 s steps), and
-    # the first compiled OLD run's cold compile is what gpu-check-cpu's z1-compile finds cached later
+    # one NEW run against two OLD: the -O0 kernels cost ~90 s (their C++ builds, then 4 s steps); the
+    # corpus compiles warm (measure.compile_cache=warm), so the second OLD run loads what the first compiled
     unoptimised = next(c for c in CASES if "TORCHINDUCTOR_DEBUG_COMPILE" in c.env)
     # and one run of torch's non-vectorised kernels: its verdict is the probe's (the CPU capability it
     # measured), whatever the steps read, and its steps are the slowest of the corpus

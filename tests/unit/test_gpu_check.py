@@ -173,8 +173,9 @@ def test_each_graph_break_of_a_compiled_run_is_listed_with_where_it_happened(tmp
         {"reason": "Attempted to call function marked as skipped -- the function `synchronize`", "count": 1, "where": [site]}]}
     compiled = {**_training(ids["z1-compile"], samples=1229.2, graph_breaks=1, recompiles=0),
                 "environment": {"stack": {"compile": "torch", "compile_watch": watch, "attention_used": ["cudnn"]}}}
+    compiled["metrics"]["compile_s"] = {"value": 48.9, "cache": "cold: 4 graphs compiled"}
     records = dict(zip([ids["z1-compile"]], typed([compiled])))
     text = markdown(summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", None))
-    assert "| z1-compile | torch | - | 1 | 0 | cudnn |" in text
+    assert "| z1-compile | torch | 48.9 | cold: 4 graphs compiled | 1 | 0 | cudnn |" in text
     assert (f"- z1-compile: graph break x1: Attempted to call function marked as skipped -- the function `synchronize` "
             f"(at {site})") in text
