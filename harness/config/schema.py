@@ -13,8 +13,8 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from .choices import (Attention, CheckpointPolicy, CollectiveDtype, CollectiveOp, CollectiveRedop,
-                      CollectiveSource, Compile, CompileCache, CompileMode, ContainerRuntime, DataSource, Device, Fabric,
-                      Fp8Recipe, GradientCollective, Kernels, LauncherKind, OptimizerImpl, Precision, RunKind)
+                      CollectiveSource, Compile, CompileCache, CompileMode, ContainerRuntime, DataSource, Device,
+                      Fabric, Fp8Recipe, GradientCollective, Kernels, LauncherKind, OptimizerImpl, Precision, RunKind)
 from .tune_schema import TuneConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -325,8 +325,9 @@ class MeasureConfig:
     warm-up step that compiled nothing, so no figure holds compile time."""
     compile_cache: CompileCache = CompileCache.cold
     """With workload.compile: cold (the run's ranks compile into empty Inductor and Triton caches in the run
-    folder, shared, removed after the launch) or warm (the caches as they are: a repeat loads its graphs). compile_s depends on it: llama-tiny
-    ZeRO-1 on 2 cores compiled in 23.6 s cold, 3.7 s warm; the record holds the caches' hits and misses."""
+    folder, shared, removed after the launch) or warm (the caches as they are: a repeat loads its graphs).
+    compile_s depends on it: llama-tiny ZeRO-1 on 2 cores compiled in 23.6 s cold, 3.7 s warm; the record
+    holds the caches' hits and misses (environment.stack.compile_watch.cache)."""
     inject_delay_s: float = 0.0
     """Sleep added to every micro-step: a deliberate slowdown to check that regression detection
     (compare, nightly) catches it. 0 in every real run."""
