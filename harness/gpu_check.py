@@ -44,6 +44,7 @@ from .model.memory import memory_estimate
 from .model.offload import host_capacity_gib, offload_settings, read_meminfo
 from .model.perfmodel import predict
 from .plan import compile_cache_env
+from .stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
@@ -172,11 +173,7 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
                 "peak_mem_gib": measured, "predicted_peak_gib": est.total_gib, "predicted_oom": not est.fits,
                 "peak_error_pct": (100 * (est.total_gib - measured) / measured) if measured else None,
                 "profile_overhead_pct": _value(rec, "instrumentation_overhead_pct"),
-                "stack": stack_label(p.cfg.workload), "compile_s": _value(rec, "compile_s"),
-                "compile_cache": (rec.metrics.get("compile_s") or {}).get("cache"),
-                "graph_breaks": _value(rec, "graph_breaks"), "recompiles": _value(rec, "recompiles"),
-                "attention_used": ((rec.environment.get("stack") or {}).get("attention_used")),
-                "graph_break_reasons": ((rec.environment.get("stack") or {}).get("compile_watch") or {}).get("graph_break_reasons"),
+                "stack": stack_label(p.cfg.workload), **stack_fields(rec.metrics, rec.environment.get("stack")),
                 "mfu_with_teacher_pct": _value(rec, "mfu_with_teacher_pct"), "teacher_mem_gib": _value(rec, "teacher_mem_gib"),
                 "predicted_teacher_gib": est.teacher_gib if p.cfg.workload.distill is not None else None,
                 "offload": (f"optimizer {offload.optimizer} (ratio {offload.ratio:g}), param {offload.param}"
@@ -223,10 +220,7 @@ def distillation_rows(training: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def stack_label(w: Any) -> str:
     """The run's training stack in a few words: eager, compile, compile+fp8, liger, attn=math, ..."""
-    parts = [w.compile.value if w.compile.value != "none" else ""]
-    parts += [w.kernels.value if w.kernels.value != "eager" else "", "fp8" if w.precision.value == "fp8" else "",
-              f"attn={w.attention.value}" if w.attention.value != "auto" else ""]
-    return "+".join(x for x in parts if x) or "eager"
+    return stack_words({k: getattr(w, k).value for k in ("compile", "kernels", "precision", "attention")})
 
 
 def _f(x: Optional[float], fmt: str = ".1f") -> str:
@@ -245,14 +239,9 @@ def markdown(s: Summary) -> str:
                      f"{_f(t['peak_error_pct'], '+.1f')} | {_f(t['profile_overhead_pct'])} |")
     stacked = [t for t in s.training if t.get("stack", "eager") != "eager"]
     if stacked:
-        lines += ["", "| run | stack | compile s | compilers' caches | graph breaks | recompiles | SDPA backend that ran |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {t['run']} | {t['stack']} | {_f(t['compile_s'])} | {t.get('compile_cache') or '-'} | "
-                  f"{_f(t['graph_breaks'], '.0f')} | "
-                  f"{_f(t['recompiles'], '.0f')} | {', '.join(t['attention_used'] or ['-'])} |" for t in stacked]
-        breaks = [f"- {t['run']}: graph break x{b['count']}: {b['reason'][:160]}"
-                  + (f" (at {b['where'][0]})" if b.get("where") else "")
-                  for t in stacked for b in (t.get("graph_break_reasons") or [])[:5]]
+        lines += ["", "| " + " | ".join(STACK_HEADERS) + " |", "|" + "---|" * len(STACK_HEADERS)]
+        lines += ["| " + " | ".join(stack_row(t["run"], t["stack"], t)) + " |" for t in stacked]
+        breaks = [f"- {line}" for t in stacked for line in break_lines(t["run"], t)]
         lines += ["", *breaks] if breaks else []
     if s.distillation:
         lines += ["", "| distilled | twin | samples/s (twin) | MFU % | MFU+teacher % | twin MFU % | teacher GiB "

@@ -57,3 +57,41 @@ def stack_metrics(stack: Optional[dict[str, Any]], steps: list[dict[str, Any]]) 
         if name in watch:
             out[name] = {"value": watch[name], "unit": unit_of(name), "mode": "throughput"}
     return out
+
+
+def stack_words(workload: dict[str, Any]) -> str:
+    """A run's training stack in a few words (its workload's settings): eager, compile, compile+fp8, liger,
+    attn=math, deepcompile, ..."""
+    parts = [workload.get("compile", "none") if workload.get("compile", "none") != "none" else "",
+             workload.get("kernels", "eager") if workload.get("kernels", "eager") != "eager" else "",
+             "fp8" if workload.get("precision") == "fp8" else "",
+             f"attn={workload['attention']}" if workload.get("attention", "auto") != "auto" else ""]
+    return "+".join(x for x in parts if x) or "eager"
+
+
+STACK_HEADERS = ["run", "stack", "compile s", "compilers' caches", "graph breaks", "recompiles", "SDPA backend that ran"]
+
+
+def stack_fields(rec_metrics: dict[str, Any], env_stack: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """What the training-stack table shows of a record (bench's summary, gpu-check's report and its JSON)."""
+    def value(name: str) -> Optional[float]:
+        return (rec_metrics.get(name) or {}).get("value")
+    return {"compile_s": value("compile_s"), "compile_cache": (rec_metrics.get("compile_s") or {}).get("cache"),
+            "graph_breaks": value("graph_breaks"), "recompiles": value("recompiles"),
+            "attention_used": (env_stack or {}).get("attention_used"),
+            "graph_break_reasons": ((env_stack or {}).get("compile_watch") or {}).get("graph_break_reasons")}
+
+
+def stack_row(run: str, stack: str, f: dict[str, Any]) -> list[str]:
+    """One row of the training-stack table from a run's stack_fields: what the compilation cost and met, and
+    the attention that ran."""
+    def num(x: Optional[float], fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+    return [run, stack, num(f["compile_s"], ".1f"), f["compile_cache"] or "-", num(f["graph_breaks"], ".0f"),
+            num(f["recompiles"], ".0f"), ", ".join(f["attention_used"] or ["-"])]
+
+
+def break_lines(run: str, f: dict[str, Any], most: int = 5) -> list[str]:
+    """Each graph break of a run (the most frequent `most`) from its stack_fields, with where it happened first."""
+    return [f"{run}: graph break x{b['count']}: {b['reason'][:160]}" + (f" (at {b['where'][0]})" if b.get("where") else "")
+            for b in (f["graph_break_reasons"] or [])[:most]]

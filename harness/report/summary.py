@@ -11,6 +11,7 @@ from contract import events as ev
 
 from ..record import ResultRecord
 from ..probe import summary_line
+from ..stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
 
 
 class Progress:
@@ -139,6 +140,21 @@ def probe_lines(records: list[ResultRecord]) -> list[str]:
     return list(dict.fromkeys(line for line in lines if line))
 
 
+def stack_section(records: list[ResultRecord], markdown: bool = False) -> list[str]:
+    """The runs away from the eager stack (compiled, Liger, FP8, an SDPA backend asked): compile seconds and what
+    the compilers' caches gave, graph breaks (each with where it happened), recompilations, the SDPA backend
+    that ran. Nothing for an all-eager suite."""
+    stacked = [(r, stack_fields(r.metrics, r.environment.get("stack"))) for r in records
+               if r.status == "ok" and stack_words(r.config["workload"]) != "eager"]
+    if not stacked:
+        return []
+    rows = [stack_row(r.run_id, stack_words(r.config["workload"]), f) for r, f in stacked]
+    lead = "- " if markdown else "  "
+    return [f"{'## ' if markdown else ''}Training stack (compile s: the warm-up beyond its steady-state steps)",
+            text_table(STACK_HEADERS, rows, markdown),
+            *[lead + line for r, f in stacked for line in break_lines(r.run_id, f)]]
+
+
 def summary(records: list[ResultRecord], markdown: bool = False) -> str:
     parts = probe_lines(records)
     h = "## " if markdown else ""
@@ -158,6 +174,7 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
     failed = [r for r in records if r.status != "ok"]
     for r in failed:
         parts.append(f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}")
+    parts += stack_section(records, markdown)
     parts.append(f"{h}Micro-step breakdown (mode: profile, each collective serialised and timed)")
     for r in records:
         if r.status == "ok":

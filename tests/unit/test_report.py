@@ -133,6 +133,25 @@ def test_a_distillation_run_gets_teacher_columns_and_its_teacher_collectives_apa
     assert "teacher all_gather x1 1.00 MB" in rows[0] and "all_gather x1 2.00 MB" in rows[0]
 
 
+def test_a_compiled_run_gets_the_training_stack_table_with_its_caches_and_breaks_and_eager_runs_none(records):
+    """What bench's summary shows of a run away from eager (workload.compile, kernels, fp8, attention): compile
+    seconds with what the compilers' caches gave, graph breaks with where, recompilations, the SDPA that ran."""
+    assert "Training stack" not in summary(records)
+    where = "deepspeed/utils/timer.py:238 in start <- deepspeed/runtime/engine.py:2946 in _forward_prologue"
+    rec = record("05-z1-compile", "ok", None,
+                 {**ok_metrics(), "compile_s": {"value": 45.31, "unit": "s", "cache": "cold: 4 graphs compiled"},
+                  "graph_breaks": {"value": 1, "unit": "count"}, "recompiles": {"value": 0, "unit": "count"}}, PROFILED)
+    rec.config["workload"].update(compile="torch", kernels="eager", precision="bf16", attention="auto")
+    rec.environment = {"stack": {"attention_used": ["cudnn"], "compile_watch": {"graph_break_reasons": [
+        {"reason": "Attempted to call function marked as skipped", "count": 1, "where": [where]}]}}}
+    for markdown in (False, True):
+        text = summary([*records, rec], markdown)
+        (row,) = table_rows(text.split("Training stack", 1)[1], "run", markdown)
+        cells = [c.strip() for c in (row.strip("|").split("|") if markdown else row.split("  ")) if c.strip()]
+        assert cells == ["05-z1-compile", "torch", "45.3", "cold: 4 graphs compiled", "1", "0", "cudnn"]
+        assert f"05-z1-compile: graph break x1: Attempted to call function marked as skipped (at {where})" in text
+
+
 # --- verdict tables (harness.report.verdicts.verdict_table) --------------------------------------------
 
 def _verdict(metric, unit, direction, before, now, interval=None, config=None, verdict="regression", tol=10.0):
