@@ -74,6 +74,7 @@ def point(record: dict[str, Any]) -> Optional[Point]:
     w = cfg["workload"]
     stack = {"none": "eager", "torch": "compile", "deepcompile": "deepcompile"}[w.get("compile", "none")]
     stack += "+liger" if w.get("kernels", "eager") == "liger" else ""
+    stack += "+ds-json" if cfg.get("deepspeed_config") else ""   # a user's DeepSpeed JSON: a line of its own
     modules = modules_with_parameters(w["num_layers"]) + (modules_with_parameters(w["distill"]["teacher"]["num_layers"]) // 2
                                                           if w.get("distill") else 0)
     return Point(stack, "sharded" if cfg["zero"]["stage"] == 3 else "replicated", w["micro_batch_size"], modules,

@@ -4,6 +4,7 @@ script is also run through with the node's python3, nvidia-smi and timeout stood
 commands it gives, in its order, each under a positive bound, and its fallbacks."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 
@@ -172,7 +173,13 @@ def test_the_compile_host_script_runs_deepcompile_and_the_layer_shapes_and_witho
     only = re.search(r"(only=\[[^\]]*\])", step)
     _, planned = plan_suite(["platform=h100", "suite=gpu-compile-host", *([only.group(1)] if only else [])])
     names = [p.run.name for p in planned]
-    assert any("deepcompile" in n or n.startswith("dc-") for n in names) != dc_fails and len(names) == (8 if dc_fails else 11)
+    assert any("deepcompile" in n or n.startswith("dc-") for n in names) != dc_fails and len(names) == (10 if dc_fails else 13)
+    # last, two twins with DeepSpeed's throughput timer unsynchronised: the rest of their configuration their twins'
+    assert names[-2:] == ["c-z1-L12-mb8-unsynced", "e-z3-L12-mb8-unsynced"]
+    for p in planned[-2:]:
+        twin = next(q for q in planned if q.run.name == p.run.name.removesuffix("-unsynced"))
+        assert p.run.config["deepspeed"]["timers"] == {"throughput": {"synchronized": False}}
+        assert dataclasses.replace(p.cfg, deepspeed_config=None) == twin.cfg
     # each stack and stage class at two layer counts: a line for tests/perf/host_floor.py
     for stack in ("c-z3", "c-z1", "e-z3", "e-z1", *([] if dc_fails else ["dc-z3"])):
         assert {p.cfg.workload.num_layers for p in planned if p.run.name.startswith(stack + "-")} == {6, 12}
