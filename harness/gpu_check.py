@@ -44,6 +44,7 @@ from .model.memory import memory_estimate
 from .model.offload import host_capacity_gib, offload_settings, read_meminfo
 from .model.perfmodel import predict
 from .plan import compile_cache_env
+from .report.summary import text_table
 from .stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
@@ -239,8 +240,7 @@ def markdown(s: Summary) -> str:
                      f"{_f(t['peak_error_pct'], '+.1f')} | {_f(t['profile_overhead_pct'])} |")
     stacked = [t for t in s.training if t.get("stack", "eager") != "eager"]
     if stacked:
-        lines += ["", "| " + " | ".join(STACK_HEADERS) + " |", "|" + "---|" * len(STACK_HEADERS)]
-        lines += ["| " + " | ".join(stack_row(t["run"], t["stack"], t)) + " |" for t in stacked]
+        lines += ["", text_table(STACK_HEADERS, [stack_row(t["run"], t["stack"], t) for t in stacked], markdown=True)]
         breaks = [f"- {line}" for t in stacked for line in break_lines(t["run"], t)]
         lines += ["", *breaks] if breaks else []
     if s.distillation:
