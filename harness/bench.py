@@ -6,7 +6,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Collection, Optional
 
 import yaml
 
@@ -208,7 +208,10 @@ def write_local_script(p: PlannedRun, launcher: LocalLauncher) -> Path:
     return path
 
 
-def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> list[ResultRecord]:
+def execute(planned: list[PlannedRun], out: Path, multirun: bool = False,
+            keep_compile_cache: Collection[str] = ()) -> list[ResultRecord]:
+    """Launch and record the planned runs; the cold compile caches of the runs named in `keep_compile_cache`
+    outlive their launch, for a caller that launches the same compiled model again and drops them itself."""
     unbuilt = preflight_check(planned)  # stale lock files of torch's JIT; the DeepSpeed ops the runs need
     records = []
     n = 0
@@ -236,7 +239,8 @@ def execute(planned: list[PlannedRun], out: Path, multirun: bool = False) -> lis
                         .run(first.run, cwd=REPO_ROOT)}
         for p in group:
             progress[p.run.run_id].poll()
-            drop_compile_cache(p.run)
+            if p.run.name not in keep_compile_cache:
+                drop_compile_cache(p.run)
             records.extend(record_run(p, launches[p.run.run_id], out))
     return records
 
@@ -326,7 +330,7 @@ def write_results(records: list[ResultRecord], out: Path, suite: str, overrides:
     compare_with_references(records, out, history)
 
 
-def bench(args: list[str]) -> int:
+def bench(args: list[str], keep_compile_cache: Collection[str] = ()) -> int:
     dry = DRY_RUN in args
     multirun, overrides = split_flag([a for a in args if a != DRY_RUN])
     out, planned = plan_suite(overrides, multirun, images=checked_images(dry))
@@ -340,7 +344,7 @@ def bench(args: list[str]) -> int:
             print(f"  {path}")
         return 0
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
-    records = execute(planned, out, multirun)
+    records = execute(planned, out, multirun, keep_compile_cache)
     write_results(records, out, planned[0].cfg.suite.name, overrides, planned[0].cfg.history)
     print(f"records, summary.md and run logs in {out}")
     return EXIT_RUN_FAILED if any(r.status in ("error", "timeout") for r in records) else 0

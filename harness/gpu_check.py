@@ -43,9 +43,8 @@ from .model.calibration import calibrate
 from .model.memory import memory_estimate
 from .model.offload import host_capacity_gib, offload_settings, read_meminfo
 from .model.perfmodel import predict
-from .plan import compile_cache_env
 from .report.summary import text_table
-from .stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
+from .stack_view import STACK_HEADERS, cache_label, break_lines, stack_fields, stack_row, stack_words
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
@@ -107,10 +106,11 @@ def plain_loop(p: PlannedRun, out: Path) -> dict[str, Any]:
     write_text_atomic(spec_path, p.run.spec.to_json())
     result = run_dir / "result.json"
     argv = [sys.executable, "-m", "benchmarks.training.plain_loop", "--spec", str(spec_path), "--out", str(result)]
-    # its own cold compile cache (a compiled run's), in its own folder, dropped after it as the harness's run's
-    plain = dataclasses.replace(p.run, argv=argv, run_dir=run_dir, env={**p.run.env, **compile_cache_env(p.cfg, run_dir)})
+    # a compiled run's: the compilers' caches its harness run filled (kept by bench for it, dropped by gpu_check),
+    # so the bare loop loads the graphs and kernels the harness compiled cold instead of compiling them again
+    # (its steps are what it measures, not its compile: 65 s of a 2-core box's gpu-check-cpu, ~50 s of an H100's)
+    plain = dataclasses.replace(p.run, argv=argv, run_dir=run_dir)
     launch = LocalLauncher().run(plain, cwd=REPO_ROOT)
-    drop_compile_cache(plain)
     if launch.timed_out or any(launch.exit_codes.values()) or not result.exists():
         return {"ok": False, "reason": (f"timed out after {p.run.timeout_s:g} s" if launch.timed_out
                                         else f"rank exit codes {launch.exit_codes}; see {run_dir}/rank0.log")}
@@ -196,7 +196,7 @@ def summarise(records: dict[str, ResultRecord], planned: list[PlannedRun], platf
         ratio = (harness["samples_per_s"] / result["samples_per_s"]
                  if result.get("ok") and harness and harness["samples_per_s"] else None)
         s.plain.append({**{k: result.get(k) for k in ("ok", "reason", "samples_per_s")}, "run": name,
-                        "harness_over_plain": ratio})
+                        "harness_over_plain": ratio, "compile_cache": cache_label(result.get("compile_cache"))})
     return s
 
 
@@ -273,7 +273,9 @@ def markdown(s: Summary) -> str:
                   f"{q['tolerance']:.0e} | {q['why']} |" for q in s.parity]
     for p in s.plain:
         lines += ["", (f"Instrument's cost: harness {p['run']} throughput = {_f(p['harness_over_plain'], '.3f')} x "
-                       f"a bare DeepSpeed loop of the same TrainSpec ({_f(p['samples_per_s'])} samples/s)")
+                       f"a bare DeepSpeed loop of the same TrainSpec ({_f(p['samples_per_s'])} samples/s"
+                       + (f"; {p['compile_cache']}" if p.get("compile_cache")
+                          else "") + ")")
                   if p["ok"] else f"Instrument's cost ({p['run']}): the plain loop failed: {p['reason']}"]
     return "\n".join(lines) + "\n"
 
@@ -291,14 +293,19 @@ def gpu_check(args: list[str], detected: Optional[Detected] = None) -> int:
     overrides = [*suite, *platform_overrides(detected, args), *user]
     out, planned = plan_suite(overrides)
     print(f"gpu-check: {detected.count} x {detected.name} -> platform {planned[0].cfg.platform.name}", flush=True)
-    rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]))
+    rc = bench(overrides + ([] if any(a.startswith("out=") for a in user) else [f"out={out}"]),
+               keep_compile_cache=OVERHEAD_RUNS)
     records = {path.stem: rec for path, rec in load_records([out]).records}
     plain: dict[str, dict[str, Any]] = {}
-    for target in (p for p in planned if p.run.name in OVERHEAD_RUNS):
-        ran = records.get(target.run.run_id)
-        if ran is not None and ran.status == "ok":
-            print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
-            plain[target.run.name] = plain_loop(target, out)
+    try:
+        for target in (p for p in planned if p.run.name in OVERHEAD_RUNS):
+            ran = records.get(target.run.run_id)
+            if ran is not None and ran.status == "ok":
+                print(f"gpu-check: the instrument's cost: {target.run.name} as a bare DeepSpeed loop", flush=True)
+                plain[target.run.name] = plain_loop(target, out)
+    finally:
+        for p in planned:
+            drop_compile_cache(p.run)
     s = summarise(records, planned, planned[0].cfg.platform.name, f"{detected.count} x {detected.name}", plain)
     s.host_available_gib = (read_meminfo() or {}).get("MemAvailable")
     text = markdown(s)

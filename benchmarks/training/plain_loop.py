@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     sync = synchronizer(spec.device)
     step_times = []
     plan = warmup_plan(spec)[:-spec.profile_steps or None]   # throughput steps only; the same warm-up rule
-    watch, index = CompileWatch(spec.stack.compile != "none"), 0
+    # a compiled run's bare loop loads what its harness run compiled (harness/gpu_check.py plain_loop)
+    watch, index = CompileWatch(spec.stack.compile != "none", "its harness run's caches"), 0
     while index < len(plan):
         sync()
         start = time.perf_counter()
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                   "step_times_s": measured,
                   "step_time_s": statistics.median(measured),
                   "samples_per_s": global_batch / statistics.median(measured),
-                  "ranks": everyone}
+                  "ranks": everyone, "compile_cache": watch.summary().get("cache")}
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()

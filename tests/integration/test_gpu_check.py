@@ -26,11 +26,14 @@ def test_the_whole_gpu_check_flow_runs_on_the_cpu_platform(tmp_path, capsys):
     assert all(c["status"] == "ok" and c["num_wrong"] == 0 and not c["smoke"] for c in s["collectives"])  # 2 ranks
     assert [p["run"] for p in s["plain"]] == ["z2", "z1-compile"]   # eager and compiled: the instrument's cost on each
     assert all(p["ok"] and p["harness_over_plain"] > 0 for p in s["plain"])
+    # the compiled bare loop loads the graphs its harness run compiled cold, instead of compiling them again
+    assert s["plain"][0]["compile_cache"] is None and "from the cache" in s["plain"][1]["compile_cache"]
     compiled = s["training"][-1]   # Inductor's C++ backend, for real: compile seconds apart from the measured steps
     assert compiled["compile_s"] > 1 and compiled["graph_breaks"] == 0 and compiled["attention_used"] == ["flash"]
     # gpu-check compiles cold (measure.compile_cache's default): whatever this box compiled before, nothing is loaded
     assert compiled["compile_cache"].startswith("cold: ") and "graphs compiled" in compiled["compile_cache"]
-    assert not list(out.rglob("compile-cache"))     # the cold caches (the run's, the bare loop's), removed after each launch
+    # the cold caches: the compiled run's, kept for its bare loop (which loads what it compiled), removed after it
+    assert not list(out.rglob("compile-cache"))
     md = (out / "gpu-check.md").read_text()
     assert "| z2 | 2 |" in md and "a bare DeepSpeed loop" in md and "| z1-compile | torch |" in md
     assert (out / "summary.md").exists() and len(list(out.glob("0*-z*.json"))) == 5

@@ -104,7 +104,10 @@ def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_l
                ids["z0"]: _training(ids["z0"]), ids["z2"]: _training(ids["z2"], samples=98.0),
                ids["z3"]: _training(ids["z3"], status="oom")}
     records = dict(zip(records, typed(list(records.values()))))
-    s = summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", {"z2": {"ok": True, "samples_per_s": 100.0}})
+    loaded = {"setting": "its harness run's caches", "fx_graph": {"hit": 2, "miss": 0, "bypass": 0},
+              "aot_autograd": {"hit": 1, "miss": 0, "bypass": 0}}   # the compiled bare loop loads what z1-compile compiled
+    s = summarise(records, planned, "h100", "1 x NVIDIA H100 80GB HBM3", {
+        "z2": {"ok": True, "samples_per_s": 100.0}, "z1-compile": {"ok": True, "samples_per_s": 50.0, "compile_cache": loaded}})
     assert [t["zero"] for t in s.training] == [0, 2, 3]
     z0 = s.training[0]
     assert z0["predicted_peak_gib"] == pytest.approx(33.2, abs=0.1)
@@ -114,6 +117,7 @@ def test_the_summary_puts_the_predicted_peak_beside_the_measured_and_the_plain_l
     assert s.plain[0]["harness_over_plain"] == pytest.approx(0.98)
     text = markdown(s)
     assert "smoke: one rank, no bandwidth" in text and "0.980 x a bare DeepSpeed loop" in text
+    assert "(100.0 samples/s)" in text and "(50.0 samples/s; its harness run's caches: 2 of 2 graphs from the cache)" in text
     assert "| z3 | 3 | 128 x 8 | oom |" in text
 
 
