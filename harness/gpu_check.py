@@ -44,7 +44,7 @@ from .model.memory import memory_estimate
 from .model.offload import host_capacity_gib, offload_settings, read_meminfo
 from .model.perfmodel import predict
 from .report.summary import text_table
-from .stack_view import STACK_HEADERS, cache_label, break_lines, stack_fields, stack_row, stack_words
+from .stack_view import STACK_HEADERS, break_lines, cache_label, stack_fields, stack_row, stack_words
 from .tune.parity import stack_parity
 from .record import ResultRecord, write_json_atomic
 from .verdict.record_files import load_records
