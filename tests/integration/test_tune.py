@@ -77,7 +77,7 @@ def test_tune_runs_three_steps_resumes_and_leaves_a_usable_preset(tmp_path, pres
     # resume: a trial whose record is gone (interrupted before it was written) is the only one rerun; the
     # one taken is not the winner, so the winner usually stays and its confirmation pairs are reused (the last
     # trial was taken before; in one CI it was the winner, its rerun lost, and 4 fresh pairs cost 68 s of a 2-core box)
-    gone = next(t for t in reversed(s3["trials"]) if t["status"] == "ok" and t["label"] != c.get("winner"))
+    gone = next(t for t in reversed(s3["trials"]) if t["status"] == "ok" and t["label"] != c["winner"])
     victim = out / gone["records"][0]
     victim.unlink()
     again = tune(out)
