@@ -227,9 +227,10 @@ def _row_key(v) -> str:
 def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
     """A comparison across two machines in one line: 'H100 80GB HBM3 runs these 4 configurations at
     0.961x the H200's samples/s (geometric mean of now/OLD over the configurations, 0.89x-1.18x); at
-    0.942x of its efficiency (matmul_eff_pct, ...); ranking of the configurations by samples/s changed:
-    c1 and c3 swapped (c1 0.4 % ahead on H100 80GB HBM3, c3 0.6 % on H200)'. `name(v)` names a
-    verdict's configuration."""
+    0.942x of its efficiency (matmul_eff_pct, ...); ranking of the configurations by samples/s unchanged
+    beyond noise: c1 and c3 tied (c1 0.4 % ahead on H100 80GB HBM3, c3 0.6 % on H200), within a run's
+    noise (3 %)'; a swap beyond the noise on either machine: '... changed: c2 and c1 swapped (...)'.
+    `name(v)` names a verdict's configuration."""
     parts = []
     speed = SPEED_WORDS.get(pair.speed_metric or "", pair.speed_metric)
     if pair.speed_ratio is not None:
@@ -244,13 +245,16 @@ def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
     for metric, (r, n) in pair.efficiency.items():
         parts.append(f"at {_x(r)} of its efficiency ({metric}, {n} configuration{'s' if n != 1 else ''}, judged "
                      "across the machines)")
+    def swaps(pairs: list, verb: str) -> str:
+        return ", ".join(f"{name(a)} and {name(b)} {verb} ({name(a)} {now:.1f} % ahead on {pair.now}, {name(b)} "
+                         f"{then:.1f} % on {pair.reference})" for a, b in pairs for now, then in [pair.gaps_pct(a, b)])
+
+    ties = (f"{'; ' if pair.swapped else ': '}{swaps(pair.ties, 'tied')}, within a run's noise ({pair.noise_pct:g} %)"
+            if pair.ties else "")
     if pair.num_configs > 1 and not pair.swapped:
-        parts.append(f"ranking of the configurations by {speed} unchanged")
+        parts.append(f"ranking of the configurations by {speed} unchanged{' beyond noise' if ties else ''}{ties}")
     elif pair.swapped:
-        swaps = ", ".join(f"{name(a)} and {name(b)} swapped ({name(a)} {now:.1f} % ahead on {pair.now}, {name(b)} "
-                          f"{then:.1f} % on {pair.reference})"
-                          for a, b in pair.swapped for now, then in [pair.gaps_pct(a, b)])
-        parts.append(f"ranking of the configurations by {speed} changed: {swaps}")
+        parts.append(f"ranking of the configurations by {speed} changed: {swaps(pair.swapped, 'swapped')}{ties}")
     return "; ".join(parts)
 
 
@@ -263,7 +267,9 @@ def pair_json(pair: MachinePair, name) -> dict[str, Any]:
             "efficiency_ratio_geomean": {m: r for m, (r, _) in pair.efficiency.items()},
             "ranking": [name(v) for v in pair.speed], "ranking_unchanged": not pair.swapped,
             "swapped": [{"ahead_now": name(a), "ahead_on_reference": name(b), "gaps_pct": list(pair.gaps_pct(a, b))}
-                        for a, b in pair.swapped], "summary": pair_text(pair, name, "reference")}
+                        for a, b in pair.swapped],
+            "tied": [{"ahead_now": name(a), "ahead_on_reference": name(b), "gaps_pct": list(pair.gaps_pct(a, b))}
+                     for a, b in pair.ties], "noise_pct": pair.noise_pct, "summary": pair_text(pair, name, "reference")}
 
 
 def _config_order(v) -> tuple:

@@ -91,6 +91,8 @@ class Verdict:
     """The reference's platform where it is not the run's (a run paired across platforms), else None."""
     machines: Optional[list[str]] = None
     """[this run's machine, the reference's] where the two differ (cross_machine.apart), else None."""
+    device: Optional[str] = None
+    """What the two machines computed on ('cuda', 'cpu') where they differ and the records say."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -280,7 +282,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         two = apart(ref_env, env, ref.platform, g.platform, dtypes)
         across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
         fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
-               "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None}
+               "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None, "device": two.device if two else None}
         if ref.status != "ok" or not ok:
             now = "ok" if ok else "/".join(statuses)
             if ref.status == now:

@@ -20,7 +20,7 @@ from typing import Any, Collection, Optional
 
 from contract.metrics import METRICS
 
-from ..probe import node_probes, not_comparable
+from ..probe import PACE_NOISE_PCT, node_probes, not_comparable
 from .changes import hardware
 
 SPEED_METRICS = ("samples_per_s", "avg_busbw_gbps", "tokens_per_s")
@@ -60,6 +60,17 @@ def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[st
     return measured or (f"not comparable: {named}" if named else None)
 
 
+def device_of(env: Optional[dict[str, Any]]) -> Optional[str]:
+    """What a measurement computed on, 'cuda' or 'cpu': its probe's device, else 'cuda' where the
+    fingerprint names GPUs and 'cpu' where it names a CPU model only; None where it says neither (a
+    published figure)."""
+    probes = node_probes(env)
+    if probes and probes[0].get("device"):
+        return str(probes[0]["device"])
+    name = machine_of(env)
+    return None if name is None else "cuda" if (hardware(env["machine"])["gpu_model"]) else "cpu"
+
+
 def machine_name(env: Optional[dict[str, Any]], platform: str) -> str:
     """A machine in a few words: 'H100 80GB HBM3', '8 x H100 80GB HBM3', 'AMD EPYC 7763 64-Core
     Processor (2 CPUs, AVX2)' (the probe's ISA class when it has one); the platform's name when the
@@ -84,6 +95,8 @@ class Apart:
     """'not comparable: H100 80GB HBM3 vs H200: memory bandwidth (triad) 3,030 vs 4,292 GB/s'."""
     machines: tuple[str, str]
     """(this run's machine, the reference's), named by machine_name; told apart where the names agree."""
+    device: Optional[str] = None
+    """What the two computed on (device_of: this run's, else the reference's), None where neither says."""
 
 
 def apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any], reference_platform: str,
@@ -97,15 +110,16 @@ def apart(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any], 
         now, then = f"{now} ({platform})", f"{then} ({reference_platform})"
     elif now == then:
         now, then = f"{now} (now)", f"{then} (reference)"
+    device = device_of(current_env) or device_of(reference_env)
     if reference_platform == platform:
         why = machines_apart(reference_env, current_env, dtypes)
-        return Apart(why, (now, then)) if why else None
+        return Apart(why, (now, then), device) if why else None
     measured = not_comparable(reference_env, current_env, dtypes) if node_probes(current_env) else None
     words = [w for w in (measured or "").removeprefix("not comparable: ").split("; ")
              if w and not w.startswith("GPU ")]   # the GPUs are named already
     if not words and machine_of(reference_env) == machine_of(current_env) and machine_of(current_env):
         words = [f"platform {platform} vs {reference_platform}"]
-    return Apart(f"not comparable: {now} vs {then}" + (f": {'; '.join(words)}" if words else ""), (now, then))
+    return Apart(f"not comparable: {now} vs {then}" + (f": {'; '.join(words)}" if words else ""), (now, then), device)
 
 
 def geomean(ratios: list[float]) -> Optional[float]:
@@ -140,7 +154,14 @@ class MachinePair:
     """{metric: (geometric mean of now/reference, configurations)} of the efficiencies judged across."""
     swapped: list[tuple[Any, Any]] = field(default_factory=list)
     """Pairs of speed verdicts (ahead now, ahead on the reference's machine) whose order the two machines
-    disagree on; [] when the configurations rank alike."""
+    disagree on by more than a run's noise on either machine (noise_pct); [] when the configurations rank
+    alike."""
+    ties: list[tuple[Any, Any]] = field(default_factory=list)
+    """Pairs whose order the two machines disagree on within noise_pct on both: a tie on both machines,
+    not a change of ranking."""
+    noise_pct: float = 0.0
+    """How far one run's throughput strays from another's of the same configuration on one machine
+    (RANK_NOISE_PCT of the machines' device)."""
 
     @property
     def num_configs(self) -> int:
@@ -153,6 +174,22 @@ class MachinePair:
     def gaps_pct(a: Any, b: Any) -> tuple[float, float]:
         """(how far a swapped pair's first is ahead on this machine, its second on the reference's), percent."""
         return 100.0 * (a.value / b.value - 1), 100.0 * (b.reference / a.reference - 1)
+
+
+RANK_NOISE_PCT = PACE_NOISE_PCT
+"""How far one run's throughput may stray from another's of the same configuration on one machine, by
+device: two configurations whose order two machines disagree on by no more than this on both are tied
+on both, not ranked otherwise. The machine's own pace noise (harness/probe.py PACE_NOISE_PCT), which the
+records bear out: on one H100 80GB HBM3 node ZeRO-1's llama-440m read 716.3 and 711.1 samples/s in two
+benches (0.7 %), and ZeRO 0, 1 and 2, which on one GPU communicate nothing, 706-716 (1.4 %; an H200's
+787-797, 1.3 %), within cuda's 3 %; the cpu references' three repeats of one configuration
+(reference_results/cpu.json, the 2-core AVX2 EPYC) lie 1.3-25.8 % apart (median 9.6 %), cpu's 15 %."""
+
+
+def rank_noise_pct(device: Optional[str]) -> float:
+    """RANK_NOISE_PCT of a device; the narrowest where the records do not say (a published figure), so
+    that no order is called a tie on a guess."""
+    return RANK_NOISE_PCT.get(device or "", min(RANK_NOISE_PCT.values()))
 
 
 def machine_pairs(verdicts: list, efficiencies: tuple[str, ...]) -> list[MachinePair]:
@@ -174,8 +211,11 @@ def machine_pairs(verdicts: list, efficiencies: tuple[str, ...]) -> list[Machine
             pair.speed_metric = metric
             pair.speed = sorted(seen.values(), key=lambda v: -v.value)
             pair.speed_ratio = geomean(pair.ratios())
-            pair.swapped = [(a, b) for i, a in enumerate(pair.speed) for b in pair.speed[i + 1:]
-                            if a.value > b.value and a.reference < b.reference]
+            pair.noise_pct = rank_noise_pct(next((v.device for v in rows if v.device), None))
+            disagree = [(a, b) for i, a in enumerate(pair.speed) for b in pair.speed[i + 1:]
+                        if a.value > b.value and a.reference < b.reference]
+            pair.ties = [(a, b) for a, b in disagree if max(pair.gaps_pct(a, b)) <= pair.noise_pct]
+            pair.swapped = [s for s in disagree if s not in pair.ties]
         for m in efficiencies:
             ratios = [r for r in (better_ratio(v) for v in rows if v.metric == m and v.verdict != "not comparable")
                       if r is not None]
