@@ -129,14 +129,14 @@ def test_markdown_has_title_summary_tables_and_failed_runs(tmp_path):
 
 
 def test_charts_render_as_png_bytes(tmp_path):
-    """Also writes the two charts to /tmp/nightly-report-*.png, to look at them."""
+    """Also writes the two charts beside the test's temporary files (nightly-report-*.png), to look at them."""
     panels = [("c1: cpu/llama-tiny ZeRO-1", {n.rsplit(" ", 1)[1]: pts for n, pts in _history().items()})]
     trend = trend_panels_png(panels, "2026-05-10", {(panels[0][0], "samples_per_s"): 5.0},
                              {(panels[0][0], "samples_per_s"): 40.0})
     micro = microstep_pair_png(_records()[0], ("2026-05-09", _records()[0]), "2026-05-10")
     for name, png in (("trend", trend), ("microsteps", micro)):
         assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
-        (Path("/tmp") / f"nightly-report-{name}.png").write_bytes(png)
+        (tmp_path / f"nightly-report-{name}.png").write_bytes(png)
 
 
 def test_a_night_on_a_slower_link_than_the_baseline_nights_names_the_link(tmp_path):
