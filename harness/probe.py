@@ -15,6 +15,7 @@ from before the probe) is judged by the machines' names as before (harness.verdi
 from __future__ import annotations
 
 import copy
+import statistics
 from typing import Any, Collection, NamedTuple, Optional
 
 from benchmarks.node.gpu_state import state_differences
@@ -236,6 +237,49 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
     if not isinstance(then, (int, float)) or then <= 0:
         then = best_figure(ref_probes[0], "matmul", "fp32")
     return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
+
+
+class Share(NamedTuple):
+    """The CPU time a run's ranks got while they measured, against its reference's (environment.load)."""
+    now: float
+    then: float
+    other_now: float
+    other_then: float
+    cpus: int
+
+
+def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[dict[str, Any]]]) -> Optional[Share]:
+    """The CPUs' worth this run's ranks got while they measured (load.run_cpus, the median over the group's
+    records) against the reference's, where other work on the machine (load.other_cpus) differed by a
+    material share of it (half a CPU, or a quarter of its CPUs if more: harness/verdict/changes.py) and
+    the busier side's machine was saturated (its busy CPUs within a quarter CPU of all it has), so that
+    the other work took CPU time from the ranks; on cpu only, where the ranks' speed is the CPU time they
+    get. None otherwise: a run that got less CPU on an unsaturated machine waited of its own accord."""
+    cur = [e for e in current_envs if _on_cpu(e) and _load_figures(e)]
+    if not cur or not _on_cpu(reference_env) or not _load_figures(reference_env):
+        return None
+    then = _load_figures(reference_env)
+    run_now, other_now, busy_now = (statistics.median(_load_figures(e)[i] for e in cur) for i in range(3))
+    cpus = int((reference_env or {}).get("machine", {}).get("cpu", {}).get("usable_cpus")
+               or (reference_env or {}).get("machine", {}).get("cpu", {}).get("logical_cpus") or 0)
+    if cpus <= 0 or abs(other_now - then[1]) < max(0.5, 0.25 * cpus):
+        return None
+    busier = busy_now if other_now > then[1] else then[2]
+    if busier < cpus - 0.25 or run_now <= 0 or then[0] <= 0:
+        return None
+    return Share(run_now, then[0], other_now, then[1], cpus)
+
+
+def _on_cpu(env: Optional[dict[str, Any]]) -> bool:
+    probes = node_probes(env)
+    return bool(probes) and (probes[0].get("device") or "cpu") == "cpu"
+
+
+def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float]]:
+    """(run_cpus, other_cpus, busy_cpus) of a fingerprint's load; None where it lacks one."""
+    load = (env or {}).get("load") or {}
+    figures = tuple(load.get(k) for k in ("run_cpus", "other_cpus", "busy_cpus"))
+    return figures if all(isinstance(x, (int, float)) for x in figures) else None   # type: ignore[return-value]
 
 
 def capacity_gflops(probes: list[dict[str, Any]], dtype: str, ranks_per_node: int,

@@ -297,7 +297,8 @@ def problem_lines(ranked: list, labels: list[str], since: str, markdown: bool) -
         return rows_text(rows, [i for i in problems if ranked[i].verdict in kinds], labels, metrics)
 
     def cause(verdict: str, rows: list[int], why: str) -> str:
-        note = " (references are per machine)" if verdict == "not comparable" else ""
+        apart = any(ranked[i].machines for i in rows)   # two machines, not one machine's pace or neighbours
+        note = " (references are per machine)" if verdict == "not comparable" and apart else ""
         return f"{verdict}, {where(rows)}" + (f": {why}{note}" if why else "")
 
     def changed(i: int) -> str | None:
