@@ -260,14 +260,17 @@ def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Option
         return None
     then = _load_figures(reference_env)
     run_now, other_now, busy_now = (statistics.median(_load_figures(e)[i] for e in cur) for i in range(3))
-    cpus = int((reference_env or {}).get("machine", {}).get("cpu", {}).get("usable_cpus")
-               or (reference_env or {}).get("machine", {}).get("cpu", {}).get("logical_cpus") or 0)
-    if cpus <= 0 or abs(other_now - then[1]) < max(0.5, 0.25 * cpus):
+    cpus_now, cpus_then = _cpus(cur[0]), _cpus(reference_env)
+    busy, cpus = (busy_now, cpus_now) if other_now > then[1] else (then[2], cpus_then)   # the busier side's
+    if not cpus or abs(other_now - then[1]) < max(0.5, 0.25 * cpus) or busy < cpus - 0.25:
         return None
-    busier = busy_now if other_now > then[1] else then[2]
-    if busier < cpus - 0.25 or run_now <= 0 or then[0] <= 0:
-        return None
-    return Share(run_now, then[0], other_now, then[1], cpus)
+    return Share(run_now, then[0], other_now, then[1], cpus_now) if run_now > 0 and then[0] > 0 and cpus_now else None
+
+
+def _cpus(env: Optional[dict[str, Any]]) -> int:
+    """The CPUs a fingerprint's machine lets the run use (usable, else logical); 0 where it does not say."""
+    cpu = ((env or {}).get("machine") or {}).get("cpu") or {}
+    return int(cpu.get("usable_cpus") or cpu.get("logical_cpus") or 0)
 
 
 def _on_cpu(env: Optional[dict[str, Any]]) -> bool:

@@ -137,3 +137,15 @@ def test_the_data_is_what_its_readme_says():
     for name in RUNS:
         load = loaded(name)["environment"]["load"]
         assert 0.7 <= load["other_cpus"] <= 0.8 and 1.15 <= load["run_cpus"] <= 1.3 and load["busy_cpus"] >= 1.95
+
+
+def test_each_side_is_judged_on_its_own_machine_s_cpus():
+    run = loaded(RUNS[0])
+    big = quiet_twin(run)
+    big["environment"]["machine"]["cpu"].update(usable_cpus=8, logical_cpus=8)
+    share = cpu_share(big["environment"], [run["environment"]])
+    assert share is not None and share.cpus == 2, "the loaded run's 2-CPU box was the saturated one"
+    # the other way round: the neighbour beside the reference on an 8-CPU box that it did not saturate
+    busy_ref = copy.deepcopy(run)
+    busy_ref["environment"]["machine"]["cpu"].update(usable_cpus=8, logical_cpus=8)
+    assert cpu_share(busy_ref["environment"], [quiet_twin(run)["environment"]]) is None
