@@ -239,6 +239,12 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
     return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
 
 
+def material_cpus(cpus: int) -> float:
+    """How far other work (or steal) must differ, in CPUs, to count as a change of the machine's load: half a
+    CPU, or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
+    return max(0.5, 0.25 * cpus)
+
+
 class Share(NamedTuple):
     """The CPU time a run's ranks got while they measured, against its reference's (environment.load)."""
     now: float
@@ -251,18 +257,19 @@ class Share(NamedTuple):
 def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[dict[str, Any]]]) -> Optional[Share]:
     """The CPUs' worth this run's ranks got while they measured (load.run_cpus, the median over the group's
     records) against the reference's, where other work on the machine (load.other_cpus) differed by a
-    material share of it (half a CPU, or a quarter of its CPUs if more: harness/verdict/changes.py) and
+    material share of it (material_cpus, as "what changed" names load.other_cpus) and
     the busier side's machine was saturated (its busy CPUs within a quarter CPU of all it has), so that
     the other work took CPU time from the ranks; on cpu only, where the ranks' speed is the CPU time they
     get. None otherwise: a run that got less CPU on an unsaturated machine waited of its own accord."""
     cur = [e for e in current_envs if _on_cpu(e) and _load_figures(e)]
-    if not cur or not _on_cpu(reference_env) or not _load_figures(reference_env):
+    then = _load_figures(reference_env) if _on_cpu(reference_env) else None
+    if not cur or then is None:
         return None
-    then = _load_figures(reference_env)
-    run_now, other_now, busy_now = (statistics.median(_load_figures(e)[i] for e in cur) for i in range(3))
+    figures = [_load_figures(e) for e in cur]
+    run_now, other_now, busy_now = (statistics.median(f[i] for f in figures) for i in range(3))
     cpus_now, cpus_then = _cpus(cur[0]), _cpus(reference_env)
     busy, cpus = (busy_now, cpus_now) if other_now > then[1] else (then[2], cpus_then)   # the busier side's
-    if not cpus or abs(other_now - then[1]) < max(0.5, 0.25 * cpus) or busy < cpus - 0.25:
+    if not cpus or abs(other_now - then[1]) < material_cpus(cpus) or busy < cpus - 0.25:
         return None
     return Share(run_now, then[0], other_now, then[1], cpus_now) if run_now > 0 and then[0] > 0 and cpus_now else None
 

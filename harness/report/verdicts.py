@@ -245,6 +245,7 @@ def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
     for metric, (r, n) in pair.efficiency.items():
         parts.append(f"at {_x(r)} of its efficiency ({metric}, {n} configuration{'s' if n != 1 else ''}, judged "
                      "across the machines)")
+
     def swaps(pairs: list, verb: str) -> str:
         return ", ".join(f"{name(a)} and {name(b)} {verb} ({name(a)} {now:.1f} % ahead on {pair.now}, {name(b)} "
                          f"{then:.1f} % on {pair.reference})" for a, b in pairs for now, then in [pair.gaps_pct(a, b)])
@@ -261,15 +262,18 @@ def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
 def pair_json(pair: MachinePair, name) -> dict[str, Any]:
     """A MachinePair as the JSON of compare --json carries it on each of its rows (across_machines)."""
     ratios = pair.ratios()
+
+    def orders(pairs: list) -> list[dict[str, Any]]:
+        return [{"ahead_now": name(a), "ahead_on_reference": name(b), "gaps_pct": list(pair.gaps_pct(a, b))}
+                for a, b in pairs]
+
     return {"now": pair.now, "reference": pair.reference, "num_configurations": pair.num_configs,
             "speed_metric": pair.speed_metric, "speed_ratio_geomean": pair.speed_ratio,
             "speed_ratio_range": [min(ratios), max(ratios)] if ratios else None,
             "efficiency_ratio_geomean": {m: r for m, (r, _) in pair.efficiency.items()},
             "ranking": [name(v) for v in pair.speed], "ranking_unchanged": not pair.swapped,
-            "swapped": [{"ahead_now": name(a), "ahead_on_reference": name(b), "gaps_pct": list(pair.gaps_pct(a, b))}
-                        for a, b in pair.swapped],
-            "tied": [{"ahead_now": name(a), "ahead_on_reference": name(b), "gaps_pct": list(pair.gaps_pct(a, b))}
-                     for a, b in pair.ties], "noise_pct": pair.noise_pct, "summary": pair_text(pair, name, "reference")}
+            "swapped": orders(pair.swapped), "tied": orders(pair.ties), "noise_pct": pair.noise_pct,
+            "summary": pair_text(pair, name, "reference")}
 
 
 def _config_order(v) -> tuple:

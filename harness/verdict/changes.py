@@ -18,7 +18,7 @@ from typing import Any, Optional
 from contract.fingerprint import COMPARED, DEEPSPEED_JSON, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
-from ..probe import probe_diff
+from ..probe import material_cpus, probe_diff
 from ..provenance import CONTENT_PREFIX
 
 HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
@@ -102,13 +102,13 @@ def deepspeed_diff(ref: Any, cur: Any) -> dict[str, Any]:
 
 def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any]:
     """load.other_cpus and load.steal_cpus (a virtual machine's hypervisor running its other guests),
-    each when both sides measured it and it differs by a material share of the machine: half a CPU,
-    or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
+    each when both sides measured it and it differs by a material share of the machine
+    (probe.material_cpus)."""
     cpus = hardware(env.get("machine") or {}).get("logical_cpus") or 1
     out: dict[str, Any] = {}
     for key in ("other_cpus", "steal_cpus"):
         a, b = (ref or {}).get(key), (cur or {}).get(key)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= max(0.5, 0.25 * cpus):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= material_cpus(cpus):
             out[f"load.{key}"] = [a, b]
     return out
 

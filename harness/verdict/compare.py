@@ -227,8 +227,8 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
         return None
     return (f"not comparable: other work took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
             f"run measured (the reference's {share.other_then:.2f}), and its ranks got {ratio:.2f}x the reference's "
-            f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs); at that share the {verdict} is a change of {change}, "
-            f"within the tolerance {ref.tolerance_pct:g} %")
+            f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs); at that share the {verdict} is a change of "
+            f"{change}, within the tolerance {ref.tolerance_pct:g} %")
 
 
 def _explained(verdict: str, figures: dict[str, Any], ref: Reference, ratio: float, noise_pct: float) -> Optional[str]:
@@ -313,7 +313,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         two = apart(ref_env, env, ref.platform, g.platform, dtypes)
         across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
         fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
-               "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None, "device": two.device if two else None}
+               "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None,
+               "device": two.device if two else None}
         if ref.status != "ok" or not ok:
             now = "ok" if ok else "/".join(statuses)
             if ref.status == now:
