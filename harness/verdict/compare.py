@@ -45,7 +45,7 @@ from .changes import environment_diff
 from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records
-from .references import REFERENCE_METRICS, STACK_KEYS, Reference, record_config
+from .references import NCCL_KEY, REFERENCE_METRICS, STACK_KEYS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
             "not comparable")
@@ -122,8 +122,11 @@ def same_configuration(ref: Reference, group: Group) -> bool:
     """Every entry of the reference's configuration is the group's too (workload, ZeRO stage, micro
     batch x grad accumulation, sequence, precision, nodes and ranks, ...), and the group's training
     stack is the reference's: a stack key (compile, kernels, attention, ...) the reference lacks means
-    it ran eager, as every reference made before the key existed did. The platform is not asked."""
-    return (ref.benchmark == group.benchmark and all(group.config.get(k) == v for k, v in ref.config.items())
+    it ran eager, as every reference made before the key existed did. The platform is not asked, nor the
+    run's own NCCL variables (NCCL_KEY): a run with other NCCL settings is judged against the reference,
+    and what changed names them (`env.NCCL_ALGO: None -> Tree`), as around an upgrade."""
+    return (ref.benchmark == group.benchmark
+            and all(group.config.get(k) == v for k, v in ref.config.items() if k != NCCL_KEY)
             and all(k in ref.config for k in STACK_KEYS if k in group.config))
 
 
@@ -262,9 +265,10 @@ def run_dtypes(g: Group) -> Optional[list[str]]:
     return _dtypes(g.records, "matmul_eff_pct") or None
 
 
-def _best(refs: list[Reference]) -> Reference:
-    """The most specific reference (the largest configuration) among those that apply."""
-    return max(refs, key=lambda r: len(r.config))
+def _best(refs: list[Reference], nccl: Optional[dict]) -> Reference:
+    """The reference that applies best: one of the run's own NCCL settings first, else one of the
+    platform's (none of its own), then the most specific (the largest configuration)."""
+    return max(refs, key=lambda r: (r.config.get(NCCL_KEY) == nccl, NCCL_KEY not in r.config, len(r.config)))
 
 
 def compare(records: list[ResultRecord], references: list[Reference], min_samples: int = 2) -> list[Verdict]:
@@ -297,7 +301,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
-        ref = _best(refs) if refs else None
+        ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
         if ref:
             used.add(ref.key())
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]

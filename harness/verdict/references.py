@@ -232,12 +232,18 @@ STACK_DEFAULTS = {"compile": "none", "compile_mode": "default", "kernels": "eage
 away from them is another configuration (a compiled run is never judged against an eager reference).
 fp8_recipe joins the key with precision fp8 only."""
 STACK_KEYS = (*STACK_DEFAULTS, "fp8_recipe")
+NCCL_KEY = "nccl_env"
+"""The key of a run's own NCCL variables (config `nccl_env`, over the platform's): it parts groups of
+repeats, and never keeps a reference from judging a run (compare.same_configuration, compare._best)."""
 
 
 def record_config(record: ResultRecord) -> dict[str, Any]:
     """The configuration key of a record: what a reference of it is matched on."""
     cfg = record.config
     key: dict[str, Any] = {"nodes": cfg["platform"]["nodes"], "num_ranks": record.environment.get("num_ranks")}
+    nccl = cfg.get("nccl_env") or {}
+    if nccl:   # the run's own NCCL settings (tune step 1, a -m sweep): runs of two settings are never pooled
+        key[NCCL_KEY] = {k: str(v) for k, v in sorted(nccl.items())}   # as repeats; compare.same_configuration
     if record.kind == "training":
         key.update(zero_stage=cfg["zero"]["stage"], micro_batch_size=cfg["workload"]["micro_batch_size"],
                    grad_acc_steps=cfg["workload"]["grad_acc_steps"], seq_len=cfg["workload"]["seq_len"],
