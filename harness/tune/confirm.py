@@ -45,8 +45,9 @@ class Judgement:
     gain_interval_pct: Optional[tuple[float, float]] = None
 
     def figure(self) -> str:
-        """"1.31x the default (95 % interval [1.22, 1.40])", or "" when nothing was judged."""
-        return (f"{self.ratio:.2f}x the default (95 % interval [{self.interval[0]:.2f}, {self.interval[1]:.2f}])"
+        """"1.31x the default (95 % interval [1.22, 1.40])", or "" when nothing was judged. A bound near 1x
+        gets the digits that keep it off 1.00 ([1.004, 1.12], not [1.00, 1.12] for a gain it confirmed)."""
+        return (f"{self.ratio:.2f}x the default (95 % interval [{_times(self.interval[0])}, {_times(self.interval[1])}])"
                 if self.ratio is not None and self.interval is not None else "")
 
     def text(self) -> str:
@@ -58,6 +59,12 @@ class Judgement:
         if self.verdict == DEFAULT_BEST:
             return "the default configuration is the best found: nothing to confirm"
         return f"insufficient data to confirm a gain{f' ({figure})' if figure else ''}: the default configuration is kept"
+
+
+def _times(value: float, digits: int = 2) -> str:
+    """A ratio with 2 decimals, more (up to 4) while it would read 1.00 without being 1."""
+    text = f"{value:.{digits}f}"
+    return _times(value, digits + 1) if float(text) == 1.0 and value != 1.0 and digits < 4 else text
 
 
 def judge(default: list[float], winner: list[float]) -> Judgement:

@@ -20,7 +20,7 @@ ISSUE_WINNER = [26.23, 15.57, 21.0]   # one lucky sample, then the box's ordinar
 ISSUE_DEFAULT = [20.66, 19.8, 21.5]
 CLEAR_WINNER = [26.0, 25.4, 26.6]
 CLEAR_DEFAULT = [20.1, 19.8, 20.5]
-FIGURE = re.compile(r"(\d+\.\d\d)x the default \(95 % interval \[(\d+\.\d\d), (\d+\.\d\d)\]\)")
+FIGURE = re.compile(r"(\d+\.\d\d)x the default \(95 % interval \[(\d+\.\d{2,4}), (\d+\.\d{2,4})\]\)")
 
 
 # ---- the judgement -----------------------------------------------------------------------------
@@ -31,6 +31,16 @@ def test_a_clear_gain_is_stated_with_its_interval_and_keeps_the_winner():
     assert ratio == pytest.approx(26.0 / 20.1, abs=0.005)  # the ratio of the medians
     assert 1.0 < lo <= ratio <= hi
     assert j.gain_interval_pct[0] > 0 and j.gain_pct == pytest.approx(100 * (26.0 / 20.1 - 1))
+
+
+def test_a_bound_near_1x_never_reads_1_00_unless_it_is():
+    """Found in a real `make tune` on cpu: a gain kept because its interval lay above 1x (1.0041) read
+    '1.05x the default (95 % interval [1.00, 1.12])'."""
+    j = confirm.Judgement(confirm.GAIN, WINNER, 1.0495, (1.004122782645848, 1.1244238315800708))
+    assert j.text() == "1.05x the default (95 % interval [1.004, 1.12])"
+    assert confirm.Judgement(confirm.NO_GAIN, DEFAULT, 1.01, (0.9996, 1.0)).figure().endswith("[0.9996, 1.00])")
+    lo, hi = map(float, FIGURE.fullmatch(j.text()).groups()[1:])
+    assert lo > 1.0 and hi > 1.0
 
 
 def test_the_issues_noisy_samples_are_no_significant_gain_and_keep_the_default():
