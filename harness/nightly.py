@@ -28,7 +28,7 @@ from typing import Optional
 from contract.metrics import tolerances_for
 
 from .bench import PlannedRun, checked_images, execute, plan_suite
-from .verdict.compare import VERDICTS, compare, parse_fail_on
+from .verdict.compare import VERDICTS, compare, outside_runs, parse_fail_on
 from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
@@ -41,7 +41,7 @@ from .atomic import write_bytes_atomic
 from .report.nightly import write_reports
 from .report.overview import OverviewRow, overview_line, overview_page
 from .report.nightly_page import series_label
-from .report.verdicts import verdict_text
+from .report.verdicts import OUTSIDE_SUITE, unrun_line, verdict_text
 
 
 def baseline_references(earlier: list[tuple[str, ResultRecord]], platform: str, nights: list[str]):
@@ -142,13 +142,15 @@ def store_url(url: str) -> str:
 
 
 def judge(store: History, platform: str, night: str, refs: list, baseline_nights: int):
-    """(the night's records, {"references"|"baseline": verdicts}, the baseline's nights, their records)."""
+    """(the night's records, {"references"|"baseline": verdicts}, the baseline's nights, their records,
+    the references' 'missing' verdicts of configurations the nightly's suite does not run: one line)."""
     tonight = [rec for _, rec in store.records(platform, [night])]
     earlier_nights = store.earlier_nights(platform, night, baseline_nights)
     earlier = store.records(platform, earlier_nights)
-    verdicts = {"references": compare(tonight, refs),
+    judged, outside = outside_runs(compare(tonight, refs), tonight + [rec for _, rec in earlier])
+    verdicts = {"references": judged,
                 "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights))}
-    return tonight, verdicts, earlier_nights, earlier
+    return tonight, verdicts, earlier_nights, earlier, outside
 
 
 def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Path:
@@ -156,7 +158,7 @@ def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Pa
     (harness/report/overview.py); a line per platform printed."""
     rows = []
     for platform, night, out_dir, finished in store.last_nights():
-        tonight, verdicts, _, _ = judge(store, platform, night, refs, baseline_nights)
+        tonight, verdicts, _, _, _ = judge(store, platform, night, refs, baseline_nights)
         rows.append(OverviewRow(platform, night, Path(out_dir), finished, tonight, verdicts))
         print(overview_line(rows[-1]))
     if not rows:
@@ -204,18 +206,21 @@ def cli(args: list[str]) -> int:
     store = History(store_url(ns.store), remedy="pass --store <another SQLAlchemy URL>")  # stops before any run
     run_night([o for o in overrides if not o.startswith("out=")], night=ns.night, repeats=ns.repeats,
               store=store, out=out)
-    tonight, verdicts, earlier_nights, earlier = judge(store, platform, ns.night, refs, ns.baseline_nights)
+    tonight, verdicts, earlier_nights, earlier, outside = judge(store, platform, ns.night, refs, ns.baseline_nights)
     store.finish_night(ns.night, platform)
     previous: dict[str, tuple[str, ResultRecord]] = {}
     for night, rec in earlier:                 # the last earlier night's run of each run id (its first repeat)
         if earlier_nights and night == earlier_nights[-1]:
             previous.setdefault(rec.run_id, (night, rec))
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,
-                          history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous)
+                          history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous,
+                          unrun=outside)
     failing = {k: [v for v in vs if v.verdict in fail_on] for k, vs in verdicts.items()}
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})
         print(f"night {ns.night} vs {kind}: {counts}")
+    if outside:
+        print(f"  {unrun_line(outside, OUTSIDE_SUITE)}")
     for kind, vs in failing.items():   # what changed once, under the verdicts that share it
         for _, group in grouped(vs, lambda v: json.dumps(v.environment_diff, sort_keys=True, default=str)):
             for v in group:

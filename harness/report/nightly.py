@@ -18,7 +18,7 @@ from ..atomic import write_bytes_atomic
 from ..verdict.compare import Verdict
 from ..record import ResultRecord
 from .nightly_page import COMPARISONS, FAILURES, nightly_page
-from .verdicts import environment_text, verdict_table, verdict_text
+from .verdicts import OUTSIDE_SUITE, environment_text, unrun_line, verdict_table, verdict_text
 
 SKIPS = ("insufficient data", "missing", "not comparable")
 _ORDER = ("regression", "status changed", "missing", "insufficient data", "not comparable", "improvement", "new", "pass")
@@ -44,11 +44,14 @@ def _failed(records: list[ResultRecord]) -> list[ResultRecord]:
 # ----------------------------------------------------------------------------- documents
 
 def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict]],
-                     records: list[ResultRecord]) -> str:
+                     records: list[ResultRecord], unrun: Optional[list[Verdict]] = None) -> str:
+    """unrun: the references of configurations the nightly's suite does not run (one line under their table)."""
     parts = [f"# Nightly report: {platform}, {night}",
              "\n".join(f"- {summary_line(name, vs)}" for name, vs in verdicts.items())]
     for name, vs in verdicts.items():
         parts += [f"## Verdicts {COMPARISONS.get(name, name)}", verdict_table(vs, markdown=True) if vs else "none"]
+        if name == "references" and unrun:
+            parts[-1] += f"\n- {unrun_line(unrun, OUTSIDE_SUITE)}"
     failed = _failed(records)
     parts.append("## Failed runs")
     parts.append("\n".join(f"- {r.run_id} ({r.benchmark}): {r.status}: {r.reason}" for r in failed)
@@ -79,16 +82,18 @@ def junit_xml(platform: str, verdicts: dict[str, list[Verdict]]) -> bytes:
 
 def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[str, list[Verdict]],
                   records: list[ResultRecord], history: dict[str, list[tuple[str, float]]],
-                  previous: Optional[dict[str, tuple[str, ResultRecord]]] = None) -> dict[str, Path]:
+                  previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
+                  unrun: Optional[list[Verdict]] = None) -> dict[str, Path]:
     """Write nightly.md, nightly.html (harness/report/nightly_page.py) and junit.xml into out_dir;
     {"markdown"|"html"|"junit": path}. previous: {run_id: (night, record)} of the last earlier night,
-    whose micro-steps the page shows beside a regressed run's."""
+    whose micro-steps the page shows beside a regressed run's. unrun: the references of configurations
+    the nightly's suite does not run (harness/verdict/compare.py outside_runs), one line in each report."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return {
         "markdown": write_bytes_atomic(out_dir / "nightly.md",
-                                  nightly_markdown(platform, night, verdicts, records).encode("utf-8")),
+                                  nightly_markdown(platform, night, verdicts, records, unrun).encode("utf-8")),
         "html": write_bytes_atomic(out_dir / "nightly.html",
-                              nightly_page(platform, night, verdicts, records, history, previous).encode("utf-8")),
+                              nightly_page(platform, night, verdicts, records, history, previous, unrun).encode("utf-8")),
         "junit": write_bytes_atomic(out_dir / "junit.xml", junit_xml(platform, verdicts)),
     }

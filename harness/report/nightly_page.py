@@ -24,7 +24,7 @@ from ..record import ResultRecord
 from ..verdict.compare import Verdict
 from .legend import config_key, config_labels, grouped
 from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
-from .verdicts import interval_text, value_text, why_text
+from .verdicts import OUTSIDE_SUITE, interval_text, unrun_line, value_text, why_text
 
 COMPARISONS = {"references": "against the reference table",
                "baseline": "against the rolling baseline of earlier nights"}
@@ -266,7 +266,8 @@ def _microsteps(verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
 
 def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
                  history: dict[str, list[tuple[str, float]]],
-                 previous: Optional[dict[str, tuple[str, ResultRecord]]] = None) -> str:
+                 previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
+                 unrun: Optional[list[Verdict]] = None) -> str:
     esc = html.escape
     title = esc(f"Nightly report: {platform}, {night}")
     labels = Labels([v for vs in verdicts.values() for v in vs])
@@ -287,6 +288,8 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
     for name, vs in verdicts.items():
         parts.append(f"<h2>Verdicts {esc(COMPARISONS.get(name, name))}</h2>")
         parts.append(_table(vs, labels) if vs else "<p>none</p>")
+        if name == "references" and unrun:
+            parts.append(f"<p>{esc(unrun_line(unrun, OUTSIDE_SUITE))}</p>")
     parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night),
               "<h2>Micro-step breakdown</h2>", _microsteps(verdicts, records, previous or {}, night),
               "</body></html>"]

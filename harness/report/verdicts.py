@@ -140,7 +140,10 @@ def _judged(verdicts: list) -> list:
     return [v for v in verdicts if id(v) not in skip]
 
 
-def unrun_line(verdicts: list) -> str:
+OUTSIDE_SUITE = "are of configurations the nightly's suite does not run"
+
+
+def unrun_line(verdicts: list, why: str = "had no result among these runs") -> str:
     """'25 references (5 configurations) of cpu/llama-tiny had no result among these runs (not judged)', or ''."""
     per: dict[str, list] = {}
     for v in unrun(verdicts):
@@ -148,7 +151,7 @@ def unrun_line(verdicts: list) -> str:
     parts = [f"{len(vs)} reference{'s' if len(vs) != 1 else ''} "
              f"({len({json.dumps(v.config, sort_keys=True) for v in vs})} configurations) of {name}"
              for name, vs in sorted(per.items())]
-    return f"{', '.join(parts)} had no result among these runs (not judged)" if parts else ""
+    return f"{', '.join(parts)} {why} (not judged)" if parts else ""
 
 
 def verdict_counts(verdicts: list, missing: str = "summary") -> str:
@@ -177,8 +180,8 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     and metric, the configuration named by a label (c1, c2, ...) said in full once below, then each
     problem with its cause and what changed, said once for the rows that share it. The terminal form
     fits legend.WIDTH (120) columns; the Markdown form adds the platform/benchmark, unit and
-    tolerance columns. missing: 'rows' lists each reference that had no result (the nightly, whose
-    suite planned the runs); 'summary' puts them in one line (bench, compare); 'omit' leaves them out."""
+    tolerance columns. missing: 'rows' lists each reference that had no result (the nightly, of the
+    configurations its suite runs: compare.outside_runs); 'summary' puts them in one line (bench, compare); 'omit' leaves them out."""
     shown = verdicts if missing == "rows" else _judged(verdicts)
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
     ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), _config_order(v), v.metric))

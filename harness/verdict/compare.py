@@ -287,6 +287,18 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
     return verdicts
 
 
+def outside_runs(verdicts: list[Verdict], records: list[ResultRecord]) -> tuple[list[Verdict], list[Verdict]]:
+    """(the verdicts without those below, the 'missing' verdicts of references whose configuration none of
+    the records ran). The nightly lists a reference with no result as missing only when its suite runs
+    that configuration (tonight or on its baseline's nights); a reference of a configuration its suite
+    never runs (the cpu references of the default suite's nine, against the nightly's two) is one line."""
+    groups = group_records(records)
+    outside = [v for v in verdicts if v.verdict == "missing" and not v.run_ids and not any(
+        matches(Reference(v.platform, v.benchmark, v.config, v.metric, None, "", "higher", 0.0), g) for g in groups)]
+    gone = {id(v) for v in outside}
+    return [v for v in verdicts if id(v) not in gone], outside
+
+
 def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tuple]) -> list[Verdict]:
     """The verdicts of one group against the references of one platform (pairing); the keys of the
     references it used are added to `used`."""
