@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import jsonschema
 
+from contract.collectives import NCCL_TYPES
 from contract.metrics import reference_metrics
 
 from ..config.choices import Precision
@@ -240,6 +241,8 @@ repeats, and never keeps a reference from judging a run (compare.same_configurat
 def record_config(record: ResultRecord) -> dict[str, Any]:
     """The configuration key of a record: what a reference of it is matched on."""
     cfg = record.config
+    if record.kind != "training" and "collective" not in cfg:   # imported from a saved nccl-tests output
+        return imported_key(record)
     key: dict[str, Any] = {"nodes": cfg["platform"]["nodes"], "num_ranks": record.environment.get("num_ranks")}
     nccl = cfg.get("nccl_env") or {}
     if nccl:   # the run's own NCCL settings (tune step 1, a -m sweep): runs of two settings are never pooled
@@ -277,6 +280,31 @@ def record_config(record: ResultRecord) -> dict[str, Any]:
         key.update(min_bytes=c["min_bytes"], max_bytes=c["max_bytes"], dtype=c["dtype"], redop=c["redop"],
                    source=record.source)
     return key
+
+
+OUR_DTYPES = {nccl: ours for ours, nccl in NCCL_TYPES.items() if ours != nccl}
+"""nccl-tests' type names -> the suite's (`float` -> `float32`); a name both use is the same."""
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
+
+def imported_key(record: ResultRecord) -> dict[str, Any]:
+    """The key of a collective record `import-nccl-tests` made from a saved output, whose config is what
+    the output says (no platform or collective group), in the terms of a sweep's (`collective.*`), so
+    that it pairs with the same sweep run by `bench`: the nodes its ranks ran on, its ranks, nccl-tests'
+    -b/-e (else its rows' sizes), its rows' type and reduction (an op that reduces nothing prints
+    `none`: the sweep's default `sum` stands, as a sweep's key has it), and the source."""
+    cfg, env = record.config, record.environment
+    rows = [r for r in (record.rows or []) if isinstance(r, dict)]
+    sizes = [r["size_bytes"] for r in rows if isinstance(r.get("size_bytes"), int)]
+    args = cfg.get("nccl_tests") or {}
+    dtype = next((r.get("dtype") for r in rows if r.get("dtype")), None)
+    redop = next((r.get("redop") for r in rows if r.get("redop") not in (None, "none")), None)
+    hosts = env.get("hosts") or []
+    return {"nodes": len(set(hosts)) or None, "num_ranks": env.get("num_ranks") or cfg.get("num_ranks"),
+            "min_bytes": args.get("min_bytes", min(sizes, default=None)),
+            "max_bytes": args.get("max_bytes", max(sizes, default=None)),
+            "dtype": OUR_DTYPES.get(dtype, dtype), "redop": redop or ("sum" if record.benchmark not in REDUCING else None),
+            "source": record.source}
 
 
 def references_from_records(records: list[ResultRecord], *, source: str, submitter: str, date: str,
