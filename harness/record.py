@@ -44,8 +44,8 @@ SCHEMA_VERSION = "1.2"
 """1.1: environment.machine.probe (and each node's), the capability probe; metrics.matmul_eff_pct. 1.2:
 environment.triton, liger_kernel, torchao, environment.stack described, the compilers' variables in
 environment.env. A 1.0 or 1.1 record stays valid."""
-NOT_RECORDS = ("suite.json", "gpu-check.json")
-"""JSON files a results folder holds beside its records (the suite's index, gpu-check's summary)."""
+NOT_RECORDS = ("suite.json", "gpu-check.json", "tune.json")
+"""JSON files a results folder holds beside its records (the suite's index, gpu-check's summary, tune's state)."""
 SCHEMA_PATH = REPO_ROOT / "schemas" / "record.schema.json"
 
 

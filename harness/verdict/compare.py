@@ -44,7 +44,7 @@ from ..record import ResultRecord
 from .changes import environment_diff
 from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
-from .record_files import load_records as load_result_records
+from .record_files import load_records as load_result_records, none_found
 from .references import NCCL_KEY, REFERENCE_METRICS, STACK_KEYS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
@@ -379,5 +379,5 @@ def load_records(paths: list[str]) -> list[ResultRecord]:
     valid record stops the comparison, every one named."""
     records = [rec for _, rec in load_result_records(paths, strict=True, heading="cannot compare").records]
     if not records:
-        raise HarnessError(f"no result records in {', '.join(map(str, paths))}")
+        raise HarnessError(none_found(paths))
     return records

@@ -43,6 +43,23 @@ def record_files(paths: Iterable[str | Path], recursive: bool = False) -> list[t
     return out
 
 
+def none_found(paths: Iterable[str | Path]) -> str:
+    """'no result records in OUT', naming the subfolders that hold records when a folder's own level has
+    none (a tune's trials are in step1/, step2/, ...; a nightly's in repeat-1/, ...): name those."""
+    below = sorted({str(f.parent) for p in map(Path, paths) if p.is_dir()
+                    for f in p.rglob("*.json") if f.parent != p and f.name not in NOT_RECORDS and _is_record(f)})
+    hint = (f" (records lie in its subfolders: {', '.join(below[:6])}{', ...' if len(below) > 6 else ''};"
+            f" name them)" if below else "")
+    return f"no result records in {', '.join(map(str, paths))}{hint}"
+
+
+def _is_record(path: Path) -> bool:
+    try:
+        return not validate_record(read_json(path))
+    except HarnessError:
+        return False
+
+
 @dataclass
 class Loaded:
     records: list[tuple[Path, ResultRecord]] = field(default_factory=list)

@@ -36,7 +36,7 @@ from ..config.schema import CONF_DIR, REPO_ROOT
 from ..errors import HarnessError
 from ..provenance import CONTENT_PREFIX, suite_identity
 from ..record import ResultRecord, validate_record, write_json_atomic
-from .record_files import read_json, record_files
+from .record_files import none_found, read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)
 
@@ -107,7 +107,7 @@ def read_records(paths: list[Path]) -> tuple[list[tuple[str, Any]], list[str]]:
         except HarnessError as exc:
             problems.append(str(exc))
     if not files and not problems:
-        problems.append(f"no result records in {', '.join(map(str, paths))}")
+        problems.append(none_found(paths))
     return loaded, problems
 
 

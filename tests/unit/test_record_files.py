@@ -56,3 +56,21 @@ def test_a_named_file_that_is_not_a_record_is_an_error_and_nothing_is_half_loade
     assert load_record(tmp_path / "out" / "r0.json").run_id == "r0"
     with pytest.raises(HarnessError, match="not a readable JSON file"):
         read_json(tmp_path / "missing.json")
+
+
+def test_a_folder_whose_records_lie_below_it_is_refused_naming_the_subfolders_that_hold_them(tmp_path):
+    """Found pointing `compare` at a tune's OUT: its trials are in step1/, step2/, ...; beside them lie
+    tune.json (its state, never read as a record) and run folders of logs and probes that hold no record."""
+    from harness.verdict.compare import load_records as compare_records
+
+    tune = tmp_path / "tune"
+    write(tune / "step2", [record("r0", 20.0)])
+    write(tune / "confirm" / "x", [record("r1", 21.0)])
+    (tune / "tune.json").write_text(json.dumps({"steps": []}))
+    (tune / "step2" / "runs" / "r0").mkdir(parents=True)
+    (tune / "step2" / "runs" / "r0" / "rank0.json").write_text(json.dumps({"rank": 0}))
+    with pytest.raises(HarnessError) as err:
+        compare_records([str(tune)])
+    assert str(err.value) == (f"no result records in {tune} (records lie in its subfolders: {tune / 'confirm' / 'x'}, "
+                              f"{tune / 'step2'}; name them)")
+    assert [r.run_id for r in compare_records([str(tune / "step2")])] == ["r0"]
