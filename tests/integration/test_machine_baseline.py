@@ -39,7 +39,8 @@ def test_the_second_bench_is_judged_against_the_first(tmp_path):
     assert "they are its baseline now" in first.stdout and str(tmp_path / "history.sqlite") in first.stdout
     out, section, rows = second_bench(tmp_path)
     assert len(rows) == 6, section      # samples/s, tokens/s, step time, memory, MFU, matmul efficiency
-    # one run a side: within the tolerance "pass", beyond it "insufficient data", never a regression
-    assert all(row[0] in ("pass", "insufficient", "improvement") for row in rows), section
+    # one run a side: within the tolerance "pass", beyond it "insufficient data" (or "not comparable" when
+    # the machine's pace explains it, on a box that moved in every attempt), never a regression
+    assert all(row[0] in ("pass", "insufficient", "improvement", "not") for row in rows), section
     assert any(row[0] == "pass" and "peak_mem_gib" in row for row in rows), "memory moves by little"
     assert "This machine's baseline" in (out / "compare.md").read_text()
