@@ -342,6 +342,9 @@ def bench(args: list[str], keep_compile_cache: Collection[str] = ()) -> int:
               f"{len(scripts)} script(s) written:")
         for path in scripts:
             print(f"  {path}")
+        if (out / DRY_RUN_MANIFEST).exists():
+            print(f"submit each with sbatch; as the jobs end, `python -m harness collect {out}` writes their records "
+                  "(again until it exits 0; docs/clusters.md)")
         return 0
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
     records = execute(planned, out, multirun, keep_compile_cache)

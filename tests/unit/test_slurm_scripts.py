@@ -62,6 +62,7 @@ def test_dry_run_writes_one_batch_script_per_run_and_submits_nothing(roce_h100_d
                                                  "09-z2-mb256-ga4", "10-z2-mb512-ga2", "11-z1-mb128-ga8-compile",
                                                  "12-z2-mb128-ga8-compile"]
     assert "nothing launched" in proc.stdout and "13 script(s) written" in proc.stdout
+    assert f"`python -m harness collect {out}` writes their records" in proc.stdout  # what to do with them
     assert not list(out.glob("*.json")), "a dry run writes no records"
     for script in scripts:  # the rank programs' inputs are there, so the script can be sbatch'ed by hand
         assert (script.parent / "spec.json").is_file() and (script.parent / "config.yaml").is_file()
