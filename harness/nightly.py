@@ -41,7 +41,7 @@ from .atomic import write_bytes_atomic
 from .report.nightly import write_reports
 from .report.overview import OverviewRow, overview_line, overview_page
 from .report.nightly_page import series_label
-from .report.verdicts import OUTSIDE_SUITE, unrun_line, verdict_text
+from .report.verdicts import OUTSIDE_SUITE, environment_text, unrun_line, verdict_text
 
 
 def baseline_references(earlier: list[tuple[str, ResultRecord]], platform: str, nights: list[str]):
@@ -226,6 +226,6 @@ def cli(args: list[str]) -> int:
             for v in group:
                 print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
             if group[0].environment_diff:
-                print(f"    what changed: {group[0].environment_diff}")
+                print(f"    what changed: {environment_text(group[0].environment_diff)}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))
     return 1 if any(failing.values()) else 0

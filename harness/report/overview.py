@@ -42,9 +42,8 @@ def _counts(vs: list[Verdict]) -> str:
 
 def _changed(row: OverviewRow) -> str:
     """What changed, once per distinct change among the failing verdicts, with how many share it."""
-    return "; ".join(f"{environment_text(diff)} ({len(group)} verdicts)"
-                     for diff, group in grouped(row.failing, lambda v: v.environment_diff and
-                                                environment_text(v.environment_diff) or "nothing in the fingerprint"))
+    return "; ".join(f"{change} ({len(group)} verdict{'' if len(group) == 1 else 's'})"
+                     for change, group in grouped(row.failing, lambda v: environment_text(v.environment_diff)))
 
 
 def overview_line(row: OverviewRow) -> str:

@@ -169,3 +169,22 @@ def test_a_night_on_a_slower_link_than_the_baseline_nights_names_the_link(tmp_pa
     assert "links.node2/eth0: 1.0 -> 0.25" in paths["markdown"].read_text()
     assert "links.node2/eth0: 1.0 -&gt; 0.25" in paths["html"].read_text()
     assert any("links.node2/eth0: 1.0 -> 0.25" in f.text for f in ET.parse(paths["junit"]).iter("failure"))
+
+
+def test_the_overview_of_a_night_with_a_regression_says_what_changed_once_per_change(tmp_path):
+    """`nightly --overview` on a store whose last night regressed: a row per platform, its verdicts' counts,
+    and each distinct change among the failing verdicts in words, with how many share it (it used to stop
+    with AttributeError on the first failing night)."""
+    from harness.report.overview import OverviewRow, overview_line, overview_page
+
+    row = OverviewRow("cpu", "2026-05-10", tmp_path, "2026-05-10T03:00:00+00:00", _records(), _verdicts())
+    line = overview_line(row)
+    assert line.startswith("cpu 2026-05-10: 2 runs, 1 failed; references: 1 regression, 1 missing, "), line
+    assert ("what changed: nccl: 2.20.5 -> 2.21.5; env.NCCL_ALGO: None -> Tree (1 verdict); "
+            "torch: 2.3.1 -> 2.4.0 (1 verdict)") in line, line
+    page = overview_page([row], "sqlite:///history.sqlite")
+    assert "nccl: 2.20.5 -&gt; 2.21.5" in page and "1 of 1 platform(s) with a regression" in page
+    quiet = OverviewRow("cpu", "2026-05-10", tmp_path, None, [], {"references": [_verdict(
+        "regression", "samples_per_s", "slower", value=35.2, reference=40.0, worse_pct=12.0)]})
+    assert overview_line(quiet).endswith("what changed: nothing in the fingerprint (1 verdict)")
+    assert "(unfinished)" in overview_line(quiet)
