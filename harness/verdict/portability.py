@@ -13,8 +13,10 @@ Two efficiencies:
 - architectural efficiency: the achieved fraction of the platform's peak, MFU (mfu_pct / 100).
 
 An application is a configuration identified by APPLICATION_KEYS of its config ("tuning" for the
-published baseline/tuned pair, else ZeRO stage, micro-batch, gradient accumulation); other keys
-(nodes, overlap_comm, gradient_collective, ...) are how it was run or tuned on one platform.
+published baseline/tuned pair, else ZeRO stage, micro-batch, gradient accumulation, and the training
+stack away from eager: `z1-mb128-ga8-torch` is llama-440m compiled, never pooled with the eager run of the
+same split); other keys (nodes, overlap_comm, gradient_collective, ...) are how it was run or tuned on one
+platform.
 Several results of one application on one platform: the best ok value counts; it is unsupported
 there only when none is ok (status oom/error/timeout), or when there is no result at all.
 """
@@ -31,6 +33,7 @@ from contract.metrics import METRICS
 
 from ..errors import HarnessError
 from ..record import ResultRecord
+from ..stack_view import stack_words
 from .record_files import load_records
 from .references import load_references
 
@@ -41,6 +44,8 @@ DEFAULT_METRIC = "samples_per_s"
 MFU_METRIC = "mfu_pct"
 KINDS = ("application", "architectural")
 APPLICATION_KEYS = ("tuning", "zero_stage", "micro_batch_size", "grad_acc_steps")
+STACK_FIELDS = ("compile", "kernels", "precision", "attention")
+"""A record's workload fields that name its training stack (harness/stack_view.py stack_words)."""
 SLACK = 1e-9                         # efficiencies may exceed 1 by rounding, no more
 
 
@@ -198,12 +203,18 @@ def portability(observations: list[Observation], metric: str, kind: str,
 # --- inputs ------------------------------------------------------------------------------------
 
 def application_of(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(label, identifying config): 'baseline' / 'tuned', or 'z1-mb64-ga4' as the suite names runs."""
+    """(label, identifying config): 'baseline' / 'tuned', or 'z1-mb64-ga4' as the suite names runs, with the
+    training stack when it is not eager ('z1-mb64-ga4-torch', '...-torch+liger+fp8': stack_words of the
+    config's compile, kernels, precision and attention)."""
     ident = {k: config[k] for k in APPLICATION_KEYS if k in config}
     if "tuning" in ident:
         return str(ident["tuning"]), {"tuning": ident["tuning"]}
     parts = [f"{prefix}{ident[k]}" for k, prefix in
              (("zero_stage", "z"), ("micro_batch_size", "mb"), ("grad_acc_steps", "ga")) if k in ident]
+    stack = stack_words(config)
+    if stack != "eager":
+        ident["stack"] = stack
+        parts.append(stack)
     return ("-".join(parts) or "default"), ident
 
 
@@ -238,7 +249,8 @@ def observations_from_records(paths: list[Path], benchmark: Optional[str]) -> li
         cfg = rec.config or {}
         w, z = cfg.get("workload") or {}, cfg.get("zero") or {}
         label, ident = application_of({"zero_stage": z.get("stage"), "micro_batch_size": w.get("micro_batch_size"),
-                                       "grad_acc_steps": w.get("grad_acc_steps")}
+                                       "grad_acc_steps": w.get("grad_acc_steps"),
+                                       **{k: w[k] for k in STACK_FIELDS if k in w}}
                                       if w or z else {})
         metrics = rec.metrics or {}
         names = set(metrics) | {DEFAULT_METRIC, MFU_METRIC}
@@ -260,7 +272,12 @@ def _record_benchmarks(paths: list[Path]) -> list[str]:
 def _cell(e: Efficiency) -> str:
     if not e.supported:
         return {"no data": "no data", "ok": "n/a"}.get(e.status, e.status.upper())
-    return f"{e.value:.6g} ({e.efficiency:.3f})"
+    return f"{_value(e.value)} ({e.efficiency:.3f})"
+
+
+def _value(x: float) -> str:
+    """Five significant digits, none after the point from 1,000 on: 1,265 / 709.09 / 146.37 / 0.86147."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.5g}"
 
 
 def table(results: list[Portability], best: dict[str, Observation], unit: str = "") -> str:
@@ -277,7 +294,7 @@ def table(results: list[Portability], best: dict[str, Observation], unit: str = 
         lines.append(f"{r.application:<{width}}  {cells}  {r.pp:6.3f}")
     if best:
         lines.append(f"{'best known':<{width}}  " + "  ".join(
-            f"{(f'{best[p].value:.6g} {best[p].application}' if p in best else '-'):>{c}}"
+            f"{(f'{_value(best[p].value)} {best[p].application}' if p in best else '-'):>{c}}"
             for p, c in zip(platforms, cols)))
     return "\n".join(lines)
 
@@ -290,7 +307,9 @@ def _render(benchmark: str, sections: list[dict[str, Any]], notes: list[str]) ->
                  else "e_i = best known / value on platform i (lower is better)")
                 if s["kind"] == "application" else "e_i = mfu_pct / 100, the fraction of peak achieved")
         out += ["", f"{s['kind']} efficiency, metric {s['metric']}: {what}",
-                "cells: value (efficiency); zN-mbM-gaK = ZeRO stage N, micro-batch M, gradient accumulation K",
+                "cells: value (efficiency); zN-mbM-gaK = ZeRO stage N, micro-batch M, gradient accumulation K"
+                + (", then the training stack where it is not eager" if any("stack" in (r.config or {})
+                                                                          for r in s["results"]) else ""),
                 table(s["results"], s["best"])]
     out += [""] + [f"note: {n}" for n in notes] if notes else []
     return "\n".join(out)

@@ -249,3 +249,23 @@ def test_the_command_line_prints_the_published_baseline_and_tuned_portability():
     expected_baseline = 3 / (90.71 / 65.78 + 79.9 / 58.51 + 146.37 / 92.35)
     assert results["baseline"] == pytest.approx(expected_baseline, rel=1e-12)
     assert results["tuned"] == pytest.approx(1.0)
+
+
+def test_a_compiled_run_is_its_own_application_never_pooled_with_the_eager_run_of_its_split(capsys, tmp_path):
+    """Records of two GPUs where one also ran the split compiled: the eager row pairs the two eager runs, the
+    compiled run is a row of its own (no data on the other GPU, PP 0), and it is the best known on its GPU
+    (application efficiency is against the best implementation there). It used to take the compiled run's
+    1,265 samples/s as the H100's eager z1-mb128-ga8 beside the H200's eager 797."""
+    recs = [record("h100", 1, 128, 8, samples_per_s=716.3), record("h200", 1, 128, 8, samples_per_s=797.2),
+            record("h100", 1, 128, 8, samples_per_s=1264.92)]
+    recs[2]["config"]["workload"].update(compile="torch", kernels="eager", precision="bf16", attention="auto")
+    recs[2]["run_id"] += "-compile"
+    for r in recs:
+        (tmp_path / f"{r['run_id']}.json").write_text(json.dumps(r), encoding="utf-8")
+    code, out, _ = run_cli(capsys, "--records", str(tmp_path), "--kind", "application")
+    assert code == 0, out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert rows["z1-mb128-ga8"].split() == ["z1-mb128-ga8", "716.3", "(0.566)", "797.2", "(1.000)", "0.723"]
+    assert rows["z1-mb128-ga8-torch"].split() == ["z1-mb128-ga8-torch", "1,265", "(1.000)", "no", "data", "0.000"]
+    assert "then the training stack where it is not eager" in out
+    assert rows["best"].split()[2:] == ["1,265", "z1-mb128-ga8-torch", "797.2", "z1-mb128-ga8"]
