@@ -5,6 +5,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import HarnessError
+
 
 def write_bytes_atomic(path: Path, data: bytes) -> Path:
     """Write to a temp file beside `path`, fsync, then rename over it: readers see the old file
@@ -38,3 +40,18 @@ def _mode(path: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def make_folder(path: Path, what: str = "out") -> Path:
+    """Create the results folder `path` (and its parents) before anything runs; a path that cannot be one (a
+    file there, no such parent, read-only, /proc/...) is one clear error naming it, not a traceback later."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise HarnessError(f"{what}={path} cannot be a results folder: a file is there; choose another {what}=")
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HarnessError(f"{what}={path} cannot be a results folder: {exc.strerror or exc} "
+                           f"({type(exc).__name__}); choose another {what}=") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise HarnessError(f"{what}={path} cannot be a results folder: not writable; choose another {what}=")
+    return Path(path)

@@ -14,7 +14,7 @@ from contract import events as ev
 from contract.fingerprint import IMAGE_VAR
 from contract.spec import SPEC_FILE, CollectiveSpec
 
-from .atomic import write_bytes_atomic, write_text_atomic
+from .atomic import make_folder, write_bytes_atomic, write_text_atomic
 from .verdict.baseline import baseline_text, judge
 from .collectives import Row, format_table
 from .verdict.compare import compare
@@ -335,7 +335,7 @@ def bench(args: list[str], keep_compile_cache: Collection[str] = ()) -> int:
     multirun, overrides = split_flag([a for a in args if a != DRY_RUN])
     out, planned = plan_suite(overrides, multirun, images=checked_images(dry))
     refuse_existing_results(out, planned)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     if dry:
         scripts = dry_run(planned, out, multirun, overrides)
         print(f"dry run of suite {planned[0].cfg.suite.name} ({len(planned)} runs): nothing launched; "

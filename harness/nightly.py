@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 from datetime import date, datetime
@@ -37,7 +38,7 @@ from .record import ResultRecord
 from .verdict.record_files import load_record
 from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
 from .report.legend import grouped
-from .atomic import write_bytes_atomic
+from .atomic import make_folder, write_bytes_atomic
 from .report.nightly import write_reports
 from .report.overview import OverviewRow, overview_line, overview_page
 from .report.nightly_page import series_label
@@ -168,6 +169,10 @@ def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Pa
     return written
 
 
+NIGHT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""What --night may be: a store key and a folder name's part (no '/', no '..' at its start, no spaces)."""
+
+
 def cli(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness nightly", description=__doc__.splitlines()[0])
     parser.add_argument("--night", default=date.today().isoformat(), help="night id (default: today)")
@@ -187,6 +192,10 @@ def cli(args: list[str]) -> int:
     ns = parser.parse_intermixed_args(args)
     if ns.repeats < 1 or ns.baseline_nights < 1:
         raise HarnessError("--repeats and --baseline-nights must be >= 1")
+    if not NIGHT_ID.fullmatch(ns.night):
+        raise HarnessError(f"--night {ns.night!r} is invalid: a night id is letters, digits, '.', '_' and '-' (at "
+                           "most 64, starting with a letter or digit), e.g. 2026-12-03: it names the night in the "
+                           "history store and its folder results/nightly-<platform>-<night>")
     fail_on = parse_fail_on(ns.fail_on)
     if ns.reference and "none" in ns.reference and len(ns.reference) > 1:
         raise HarnessError(f"--reference none judges against the baseline alone; it takes no other file: {ns.reference}")
@@ -204,6 +213,7 @@ def cli(args: list[str]) -> int:
     platform = first.platform.name
     out = Path(first.out).resolve() if first.out else REPO_ROOT / "results" / f"nightly-{platform}-{ns.night}"
     store = History(store_url(ns.store), remedy="pass --store <another SQLAlchemy URL>")  # stops before any run
+    make_folder(out)
     run_night([o for o in overrides if not o.startswith("out=")], night=ns.night, repeats=ns.repeats,
               store=store, out=out)
     tonight, verdicts, earlier_nights, earlier, outside = judge(store, platform, ns.night, refs, ns.baseline_nights)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..atomic import make_folder
 from ..config.compose import compose
 from ..errors import HarnessError
 from .outcome import check_resume, default_out
@@ -16,8 +17,8 @@ def cli(args: list[str]) -> int:
     first = compose(args)
     out = Path(first.out).resolve() if first.out else default_out(first)
     tuner = Tuner(args, out, first)
+    make_folder(out)   # first: a file at out= is named as such, not met by the resume check
     check_resume(out, tuner.cfg, tuner.base)
-    out.mkdir(parents=True, exist_ok=True)
     best = tuner.run()
     tuner.save()
     paths = write_outputs(tuner, best, install=tuner.tune.install_preset)

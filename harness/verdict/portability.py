@@ -363,6 +363,9 @@ def _run(ns: argparse.Namespace) -> int:
     obs = observations_from_references(refs, benchmark) + observations_from_records(ns.records, benchmark)
     if not obs:
         raise HarnessError(f"--benchmark {benchmark}: no references or records of it")
+    measured = sorted({o.metric for o in obs if o.status != "no data"})
+    if ns.kind != "architectural" and ns.metric not in measured:   # a typo: an error, not a table of "no data"
+        raise HarnessError(f"--metric {ns.metric}: no result of {benchmark} has it; its metrics: {', '.join(measured)}")
     kinds = KINDS if ns.kind == "both" else (ns.kind,)
     sections, notes = [], []
     for kind in kinds:

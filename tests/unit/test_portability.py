@@ -203,6 +203,7 @@ def test_cli_default_table_names_oom_and_notes_missing_mfu(capsys, tmp_path):
     (["--kind", "architectural"], "no mfu_pct data"),
     (["--benchmark", "llama-70b"], "llama-70b"),
     (["--kind", "fastest"], "invalid choice"),
+    (["--metric", "samples_per_sec"], "--metric samples_per_sec: no result of llama-8b-kd has it; its metrics: samples_per_s"),
 ])
 def test_cli_bad_input_exits_2(capsys, tmp_path, args, message):
     code, _, err = run_cli(capsys, "--references", str(write_refs(tmp_path, FIXTURE)), *args)

@@ -186,3 +186,16 @@ def test_the_nightly_with_an_unreadable_store_stops_before_it_runs_naming_it(tmp
                    "move it aside (a new store starts there), or pass --store <another SQLAlchemy URL>\n")
     assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == files
 
+
+
+@pytest.mark.parametrize("night", ["../x", "a/b", "", "-x", "night one", "x" * 65])
+def test_a_night_id_that_is_no_name_stops_the_nightly_before_anything(tmp_path, capsys, monkeypatch, night):
+    """`--night ../x` used to run the suite, store a night '../x' and write results/nightly-cpu-../x/."""
+    monkeypatch.setattr("harness.nightly.run_night", lambda *a, **k: pytest.fail("ran with a bad night id"))
+    store = tmp_path / "history.sqlite"
+    status = main(["nightly", f"--night={night}", "--store", f"sqlite:///{store}", "--reference", "none",
+                   f"out={tmp_path / 'night'}"])
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err
+    assert err.startswith(f"error: --night {night!r} is invalid: a night id is letters, digits, ")
+    assert not store.exists() and not (tmp_path / "night").exists()
