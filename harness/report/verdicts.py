@@ -338,7 +338,7 @@ def quiet_change_lines(ranked: list, labels: list[str], since: str, markdown: bo
     lines: list[str] = []
     for env, rows in grouped(quiet, lambda i: environment_text(ranked[i].environment_diff)):
         kinds = ", ".join(sorted({ranked[i].verdict for i in rows}))
-        lines += item(f"what changed since {since}, with no regression ({kinds}, "
+        lines += item(f"what changed since {since}, with no regression judged ({kinds}, "
                       f"{rows_text(rows, quiet, labels, metrics)}): {env}", markdown)
     return lines
 

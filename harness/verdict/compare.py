@@ -185,7 +185,9 @@ def decide(samples: list[float], ref: Reference, min_samples: int = 2) -> tuple[
     if max(len(finite), len(ref_samples)) < min_samples:
         if abs(point) <= tol:   # no change beyond the tolerance was seen; none is claimed either way
             return "pass", f"one sample on each side, within the tolerance; {change}", figures
-        return "insufficient data", f"one sample on each side: noise cannot be judged; {change}", figures
+        kind = "regression" if point > 0 else "improvement"   # beyond the tolerance, but one run a side
+        return ("insufficient data", f"one sample on each side: an apparent {kind} beyond the tolerance that noise "
+                f"cannot be told from (run each side again); {change}", figures)
     if lo > tol:
         return "regression", change, figures
     if hi < -tol:

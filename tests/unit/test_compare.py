@@ -76,6 +76,16 @@ def test_one_sample_on_each_side_cannot_judge_noise_unless_allowed():
     assert decide([70.0], ref, min_samples=1)[0] == "regression"
 
 
+@pytest.mark.parametrize("now, kind", [(46.0, "regression"), (150.0, "improvement")])
+def test_one_sample_a_side_beyond_the_tolerance_says_which_way_it_looks_and_what_to_do(now, kind):
+    """A nightly of one repeat 2.17x slower than the night before read 'noise cannot be judged' and 'what changed,
+    with no regression': the cause now says it looks like a regression, and that running again decides it."""
+    verdict, reason, _ = decide([now], reference([100.0]))
+    assert verdict == "insufficient data"
+    assert reason.startswith(f"one sample on each side: an apparent {kind} beyond the tolerance that noise cannot "
+                             "be told from (run each side again); gain "), reason
+
+
 def test_the_bootstrap_is_repeatable_and_brackets_the_shift():
     a = bootstrap_interval([90.0, 91.0, 89.0, 90.5], [100.0, 99.0, 101.0], "higher")
     assert a == bootstrap_interval([90.0, 91.0, 89.0, 90.5], [100.0, 99.0, 101.0], "higher")
@@ -292,6 +302,6 @@ def test_a_pass_names_what_changed_too_and_a_moved_package_by_name():
     assert v.verdict == "pass"
     assert v.environment_diff == {"container_digest": ["sha256:aaa", "sha256:bbb"], "package.numpy": ["2.4.6", "2.3.0"]}
     text = verdict_table([v])
-    assert "with no regression (pass" in text and "package.numpy: 2.4.6 -> 2.3.0" in text
+    assert "with no regression judged (pass" in text and "package.numpy: 2.4.6 -> 2.3.0" in text
     assert package_diff(None, new["lock_mismatches"]) == {}, "a side that did not read its packages: nothing"
     assert package_diff({"numpy": {"lock": "2.4.6", "seen": "2.3.0"}}, {}) == {"package.numpy": ["2.3.0", "2.4.6"]}
