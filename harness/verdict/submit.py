@@ -255,8 +255,12 @@ def _read_reference_file(path: Path, platform: str) -> dict[str, Any]:
 def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool,
            reason: Optional[str]) -> list[Change]:
     index = {Reference.from_dict(e).key(): i for i, e in enumerate(data["references"])}
-    refused = [f"{path}: already has {r.platform} {r.benchmark} {json.dumps(r.config, sort_keys=True)} {r.metric}; "
-               "pass --replace --reason '...' to replace it" for r in new if r.key() in index]
+    taken: dict[str, list[str]] = {}   # one line per configuration, its metrics listed (not a line per metric)
+    for r in new:
+        if r.key() in index:
+            taken.setdefault(f"{r.platform} {r.benchmark} {json.dumps(r.config, sort_keys=True)}", []).append(r.metric)
+    refused = [f"{path}: already has {what} ({', '.join(metrics)}); pass --replace --reason '...' to replace "
+               f"{'them' if len(metrics) > 1 else 'it'}" for what, metrics in taken.items()]
     if refused and not replace:
         raise SubmissionRejected(refused)
     changes = []

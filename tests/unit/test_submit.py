@@ -221,7 +221,9 @@ def test_overwrite_needs_replace_with_a_reason_and_keeps_it(tmp_path, ref):
     before = snapshot(ref)
     with pytest.raises(SubmissionRejected, match="--replace") as exc:
         run(second, ref)
-    assert len(exc.value.reasons) == 5  # one per existing metric
+    (line,) = exc.value.reasons  # one per configuration, naming its metrics
+    assert line.endswith(" (samples_per_s, tokens_per_s, step_time_s, peak_mem_gib, mfu_pct); pass --replace "
+                         "--reason '...' to replace them"), line
     with pytest.raises(SubmissionRejected, match="--replace needs --reason"):
         run(second, ref, replace=True)
     with pytest.raises(SubmissionRejected, match="--replace needs --reason"):
