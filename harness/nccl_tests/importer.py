@@ -17,6 +17,7 @@ from ..collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 from ..launch.local import LaunchResult
+from .infer import RATIO
 from .json_format import parse_file
 from .output import ParsedOutput
 from ..plan import RunSpec
@@ -62,7 +63,8 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
                 env=dict(parsed.env), hosts=list(parsed.hosts), nccl_tests=parsed.nccl_tests_version,
                 num_ranks=parsed.num_ranks)
     config = {"op": parsed.op, "op_inferred": parsed.op_inferred, "source_file": source_file,
-              "layout": parsed.layout, "num_ranks": parsed.num_ranks, "args": parsed.args,
+              "layout": parsed.layout, "num_ranks": parsed.num_ranks, "num_ranks_from": parsed.ranks_from,
+              "args": parsed.args,
               "nccl_tests": asdict(parsed.run_config) if parsed.run_config else None,
               "printed_avg_busbw_gbps": parsed.avg_busbw_gbps, "out_of_bounds": parsed.out_of_bounds,
               "num_dropped_rows": parsed.num_dropped_rows, "failures": parsed.failures,
@@ -148,7 +150,9 @@ def cli(args: list[str]) -> int:
         inferred = rec.config.get("op_inferred")
         print(f"{path}: {rec.benchmark}, {len(rec.rows or [])} rows, {rec.status}"
               + (f" ({rec.reason})" if rec.reason else "")
-              + (f"; op {rec.benchmark} {inferred}" if inferred else ""))
+              + (f"; op {rec.benchmark} {inferred}" if inferred else "")
+              + (f"; {rec.config['num_ranks']} ranks read from busbw/algbw (the Rank lines are cut short: the "
+                 "nodes are not known)" if rec.config.get("num_ranks_from") == RATIO else ""))
     return worst
 
 

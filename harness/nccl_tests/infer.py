@@ -123,6 +123,23 @@ def _misfits(rows: list[Row], num_ranks: Optional[int], json: bool) -> dict[str,
     return out
 
 
+RATIO = "busbw/algbw"
+"""How an output's rank count was read when its Rank lines do not give it (ParsedOutput.ranks_from)."""
+
+
+def ranks_from_ratio(op: str, rows: list[Row], json: bool, at_least: int = 2) -> Optional[int]:
+    """The one rank count (>= at_least) whose bus factor of op lies within busbw/algbw as printed: an output cut
+    to its last Rank line still tells a 72-rank all_reduce by its 1.972. None for an op whose factor does not
+    depend on it, or when the rounding leaves more than one count (from a few hundred ranks on)."""
+    limit = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}.get(op)
+    lo, hi, observed = ratio_bounds(rows, json)
+    if limit is None or observed is None or hi >= limit:
+        return None
+    first, last = max(at_least, math.ceil(limit / (limit - lo) - 1e-9)), math.floor(limit / (limit - hi) + 1e-9)
+    fits = [n for n in range(first, min(last, _MAX_RANKS) + 1) if lo <= busbw_factor(op, n) <= hi]
+    return fits[0] if len(fits) == 1 else None
+
+
 def _ratio_check(op: str, rows: list[Row], num_ranks: Optional[int], json: bool, where: str) -> None:
     lo, hi, observed = ratio_bounds(rows, json)
     if _fits(op, lo, hi, num_ranks):

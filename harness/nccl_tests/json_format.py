@@ -133,6 +133,7 @@ def parse_json(obj_or_text: Union[str, bytes, dict], source: str = "<json>",
     if isinstance(obj.get("nccl_version"), int):
         out.nccl_version = nccl_version_of(obj["nccl_version"])
     out.op, out.op_inferred = resolve_op(names, op, source, out.rows, out.num_ranks, json=True)
+    out.ranks_from = "json" if out.num_ranks else None
     env = [str(e).partition("=") for e in obj.get("env") or []]
     out.env = {k: v for k, _, v in env if k.startswith(ENV_PREFIXES)}
     out.failures = [str(e) for e in obj.get("errors") or [] if e]

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ..collectives import Placement, Row
 from ..errors import HarnessError
-from .infer import BINARY_NAME, resolve_op
+from .infer import BINARY_NAME, RATIO, ranks_from_ratio, resolve_op
 
 _TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")  # mpirun --tag-output
 _STARTING = re.compile(r"Collective test (?:starting|concluded):\s*(\S+)")
@@ -98,6 +98,9 @@ class ParsedOutput:
     wall_s: Optional[float] = None
     op_inferred: Optional[str] = None
     """How op was inferred when the output names no binary and none was given (file name or table)."""
+    ranks_from: Optional[str] = None
+    """Where num_ranks comes from: "rank lines", "json", or infer.RATIO when the Rank lines are cut short
+    (the hosts they name are then only some of the run's)."""
 
 
 # --- shared helpers ---------------------------------------------------------------------------
@@ -288,4 +291,8 @@ def parse_text(text: str, source: str = "<text>", op: Optional[str] = None) -> P
     out.complete = footer and out.num_dropped_rows == 0
     out.num_ranks, out.devices, out.hosts = num_ranks_of(ranks), devices, sorted(set(hosts))
     out.op, out.op_inferred = resolve_op(starting or binaries, op, source, rows, out.num_ranks)
+    out.ranks_from = "rank lines" if out.num_ranks else None
+    if out.num_ranks is None:   # Rank lines cut short (a pasted tail): the table's bus factor may still say
+        out.num_ranks = ranks_from_ratio(out.op, rows, False, at_least=max((r + 1 for r, _ in ranks), default=2))
+        out.ranks_from = RATIO if out.num_ranks else None
     return out

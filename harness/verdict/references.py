@@ -300,7 +300,10 @@ def imported_key(record: ResultRecord) -> dict[str, Any]:
     dtype = next((r.get("dtype") for r in rows if r.get("dtype")), None)
     redop = next((r.get("redop") for r in rows if r.get("redop") not in (None, "none")), None)
     hosts = env.get("hosts") or []
-    return {"nodes": len(set(hosts)) or None, "num_ranks": env.get("num_ranks") or cfg.get("num_ranks"),
+    # the nodes only when every rank's line was there: a pasted tail names one host of a 72-rank run
+    whole = cfg.get("num_ranks") and cfg.get("num_ranks_from", "rank lines") in ("rank lines", "json")
+    return {"nodes": len(set(hosts)) if hosts and whole else None,
+            "num_ranks": env.get("num_ranks") or cfg.get("num_ranks"),
             "min_bytes": args.get("min_bytes", min(sizes, default=None)),
             "max_bytes": args.get("max_bytes", max(sizes, default=None)),
             "dtype": OUR_DTYPES.get(dtype, dtype), "redop": redop or ("sum" if record.benchmark not in REDUCING else None),

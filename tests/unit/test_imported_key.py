@@ -52,3 +52,28 @@ def test_an_imported_output_pairs_with_the_same_sweep_run_by_bench(tmp_path):
     verdicts, unmatched = against([str(tmp_path / "new")], [str(tmp_path / "old")], min_samples=1)
     assert [(v.metric, v.verdict) for v in verdicts] == [("avg_busbw_gbps", "regression")]
     assert unmatched == ""
+
+
+def test_an_output_cut_to_its_last_rank_line_gets_its_ranks_from_the_bus_factor_and_no_nodes(tmp_path):
+    """A GB200 all_reduce pasted from its last Rank line (rank 71 on one host): busbw/algbw 1.972 is 2(n-1)/n at
+    72 ranks and no other count; the one host printed is not the run's nodes (the key said nodes=1)."""
+    rec = imported(tmp_path, "real_coreweave43_all_reduce.txt")
+    assert rec["config"]["num_ranks"] == 72 and rec["config"]["num_ranks_from"] == "busbw/algbw"
+    assert rec["environment"]["hosts"] == ["slurm-gb200-207-171"]
+    key = record_config(load_records([str(tmp_path / "imported")])[0])
+    assert key["num_ranks"] == 72 and key["nodes"] is None
+
+
+def test_the_bus_factor_names_a_rank_count_only_when_the_rounding_leaves_one():
+    from harness.collectives import Placement, Row
+    from harness.nccl_tests.infer import ranks_from_ratio
+
+    def rows(algbw: float, busbw: float) -> list:
+        placement = Placement(time_us=100.0, algbw_gbps=algbw, busbw_gbps=busbw, num_wrong=0)
+        return [Row(1 << 30, 1 << 28, "float", "sum", -1, placement, placement)]
+
+    assert ranks_from_ratio("all_reduce", rows(200.00, 350.00), json=False) == 8        # 1.75 = 2 x 7/8
+    assert ranks_from_ratio("all_gather", rows(200.00, 187.50), json=False) == 16       # 0.9375 = 15/16
+    assert ranks_from_ratio("all_reduce", rows(2.20, 4.33), json=False) is None         # 1.96-1.98: many counts
+    assert ranks_from_ratio("broadcast", rows(200.00, 200.00), json=False) is None      # no n in its factor
+    assert ranks_from_ratio("all_reduce", rows(200.00, 350.00), json=False, at_least=9) is None  # rank 8 printed

@@ -80,7 +80,8 @@ LAYOUTS = [
      row(1048576, 32768, "float", "none", -1, (29.74, 35.26, 30.85, 0), (30.00, 34.96, 30.59, None)),
      row(536870912, 16777216, "float", "none", -1, (2411.86, 222.60, 194.77, 0), (2404.62, 223.27, 195.36, None)),
      136.755, 0, "2.27.3", H100, 8, ["h100-node-02"]),
-    ("real_coreweave43_all_reduce.txt", "all_reduce", "all_reduce", "new", 5, None,
+    # 72 ranks read from busbw/algbw (only rank 71's line was pasted): the issue's own count, README.md
+    ("real_coreweave43_all_reduce.txt", "all_reduce", "all_reduce", "new", 5, 72,
      row(536870912, 134217728, "float", "sum", -1, (1806.7, 297.16, 586.06, 0), (1835.9, 292.43, 576.74, 0)),
      row(8589934592, 2147483648, "float", "sum", -1, (20299, 423.16, 834.57, 0), (20006, 429.37, 846.82, 0)),
      745.53, 0, None, "NVIDIA Graphics Device", 1, ["slurm-gb200-207-171"]),
