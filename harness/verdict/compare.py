@@ -333,7 +333,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
         units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
         if ref is None:
-            if samples or not ok:
+            if samples or (not ok and not applicable):   # a failed run of a known configuration: its status rows say it
                 verdicts.append(Verdict(**base, metric=metric, verdict="new", unit=next(iter(units), None),
                                         reason=f"no reference (status {'/'.join(statuses)})",
                                         value=statistics.median(samples) if samples else None,

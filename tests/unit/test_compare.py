@@ -127,6 +127,16 @@ def test_status_changes_both_ways_and_same_status_passes():
     assert verdict_of(compare(typed(oom), [reference([], status="oom")])).verdict == "pass"
 
 
+def test_a_failed_run_of_a_known_configuration_is_its_status_rows_not_new_rows_of_metrics_it_never_had():
+    """A rank killed mid-run: its references' metrics read 'status changed'; the metrics no reference of it holds
+    (mfu_with_teacher_pct of a run without a teacher, ...) are not listed as 'new' beside them."""
+    error = typed([record(1, status="error")])
+    verdicts = compare(error, [reference([100.0, 101.0])])
+    assert [(v.metric, v.verdict) for v in verdicts] == [("samples_per_s", "status changed")]
+    unknown = compare(error, [])   # a configuration nobody measured: its failure is still shown, as new
+    assert unknown and {v.verdict for v in unknown} == {"new"} and all("status error" in v.reason for v in unknown)
+
+
 def test_a_metric_the_results_lack_is_missing_and_a_unit_mismatch_is_named():
     recs = [record(i, samples_per_s=(v, "samples/s")) for i, v in enumerate([100.0, 101.0])]
     for r in recs:
