@@ -20,6 +20,7 @@ from typing import Any, Optional
 from contract.metrics import tolerances_for
 
 from .compare import Verdict, compare, machine_of
+from .cross_machine import with_isa
 from ..errors import HarnessError
 from .history import History
 from ..record import ResultRecord
@@ -42,11 +43,14 @@ def store_url(history: str, out: Path) -> Optional[str]:
 
 
 def machine_key(records: list[ResultRecord]) -> Optional[str]:
-    """The machine the records ran on (the first that says), else 'host <name>'."""
+    """The machine the records ran on (the first that says), with its probe's ISA class on a cpu machine (hosts
+    of one cloud VM type share a CPU name with AVX-512 on some and AVX2 on others: each kind its own baseline),
+    else 'host <name>'."""
     for rec in records:
         env = rec.environment
         if env.get("machine"):
-            return machine_of(env) or f"host {env.get('host') or '?'}"
+            name = machine_of(env)
+            return with_isa(name, env) if name else f"host {env.get('host') or '?'}"
     return None
 
 

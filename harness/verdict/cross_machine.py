@@ -81,6 +81,12 @@ def machine_name(env: Optional[dict[str, Any]], platform: str) -> str:
     name = re.sub(r"\((R|TM)\)", "", name).replace("NVIDIA ", "")
     if name.startswith("1 x "):
         name = name[len("1 x "):]
+    return with_isa(name, env)
+
+
+def with_isa(name: str, env: Optional[dict[str, Any]]) -> str:
+    """A CPU machine's name with its probe's ISA class: 'AMD EPYC (2 CPUs, AVX2)' ('AMD EPYC (2 CPUs, AVX512
+    +avx512_bf16)' is another machine with the same CPU name); a GPU node's, or one without a probe, as it is."""
     probes = node_probes(env)
     isa = (probes[0].get("isa") or {}).get("class") if probes and probes[0].get("device") == "cpu" else None
     if isa:

@@ -101,6 +101,15 @@ def test_where_the_store_is_and_what_a_machine_is_called(tmp_path):
     assert machine_key(typed([run(1.0, env={**LAPTOP, "machine": {"cpu": {"model": "x86_64"}}})])) == "host laptop"
 
 
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512 +avx512_bf16"])
+def test_hosts_of_one_cpu_name_and_another_isa_keep_baselines_of_their_own(tmp_path, isa):
+    """A cloud VM type's hosts read 'AMD EPYC (2 CPUs)' with AVX-512 on some and AVX2 on others (bf16 matmul 60x
+    apart): the store keeps a baseline per ISA class, so an AVX2 host's bench is judged against AVX2 runs."""
+    probe = {"device": "cpu", "isa": {"class": isa}, "matmul": {"fp32": {"gflops_per_core": 80.0}}}
+    env = {**LAPTOP, "machine": {"cpu": {"model": "AMD EPYC", "logical_cpus": 2}, "probe": probe}}
+    assert machine_key(typed([run(1.0, env=env)])) == f"AMD EPYC (2 CPUs, {isa})"
+
+
 def test_the_history_key_is_checked():
     with pytest.raises(ConfigError, match="history"):
         compose(["history=somewhere"])
