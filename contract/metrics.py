@@ -26,7 +26,7 @@ class Metric:
 
 
 _ALL = (
-    # a training record's metrics; the first six are what a submission puts in the reference table
+    # a training record's metrics; those with reference_kind are what a submission puts in the reference table
     Metric("samples_per_s", "samples/s", "higher", (0, 1e7, False), "training", paced=True),
     Metric("tokens_per_s", "tokens/s", "higher", (0, 1e10, False), "training", paced=True),
     Metric("step_time_s", "s", "lower", (0, 1e5, False), "training", paced=True),
@@ -43,9 +43,10 @@ _ALL = (
     Metric("teacher_mem_gib", "GiB", "lower"),
     Metric("final_loss", "nats", "lower"),
     # a compiled run's (workload.compile): the compilation as the warm-up paid for it, TorchDynamo's counts
-    Metric("compile_s", "s", "lower", paced=True, tolerance_pct=25.0),
-    Metric("graph_breaks", "count", "lower"),
-    Metric("recompiles", "count", "lower"),
+    # judged between cold compiles only, the counts exactly (harness/verdict/compiled.py)
+    Metric("compile_s", "s", "lower", (0, 1e5, False), "training", paced=True, tolerance_pct=25.0),
+    Metric("graph_breaks", "count", "lower", (-1, 1e6, True), "training"),
+    Metric("recompiles", "count", "lower", (-1, 1e6, True), "training"),
     # a collective record's
     Metric("avg_busbw_gbps", "GB/s", "higher", (0, 1e5, False), "collective"),
     # the published tables' own (reference_results/sc25-pmbs.json)

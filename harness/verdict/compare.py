@@ -42,6 +42,7 @@ from ..errors import HarnessError
 from ..probe import PACE_NOISE_PCT, Pace, Share, cpu_share, mix_apart, pace, pooled
 from ..record import ResultRecord
 from .changes import environment_diff
+from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
 from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records, none_found
@@ -333,7 +334,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
         units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
         if ref is None:
-            if samples or (not ok and not applicable):   # a failed run of a known configuration: its status rows say it
+            compiled_only = metric in COMPILER_METRICS and "compile" not in g.config   # an eager run has none
+            if samples or (not ok and not applicable and not compiled_only):   # a known one's status rows say it
                 verdicts.append(Verdict(**base, metric=metric, verdict="new", unit=next(iter(units), None),
                                         reason=f"no reference (status {'/'.join(statuses)})",
                                         value=statistics.median(samples) if samples else None,
@@ -371,6 +373,19 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=value,
                                     worse_pct=change, num_samples=len(samples),
                                     reason=f"{two.reason}; {mix}" if mix else two.reason))
+            continue
+        if metric in COUNTS:   # Dynamo's counts: exact, no noise band (harness/verdict/compiled.py)
+            verdict, reason, figures = count_verdict(metric, samples, ref.value, ref_env, [r.environment for r in ok])
+            verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason,
+                                    **{**fig, "tolerance_pct": None}, **figures,   # no band: exact
+                                    num_samples=len(samples), environment_diff=environment_diff(ref_env, env)))
+            continue
+        caches = metric == "compile_s" and caches_apart(ref_env, [r.environment for r in ok])
+        if caches:   # a warm cache's compile time is the cache's, not the software's
+            value = statistics.median(samples)
+            verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=value,
+                                    worse_pct=worse_pct(value, ref.value, ref.direction) if ref.value else None,
+                                    num_samples=len(samples), reason=caches))
             continue
         verdict, reason, figures = decide(samples, ref, min_samples)
         paced = metric in METRICS and METRICS[metric].paced
