@@ -380,7 +380,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
                                     **{**fig, "tolerance_pct": None}, **figures,   # no band: exact
                                     num_samples=len(samples), environment_diff=environment_diff(ref_env, env)))
             continue
-        caches = metric == "compile_s" and caches_apart(ref_env, [r.environment for r in ok])
+        caches = metric == "compile_s" and caches_apart([r.environment for r in ok])
         if caches:   # a warm cache's compile time is the cache's, not the software's
             value = statistics.median(samples)
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=value,

@@ -8,8 +8,9 @@
 - **compile_s** (the warm-up's time beyond its steps) is judged like a time, with its tolerance and the
   machine's pace, only between runs that compiled cold on both sides: Inductor's caches alone take a first
   compile of llama-tiny from 65-85 s to 9-12 s on the 2-core EPYC, the cache's state and not the software's.
-  A side whose caches served graphs (`measure.compile_cache=warm`, or a record from before the caches were
-  counted) is `not comparable`, naming both states.
+  A reference's compile_s is its cold runs' alone; a run whose caches served graphs
+  (`measure.compile_cache=warm`, or a record from before the caches were counted) is `not comparable`, naming
+  what its caches gave.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _watch(env: Optional[dict[str, Any]]) -> dict[str, Any]:
     return watch if isinstance(watch, dict) else {}
 
 
-def _cold(env: Optional[dict[str, Any]]) -> Optional[bool]:
+def cold(env: Optional[dict[str, Any]]) -> Optional[bool]:
     """Whether a run compiled every graph itself (no cache hit); None when its record does not say."""
     cache = _watch(env).get("cache")
     if not isinstance(cache, dict):
@@ -40,19 +41,15 @@ def _cold(env: Optional[dict[str, Any]]) -> Optional[bool]:
     return hits == 0
 
 
-def caches_apart(ref_env: Optional[dict[str, Any]], envs: list[dict[str, Any]]) -> Optional[str]:
-    """'not comparable: ...' when compile_s cannot be judged: a side whose compilers' caches served graphs,
-    or that does not say; None when every run of both sides compiled cold."""
-    sides = {"this run": envs, "the reference": [ref_env or {}]}
-    states = {side: [_cold(e) for e in es] for side, es in sides.items()}
-    if all(s is True for ss in states.values() for s in ss):
+def caches_apart(envs: list[dict[str, Any]]) -> Optional[str]:
+    """'not comparable: ...' when this side's compile_s cannot be judged: a run whose compilers' caches served
+    graphs, or that does not say; None when every run compiled cold. A reference's compile_s holds cold
+    compiles only (harness/verdict/references.py references_from_records)."""
+    if all(cold(e) is True for e in envs):
         return None
-
-    def said(side: str) -> str:
-        labels = sorted({cache_label(_watch(e).get("cache")) or "caches not recorded" for e in sides[side]})
-        return ", ".join(labels)
+    said = ", ".join(sorted({cache_label(_watch(e).get("cache")) or "caches not recorded" for e in envs}))
     return (f"not comparable: compile time is judged between cold compiles only (measure.compile_cache=cold); "
-            f"the compilers' caches: this run {said('this run')}, the reference {said('the reference')}")
+            f"the compilers' caches of this run: {said}")
 
 
 def _reasons(env: Optional[dict[str, Any]], metric: str) -> list[str]:

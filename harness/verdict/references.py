@@ -27,6 +27,7 @@ from ..config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_ac
 from ..errors import HarnessError
 from ..probe import pooled
 from ..record import ResultRecord
+from .compiled import cold
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "reference.schema.json"
@@ -323,7 +324,8 @@ def references_from_records(records: list[ResultRecord], *, source: str, submitt
     refs = []
     for (platform, benchmark, config, kind), recs in sorted(groups.items()):
         for metric, direction in REFERENCE_METRICS[kind].items():
-            samples = tuple(r.metrics[metric]["value"] for r in recs if metric in r.metrics)
+            samples = tuple(r.metrics[metric]["value"] for r in recs if metric in r.metrics   # compile time: of cold
+                            and (metric != "compile_s" or cold(r.environment)))              # compiles alone
             if not samples:
                 continue
             env = pooled(recs[0].environment, [r.environment for r in recs])   # the runs' probes, pooled

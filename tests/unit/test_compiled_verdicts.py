@@ -56,10 +56,22 @@ def test_compile_time_is_judged_between_cold_compiles_and_a_warm_side_is_not_com
     v = judged(warm, old)["compile_s"]
     assert v.verdict == "not comparable" and v.value == 9.5
     assert v.reason == ("not comparable: compile time is judged between cold compiles only (measure.compile_cache="
-                        "cold); the compilers' caches: this run warm: 2 of 2 graphs from the cache, the reference "
-                        "cold: 2 graphs compiled")
+                        "cold); the compilers' caches of this run: warm: 2 of 2 graphs from the cache")
     unknown = [compiled(i, ENV, 30.0) for i in range(9, 12)]   # a record from before the caches were counted
     assert judged(unknown, old)["compile_s"].verdict == "not comparable"
+
+
+def test_a_references_compile_time_is_its_cold_runs_alone():
+    """OLD ran twice with measure.compile_cache=warm: a cold first compile (60 s), then one from the cache (9 s):
+    the reference is the cold one's, never the median of the two (34.5 s), and a cold NEW run is judged by it."""
+    old = [compiled(0, compiled_env(), 60.0), compiled(1, compiled_env(hits=2), 9.0)]
+    refs = references_from_records(typed(old), source="s", submitter="t", date="2026-12-03", system="s",
+                                   tolerance_pct=tolerances_for("h100"))
+    assert {r.metric: r for r in refs}["compile_s"].samples == (60.0,)
+    assert judged([compiled(2, compiled_env(), 61.0)], old)["compile_s"].verdict == "pass"
+    warm_only = references_from_records(typed(old[1:]), source="s", submitter="t", date="2026-12-03", system="s",
+                                        tolerance_pct=tolerances_for("h100"))
+    assert "compile_s" not in {r.metric for r in warm_only}
 
 
 def test_an_eager_run_has_no_compiler_rows_even_when_it_failed_unknown():
