@@ -8,7 +8,7 @@ import math
 import re
 import statistics
 from collections import Counter
-from typing import Any
+from typing import Any, Optional
 
 from ..verdict.compare import ACROSS_MACHINES, machine_of
 from ..verdict.cross_machine import MachinePair, better_ratio, machine_pairs
@@ -161,8 +161,11 @@ def verdict_counts(verdicts: list, missing: str = "summary") -> str:
     return ", ".join(f"{counts[k]} {k}" for k in VERDICT_ORDER if counts[k]) or "no verdicts"
 
 
-def value_text(x: Any) -> str:
-    """A figure in a verdict table: three decimals below 1,000, fewer above (a million tokens/s needs none)."""
+def value_text(x: Any, unit: Optional[str] = None) -> str:
+    """A figure in a verdict table: three decimals below 1,000, fewer above (a million tokens/s needs none); a
+    count as a whole number where it is one (a reference's median of 0 graph breaks is 0, not 0.000)."""
+    if unit == "count" and isinstance(x, float) and x.is_integer():
+        return fmt(int(x))
     if not isinstance(x, float) or not math.isfinite(x):
         return fmt(x)
     return fmt(x, 3 if abs(x) < 1e3 else 2 if abs(x) < 1e4 else 1 if abs(x) < 1e5 else 0)
@@ -194,8 +197,8 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     headers = ["verdict", *(["platform/benchmark"] if markdown else []), "config" if markdown else "cfg", "metric",
                "now", ref_name, *(["unit"] if unit_column else []), f"now/{ref}", "95% interval",
                *(["tolerance", f"n now/{ref}"] if markdown else ["n"])]
-    rows = [[v.verdict, *([f"{v.platform}/{v.benchmark}"] if markdown else []), label, v.metric, value_text(v.value),
-             value_text(v.reference), *([v.unit or "-"] if unit_column else []), change_text(v), interval_text(v),
+    rows = [[v.verdict, *([f"{v.platform}/{v.benchmark}"] if markdown else []), label, v.metric, value_text(v.value, v.unit),
+             value_text(v.reference, v.unit), *([v.unit or "-"] if unit_column else []), change_text(v), interval_text(v),
              *([tolerance_text(v)] if markdown else []), f"{v.num_samples}/{v.num_reference_samples}"]
             for v, label in zip(ranked, row_labels)]
     text = text_table(headers, rows, markdown)

@@ -93,3 +93,12 @@ def test_the_counts_pass_the_submission_bounds_at_zero(metric):
 
     low, high, inclusive = METRICS[metric].bounds
     assert low < 0 <= high and inclusive
+
+
+def test_the_table_shows_counts_as_whole_numbers():
+    from harness.report.verdicts import verdict_table
+
+    old = [compiled(i, compiled_env(), 30.0) for i in range(3)]
+    row = next(line for line in verdict_table(list(judged(old[:1], old).values())).splitlines()
+               if "graph_breaks" in line)
+    assert row.split()[3:5] == ["0", "0"], row   # the reference's median 0.0 is 0, not 0.000
