@@ -48,7 +48,7 @@ def test_an_injected_regression_is_caught_and_what_changed_is_shown(tmp_path):
     bad = second_night(tmp_path, "2026-11-02", "measure.inject_delay_s=0.4", "+nccl_env.NCCL_PROTO=Simple")
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "regression (baseline): cpu/llama-tiny samples_per_s" in bad.stdout
-    assert "'env.NCCL_PROTO': [None, 'Simple']" in bad.stdout
+    assert "env.NCCL_PROTO: None -> Simple" in bad.stdout   # what changed, in words
     out = tmp_path / "2026-11-02"
     junit = ET.parse(out / "junit.xml").getroot()
     baseline = next(s for s in junit.iter("testsuite") if s.get("id") == "baseline")
