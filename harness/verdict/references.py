@@ -293,7 +293,8 @@ def imported_key(record: ResultRecord) -> dict[str, Any]:
     the output says (no platform or collective group), in the terms of a sweep's (`collective.*`), so
     that it pairs with the same sweep run by `bench`: the nodes its ranks ran on, its ranks, nccl-tests'
     -b/-e (else its rows' sizes), its rows' type and reduction (an op that reduces nothing prints
-    `none`: the sweep's default `sum` stands, as a sweep's key has it), and the source."""
+    `none`: the sweep's default `sum` stands, as a sweep's key has it), and the source (a `-J` JSON output is
+    `nccl-tests` there: the same binary's measurement as the text `bench collective.source=nccl-tests` parses)."""
     cfg, env = record.config, record.environment
     rows = [r for r in (record.rows or []) if isinstance(r, dict)]
     sizes = [r["size_bytes"] for r in rows if isinstance(r.get("size_bytes"), int)]
@@ -308,7 +309,7 @@ def imported_key(record: ResultRecord) -> dict[str, Any]:
             "min_bytes": args.get("min_bytes", min(sizes, default=None)),
             "max_bytes": args.get("max_bytes", max(sizes, default=None)),
             "dtype": OUR_DTYPES.get(dtype, dtype), "redop": redop or ("sum" if record.benchmark not in REDUCING else None),
-            "source": record.source}
+            "source": "nccl-tests" if record.source == "nccl-tests-json" else record.source}   # -J: the same binary
 
 
 def references_from_records(records: list[ResultRecord], *, source: str, submitter: str, date: str,

@@ -36,6 +36,7 @@ def test_an_imported_record_has_the_key_of_the_sweep_it_ran(tmp_path, name, key)
     if key:
         assert got == key
     assert got["dtype"] == "float32" and got["min_bytes"] <= got["max_bytes"]
+    assert got["source"] == "nccl-tests"   # a -J output too: the binary a bench sweep of nccl-tests runs
     verdicts = compare([rec], [])
     assert [v.verdict for v in verdicts] == ["new"]
 
