@@ -26,14 +26,21 @@ def compile_seconds(steps: list[dict[str, Any]]) -> Optional[float]:
     return max(0.0, sum(warm) - len(warm) * statistics.median(timed))
 
 
+def cache_hits(cache: dict[str, Any]) -> int:
+    """Graphs the compilers' caches served a run: Inductor's FX graph cache's hits, or AOT autograd's, which
+    holds forward and backward together (two graphs a hit)."""
+    fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
+    return max(fx.get("hit", 0) or 0, 2 * (aot.get("hit", 0) or 0))
+
+
 def cache_label(cache: Optional[dict[str, Any]]) -> Optional[str]:
     """The compilers' caches as a run found them, in words: 'cold: 4 graphs compiled' or 'warm: 3 of 4
     graphs from the cache' (Inductor's FX graph cache, or AOT autograd's, which holds forward and backward
     together); None for a record from before the caches were counted."""
     if not cache:
         return None
-    fx, aot = cache.get("fx_graph") or {}, cache.get("aot_autograd") or {}
-    hits = max(fx.get("hit", 0), 2 * aot.get("hit", 0))
+    fx = cache.get("fx_graph") or {}
+    hits = cache_hits(cache)
     total = hits + fx.get("miss", 0) + fx.get("bypass", 0)
     if not hits:
         return f"{cache.get('setting', '?')}: {total} graph{'s' if total != 1 else ''} compiled"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional
 
-from ..stack_view import cache_label
+from ..stack_view import cache_hits, cache_label
 
 COUNTS = ("graph_breaks", "recompiles")
 COMPILER_METRICS = ("compile_s", *COUNTS)
@@ -37,8 +37,7 @@ def cold(env: Optional[dict[str, Any]]) -> Optional[bool]:
     cache = _watch(env).get("cache")
     if not isinstance(cache, dict):
         return None
-    hits = sum(int((cache.get(k) or {}).get("hit", 0) or 0) for k in ("fx_graph", "aot_autograd"))
-    return hits == 0
+    return cache_hits(cache) == 0
 
 
 def caches_apart(envs: list[dict[str, Any]]) -> Optional[str]:
