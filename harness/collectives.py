@@ -20,6 +20,7 @@ from typing import Any, Optional
 from contract.collectives import OPS
 
 SMOKE_REASON = "one rank: no bus bandwidth can be measured"
+_PREFIXES = ("", "K", "M", "G", "T", "P")
 
 
 def busbw_factor(op: str, num_ranks: int) -> float:
@@ -133,3 +134,11 @@ def sizes(min_bytes: int, max_bytes: int, step_factor: float, step_bytes: int, e
             out.append(rounded)
         size = size + step_bytes if step_bytes > 0 else int(size * step_factor)
     return out
+
+
+def size_label(size_bytes: int) -> str:
+    """Binary sizes as nccl-tests' -b/-e arguments write them: 512 -> '512', 1 << 20 -> '1M'."""
+    value, i = float(size_bytes), 0
+    while value >= 1024 and i < len(_PREFIXES) - 1:
+        value, i = value / 1024, i + 1
+    return f"{value:g}{_PREFIXES[i]}"

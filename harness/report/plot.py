@@ -9,17 +9,9 @@ import io
 from pathlib import Path
 
 from ..atomic import write_bytes_atomic
+from ..collectives import size_label
 
-_PREFIXES = ("", "K", "M", "G", "T", "P")
 _MAX_TICKS = 16
-
-
-def size_label(size_bytes: int) -> str:
-    """Binary sizes as nccl-tests' -b/-e arguments write them: 512 -> '512', 1 << 20 -> '1M'."""
-    value, i = float(size_bytes), 0
-    while value >= 1024 and i < len(_PREFIXES) - 1:
-        value, i = value / 1024, i + 1
-    return f"{value:g}{_PREFIXES[i]}"
 
 
 def ceiling_lines(ceilings_gbps: dict[str, float]) -> list[tuple[str, float]]:

@@ -23,7 +23,8 @@ VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data",
 RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (samples/s as is; step time and "
                 "memory inverted), so below 1x is worse: step time 1.07 -> 2.56 s is 0.42x (2.39x slower), "
                 "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
-SPEED_WORDS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "avg_busbw_gbps": "bus bandwidth"}
+SPEED_WORDS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "avg_busbw_gbps": "bus bandwidth",
+               "shared_busbw_gbps": "bus bandwidth over the sizes both ran"}
 """A machine pair's throughput (cross_machine.SPEED_METRICS) in its summary's words."""
 STEAL_SHOWN_CPUS = 0.05
 """A hypervisor's steal at or above this (CPUs' worth) is named in the bench's closing line; below it, and
@@ -148,9 +149,11 @@ def unrun_line(verdicts: list, why: str = "had no result among these runs") -> s
     per: dict[str, list] = {}
     for v in unrun(verdicts):
         per.setdefault(f"{v.platform}/{v.benchmark}", []).append(v)
-    parts = [f"{len(vs)} reference{'s' if len(vs) != 1 else ''} "
-             f"({len({json.dumps(v.config, sort_keys=True) for v in vs})} configurations) of {name}"
-             for name, vs in sorted(per.items())]
+    parts = []
+    for name, vs in sorted(per.items()):
+        configs = len({json.dumps(v.config, sort_keys=True) for v in vs})
+        parts.append(f"{len(vs)} reference{'s' if len(vs) != 1 else ''}"
+                     + (f" ({configs} configurations)" if configs > 1 else "") + f" of {name}")
     return f"{', '.join(parts)} {why} (not judged)" if parts else ""
 
 

@@ -18,6 +18,7 @@ from datetime import date
 
 from contract.metrics import tolerances_for
 
+from .by_size import SHARED, sizeless
 from .compare import Group, compare, group_records, load_records, pairing
 from ..errors import HarnessError
 from ..record import ResultRecord
@@ -58,17 +59,19 @@ def status_references(g: Group, today: str, system: str) -> list[Reference]:
                       tolerance.get(metric, tolerance["default"]), status,
                       provenance=Provenance(SOURCE, SOURCE, today, system, env, env.get("suite_commit"),
                                             note="runs: " + ", ".join(r.run_id for r in g.records)))
-            for metric, direction in REFERENCE_METRICS.get(g.kind, {}).items()]
+            for metric, direction in REFERENCE_METRICS.get(g.kind, {}).items() if metric != SHARED]   # by size: no status
 
 
 def unmatched(old: list[ResultRecord], new: list[ResultRecord]) -> list[Group]:
     """OLD configurations that no NEW result is paired with (harness.verdict.compare.pairing: its own
     platform's first, else another platform's of the same configuration)."""
     groups = group_records(old)
-    stand_ins = [Reference(g.platform, g.benchmark, g.config, "", None, "", "higher", 0.0) for g in groups]
+    stand_ins = [Reference(g.platform, g.benchmark, config, "", None, "", "higher", 0.0) for g in groups
+                 for config in ((g.config, sizeless(g.config)) if g.kind == "collective" else (g.config,))]
     paired = {_key(r.platform, r.benchmark, r.config) for n in group_records(new)
-              for side in pairing(stand_ins, n) for r in side}
-    return [g for g in groups if _key(g.platform, g.benchmark, g.config) not in paired]
+              for side in pairing(stand_ins, n) for r in side}   # a collective: its range's, else by size
+    return [g for g in groups if _key(g.platform, g.benchmark, g.config) not in paired
+            and not (g.kind == "collective" and _key(g.platform, g.benchmark, sizeless(g.config)) in paired)]
 
 
 def _key(platform: str, benchmark: str, config: dict) -> tuple:

@@ -41,6 +41,7 @@ from contract.metrics import METRICS
 from ..errors import HarnessError
 from ..probe import PACE_NOISE_PCT, Pace, Share, cpu_share, mix_apart, pace, pooled
 from ..record import ResultRecord
+from .by_size import AVERAGE, SHARED, restrict, sizeless
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
 from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
@@ -293,13 +294,20 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
         for applicable in pairing(references, g):
             verdicts += judge(g, applicable, min_samples, used)
     scope = {(g.platform, g.benchmark) for g in group_records(records)}
+    by_size = {k[:3] for k in used if k[3] == SHARED}   # an average of another range: the sizes judged it
     for ref in references:
+        if ref.metric == AVERAGE and (ref.platform, ref.benchmark, _sizeless_key(ref.config)) in by_size:
+            continue
         if (ref.platform, ref.benchmark) in scope and ref.key() not in used:
             verdicts.append(Verdict(ref.platform, ref.benchmark, ref.config, ref.metric, "missing",
                                     "a reference with no result in this comparison", unit=ref.unit,
                                     reference=ref.value, tolerance_pct=ref.tolerance_pct,
                                     num_reference_samples=ref.num_samples))
     return verdicts
+
+
+def _sizeless_key(config: dict[str, Any]) -> str:
+    return json.dumps(sizeless(config), sort_keys=True)
 
 
 def outside_runs(verdicts: list[Verdict], records: list[ResultRecord]) -> tuple[list[Verdict], list[Verdict]]:
@@ -325,7 +333,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     statuses = sorted({r.status for r in g.records})
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
-    metrics = sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable})
+    metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
+    scope = ""
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
         ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
@@ -333,6 +342,16 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
             used.add(ref.key())
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
         units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
+        if metric == SHARED and ref and ref.status == "ok" and ok:   # the sweep's own range has no reference
+            narrowed, samples, scope = restrict(ref, ok)
+            units = {ref.unit}
+            if narrowed is None:
+                verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", reason=scope,
+                                        unit=ref.unit, reference=ref.value, tolerance_pct=ref.tolerance_pct,
+                                        num_reference_samples=ref.num_samples))
+                scope = ""
+                continue
+            ref = narrowed
         if ref is None:
             compiled_only = metric in COMPILER_METRICS and "compile" not in g.config   # an eager run has none
             if samples or (not ok and not applicable and not compiled_only):   # a known one's status rows say it
@@ -400,7 +419,23 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         diff = environment_diff(ref_env, env)   # named whatever the verdict
         verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,
                                 num_samples=len(samples), environment_diff=diff))
+    for v in verdicts:   # which sizes a by-size verdict is of, whatever it says
+        if scope and v.metric == SHARED:
+            v.reason = f"{scope}: {v.reason}"
     return verdicts
+
+
+def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) -> list[str]:
+    """The metrics a collective group is judged on: avg_busbw_gbps where a reference of its own size range
+    applies (a by-size reference of it is then used up silently); else shared_busbw_gbps where a by-size
+    one applies (the average has no counterpart: no 'new' row for it); neither by-size metric otherwise."""
+    have = {r.metric for r in applicable}
+    if AVERAGE in have:
+        used.update(r.key() for r in applicable if r.metric == SHARED)
+        return [m for m in metrics if m != SHARED]
+    if SHARED in have:
+        return [m for m in metrics if m != AVERAGE]
+    return [m for m in metrics if m != SHARED]
 
 
 def load_records(paths: list[str]) -> list[ResultRecord]:

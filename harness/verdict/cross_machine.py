@@ -23,7 +23,7 @@ from contract.metrics import METRICS
 from ..probe import PACE_NOISE_PCT, node_probes, not_comparable
 from .changes import hardware
 
-SPEED_METRICS = ("samples_per_s", "avg_busbw_gbps", "tokens_per_s")
+SPEED_METRICS = ("samples_per_s", "avg_busbw_gbps", "shared_busbw_gbps", "tokens_per_s")
 """The throughput a pair of machines is summed up by: the first of these its paired rows hold."""
 
 

@@ -27,6 +27,7 @@ from ..config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_ac
 from ..errors import HarnessError
 from ..probe import pooled
 from ..record import ResultRecord
+from .by_size import SHARED, as_stored, busbw_by_size, sizeless
 from .compiled import cold
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
@@ -77,6 +78,9 @@ class Reference:
     status: str = "ok"
     samples: tuple[float, ...] = field(default_factory=tuple)
     provenance: Optional[Provenance] = None
+    by_size: tuple[dict[str, float], ...] = ()
+    """A shared_busbw_gbps reference's runs, one per sample: {size in bytes: busbw}, what harness/verdict/by_size.py
+    narrows to the sizes a run shares with it. Empty for every other metric (and absent from its file entry)."""
 
     @property
     def num_samples(self) -> int:
@@ -89,6 +93,10 @@ class Reference:
         d = asdict(self)
         d["samples"] = list(self.samples)
         d["num_samples"] = self.num_samples
+        if self.by_size:
+            d["by_size"] = [dict(sizes) for sizes in self.by_size]
+        else:   # files written before the field stay as they were
+            del d["by_size"]
         for optional in ("inferred", "suite_commit_given"):   # files written before the fields stay as they were
             if d["provenance"] is not None and d["provenance"][optional] is None:
                 del d["provenance"][optional]
@@ -97,7 +105,7 @@ class Reference:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Reference":
         d = {k: v for k, v in d.items() if k != "num_samples"}
-        return cls(**{**d, "samples": tuple(d.get("samples", ())),
+        return cls(**{**d, "samples": tuple(d.get("samples", ())), "by_size": tuple(d.get("by_size", ())),
                       "provenance": Provenance(**d["provenance"]) if d.get("provenance") else None})
 
 
@@ -114,6 +122,8 @@ def validate_reference_file(data: Any) -> list[str]:
     for i, entry in enumerate(data["references"]):
         if entry["num_samples"] != len(entry["samples"]):
             problems.append(f"references/{i}: num_samples={entry['num_samples']} but {len(entry['samples'])} samples")
+        if "by_size" in entry and len(entry["by_size"]) != len(entry["samples"]):
+            problems.append(f"references/{i}: {len(entry['by_size'])} runs in by_size but {len(entry['samples'])} samples")
         unknown = sorted(set(entry["provenance"].get("inferred") or {}) - set(entry["config"]))
         if unknown:
             problems.append(f"references/{i}: provenance.inferred names {unknown}, which the config does not have")
@@ -195,6 +205,7 @@ def select(refs: list[Reference], **criteria: Any) -> list[Reference]:
 # What a training or collective record contributes to the reference table, with direction
 # (contract/metrics.py; the tolerances are contract.metrics.tolerances_for).
 REFERENCE_METRICS = {kind: reference_metrics(kind) for kind in ("training", "collective")}
+METRIC_DIRECTIONS = {m: d for metrics in REFERENCE_METRICS.values() for m, d in metrics.items()}
 
 
 def record_grad_accum(cfg: dict[str, Any]) -> str:
@@ -322,21 +333,34 @@ def references_from_records(records: list[ResultRecord], *, source: str, submitt
             continue
         key = (rec.platform, rec.benchmark, json.dumps(record_config(rec), sort_keys=True), rec.kind)
         groups.setdefault(key, []).append(rec)
+    def made(platform: str, benchmark: str, config: dict[str, Any], metric: str, recs: list[ResultRecord],
+             samples: tuple[float, ...], unit: str, by_size: tuple[dict[str, float], ...] = ()) -> Reference:
+        env = pooled(recs[0].environment, [r.environment for r in recs])   # the runs' probes, pooled
+        return Reference(
+            platform=platform, benchmark=benchmark, config=config, metric=metric, value=statistics.median(samples),
+            unit=unit, direction=METRIC_DIRECTIONS[metric],
+            tolerance_pct=tolerance_pct.get(metric, tolerance_pct["default"]), samples=samples, by_size=by_size,
+            provenance=Provenance(source=source, submitter=submitter, date=date, system=system, environment=env,
+                                  suite_commit=env.get("suite_commit"),
+                                  note=f"median of {len(samples)} runs; runs: " + ", ".join(r.run_id for r in recs)))
+
     refs = []
     for (platform, benchmark, config, kind), recs in sorted(groups.items()):
-        for metric, direction in REFERENCE_METRICS[kind].items():
+        for metric in REFERENCE_METRICS[kind]:
             samples = tuple(r.metrics[metric]["value"] for r in recs if metric in r.metrics   # compile time: of cold
                             and (metric != "compile_s" or cold(r.environment)))              # compiles alone
-            if not samples:
-                continue
-            env = pooled(recs[0].environment, [r.environment for r in recs])   # the runs' probes, pooled
-            refs.append(Reference(
-                platform=platform, benchmark=benchmark, config=json.loads(config), metric=metric,
-                value=statistics.median(samples), unit=recs[0].metrics[metric]["unit"],
-                direction=direction, tolerance_pct=tolerance_pct.get(metric, tolerance_pct["default"]),
-                samples=samples,
-                provenance=Provenance(source=source, submitter=submitter, date=date, system=system,
-                                      environment=env, suite_commit=env.get("suite_commit"),
-                                      note=f"median of {len(samples)} runs; runs: "
-                                           + ", ".join(r.run_id for r in recs))))
+            if samples:
+                refs.append(made(platform, benchmark, json.loads(config), metric, recs, samples,
+                                 recs[0].metrics[metric]["unit"]))
+    shared: dict[tuple, list[tuple[ResultRecord, dict[int, float]]]] = {}   # by size: runs of every range pooled
+    for (platform, benchmark, config, kind), recs in groups.items():
+        for rec in recs:
+            sizes = busbw_by_size(rec) if kind == "collective" else {}
+            if sizes:
+                key = (platform, benchmark, json.dumps(sizeless(json.loads(config)), sort_keys=True))
+                shared.setdefault(key, []).append((rec, sizes))
+    for (platform, benchmark, config), runs in sorted(shared.items(), key=lambda kv: kv[0]):
+        refs.append(made(platform, benchmark, json.loads(config), SHARED, [r for r, _ in runs],
+                         tuple(sum(d.values()) / len(d) for _, d in runs), "GB/s",
+                         tuple(as_stored(d) for _, d in runs)))
     return refs

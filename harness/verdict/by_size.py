@@ -1,0 +1,98 @@
+"""Collectives judged message size by message size, over the sizes both sides ran.
+
+nccl-tests' "Avg bus bandwidth" is the mean busbw over the sizes of one sweep, so it means something
+only against a sweep of the same -b/-e/-f: an acceptance log of `-b 8 -e 8G` and a nightly's 1 KiB-256 MiB
+sweep share 19 sizes but no average. The metric SHARED (`shared_busbw_gbps`) is that average taken over
+the sizes both sides ran: its reference (references.references_from_records) is keyed without the
+range (`sizeless`) and keeps every run's busbw per size (`Reference.by_size`); `restrict` makes of it,
+for the runs at hand, a reference of the shared sizes alone, which compare.judge judges as any other
+(bootstrap over runs, tolerance, pace, machines apart). It judges only where no reference of the run's
+own range applies (compare.judge): a sweep of the same range keeps its avg_busbw_gbps verdict.
+
+A size's busbw is the mean over its placements (out-of-place, in-place), as nccl-tests' average takes
+them. Sizes are compared as printed: the key's ranks and dtype fix nccl-tests' rounding, and its
+source keeps the built-in sweep's sizes from nccl-tests'.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any, Optional
+
+from ..collectives import size_label
+from ..record import ResultRecord
+
+SHARED = "shared_busbw_gbps"
+AVERAGE = "avg_busbw_gbps"
+RANGE_KEYS = ("min_bytes", "max_bytes")
+
+
+def sizeless(config: dict[str, Any]) -> dict[str, Any]:
+    """A collective's configuration key without its size range: what a SHARED reference is keyed on."""
+    return {k: v for k, v in config.items() if k not in RANGE_KEYS}
+
+
+def busbw_by_size(record: ResultRecord) -> dict[int, float]:
+    """{size in bytes: busbw in GB/s, the mean of its placements'} of a record's rows with a bandwidth."""
+    out: dict[int, float] = {}
+    for row in record.rows or []:
+        if not isinstance(row, dict) or not isinstance(row.get("size_bytes"), int):
+            continue
+        values = [p["busbw_gbps"] for p in (row.get("out_of_place"), row.get("in_place"))
+                  if isinstance(p, dict) and isinstance(p.get("busbw_gbps"), (int, float))]
+        if values:
+            out[row["size_bytes"]] = sum(values) / len(values)
+    return out
+
+
+def as_stored(sizes: dict[int, float]) -> dict[str, float]:
+    """A run's sizes as a reference file keeps them (JSON keys are strings)."""
+    return {str(s): v for s, v in sorted(sizes.items())}
+
+
+def as_read(sizes: dict[str, float]) -> dict[int, float]:
+    return {int(s): v for s, v in sizes.items()}
+
+
+def size_text(size: int) -> str:
+    """'64K', '1M', '8' for a power-of-two multiple of 1024 (nccl-tests' -b/-e style), else '1020 B'."""
+    return size_label(size) if size < 1024 or size % 1024 == 0 else f"{size} B"
+
+
+def span_text(sizes: list[int]) -> str:
+    """'19 sizes (1K-256M)' / 'one size (64K)' / 'no size'."""
+    if not sizes:
+        return "no size"
+    if len(sizes) == 1:
+        return f"one size ({size_text(sizes[0])})"
+    return f"{len(sizes)} sizes ({size_text(min(sizes))}-{size_text(max(sizes))})"
+
+
+def _mean(sizes: dict[int, float], shared: list[int]) -> float:
+    return sum(sizes[s] for s in shared) / len(shared)
+
+
+def restrict(ref: Any, records: list[ResultRecord]) -> tuple[Optional[Any], list[float], str]:
+    """(the reference over the sizes every run of both sides has, this side's samples over them, the
+    words that say which sizes and where they differ most); (None, [], why) when they share no size."""
+    now = [busbw_by_size(r) for r in records]
+    then = [as_read(d) for d in ref.by_size]
+    shared = sorted(set.intersection(*(set(d) for d in now + then))) if now and then else []
+    if not shared:
+        ours = sorted(set().union(*now)) if now else []
+        theirs = sorted(set().union(*then)) if then else []
+        return None, [], (f"no message size that both ran: this run's {span_text(ours)}, "
+                          f"the reference's {span_text(theirs)}")
+    samples = [_mean(d, shared) for d in now]
+    ref_samples = tuple(_mean(d, shared) for d in then)
+    narrowed = replace(ref, value=statistics.median(ref_samples), samples=ref_samples)
+    ratios = {s: statistics.median(d[s] for d in now) / statistics.median(d[s] for d in then)
+              for s in shared if statistics.median(d[s] for d in then) > 0}
+    words = f"over the {span_text(shared)} both ran"
+    low, high = (min(ratios, key=ratios.get), max(ratios, key=ratios.get)) if ratios else (None, None)
+    if low is not None and f"{ratios[low]:.2f}" != f"{ratios[high]:.2f}":
+        words += (f", busbw from {ratios[low]:.2f}x the reference's at {size_text(low)} "
+                  f"to {ratios[high]:.2f}x at {size_text(high)}")
+    elif low is not None:
+        words += f", busbw {ratios[low]:.2f}x the reference's at {'each' if len(ratios) > 1 else 'that'} size"
+    return narrowed, samples, words

@@ -1,0 +1,177 @@
+"""Collectives judged over the message sizes both sides ran (harness/verdict/by_size.py): an acceptance
+log's `-b 8 -e 1G` against tonight's `-b 2K -e 128M`, a nightly's sweep against a reference of another
+range. nccl-tests' "Avg bus bandwidth" of two ranges is never compared; the average over the shared sizes
+is, run by run, as any other metric (bootstrap, tolerance, pace, machines)."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+from unit_helpers import REPO_ROOT
+
+from contract.metrics import tolerances_for
+from harness.__main__ import main
+from harness.record import ResultRecord, validate_record
+from harness.verdict.ab import against
+from harness.verdict.by_size import AVERAGE, SHARED, busbw_by_size, restrict, size_text, sizeless
+from harness.verdict.compare import compare
+from harness.verdict.references import Reference, references_from_records, validate_reference_file
+
+DATA = REPO_ROOT / "tests" / "data" / "nccl_tests"
+TEMPLATE = (REPO_ROOT / "reference_results" / "sources" / "cluster-scale" / "2026-11-26-avx2-epyc" / "n3-0"
+            / "00-collectives-all_reduce.json")
+"""A real built-in all_reduce record (3 gloo ranks): its environment and config carry the sweeps below."""
+
+
+def sweep(run_id: str, busbw: dict[int, float], min_bytes: int, max_bytes: int) -> ResultRecord:
+    """The template record as a sweep of min_bytes..max_bytes whose sizes read `busbw` (both placements)."""
+    d = json.loads(TEMPLATE.read_text(encoding="utf-8"))
+    d["run_id"] = run_id
+    d["config"]["collective"].update(min_bytes=min_bytes, max_bytes=max_bytes)
+    row = d["rows"][0]
+    d["rows"] = []
+    for size, bw in sorted(busbw.items()):
+        placement = {"time_us": 1.0, "algbw_gbps": bw, "busbw_gbps": bw, "num_wrong": 0}
+        d["rows"].append({**copy.deepcopy(row), "size_bytes": size, "count": size // 4,
+                          "out_of_place": placement, "in_place": {**placement, "busbw_gbps": bw * 1.02}})
+    d["metrics"]["avg_busbw_gbps"]["value"] = sum(busbw.values()) / len(busbw) * 1.01
+    assert validate_record(d) == []
+    return ResultRecord.from_dict(d)
+
+
+def curve(lo: int, hi: int, scale: float = 1.0, slow_from: int = 1 << 62, slow: float = 1.0) -> dict[int, float]:
+    """busbw by size, 4x steps from lo to hi: rising with the size; `slow` from `slow_from` on."""
+    out, size = {}, lo
+    while size <= hi:
+        out[size] = scale * (0.02 + size / 2 ** 22) * (slow if size >= slow_from else 1.0)
+        size *= 4
+    return out
+
+
+def refs_of(records):
+    return references_from_records(records, source="test", submitter="test", date="2026-12-03",
+                                   system="test", tolerance_pct=tolerances_for("cpu-cluster"))
+
+
+def test_a_size_is_the_mean_of_its_placements_and_a_reference_keeps_every_run_by_size():
+    runs = [sweep(f"r{i}", curve(1024, 1 << 20, scale=1 + i / 100), 1024, 1 << 20) for i in range(3)]
+    assert busbw_by_size(runs[0])[1024] == pytest.approx((0.02 + 1024 / 2 ** 22) * 1.01)
+    (shared,) = [r for r in refs_of(runs) if r.metric == SHARED]
+    assert "min_bytes" not in shared.config and "max_bytes" not in shared.config
+    assert shared.config == sizeless([r for r in refs_of(runs) if r.metric == AVERAGE][0].config)
+    assert len(shared.by_size) == shared.num_samples == 3
+    assert list(shared.by_size[0]) == [str(s) for s in sorted(curve(1024, 1 << 20))]
+    data = {"schema_version": "1.0", "references": [r.to_dict() for r in refs_of(runs)]}
+    assert validate_reference_file(json.loads(json.dumps(data))) == []
+    assert Reference.from_dict(json.loads(json.dumps(shared.to_dict()))) == shared
+    assert all("by_size" not in r.to_dict() for r in refs_of(runs) if r.metric != SHARED)   # older entries as they were
+    broken = json.loads(json.dumps(data))
+    broken["references"][-1]["by_size"].pop()
+    assert any("2 runs in by_size but 3 samples" in p for p in validate_reference_file(broken))
+
+
+def test_runs_of_two_ranges_are_pooled_into_one_by_size_reference():
+    runs = [sweep("a", curve(1024, 1 << 20), 1024, 1 << 20), sweep("b", curve(256, 1 << 22), 256, 1 << 22)]
+    refs = refs_of(runs)
+    assert len([r for r in refs if r.metric == AVERAGE]) == 2   # the averages stay one per range
+    (shared,) = [r for r in refs if r.metric == SHARED]
+    assert shared.num_samples == 2 and shared.provenance.note.endswith("runs: a, b")
+
+
+def test_a_sweep_of_another_range_is_judged_over_the_shared_sizes_and_the_slowdown_named():
+    old = [sweep(f"old{i}", curve(256, 1 << 24, scale=1 + 0.01 * i), 256, 1 << 24) for i in range(3)]
+    new = [sweep(f"new{i}", curve(1024, 1 << 20, scale=1 - 0.01 * i, slow_from=1 << 16, slow=0.4), 1024, 1 << 20)
+           for i in range(3)]
+    verdicts = compare(new, refs_of(old))
+    assert {v.metric for v in verdicts} == {SHARED}   # no 'new' average, no 'missing' one of the other range
+    (v,) = verdicts
+    assert v.verdict == "regression", v.reason
+    assert re.match(r"over the 6 sizes \(1K-1M\) both ran, busbw from 0\.\d\dx the reference's at (64K|256K|1M) "
+                    r"to 0\.9\dx at (1K|4K): gain -5\d\.\d% against", v.reason), v.reason
+    shared = sorted(curve(1024, 1 << 20))
+    ref_mean = sum(busbw_by_size(old[1])[s] for s in shared) / len(shared)
+    assert v.reference == pytest.approx(ref_mean)   # the reference's average over the shared sizes alone
+
+
+def test_the_same_range_keeps_its_average_verdict_and_uses_the_by_size_reference_up():
+    old = [sweep(f"old{i}", curve(1024, 1 << 20, scale=1 + 0.01 * i), 1024, 1 << 20) for i in range(3)]
+    new = [sweep(f"new{i}", curve(1024, 1 << 20, scale=1 - 0.01 * i), 1024, 1 << 20) for i in range(3)]
+    verdicts = compare(new, refs_of(old))
+    assert [(v.metric, v.verdict) for v in verdicts] == [(AVERAGE, "pass")]
+
+
+def test_sizes_that_do_not_meet_are_insufficient_data_naming_both_ranges():
+    old = [sweep(f"old{i}", curve(1 << 20, 1 << 24), 1 << 20, 1 << 24) for i in range(2)]
+    new = [sweep(f"new{i}", curve(256, 4096), 256, 4096) for i in range(2)]
+    (v,) = compare(new, refs_of(old))
+    assert (v.metric, v.verdict) == (SHARED, "insufficient data")
+    assert v.reason == ("no message size that both ran: this run's 3 sizes (256-4K), "
+                        "the reference's 3 sizes (1M-16M)")
+
+
+def test_a_size_off_the_binary_steps_is_written_in_bytes():
+    assert [size_text(s) for s in (8, 1020, 1024, 4092, 1 << 30)] == ["8", "1020", "1K", "4092 B", "1G"]
+
+
+def test_restrict_takes_only_sizes_every_run_of_both_sides_has():
+    ref = [r for r in refs_of([sweep("a", curve(256, 1 << 20), 256, 1 << 20),
+                               sweep("b", curve(1024, 1 << 22), 1024, 1 << 22)]) if r.metric == SHARED][0]
+    narrowed, samples, words = restrict(ref, [sweep("n", curve(4096, 1 << 24), 4096, 1 << 24)])
+    assert words == "over the 5 sizes (4K-1M) both ran, busbw 1.00x the reference's at each size"
+    assert narrowed.num_samples == 2 and len(samples) == 1
+
+
+# --- nccl-tests outputs of two ranges: an acceptance log against tonight's ------------------------
+
+ROW = re.compile(r"^(\s+)(\d+)(\s+\d+\s+\S+\s+\S+\s+-?\d+\s+)(.*)$")
+
+
+def narrowed_output(lo: int, hi: int, slow_from: int, slow: float) -> str:
+    """new_all_reduce.txt (-b 8 -e 1G -f 4) as a run of -b lo -e hi whose busbw is `slow`x from slow_from on."""
+    lines, kept = [], []
+    for line in (DATA / "new_all_reduce.txt").read_text(encoding="utf-8").splitlines():
+        m = ROW.match(line)
+        if line.startswith("$ "):
+            line = line.replace("-b 8 -e 1G", f"-b {lo} -e {hi}")
+        elif line.startswith("# nThread"):
+            line = line.replace("minBytes 8 maxBytes 1073741824", f"minBytes {lo} maxBytes {hi}")
+        elif m:
+            size = int(m.group(2))
+            if not lo <= size <= hi:
+                continue
+            cols = m.group(4).split()   # time algbw busbw #wrong, twice
+            factor = slow if size >= slow_from else 1.0
+            for i in (1, 2, 5, 6):
+                cols[i] = f"{float(cols[i]) * factor:.2f}"
+            kept += [float(cols[2]), float(cols[6])]
+            line = m.group(1) + m.group(2) + m.group(3) + "  ".join(cols)
+        elif line.startswith("# Avg bus bandwidth"):
+            line = f"# Avg bus bandwidth    : {sum(kept) / len(kept):g} "
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def test_tonights_nccl_tests_run_against_the_acceptance_log_is_judged_by_size(tmp_path, capsys):
+    (tmp_path / "acceptance").mkdir()
+    (tmp_path / "tonight").mkdir()
+    (tmp_path / "acceptance" / "all_reduce_perf.txt").write_text(
+        (DATA / "new_all_reduce.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "tonight" / "all_reduce_perf.txt").write_text(
+        narrowed_output(2048, 134217728, slow_from=8388608, slow=0.5), encoding="utf-8")
+    for side in ("acceptance", "tonight"):
+        assert main(["import-nccl-tests", str(tmp_path / side / "all_reduce_perf.txt"),
+                     "--out", str(tmp_path / f"{side}-records"), "--platform", "h100"]) == 0
+    verdicts, left = against([str(tmp_path / "tonight-records")], [str(tmp_path / "acceptance-records")],
+                             min_samples=1)
+    assert left == ""   # the acceptance log is paired, by size
+    (v,) = verdicts
+    assert (v.metric, v.verdict) == (SHARED, "regression"), v.reason
+    assert v.reason.startswith("over the 9 sizes (2K-128M) both ran, busbw from 0.50x the reference's at 8M to "
+                               "1.00x at 2K: gain -41.4% against 156.576 GB/s"), v.reason
+    capsys.readouterr()
+    rc = main(["compare", str(tmp_path / "tonight-records"), "--against", str(tmp_path / "acceptance-records"),
+               "--min-samples", "1"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "regression" in out and "shared_busbw_gbps" in out and "no counterpart" not in out
