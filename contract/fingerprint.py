@@ -71,9 +71,14 @@ CONTROLLER_FIELDS = ("python", "torch", "deepspeed", "transformers", "datasets",
 """What the controller starts from without torch (harness.record.controller_environment); the
 ranks' own view, when they report it, overrides it."""
 IMPORTED_FIELDS = ("python", "torch", "deepspeed", "transformers", "cuda", "nccl", "driver", "gpu_model",
-                   "gpu_count", "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks")
+                   "gpu_count", "machine", "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks")
 """What a record of an imported nccl-tests output holds (harness.nccl_tests.importer.records_from_output):
-what the output's text says, None for what it cannot."""
+what the output's text says, None for what it cannot (`machine`: a node's GPUs as its Rank lines name them)."""
+OUTPUT_MACHINE = "the output's Rank lines"
+"""An imported record's environment.machine.source: the GPUs as a saved output names them, with no probe."""
+IMPORTED_REQUIRED = ("nccl", "gpu_model")
+"""What a submitted imported output's fingerprint must name: the library it measured and the GPUs (an output
+names no Python, suite or driver; REQUIRED is the suite's own records')."""
 
 
 def build(fields: tuple[str, ...], **facts: Any) -> dict[str, Any]:

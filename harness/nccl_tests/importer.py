@@ -8,10 +8,10 @@ import re
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from contract.collectives import OPS
-from contract.fingerprint import IMPORTED_FIELDS, build
+from contract.fingerprint import IMPORTED_FIELDS, OUTPUT_MACHINE, build
 
 from ..collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from ..config.schema import REPO_ROOT, BenchConfig
@@ -58,7 +58,7 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
     models = sorted(set(parsed.devices))
     # what the output cannot say (python, torch, the driver, the image, the suite commit) stays None
     env = build(IMPORTED_FIELDS, cuda=parsed.cuda_version, nccl=parsed.nccl_version,
-                gpu_model=" + ".join(models) or None,
+                gpu_model=" + ".join(models) or None, machine=machine_of_output(parsed),
                 gpu_count=parsed.num_ranks or (len(parsed.devices) if parsed.layout != "json" else 0),
                 env=dict(parsed.env), hosts=list(parsed.hosts), nccl_tests=parsed.nccl_tests_version,
                 num_ranks=parsed.num_ranks)
@@ -86,6 +86,18 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
             "avg_busbw_gbps", parsed.avg_busbw_gbps if printed else avg_busbw_gbps(rows), "throughput", n=len(rows),
             source="nccl-tests footer" if printed else "mean of the printed rows (no footer)")
     return record
+
+
+def machine_of_output(parsed: ParsedOutput) -> Optional[dict[str, Any]]:
+    """A node's machine as the output's Rank lines name it, in the fingerprint's terms (benchmarks/node/
+    machine.py: `gpus` by name; the CPU unknown): one GPU model, every rank's line there and the ranks
+    spread evenly over the hosts; None otherwise (a pasted tail, a JSON output's first device per process)."""
+    models = set(parsed.devices)
+    if (parsed.ranks_from != "rank lines" or len(models) != 1 or not parsed.hosts or not parsed.num_ranks
+            or parsed.num_ranks % len(parsed.hosts) or len(parsed.devices) != parsed.num_ranks):
+        return None
+    return {"cpu": {}, "gpus": [{"name": next(iter(models))}] * (parsed.num_ranks // len(parsed.hosts)),
+            "source": OUTPUT_MACHINE}
 
 
 def _run_id(path: str) -> str:

@@ -15,7 +15,7 @@ import functools
 import subprocess
 from typing import Any, Optional
 
-from contract.fingerprint import COMPARED, DEEPSPEED_JSON, STACK_COMPARED, STACK_WHEN_BOTH
+from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
 from ..probe import material_cpus, probe_diff
@@ -55,7 +55,17 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     ref_set, cur_set = reference_env.get("settings") or {}, current_env.get("settings") or {}
     diff.update({k: [ref_set[k], cur_set[k]] for k in sorted(set(ref_set) & set(cur_set)) if ref_set[k] != cur_set[k]})
     diff.update(_commit_diff(reference_env.get("suite_commit"), current_env.get("suite_commit")))
+    if saved_output(reference_env):   # what a saved nccl-tests output did not print is unknown, not absent
+        diff = {k: v for k, v in diff.items() if not (isinstance(v, list) and v and v[0] is None)}
     return diff
+
+
+def saved_output(env: dict[str, Any]) -> bool:
+    """A fingerprint of an imported nccl-tests output (contract.fingerprint IMPORTED_FIELDS): what the output
+    printed (NCCL, CUDA, the GPUs, hosts), None for the rest; no rank ever read its host or world size."""
+    machine = env.get("machine")
+    return ((isinstance(machine, dict) and machine.get("source") == OUTPUT_MACHINE)
+            or ("nccl_tests" in env and "host" not in env and "world_size" not in env))
 
 
 def package_diff(ref: Any, cur: Any) -> dict[str, Any]:

@@ -39,12 +39,12 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..probe import PACE_NOISE_PCT, Pace, Share, cpu_share, mix_apart, pace, pooled
+from ..probe import PACE_NOISE_PCT, Pace, Share, cpu_share, mix_apart, node_probes, pace, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, SHARED, restrict, sizeless
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
-from .cross_machine import apart, machine_of, machines_apart  # noqa: F401 (machine_of, machines_apart: read from here before)
+from .cross_machine import apart, machine_of, machines_apart, named_only  # noqa: F401 (machines_apart: read from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records, none_found
 from .references import NCCL_KEY, REFERENCE_METRICS, STACK_KEYS, Reference, record_config
@@ -363,6 +363,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         ref_env = ref.provenance and ref.provenance.environment
         two = apart(ref_env, env, ref.platform, g.platform, dtypes)
         across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
+        if not two and node_probes(env) and named_only(ref_env, env, dtypes):
+            across = f"the reference names its machine only ({machine_of(ref_env)}, a saved output's; no probe): "
         fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
                "num_reference_samples": ref.num_samples, "machines": list(two.machines) if two else None,
                "device": two.device if two else None}

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Optional
 
+from contract.fingerprint import OUTPUT_MACHINE
 from contract.metrics import METRICS
 
 from ..probe import PACE_NOISE_PCT, node_probes, not_comparable
@@ -55,9 +56,21 @@ def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[st
     named = (f"reference taken on {taken_on}, this run on {run_on}"
              if taken_on and run_on and taken_on != run_on else None)
     measured = not_comparable(reference_env, current_env, dtypes) if node_probes(current_env) else None
+    if measured and named_only(reference_env, current_env, dtypes):
+        measured = None
     if measured and named:
         return f"{measured}; {named}"
     return measured or (f"not comparable: {named}" if named else None)
+
+
+def named_only(reference_env: Optional[dict[str, Any]], current_env: dict[str, Any],
+               dtypes: Optional[Collection[str]]) -> bool:
+    """A reference whose machine a saved nccl-tests output names (its Rank lines' GPUs, no probe: an
+    acceptance log imported and submitted, harness/verdict/imported.py) judges a collective (no matmul
+    rate: dtypes == []) run on a machine of that name; the verdict says so (compare.judge)."""
+    machine = (reference_env or {}).get("machine")
+    return (isinstance(machine, dict) and machine.get("source") == OUTPUT_MACHINE and not node_probes(reference_env)
+            and dtypes is not None and not dtypes and machine_of(reference_env) == machine_of(current_env))
 
 
 def device_of(env: Optional[dict[str, Any]]) -> Optional[str]:

@@ -21,6 +21,7 @@ import getpass
 import json
 import math
 import re
+import statistics
 import subprocess
 import sys
 import warnings
@@ -36,6 +37,8 @@ from ..config.schema import CONF_DIR, REPO_ROOT
 from ..errors import HarnessError
 from ..provenance import CONTENT_PREFIX, suite_identity
 from ..record import ResultRecord, validate_record, write_json_atomic
+from . import imported
+from .by_size import AVERAGE, SHARED, sizeless
 from .record_files import none_found, read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)
@@ -59,7 +62,7 @@ class SubmissionRejected(HarnessError):
 @dataclasses.dataclass(frozen=True)
 class Change:
     action: str
-    """'added' or 'replaced'."""
+    """'added', 'replaced' or 'pooled into' (a by-size reference's runs, harness/verdict/by_size.py)."""
     reference: Reference
     path: Path
 
@@ -128,6 +131,8 @@ def check_record(name: str, rec: Any) -> list[str]:
             and (CONF_DIR / "platform" / f"{platform}.yaml").is_file()):
         problems.append(f"{name}: unknown platform {platform!r}: no conf/platform/<name>.yaml")
     env = rec.get("environment")
+    if imported.is_imported(rec):   # a saved nccl-tests output: what it can say (harness/verdict/imported.py)
+        return problems + imported.problems(name, rec) + _values(name, rec)
     required = REQUIRED + (REQUIRED_CUDA if _get(rec, "config", "platform", "device") == "cuda" else ())
     for key in required:
         value = _get(env, key)
@@ -143,7 +148,13 @@ def check_record(name: str, rec: Any) -> list[str]:
     if _get(rec, "kind") in ("training", "collective") and machine_of(env if isinstance(env, dict) else None) is None:
         problems.append(f"{name}: environment.machine does not name the hardware (CPU model, or the GPUs): a "
                         "reference is per machine, so it must record the one it was measured on")
-    hosts = _get(env, "hosts")
+    return problems + _values(name, rec)
+
+
+def _values(name: str, rec: dict[str, Any]) -> list[str]:
+    """What any record must be to become a reference: named hosts, finite values, metrics in their units and bounds."""
+    problems = []
+    hosts = _get(rec.get("environment"), "hosts")
     if not (isinstance(hosts, list) and hosts and all(isinstance(h, str) and h for h in hosts)):
         problems.append(f"{name}: environment.hosts is {hosts!r}: the fingerprint needs the host names")
     metrics = rec.get("metrics")
@@ -195,8 +206,16 @@ def check_records(records: list[tuple[str, Any]], *, min_repeats: int, system: O
         if len(names) < min_repeats:
             problems.append(f"{platform} {benchmark} {config}: {len(names)} run(s) ({', '.join(names)}), "
                             f"at least {min_repeats} needed (--min-repeats)")
+    outputs = [(n, r) for n, r in dicts if imported.is_imported(r)]
+    if outputs and len(outputs) < len(dicts):
+        problems.append(f"{len(outputs)} imported nccl-tests output(s) and {len(dicts) - len(outputs)} of the suite's "
+                        "records: submit each kind on its own (their provenance differs)")
+    elif outputs and min_repeats > 1 and any(len(names) < min_repeats for names in groups.values()):
+        problems.append("an acceptance log of one nccl-tests run per op is submitted with --min-repeats 1")
     descriptions = [d for _, r in dicts if isinstance(d := _get(r, "config", "platform", "description"), str)
                     and d.strip()]
+    if outputs:
+        descriptions = [imported.system_of(outputs)]
     system = system if system is not None else (descriptions[0] if descriptions else "")
     if not system.strip():
         problems.append("no system description: pass --system or describe the platform "
@@ -256,8 +275,9 @@ def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool
            reason: Optional[str]) -> list[Change]:
     index = {Reference.from_dict(e).key(): i for i, e in enumerate(data["references"])}
     taken: dict[str, list[str]] = {}   # one line per configuration, its metrics listed (not a line per metric)
+    pooled = set() if replace else {r.key() for r in new if r.key() in index and another_range(r, new, index)}
     for r in new:
-        if r.key() in index:
+        if r.key() in index and r.key() not in pooled:
             taken.setdefault(f"{r.platform} {r.benchmark} {json.dumps(r.config, sort_keys=True)}", []).append(r.metric)
     refused = [f"{path}: already has {what} ({', '.join(metrics)}); pass --replace --reason '...' to replace "
                f"{'them' if len(metrics) > 1 else 'it'}" for what, metrics in taken.items()]
@@ -271,6 +291,11 @@ def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool
             changes.append(Change("added", ref, path))
             continue
         old = Reference.from_dict(data["references"][i])
+        if ref.key() in pooled:   # a sweep of another range: its runs join the by-size reference's
+            ref = pool(old, ref)
+            data["references"][i] = ref.to_dict()
+            changes.append(Change("pooled into", ref, path))
+            continue
         src = old.provenance
         note = (f"{ref.provenance.note}; replaces {old.value} {old.unit} (samples {list(old.samples)}) from "
                 f"{src.source if src else 'unknown source'}, {src.date if src else 'unknown date'}: {reason}")
@@ -313,7 +338,8 @@ def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace:
         raise SubmissionRejected(problems)
     platform = records[0][1]["platform"]
     tolerances = tolerances_for(platform)
-    new = references_from_records([ResultRecord.from_dict(r, name) for name, r in records], source=SOURCE, submitter=submitter,
+    source = imported.SOURCE if imported.is_imported(records[0][1]) else SOURCE
+    new = references_from_records([ResultRecord.from_dict(r, name) for name, r in records], source=source, submitter=submitter,
                                   date=today or Date.today().isoformat(), system=system, tolerance_pct=tolerances)
     new = [given_commit(r, given, why.strip()) for r in new] if given and why else new
     path = Path(reference_file) if reference_file is not None else Path(reference_dir) / f"{platform}.json"
@@ -327,6 +353,25 @@ def submit(paths: list[Path], *, reference_file: Optional[Path] = None, replace:
             raise SubmissionRejected([f"{path}: the merged file would be invalid: {p}" for p in problems])
         write_json_atomic(path, data)
     return changes
+
+
+def another_range(shared: Reference, new: list[Reference], index: dict[tuple, int]) -> bool:
+    """A by-size reference the file has already, of runs of another size range than those it holds: its
+    range's avg_busbw_gbps is new to the file (by_size.py pools every range's runs into one)."""
+    twins = [r for r in new if r.metric == AVERAGE and r.platform == shared.platform
+             and r.benchmark == shared.benchmark and sizeless(r.config) == shared.config]
+    return shared.metric == SHARED and bool(twins) and not any(r.key() in index for r in twins)
+
+
+def pool(old: Reference, new: Reference) -> Reference:
+    """The by-size reference with the new runs beside the old, its value the median of all, the first runs'
+    fingerprint kept and the new runs named in its note."""
+    samples = old.samples + new.samples
+    src = new.provenance
+    note = f"{old.provenance.note if old.provenance else ''}; with {src.note} ({src.source}, {src.date}, {src.submitter})"
+    return dataclasses.replace(old, value=statistics.median(samples), samples=samples,
+                               by_size=old.by_size + new.by_size,
+                               provenance=dataclasses.replace(old.provenance, note=note) if old.provenance else src)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,7 +17,7 @@ RANK = ["python", "torch", "deepspeed", "transformers", "datasets", "triton", "l
         "container_runtime", "lock_mismatches", "env", "host", "world_size"]
 CONTROLLER = ["python", "torch", "deepspeed", "transformers", "datasets", "triton", "liger_kernel", "torchao", "cuda",
               "nccl", "driver", "gpu_model", "gpu_count", "container_image", "container_digest", "env", "host"]
-IMPORTED = ["python", "torch", "deepspeed", "transformers", "cuda", "nccl", "driver", "gpu_model", "gpu_count",
+IMPORTED = ["python", "torch", "deepspeed", "transformers", "cuda", "nccl", "driver", "gpu_model", "gpu_count", "machine",
             "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks"]
 
 
