@@ -22,7 +22,7 @@ class Metric:
     """Default tolerance of a reference entry from this suite's records (see TOLERANCES)."""
     paced: bool = False
     """It moves with the machine's own speed (a time, a rate, an MFU): a change the machine's measured
-    pace explains is not the software's (harness/verdict/compare.py at_machine_pace)."""
+    pace explains is not the software's (harness/verdict/explained.py at_machine_pace)."""
 
 
 _ALL = (

@@ -36,7 +36,7 @@ compared exactly (benchmarks/node/gpu_state.py). tests/unit/test_gpu_noise.py ke
 records. docs/measurement.md, "Machines"."""
 PACE_NOISE_PCT = {"cpu": 15.0, "cuda": 3.0}
 """How far a run's pace (harness/nodes.py pulse_of) may differ from the reference's before the machine
-counts as having run at another speed (harness/verdict/compare.py at_machine_pace). cpu, measured
+counts as having run at another speed (harness/verdict/explained.py at_machine_pace). cpu, measured
 on the 2-core AVX2 EPYC: the 7 training runs of a default-cpu bench on a quiet box read 0.93-1.11x
 their own bench's probe fp32 figure (docs/measurement.md, "A machine that changes speed"). cuda,
 from the GPU nodes' records (`tests/perf/gpu_noise.py`): 17 training runs on two H100 nodes (6

@@ -12,7 +12,7 @@ Cases run for real on the cpu platform where this box can make the change:
 - a busier machine (two busy-looping processes in a session of their own, as a neighbour logged
   in beside the run: the scheduler shares the CPUs between sessions), expected `load.other_cpus`,
   or "not comparable" because the probe saw the other work, or because it took the CPU time that
-  explains the change (harness/verdict/compare.py at_cpu_share);
+  explains the change (harness/verdict/explained.py at_cpu_share);
 - a slower machine: torch's non-vectorised kernels (ATEN_CPU_CAPABILITY=default in the ranks'
   environment), expected "not comparable" naming the CPU capability;
 - a shaped link: llama-tiny on the emulated cluster (testbed/: 2 network namespaces with their own

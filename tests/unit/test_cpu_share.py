@@ -1,4 +1,4 @@
-"""Other work that took the ranks' CPU time (harness/verdict/compare.py at_cpu_share): on a cpu machine a
+"""Other work that took the ranks' CPU time (harness/verdict/explained.py at_cpu_share): on a cpu machine a
 run's speed is the CPU time its ranks get, and a neighbour that took a share of it explains the run's
 slowdown. The pulse cannot see one busy neighbour on a 2-core box: it times one core while the other rank
 waits. Real records: three runs of a fresh clone's default cpu suite measured beside a unit-test run
