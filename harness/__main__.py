@@ -37,6 +37,7 @@ from .verdict.record_files import read_json
 from .verdict.references import load_references
 from .report.legend import item
 from .report.verdicts import verdict_table, verdicts_json
+from .report.sizes import size_tables
 from .tune import command as tune_command
 
 USAGE = "usage: python -m harness <command> [key=value ...]   (Hydra overrides, e.g. zero=stage2)"
@@ -119,6 +120,9 @@ def cmd_compare(args: list[str]) -> int:
     parser.add_argument("--min-samples", type=int, default=2,
                         help="samples needed on at least one side to judge noise (default 2)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    parser.add_argument("--sizes", action="store_true",
+                        help="after the table, each collective's busbw per message size both sides ran, now against "
+                             "the reference's (the figures behind a verdict judged by size)")
     ns = parser.parse_args(args)
     fail_on = compare.parse_fail_on(ns.fail_on)
     if ns.against and ns.reference:
@@ -136,7 +140,9 @@ def cmd_compare(args: list[str]) -> int:
         if left:
             print(left, file=sys.stderr)
     else:
-        print(table)
+        sizes = size_tables(verdicts, "OLD" if ns.against else "reference") if ns.sizes else ""
+        print(table + (f"\n\n{sizes}" if sizes else "\n\nno collective result has a by-size reference to show"
+                       if ns.sizes else ""))
     return 1 if any(v.verdict in fail_on for v in verdicts) else 0
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ..collectives import size_label
 from ..record import ResultRecord
@@ -72,22 +72,33 @@ def _mean(sizes: dict[int, float], shared: list[int]) -> float:
     return sum(sizes[s] for s in shared) / len(shared)
 
 
-def restrict(ref: Any, records: list[ResultRecord]) -> tuple[Optional[Any], list[float], str]:
-    """(the reference over the sizes every run of both sides has, this side's samples over them, the
-    words that say which sizes and where they differ most); (None, [], why) when they share no size."""
+class Narrowed(NamedTuple):
+    reference: Optional[Any]
+    """The reference over the sizes every run of both sides has (None: they share no size)."""
+    samples: list[float]
+    """This side's runs, each its average busbw over those sizes."""
+    words: str
+    """Which sizes, and where the two differ most; or why none is shared."""
+    sizes: list[dict[str, Any]]
+    """Per shared size: {size_bytes, now_gbps, reference_gbps} (each side's median over its runs)."""
+
+
+def restrict(ref: Any, records: list[ResultRecord]) -> Narrowed:
+    """A by-size reference narrowed to what the runs at hand share with it (see Narrowed)."""
     now = [busbw_by_size(r) for r in records]
     then = [as_read(d) for d in ref.by_size]
     shared = sorted(set.intersection(*(set(d) for d in now + then))) if now and then else []
     if not shared:
         ours = sorted(set().union(*now)) if now else []
         theirs = sorted(set().union(*then)) if then else []
-        return None, [], (f"no message size that both ran: this run's {span_text(ours)}, "
-                          f"the reference's {span_text(theirs)}")
+        return Narrowed(None, [], (f"no message size that both ran: this run's {span_text(ours)}, "
+                                   f"the reference's {span_text(theirs)}"), [])
     samples = [_mean(d, shared) for d in now]
     ref_samples = tuple(_mean(d, shared) for d in then)
     narrowed = replace(ref, value=statistics.median(ref_samples), samples=ref_samples)
-    ratios = {s: statistics.median(d[s] for d in now) / statistics.median(d[s] for d in then)
-              for s in shared if statistics.median(d[s] for d in then) > 0}
+    sizes = [{"size_bytes": s, "now_gbps": statistics.median(d[s] for d in now),
+              "reference_gbps": statistics.median(d[s] for d in then)} for s in shared]
+    ratios = {f["size_bytes"]: f["now_gbps"] / f["reference_gbps"] for f in sizes if f["reference_gbps"] > 0}
     words = f"over the {span_text(shared)} both ran"
     low, high = (min(ratios, key=ratios.get), max(ratios, key=ratios.get)) if ratios else (None, None)
     if low is not None and f"{ratios[low]:.2f}" != f"{ratios[high]:.2f}":
@@ -95,4 +106,4 @@ def restrict(ref: Any, records: list[ResultRecord]) -> tuple[Optional[Any], list
                   f"to {ratios[high]:.2f}x at {size_text(high)}")
     elif low is not None:
         words += f", busbw {ratios[low]:.2f}x the reference's at {'each' if len(ratios) > 1 else 'that'} size"
-    return narrowed, samples, words
+    return Narrowed(narrowed, samples, words, sizes)

@@ -97,6 +97,8 @@ class Verdict:
     """[this run's machine, the reference's] where the two differ (cross_machine.apart), else None."""
     device: Optional[str] = None
     """What the two machines computed on ('cuda', 'cpu') where they differ and the records say."""
+    sizes: Optional[list[dict[str, Any]]] = None
+    """A collective's busbw per message size both sides ran, where a by-size reference applied (by_size.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -266,7 +268,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
     metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
-    scope = ""
+    scope, by_size = "", next((r for r in applicable if r.metric == SHARED and r.status == "ok"), None)
+    sizes = restrict(by_size, ok).sizes if by_size and ok else []
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
         ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
@@ -275,7 +278,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
         units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
         if metric == SHARED and ref and ref.status == "ok" and ok:   # the sweep's own range has no reference
-            narrowed, samples, scope = restrict(ref, ok)
+            narrowed, samples, scope, sizes = restrict(ref, ok)
             units = {ref.unit}
             if narrowed is None:
                 verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", reason=scope,
@@ -353,9 +356,11 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         diff = environment_diff(ref_env, env)   # named whatever the verdict
         verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,
                                 num_samples=len(samples), environment_diff=diff))
-    for v in verdicts:   # which sizes a by-size verdict is of, whatever it says
+    for v in verdicts:   # which sizes a by-size verdict is of, whatever it says; a bandwidth's figures per size
         if scope and v.metric == SHARED:
             v.reason = f"{scope}: {v.reason}"
+        if sizes and v.metric in (SHARED, AVERAGE):
+            v.sizes = sizes
     return verdicts
 
 

@@ -118,7 +118,8 @@ def test_a_size_off_the_binary_steps_is_written_in_bytes():
 def test_restrict_takes_only_sizes_every_run_of_both_sides_has():
     ref = [r for r in refs_of([sweep("a", curve(256, 1 << 20), 256, 1 << 20),
                                sweep("b", curve(1024, 1 << 22), 1024, 1 << 22)]) if r.metric == SHARED][0]
-    narrowed, samples, words = restrict(ref, [sweep("n", curve(4096, 1 << 24), 4096, 1 << 24)])
+    narrowed, samples, words, sizes = restrict(ref, [sweep("n", curve(4096, 1 << 24), 4096, 1 << 24)])
+    assert [f["size_bytes"] for f in sizes] == [4096, 16384, 65536, 262144, 1048576]
     assert words == "over the 5 sizes (4K-1M) both ran, busbw 1.00x the reference's at each size"
     assert narrowed.num_samples == 2 and len(samples) == 1
 
@@ -175,3 +176,25 @@ def test_tonights_nccl_tests_run_against_the_acceptance_log_is_judged_by_size(tm
                "--min-samples", "1"])
     out = capsys.readouterr().out
     assert rc == 1 and "regression" in out and "shared_busbw_gbps" in out and "no counterpart" not in out
+
+
+def test_compare_sizes_prints_the_figures_behind_the_verdict_and_json_carries_them(tmp_path, capsys):
+    def folder(name, records):
+        (tmp_path / name).mkdir()
+        for r in records:
+            (tmp_path / name / f"{r.run_id}.json").write_text(json.dumps(r.to_dict()), encoding="utf-8")
+        return str(tmp_path / name)
+    old = folder("old", [sweep(f"old{i}", curve(256, 1 << 22), 256, 1 << 22) for i in range(2)])
+    new = folder("new", [sweep(f"new{i}", curve(1024, 1 << 20, slow_from=1 << 20, slow=0.5), 1024, 1 << 20)
+                         for i in range(2)])
+    main(["compare", new, "--against", old, "--sizes"])
+    out = capsys.readouterr().out
+    assert ("cpu-cluster/all_reduce (dtype=float32 max_bytes=1048576 min_bytes=1024 nodes=3 num_ranks=3 redop=sum "
+            "source=builtin): regression on shared_busbw_gbps; busbw GB/s by message size") in out
+    assert re.search(r"^1M +0\.1\d+ +0\.2\d+ +0\.50x", out, re.M), out
+    assert re.search(r"^1K +\S+ +\S+ +1\.000x", out, re.M)
+    main(["compare", new, "--against", old, "--json"])
+    (v,) = json.loads(capsys.readouterr().out)
+    assert [f["size_bytes"] for f in v["sizes"]] == sorted(curve(1024, 1 << 20))
+    main(["compare", new, "--reference", str(REPO_ROOT / "reference_results" / "cpu.json"), "--sizes"])
+    assert "no collective result has a by-size reference to show" in capsys.readouterr().out
