@@ -363,6 +363,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         log.emit(ev.STACK, {**stack, "attention": spec.stack.attention, "host_threads": torch.get_num_threads(),
                             "attention_used": found.get("attention_used", ["not read"] if probes_attention(spec)
                                                         else ["not read (eager, auto)"]),
+                            **({"attention_from": found["attention_from"]} if "attention_from" in found else {}),
                             "warmup_steps_run": len(warmup_times), "compile_watch": watch.summary()})
 
     peak_gib, source = peak or peak_mem_gib(spec.device, since_reset)

@@ -207,6 +207,43 @@ def test_the_attention_context_asks_sdpa_for_one_backend_and_auto_for_none():
     assert found["attention_used"] == ["flash"]           # PyTorch's CPU flash attention
 
 
+# Lines of Inductor's generated wrappers (SDPA compiled on cpu, torch 2.13): the C++ wrapper calls the kernel
+# through its C shim, the Python one through the dispatcher; both name the op in comments and asserts too.
+CPP_WRAPPER = """    // Topologically Sorted Source Nodes: [scaled_dot_product_attention], Original ATen: [aten._scaled_dot_product_flash_attention_for_cpu]
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu(primals_1, primals_2, primals_3, 0.0, 1, nullptr, nullptr, &buf1_handle, &buf2_handle));
+    assert_size_stride(buf1, {2L, 4L, 64L, 32L}, {8192L, 2048L, 32L, 1L}, "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default");
+"""
+CPP_BACKWARD = """    cpp_fused__scaled_dot_product_flash_attention_for_cpu_backward_0((const float*)(getitem_1.data_ptr()), (float*)(buf0.data_ptr()));
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda__scaled_dot_product_efficient_attention_backward(tangents_1, primals_1));
+"""
+PY_WRAPPER_NAMED_ONLY = """        # Topologically Sorted Source Nodes: [scaled_dot_product_attention], Original ATen: [aten._scaled_dot_product_flash_attention_for_cpu]
+        assert_size_stride(buf1, (2, 4, 64, 32), (8192, 2048, 32, 1), 'torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default')
+        cpp_fused__scaled_dot_product_flash_attention_for_cpu_backward_0(buf0, buf1)
+"""
+
+
+@pytest.mark.parametrize("code, used", [(CPP_WRAPPER, ["flash"]), (CPP_BACKWARD, ["efficient"]),
+                                        (PY_WRAPPER_NAMED_ONLY, ["none seen"])])
+def test_attention_the_profiler_cannot_see_is_read_from_the_compiled_graphs_extern_calls(tmp_path, monkeypatch,
+                                                                                          code, used):
+    """Under Inductor's C++ wrapper the SDPA kernel runs past the profiler: the compiled wrappers' calls name
+    it (a backward names its forward's backend); a name in a comment, an assert or a fused kernel is no call."""
+    import types
+
+    from torch._inductor.codecache import PyCodeCache
+
+    from benchmarks.training.stack import attention_probe
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(code, encoding="utf-8")
+    monkeypatch.setattr(PyCodeCache, "modules", [types.SimpleNamespace(__file__=str(wrapper)),
+                                                 types.SimpleNamespace(__file__=str(tmp_path / "gone.py"))])
+    found: dict = {}
+    with attention_probe(found):
+        pass   # nothing the dispatcher sees
+    assert found["attention_used"] == used
+    assert ("attention_from" in found) == (used != ["none seen"])
+
+
 def test_cuda_arch_suffixes_are_dropped_for_deepspeeds_jit_builder():
     from benchmarks.node.ops import arch_list_for_deepspeed
     env = {"TORCH_CUDA_ARCH_LIST": "8.0 9.0a;10.0a+PTX"}
