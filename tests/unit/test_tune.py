@@ -455,6 +455,23 @@ def test_step2_tries_the_stack_choices_the_platform_allows_and_keeps_the_best(fa
     assert not any(all(o in ov for o in default) for ov in world.launched)
 
 
+def test_a_tune_that_compiles_shares_the_compilers_caches_unless_told_otherwise(fake_tune, tmp_path):
+    """Every trial of a tune that may compile loads graphs compiled before (measure.compile_cache=warm): a
+    compiled winner's step-3 knobs and confirmation repeats do not compile cold again; an eager tune and a
+    tune given measure.compile_cache keep theirs."""
+    world, out = fake_tune
+    assert _run_tune(out, "tune.strategy=grid", "tune.steps=[2]", "tune.compile=[none,torch]") == 0
+    assert world.launched and all("measure.compile_cache=warm" in ov for ov in world.launched)
+    assert "measure.compile_cache=warm" in json.loads((out / "tune.json").read_text())["overrides"]
+    world.launched.clear()
+    assert _run_tune(tmp_path / "cold", "tune.steps=[2]", "tune.compile=[none,torch]",
+                     "measure.compile_cache=cold") == 0
+    assert world.launched and not any("measure.compile_cache=warm" in ov for ov in world.launched)
+    world.launched.clear()
+    assert _run_tune(tmp_path / "eager", "tune.steps=[2]") == 0
+    assert world.launched and not any("compile_cache" in o for ov in world.launched for o in ov)
+
+
 def test_bayes_spends_half_its_budget_on_the_models_fresh_best(fake_tune):
     world, out = fake_tune
     assert _run_tune(out, "tune.strategy=bayes", "tune.budget=4", "tune.steps=[2]") == 0
