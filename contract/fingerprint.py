@@ -74,8 +74,9 @@ IMPORTED_FIELDS = ("python", "torch", "deepspeed", "transformers", "cuda", "nccl
                    "gpu_count", "machine", "container_image", "env", "hosts", "suite_commit", "nccl_tests", "num_ranks")
 """What a record of an imported nccl-tests output holds (harness.nccl_tests.importer.records_from_output):
 what the output's text says, None for what it cannot (`machine`: a node's GPUs as its Rank lines name them)."""
-OUTPUT_MACHINE = "the output's Rank lines"
-"""An imported record's environment.machine.source: the GPUs as a saved output names them, with no probe."""
+OUTPUT_MACHINE = "a saved nccl-tests output"
+"""An imported record's environment.machine.source: the GPUs as the output names them (its Rank lines, a -J
+JSON output's devices), with no probe."""
 IMPORTED_REQUIRED = ("nccl", "gpu_model")
 """What a submitted imported output's fingerprint must name: the library it measured and the GPUs (an output
 names no Python, suite or driver; REQUIRED is the suite's own records')."""

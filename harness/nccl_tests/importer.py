@@ -89,12 +89,13 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
 
 
 def machine_of_output(parsed: ParsedOutput) -> Optional[dict[str, Any]]:
-    """A node's machine as the output's Rank lines name it, in the fingerprint's terms (benchmarks/node/
-    machine.py: `gpus` by name; the CPU unknown): one GPU model, every rank's line there and the ranks
-    spread evenly over the hosts; None otherwise (a pasted tail, a JSON output's first device per process)."""
+    """A node's machine as the output names it, in the fingerprint's terms (benchmarks/node/machine.py: `gpus`
+    by name; the CPU unknown): one GPU model, the ranks spread evenly over the hosts, and every rank's Rank
+    line there (a -J JSON output: each process's first device, its other GPUs taken as of the same model);
+    None otherwise (a pasted tail, mixed GPUs)."""
     models = set(parsed.devices)
-    if (parsed.ranks_from != "rank lines" or len(models) != 1 or not parsed.hosts or not parsed.num_ranks
-            or parsed.num_ranks % len(parsed.hosts) or len(parsed.devices) != parsed.num_ranks):
+    whole = (parsed.ranks_from == "rank lines" and len(parsed.devices) == parsed.num_ranks) or parsed.ranks_from == "json"
+    if not whole or len(models) != 1 or not parsed.hosts or not parsed.num_ranks or parsed.num_ranks % len(parsed.hosts):
         return None
     return {"cpu": {}, "gpus": [{"name": next(iter(models))}] * (parsed.num_ranks // len(parsed.hosts)),
             "source": OUTPUT_MACHINE}

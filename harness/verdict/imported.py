@@ -49,8 +49,8 @@ def problems(name: str, rec: dict[str, Any]) -> list[str]:
            + ("no 'NCCL version' line" if key == "nccl" else "no Rank lines naming the GPUs") + ")"
            for key in IMPORTED_REQUIRED if not (isinstance(env.get(key), str) and env[key].strip())]
     if machine_of(env) is None:
-        out.append(f"{name}: the output's Rank lines do not name one GPU model on every rank (a pasted tail, a -J "
-                   "JSON output, mixed GPUs): a reference is per machine, so it must name the one it was measured on")
+        out.append(f"{name}: the output does not name one GPU model on every rank (a pasted tail, mixed GPUs): a "
+                   "reference is per machine, so it must name the one it was measured on")
     if rec.get("complete") is False:
         out.append(f"{name}: the output was cut short (only its complete rows were kept): a reference needs "
                    "the whole sweep")

@@ -85,12 +85,25 @@ def test_an_output_that_cannot_name_its_machine_or_of_other_gpus_is_refused(tmp_
     tail = imported(tmp_path, "all_reduce.txt", (DATA / "real_coreweave43_all_reduce.txt").read_text(encoding="utf-8"),
                     platform="h100")
     rc, _, err = submit(capsys, tail, "--reference-file", str(tmp_path / "t.json"), "--min-repeats", "1")
-    assert rc == 2 and "Rank lines do not name one GPU model on every rank" in err
+    assert rc == 2 and "the output does not name one GPU model on every rank" in err
     h100 = imported(tmp_path, "all_reduce_perf.txt", (DATA / "new_all_reduce.txt").read_text(encoding="utf-8"),
                     platform="h200")
     rc, _, err = submit(capsys, h100, "--reference-file", str(tmp_path / "t.json"), "--min-repeats", "1")
     assert rc == 2 and "platform h200 declares H200-SXM-141GB, the output ran on 'NVIDIA H100 80GB HBM3'" in err
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_json_output_names_its_nodes_from_each_processs_device(tmp_path, capsys):
+    """-J: one device entry per process (2 processes of 4 GPUs on node-a and node-b): 4 x H100 a node."""
+    out = tmp_path / "json"
+    assert main(["import-nccl-tests", str(DATA / "json_all_reduce_v1.json"), "--out", str(out),
+                 "--platform", "h100"]) == 0
+    (rec,) = load_records([str(out)])
+    assert rec.environment["machine"]["gpus"] == [{"name": "NVIDIA H100 80GB HBM3"}] * 4
+    rc, _, err = submit(capsys, str(out), "--reference-file", str(tmp_path / "t.json"), "--min-repeats", "1")
+    assert rc == 0, err
+    (shared,) = [r for r in load_references([tmp_path / "t.json"]) if r.metric == SHARED]
+    assert shared.provenance.system.startswith("4 x NVIDIA H100 80GB HBM3 on node-a, node-b, NCCL ")
 
 
 def test_outputs_and_the_suites_records_are_submitted_apart(acceptance, capsys):
