@@ -268,8 +268,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
     metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
-    scope, by_size = "", next((r for r in applicable if r.metric == SHARED and r.status == "ok"), None)
-    sizes = restrict(by_size, ok).sizes if by_size and ok else []
+    scope, shared = "", [r for r in applicable if r.metric == SHARED and r.status == "ok"]
+    sizes = restrict(_best(shared, g.config.get(NCCL_KEY)), ok).sizes if shared and ok else []
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
         ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
