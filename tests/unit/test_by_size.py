@@ -198,3 +198,16 @@ def test_compare_sizes_prints_the_figures_behind_the_verdict_and_json_carries_th
     assert [f["size_bytes"] for f in v["sizes"]] == sorted(curve(1024, 1 << 20))
     main(["compare", new, "--reference", str(REPO_ROOT / "reference_results" / "cpu.json"), "--sizes"])
     assert "no collective result has a by-size reference to show" in capsys.readouterr().out
+
+
+def test_the_nightly_baseline_judges_a_night_of_another_range_by_size():
+    """A nightly whose collective sweep changed its range (cpu-short -> main) is judged against its rolling
+    baseline's earlier nights over the sizes they share, not 'new' against nothing."""
+    from harness.nightly import baseline_references
+
+    earlier = [(f"night{i}", sweep(f"n{i}", curve(1024, 1 << 22, scale=1 + i / 100), 1024, 1 << 22)) for i in range(3)]
+    refs = baseline_references(earlier, "cpu-cluster", ["night0", "night1", "night2"])
+    tonight = [sweep(f"t{i}", curve(1024, 1 << 24, slow_from=1 << 20, slow=0.5), 1024, 1 << 24) for i in range(3)]
+    (v,) = compare(tonight, refs)
+    assert (v.metric, v.verdict) == (SHARED, "regression"), v.reason
+    assert v.reason.startswith("over the 7 sizes (1K-4M) both ran")
