@@ -1,25 +1,46 @@
 """A collective's busbw per message size, now against the reference's (`compare --sizes`): the figures
-behind a verdict judged by size (harness/verdict/by_size.py), so a team sees which sizes moved."""
+behind a verdict judged by size (harness/verdict/by_size.py), so a team sees which sizes moved. Each size's
+time is given too, as nccl-tests prints it for the latency-bound sizes: size x the op's bus factor / busbw
+(the key fixes the op and the ranks; a size's busbw is its placements' mean, so this is the time at it)."""
 from __future__ import annotations
 
+from typing import Any, Optional
+
+from ..collectives import busbw_factor
 from ..verdict.by_size import size_text
 from .legend import config_key
 from .summary import text_table
 from .verdicts import _x
 
 
+def time_us(size_bytes: int, busbw_gbps: float, factor: Optional[float]) -> str:
+    return f"{size_bytes * factor / (busbw_gbps * 1e3):.4g}" if factor and busbw_gbps > 0 else "-"
+
+
+def _factor(v: Any) -> Optional[float]:
+    ranks = (v.config or {}).get("num_ranks")
+    try:
+        return busbw_factor(v.benchmark, ranks) if isinstance(ranks, int) and ranks > 1 else None
+    except ValueError:   # not an op the suite knows
+        return None
+
+
 def size_tables(verdicts: list, ref_name: str = "reference") -> str:
-    """One table per verdict that carries sizes: size, busbw now, the reference's, now/ref; '' when none does.
-    A configuration judged on both bandwidth metrics shows once."""
+    """One table per verdict that carries sizes: size, busbw now and the reference's, now/ref, time now and
+    the reference's; '' when none does. A configuration judged on both bandwidth metrics shows once."""
     blocks, seen = [], set()
     for v in verdicts:
         key = config_key(v.platform, v.benchmark, v.config)
         if not v.sizes or key in seen:
             continue
         seen.add(key)
+        factor = _factor(v)
         rows = [[size_text(f["size_bytes"]), f"{f['now_gbps']:.4g}", f"{f['reference_gbps']:.4g}",
-                 _x(f["now_gbps"] / f["reference_gbps"]) if f["reference_gbps"] > 0 else "-"] for f in v.sizes]
+                 _x(f["now_gbps"] / f["reference_gbps"]) if f["reference_gbps"] > 0 else "-",
+                 time_us(f["size_bytes"], f["now_gbps"], factor), time_us(f["size_bytes"], f["reference_gbps"], factor)]
+                for f in v.sizes]
         config = " ".join(f"{k}={val}" for k, val in sorted(v.config.items()))
-        blocks.append(f"{v.platform}/{v.benchmark} ({config}): {v.verdict} on {v.metric}; busbw GB/s by message size\n"
-                      + text_table(["size", "now", ref_name, f"now/{ref_name}"], rows, markdown=False))
+        blocks.append(f"{v.platform}/{v.benchmark} ({config}): {v.verdict} on {v.metric}; by message size\n"
+                      + text_table(["size", "busbw GB/s now", ref_name, f"now/{ref_name}", "time us now", ref_name],
+                                   rows, markdown=False))
     return "\n\n".join(blocks)

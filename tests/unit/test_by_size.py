@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
 from unit_helpers import REPO_ROOT
@@ -178,6 +179,10 @@ def test_tonights_nccl_tests_run_against_the_acceptance_log_is_judged_by_size(tm
     assert rc == 1 and "regression" in out and "shared_busbw_gbps" in out and "no counterpart" not in out
 
 
+def json_record(folder: str, run_id: str) -> ResultRecord:
+    return ResultRecord.from_dict(json.loads((Path(folder) / f"{run_id}.json").read_text(encoding="utf-8")))
+
+
 def test_compare_sizes_prints_the_figures_behind_the_verdict_and_json_carries_them(tmp_path, capsys):
     def folder(name, records):
         (tmp_path / name).mkdir()
@@ -190,8 +195,12 @@ def test_compare_sizes_prints_the_figures_behind_the_verdict_and_json_carries_th
     main(["compare", new, "--against", old, "--sizes"])
     out = capsys.readouterr().out
     assert ("cpu-cluster/all_reduce (dtype=float32 max_bytes=1048576 min_bytes=1024 nodes=3 num_ranks=3 redop=sum "
-            "source=builtin): regression on shared_busbw_gbps; busbw GB/s by message size") in out
-    assert re.search(r"^1M +0\.1\d+ +0\.2\d+ +0\.50x", out, re.M), out
+            "source=builtin): regression on shared_busbw_gbps; by message size") in out
+    assert re.search(r"^1M +0\.1\d+ +0\.2\d+ +0\.50x +(\S+) +(\S+)", out, re.M), out
+    now_us, ref_us = map(float, re.search(r"^1M +\S+ +\S+ +\S+ +(\S+) +(\S+)", out, re.M).groups())
+    assert now_us == pytest.approx(2 * ref_us, rel=1e-3)   # half the busbw: twice the time
+    busbw = busbw_by_size(json_record(old, "old0"))[1 << 20]   # all_reduce on 3 ranks: 2(n-1)/n = 4/3
+    assert ref_us == pytest.approx((1 << 20) * (4 / 3) / (busbw * 1e3), rel=1e-3)
     assert re.search(r"^1K +\S+ +\S+ +1\.000x", out, re.M)
     main(["compare", new, "--against", old, "--json"])
     (v,) = json.loads(capsys.readouterr().out)
