@@ -34,12 +34,13 @@ def is_imported(rec: Any) -> bool:
 
 
 def declared_gpu(platform: str) -> Optional[str]:
-    """The platform's declared GPU (conf/platform/<name>.yaml gpu_model), None where it declares none."""
+    """The platform's declared GPU (conf/platform/<name>.yaml gpu_model), None where it declares none (its
+    device is not cuda: the cpu platforms' gpu_model reads 'cpu')."""
     try:
         data = yaml.safe_load((CONF_DIR / "platform" / f"{platform}.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return None
-    return data.get("gpu_model") if isinstance(data, dict) else None
+    return data.get("gpu_model") if isinstance(data, dict) and data.get("device") == "cuda" else None
 
 
 def problems(name: str, rec: dict[str, Any]) -> list[str]:
@@ -55,10 +56,9 @@ def problems(name: str, rec: dict[str, Any]) -> list[str]:
         out.append(f"{name}: the output was cut short (only its complete rows were kept): a reference needs "
                    "the whole sweep")
     platform = rec.get("platform")
-    gpu, pattern = declared_gpu(str(platform)), None
-    pattern = GPU_NAMES.get(gpu) if gpu else None
-    model = env.get("gpu_model")
-    if gpu is None:
+    gpu = declared_gpu(str(platform))
+    pattern, model = GPU_NAMES.get(gpu) if gpu else None, env.get("gpu_model")
+    if gpu is None and (CONF_DIR / "platform" / f"{platform}.yaml").is_file():   # an unknown one is named already
         out.append(f"{name}: platform {platform!r} declares no GPU: an nccl-tests output is a GPU platform's")
     elif pattern and isinstance(model, str) and not re.search(pattern, model, re.I):
         out.append(f"{name}: hardware: platform {platform} declares {gpu}, the output ran on {model!r}; a record "

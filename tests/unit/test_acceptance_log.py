@@ -130,3 +130,22 @@ def test_the_suites_sweep_with_a_probe_is_judged_by_the_machine_the_log_names(ac
         assert not any(then is None for then, _ in v.environment_diff.values()), v.environment_diff
     else:
         assert v.verdict == "not comparable" and "machine not measured" in v.reason
+
+
+def test_an_output_under_a_platform_without_gpus_is_refused(tmp_path, capsys):
+    out = imported(tmp_path, "all_reduce_perf.txt", (DATA / "new_all_reduce.txt").read_text(encoding="utf-8"),
+                   platform="cpu")
+    rc, _, err = submit(capsys, out, "--reference-file", str(tmp_path / "t.json"), "--min-repeats", "1")
+    assert rc == 2 and "platform 'cpu' declares no GPU: an nccl-tests output is a GPU platform's" in err
+
+
+def test_a_table_whose_by_size_runs_are_not_sizes_is_refused_by_name(acceptance, capsys):
+    log, tonight, table = acceptance
+    assert submit(capsys, log, "--reference-file", str(table), "--min-repeats", "1")[0] == 0
+    data = json.loads(table.read_text(encoding="utf-8"))
+    shared = next(e for e in data["references"] if e["metric"] == SHARED)
+    shared["by_size"][0]["64K"] = 1.0
+    table.write_text(json.dumps(data), encoding="utf-8")
+    rc = main(["compare", tonight, "--reference", str(table)])
+    err = capsys.readouterr()
+    assert rc == 2 and "'64K' does not match '^[0-9]+$'" in err.out + err.err
