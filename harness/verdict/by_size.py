@@ -10,7 +10,10 @@ for the runs at hand, a reference of the shared sizes alone, which compare.judge
 own range applies (compare.judge): a sweep of the same range keeps its avg_busbw_gbps verdict.
 
 A size's busbw is the mean over its placements (out-of-place, in-place), as nccl-tests' average takes
-them. Sizes are compared as printed: the key's ranks and dtype fix nccl-tests' rounding, and its
+them. The average weighs the bandwidth-bound sizes: a latency change at the small ones shows in the
+reason's spread and in `compare --sizes` (each size's time), not in the verdict. Judging it apart needs a
+quieter transport than gloo: three back-to-back cpu-short sweeps on the 2-core AVX-512 EPYC read each
+size's time 1.2-5.3x apart (a 1 KiB broadcast 148-699 us), the largest sizes' 1.2-1.7x. Sizes are compared as printed: the key's ranks and dtype fix nccl-tests' rounding, and its
 source keeps the built-in sweep's sizes from nccl-tests'.
 """
 from __future__ import annotations
