@@ -25,13 +25,15 @@ def _factor(v: Any) -> Optional[float]:
         return None
 
 
-def size_tables(verdicts: list, ref_name: str = "reference") -> str:
-    """One table per verdict that carries sizes: size, busbw now and the reference's, now/ref, time now and
-    the reference's; '' when none does. A configuration judged on both bandwidth metrics shows once."""
+def size_tables(verdicts: list, ref_name: str = "reference", markdown: bool = False,
+                only: Optional[tuple[str, ...]] = None) -> str:
+    """One table per verdict that carries sizes (of the verdicts in `only`, where given): size, busbw now and
+    the reference's, now/ref, time now and the reference's; '' when none does. A configuration judged on both
+    bandwidth metrics shows once."""
     blocks, seen = [], set()
     for v in verdicts:
         key = config_key(v.platform, v.benchmark, v.config)
-        if not v.sizes or key in seen:
+        if not v.sizes or key in seen or (only is not None and v.verdict not in only):
             continue
         seen.add(key)
         factor = _factor(v)
@@ -40,7 +42,8 @@ def size_tables(verdicts: list, ref_name: str = "reference") -> str:
                  time_us(f["size_bytes"], f["now_gbps"], factor), time_us(f["size_bytes"], f["reference_gbps"], factor)]
                 for f in v.sizes]
         config = " ".join(f"{k}={val}" for k, val in sorted(v.config.items()))
-        blocks.append(f"{v.platform}/{v.benchmark} ({config}): {v.verdict} on {v.metric}; by message size\n"
+        head = f"{v.platform}/{v.benchmark} ({config}): {v.verdict} on {v.metric}; by message size"
+        blocks.append(("**" + head + "**\n\n" if markdown else head + "\n")
                       + text_table(["size", "busbw GB/s now", ref_name, f"now/{ref_name}", "time us now", ref_name],
-                                   rows, markdown=False))
+                                   rows, markdown=markdown))
     return "\n\n".join(blocks)

@@ -5,6 +5,7 @@ is, run by run, as any other metric (bootstrap, tolerance, pace, machines)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -220,3 +221,19 @@ def test_the_nightly_baseline_judges_a_night_of_another_range_by_size():
     (v,) = compare(tonight, refs)
     assert (v.metric, v.verdict) == (SHARED, "regression"), v.reason
     assert v.reason.startswith("over the 7 sizes (1K-4M) both ran")
+
+
+def test_the_nightly_report_shows_the_sizes_of_a_collectives_change():
+    """nightly.md: under a comparison's table, each collective regression or improvement by message size."""
+    from harness.nightly import baseline_references
+    from harness.report.nightly import nightly_markdown
+
+    earlier = [(f"night{i}", sweep(f"n{i}", curve(1024, 1 << 22, scale=1 + i / 100), 1024, 1 << 22)) for i in range(3)]
+    tonight = [sweep(f"t{i}", curve(1024, 1 << 22, slow_from=1 << 20, slow=0.5), 1024, 1 << 22) for i in range(3)]
+    verdicts = compare(tonight, baseline_references(earlier, "cpu-cluster", ["night0", "night1", "night2"]))
+    assert [(v.metric, v.verdict) for v in verdicts] == [(AVERAGE, "regression")]   # its own range: the average
+    text = nightly_markdown("cpu-cluster", "2026-12-03", {"baseline": verdicts}, tonight)
+    assert "**cpu-cluster/all_reduce (" in text and "): regression on avg_busbw_gbps; by message size**" in text
+    assert re.search(r"^\| 4M \| \S+ \| \S+ \| 0\.50x \|", text, re.M), text
+    passed = [dataclasses.replace(v, verdict="pass") for v in verdicts]   # a pass shows no sizes
+    assert "by message size" not in nightly_markdown("cpu-cluster", "2026-12-03", {"baseline": passed}, tonight)
