@@ -23,6 +23,7 @@ from contract.metrics import METRICS
 from ..record import ResultRecord
 from ..verdict.compare import Verdict
 from .legend import config_key, config_labels, grouped
+from .sizes import shown, size_rows
 from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
 from .verdicts import OUTSIDE_SUITE, interval_text, unrun_line, value_text, why_text
 
@@ -213,6 +214,15 @@ def _table(vs: list[Verdict], labels: Labels) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
+def _sizes(v: Verdict, labels: Labels) -> str:
+    """A collective's change by message size (harness/report/sizes.py), as a small table under its comparison's."""
+    esc = html.escape
+    headers, rows = size_rows(v, "then")
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f"<p><b>{esc(labels.of(v))}</b> {esc(v.verdict)} on {esc(v.metric)}, by message size</p>"
+            f"<table><thead><tr>{''.join(f'<th>{esc(h)}</th>' for h in headers)}</tr></thead><tbody>{body}</tbody></table>")
+
+
 def _trends(history: dict[str, list[tuple[str, float]]], verdicts: dict[str, list[Verdict]], labels: Labels,
             night: str) -> str:
     if not history:
@@ -290,6 +300,7 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
         parts.append(_table(vs, labels) if vs else "<p>none</p>")
         if name == "references" and unrun:
             parts.append(f"<p>{esc(unrun_line(unrun, OUTSIDE_SUITE))}</p>")
+        parts += [_sizes(v, labels) for v in shown(vs, ("regression", "improvement"))]   # which sizes moved
     parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night),
               "<h2>Micro-step breakdown</h2>", _microsteps(verdicts, records, previous or {}, night),
               "</body></html>"]

@@ -25,25 +25,40 @@ def _factor(v: Any) -> Optional[float]:
         return None
 
 
-def size_tables(verdicts: list, ref_name: str = "reference", markdown: bool = False,
-                only: Optional[tuple[str, ...]] = None) -> str:
-    """One table per verdict that carries sizes (of the verdicts in `only`, where given): size, busbw now and
-    the reference's, now/ref, time now and the reference's; '' when none does. A configuration judged on both
-    bandwidth metrics shows once."""
-    blocks, seen = [], set()
+def size_rows(v: Any, ref_name: str = "reference") -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of one verdict's sizes: size, busbw now and the reference's, now/ref, time now and the
+    reference's."""
+    factor = _factor(v)
+    rows = [[size_text(f["size_bytes"]), f"{f['now_gbps']:.4g}", f"{f['reference_gbps']:.4g}",
+             _x(f["now_gbps"] / f["reference_gbps"]) if f["reference_gbps"] > 0 else "-",
+             time_us(f["size_bytes"], f["now_gbps"], factor), time_us(f["size_bytes"], f["reference_gbps"], factor)]
+            for f in v.sizes or []]
+    return ["size", "busbw GB/s now", ref_name, f"now/{ref_name}", "time us now", ref_name], rows
+
+
+def shown(verdicts: list, only: Optional[tuple[str, ...]] = None) -> list:
+    """The verdicts whose sizes are shown (of the verdicts in `only`, where given): one per configuration,
+    as one judged on both bandwidth metrics shows once."""
+    out, seen = [], set()
     for v in verdicts:
         key = config_key(v.platform, v.benchmark, v.config)
-        if not v.sizes or key in seen or (only is not None and v.verdict not in only):
-            continue
-        seen.add(key)
-        factor = _factor(v)
-        rows = [[size_text(f["size_bytes"]), f"{f['now_gbps']:.4g}", f"{f['reference_gbps']:.4g}",
-                 _x(f["now_gbps"] / f["reference_gbps"]) if f["reference_gbps"] > 0 else "-",
-                 time_us(f["size_bytes"], f["now_gbps"], factor), time_us(f["size_bytes"], f["reference_gbps"], factor)]
-                for f in v.sizes]
-        config = " ".join(f"{k}={val}" for k, val in sorted(v.config.items()))
-        head = f"{v.platform}/{v.benchmark} ({config}): {v.verdict} on {v.metric}; by message size"
-        blocks.append(("**" + head + "**\n\n" if markdown else head + "\n")
-                      + text_table(["size", "busbw GB/s now", ref_name, f"now/{ref_name}", "time us now", ref_name],
-                                   rows, markdown=markdown))
+        if v.sizes and key not in seen and (only is None or v.verdict in only):
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def heading(v: Any) -> str:
+    config = " ".join(f"{k}={val}" for k, val in sorted(v.config.items()))
+    return f"{v.platform}/{v.benchmark} ({config}): {v.verdict} on {v.metric}; by message size"
+
+
+def size_tables(verdicts: list, ref_name: str = "reference", markdown: bool = False,
+                only: Optional[tuple[str, ...]] = None) -> str:
+    """One table per verdict shown (`shown`); '' when none is."""
+    blocks = []
+    for v in shown(verdicts, only):
+        headers, rows = size_rows(v, ref_name)
+        blocks.append(("**" + heading(v) + "**\n\n" if markdown else heading(v) + "\n")
+                      + text_table(headers, rows, markdown=markdown))
     return "\n\n".join(blocks)

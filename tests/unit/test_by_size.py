@@ -237,3 +237,15 @@ def test_the_nightly_report_shows_the_sizes_of_a_collectives_change():
     assert re.search(r"^\| 4M \| \S+ \| \S+ \| 0\.50x \|", text, re.M), text
     passed = [dataclasses.replace(v, verdict="pass") for v in verdicts]   # a pass shows no sizes
     assert "by message size" not in nightly_markdown("cpu-cluster", "2026-12-03", {"baseline": passed}, tonight)
+
+
+def test_the_nightly_page_shows_the_sizes_of_a_collectives_change():
+    from harness.nightly import baseline_references
+    from harness.report.nightly_page import nightly_page
+
+    earlier = [(f"night{i}", sweep(f"n{i}", curve(1024, 1 << 22, scale=1 + i / 100), 1024, 1 << 22)) for i in range(3)]
+    tonight = [sweep(f"t{i}", curve(1024, 1 << 22, slow_from=1 << 20, slow=0.5), 1024, 1 << 22) for i in range(3)]
+    verdicts = compare(tonight, baseline_references(earlier, "cpu-cluster", ["night0", "night1", "night2"]))
+    page = nightly_page("cpu-cluster", "2026-12-03", {"baseline": verdicts}, tonight, {})
+    assert "<b>c1</b> regression on avg_busbw_gbps, by message size</p>" in page
+    assert re.search(r"<tr><td>4M</td><td>[^<]+</td><td>[^<]+</td><td>0\.50x</td>", page), page
