@@ -14,7 +14,11 @@ from .verdicts import _x
 
 
 def time_us(size_bytes: int, busbw_gbps: float, factor: Optional[float]) -> str:
-    return f"{size_bytes * factor / (busbw_gbps * 1e3):.4g}" if factor and busbw_gbps > 0 else "-"
+    """'14.63', '17,640': four significant digits, whole microseconds from 1,000 on (no exponents)."""
+    if not factor or busbw_gbps <= 0:
+        return "-"
+    t = size_bytes * factor / (busbw_gbps * 1e3)
+    return f"{t:,.0f}" if t >= 1000 else f"{t:.4g}"
 
 
 def _factor(v: Any) -> Optional[float]:

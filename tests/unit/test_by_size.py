@@ -113,6 +113,12 @@ def test_sizes_that_do_not_meet_are_insufficient_data_naming_both_ranges():
                         "the reference's 3 sizes (1M-16M)")
 
 
+def test_a_time_reads_without_an_exponent():
+    from harness.report.sizes import time_us
+    assert [time_us(1 << 20, bw, 1.0) for bw in (0.02972, 1.0, 1e3)] == ["35,282", "1,049", "1.049"]
+    assert time_us(1024, 0.0, 1.0) == "-" and time_us(1024, 1.0, None) == "-"
+
+
 def test_a_size_off_the_binary_steps_is_written_in_bytes():
     assert [size_text(s) for s in (8, 1020, 1024, 4092, 1 << 30)] == ["8", "1020", "1K", "4092 B", "1G"]
 
@@ -198,7 +204,7 @@ def test_compare_sizes_prints_the_figures_behind_the_verdict_and_json_carries_th
     assert ("cpu-cluster/all_reduce (dtype=float32 max_bytes=1048576 min_bytes=1024 nodes=3 num_ranks=3 redop=sum "
             "source=builtin): regression on shared_busbw_gbps; by message size") in out
     assert re.search(r"^1M +0\.1\d+ +0\.2\d+ +0\.50x +(\S+) +(\S+)", out, re.M), out
-    now_us, ref_us = map(float, re.search(r"^1M +\S+ +\S+ +\S+ +(\S+) +(\S+)", out, re.M).groups())
+    now_us, ref_us = (float(x.replace(",", "")) for x in re.search(r"^1M +\S+ +\S+ +\S+ +(\S+) +(\S+)", out, re.M).groups())
     assert now_us == pytest.approx(2 * ref_us, rel=1e-3)   # half the busbw: twice the time
     busbw = busbw_by_size(json_record(old, "old0"))[1 << 20]   # all_reduce on 3 ranks: 2(n-1)/n = 4/3
     assert ref_us == pytest.approx((1 << 20) * (4 / 3) / (busbw * 1e3), rel=1e-3)
