@@ -255,3 +255,19 @@ def test_the_nightly_page_shows_the_sizes_of_a_collectives_change():
     page = nightly_page("cpu-cluster", "2026-12-03", {"baseline": verdicts}, tonight, {})
     assert "<b>c1</b> regression on avg_busbw_gbps, by message size</p>" in page
     assert re.search(r"<tr><td>4M</td><td>[^<]+</td><td>[^<]+</td><td>0\.50x</td>", page), page
+
+
+def test_benchs_compare_md_shows_the_sizes_of_a_collectives_change(tmp_path, capsys):
+    """compare.md: under the machine's-baseline table, a collective's regression by message size (the
+    terminal gets the tables alone)."""
+    from harness.bench import compare_with_references
+
+    old = [sweep(f"old{i}", curve(1024, 1 << 22, scale=1 + i / 100), 1024, 1 << 22) for i in range(3)]
+    new = [sweep(f"new{i}", curve(1024, 1 << 22, slow_from=1 << 20, slow=0.5), 1024, 1 << 22) for i in range(3)]
+    for name, records in (("a", old), ("b", new)):
+        (tmp_path / name).mkdir()
+        compare_with_references(records, tmp_path / name, "auto")   # one history store beside both
+    printed, md = capsys.readouterr().out, (tmp_path / "b" / "compare.md").read_text(encoding="utf-8")
+    assert "# This machine's baseline" in md and "regression on avg_busbw_gbps; by message size**" in md
+    assert re.search(r"^\| 4M \| \S+ \| \S+ \| 0\.50x \|", md, re.M), md
+    assert "by message size" not in printed
