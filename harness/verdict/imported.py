@@ -11,16 +11,17 @@ short). Its references pair with a later sweep of the same op, ranks, type and s
 """
 from __future__ import annotations
 
-import re
+import functools
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 from contract.fingerprint import IMPORTED_REQUIRED
 
-from ..config.schema import CONF_DIR
-from ..hardware import GPU_NAMES
+from ..config.choices import Device
+from ..config.compose import compose
+from ..config.schema import PlatformConfig
+from ..errors import HarnessError
+from ..hardware import hardware_mismatches
 from .cross_machine import machine_of
 
 SOURCE = "imported nccl-tests output"
@@ -33,14 +34,14 @@ def is_imported(rec: Any) -> bool:
             and "collective" not in config and "platform" not in config) if isinstance(rec, dict) else False
 
 
-def declared_gpu(platform: str) -> Optional[str]:
-    """The platform's declared GPU (conf/platform/<name>.yaml gpu_model), None where it declares none (its
-    device is not cuda: the cpu platforms' gpu_model reads 'cpu')."""
+@functools.lru_cache(maxsize=None)
+def _platform(name: str) -> Optional[PlatformConfig]:
+    """The platform as the suite composes it (one composition a submission), None where it does not compose
+    (an unknown one is named by submit.check_record already)."""
     try:
-        data = yaml.safe_load((CONF_DIR / "platform" / f"{platform}.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        return compose([f"platform={name}"]).platform
+    except HarnessError:
         return None
-    return data.get("gpu_model") if isinstance(data, dict) and data.get("device") == "cuda" else None
 
 
 def problems(name: str, rec: dict[str, Any]) -> list[str]:
@@ -55,14 +56,12 @@ def problems(name: str, rec: dict[str, Any]) -> list[str]:
     if rec.get("complete") is False:
         out.append(f"{name}: the output was cut short (only its complete rows were kept): a reference needs "
                    "the whole sweep")
-    platform = rec.get("platform")
-    gpu = declared_gpu(str(platform))
-    pattern, model = GPU_NAMES.get(gpu) if gpu else None, env.get("gpu_model")
-    if gpu is None and (CONF_DIR / "platform" / f"{platform}.yaml").is_file():   # an unknown one is named already
-        out.append(f"{name}: platform {platform!r} declares no GPU: an nccl-tests output is a GPU platform's")
-    elif pattern and isinstance(model, str) and not re.search(pattern, model, re.I):
-        out.append(f"{name}: hardware: platform {platform} declares {gpu}, the output ran on {model!r}; a record "
-                   "of other hardware than its platform declares cannot become that platform's reference")
+    platform = _platform(str(rec.get("platform")))
+    if platform is not None and platform.device != Device.cuda:
+        out.append(f"{name}: platform {platform.name!r} declares no GPU: an nccl-tests output is a GPU platform's")
+    elif platform is not None:   # the GPU's name against the declared one, as the suite's own runs are checked
+        out += [f"{name}: hardware: {m}; a record of other hardware than its platform declares cannot become that "
+                "platform's reference" for m in hardware_mismatches(platform, {"gpu_model": env.get("gpu_model")}) or []]
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import jsonschema
 
 from contract.collectives import NCCL_TYPES
-from contract.metrics import reference_metrics
+from contract.metrics import reference_metrics, unit_of
 
 from ..config.choices import Precision
 from ..config.compose import compose
@@ -359,8 +359,8 @@ def references_from_records(records: list[ResultRecord], *, source: str, submitt
             if sizes:
                 key = (platform, benchmark, json.dumps(sizeless(json.loads(config)), sort_keys=True))
                 shared.setdefault(key, []).append((rec, sizes))
-    for (platform, benchmark, config), runs in sorted(shared.items(), key=lambda kv: kv[0]):
+    for (platform, benchmark, config), runs in sorted(shared.items()):
         refs.append(made(platform, benchmark, json.loads(config), SHARED, [r for r, _ in runs],
-                         tuple(sum(d.values()) / len(d) for _, d in runs), "GB/s",
+                         tuple(sum(d.values()) / len(d) for _, d in runs), unit_of(SHARED),
                          tuple(as_stored(d) for _, d in runs)))
     return refs

@@ -89,7 +89,8 @@ def test_an_output_that_cannot_name_its_machine_or_of_other_gpus_is_refused(tmp_
     h100 = imported(tmp_path, "all_reduce_perf.txt", (DATA / "new_all_reduce.txt").read_text(encoding="utf-8"),
                     platform="h200")
     rc, _, err = submit(capsys, h100, "--reference-file", str(tmp_path / "t.json"), "--min-repeats", "1")
-    assert rc == 2 and "platform h200 declares H200-SXM-141GB, the output ran on 'NVIDIA H100 80GB HBM3'" in err
+    assert rc == 2 and "hardware: platform h200 declares H200-SXM-141GB (bf16 peak" in err
+    assert "the ranks ran on 'NVIDIA H100 80GB HBM3'; a record of other hardware than its platform declares" in err
     assert not (tmp_path / "t.json").exists()
 
 
