@@ -140,9 +140,10 @@ def cmd_compare(args: list[str]) -> int:
         if left:
             print(left, file=sys.stderr)
     else:
-        sizes = size_tables(verdicts, "OLD" if ns.against else "reference") if ns.sizes else ""
-        print(table + (f"\n\n{sizes}" if sizes else "\n\nno collective result has a by-size reference to show"
-                       if ns.sizes else ""))
+        if ns.sizes:
+            table += "\n\n" + (size_tables(verdicts, "OLD" if ns.against else "reference")
+                                or "no collective result has a by-size reference to show")
+        print(table)
     return 1 if any(v.verdict in fail_on for v in verdicts) else 0
 
 

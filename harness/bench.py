@@ -38,7 +38,7 @@ from .verdict.references import read_references
 from .report.plot import busbw_plot
 from .report.summary import Progress, summary
 from .report.verdicts import load_line, verdict_counts, verdict_table
-from .report.sizes import size_tables
+from .report.sizes import under_table
 
 CACHE_DIR = REPO_ROOT / ".cache"
 DRY_RUN = "--dry-run"
@@ -310,11 +310,9 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n{left_out}"
           + verdict_table(verdicts, missing="summary")
           + (f"\n\n{text}" if text else ""))
-    changed = ("regression", "improvement")   # a collective's change by message size, under its table (compare.md)
-    md = baseline_text(base, verdict_table(base.verdicts, markdown=True, ref_name="baseline")
-                       + "".join(f"\n\n{t}" for t in [size_tables(base.verdicts, "baseline", True, changed)] if t))
-    table = verdict_table(verdicts, markdown=True, missing="summary") + "".join(
-        f"\n\n{t}" for t in [size_tables(verdicts, markdown=True, only=changed)] if t)
+    md = baseline_text(base, under_table(verdict_table(base.verdicts, markdown=True, ref_name="baseline"),
+                                         base.verdicts, "baseline"))
+    table = under_table(verdict_table(verdicts, markdown=True, missing="summary"), verdicts, "reference")
     write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{machine}\n\n{counts}\n\n"
                                             f"{left_out}{table}\n"
                                             + (f"\n# This machine's baseline\n\n{md}\n" if md else "")).encode("utf-8"))

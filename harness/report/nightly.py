@@ -18,7 +18,7 @@ from ..atomic import write_bytes_atomic
 from ..verdict.compare import Verdict
 from ..record import ResultRecord
 from .nightly_page import COMPARISONS, FAILURES, nightly_page
-from .sizes import size_tables
+from .sizes import under_table
 from .verdicts import OUTSIDE_SUITE, environment_text, unrun_line, verdict_table, verdict_text
 
 SKIPS = ("insufficient data", "missing", "not comparable")
@@ -50,12 +50,10 @@ def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict
     parts = [f"# Nightly report: {platform}, {night}",
              "\n".join(f"- {summary_line(name, vs)}" for name, vs in verdicts.items())]
     for name, vs in verdicts.items():
-        parts += [f"## Verdicts {COMPARISONS.get(name, name)}", verdict_table(vs, markdown=True) if vs else "none"]
+        table = verdict_table(vs, markdown=True) if vs else "none"
         if name == "references" and unrun:
-            parts[-1] += f"\n- {unrun_line(unrun, OUTSIDE_SUITE)}"
-        moved = size_tables(vs, "then", markdown=True, only=("regression", "improvement"))
-        if moved:   # which sizes a collective's change is of (harness/verdict/by_size.py)
-            parts.append(moved)
+            table += f"\n- {unrun_line(unrun, OUTSIDE_SUITE)}"
+        parts += [f"## Verdicts {COMPARISONS.get(name, name)}", under_table(table, vs, "then")]
     failed = _failed(records)
     parts.append("## Failed runs")
     parts.append("\n".join(f"- {r.run_id} ({r.benchmark}): {r.status}: {r.reason}" for r in failed)

@@ -23,7 +23,7 @@ from contract.metrics import METRICS
 from ..record import ResultRecord
 from ..verdict.compare import Verdict
 from .legend import config_key, config_labels, grouped
-from .sizes import shown, size_rows
+from .sizes import CHANGED, shown, size_rows
 from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
 from .verdicts import OUTSIDE_SUITE, interval_text, unrun_line, value_text, why_text
 
@@ -300,7 +300,7 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
         parts.append(_table(vs, labels) if vs else "<p>none</p>")
         if name == "references" and unrun:
             parts.append(f"<p>{esc(unrun_line(unrun, OUTSIDE_SUITE))}</p>")
-        parts += [_sizes(v, labels) for v in shown(vs, ("regression", "improvement"))]   # which sizes moved
+        parts += [_sizes(v, labels) for v in shown(vs, CHANGED)]   # which sizes moved
     parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night),
               "<h2>Micro-step breakdown</h2>", _microsteps(verdicts, records, previous or {}, night),
               "</body></html>"]

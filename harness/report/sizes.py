@@ -66,3 +66,14 @@ def size_tables(verdicts: list, ref_name: str = "reference", markdown: bool = Fa
         blocks.append(("**" + heading(v) + "**\n\n" if markdown else heading(v) + "\n")
                       + text_table(headers, rows, markdown=markdown))
     return "\n\n".join(blocks)
+
+
+CHANGED = ("regression", "improvement")
+"""The verdicts a report shows by message size under its table: what moved."""
+
+
+def under_table(table: str, verdicts: list, ref_name: str) -> str:
+    """A Markdown verdict table with, under it, each collective regression or improvement by message size
+    (bench's compare.md, the nightly's nightly.md)."""
+    sizes = size_tables(verdicts, ref_name, markdown=True, only=CHANGED)
+    return f"{table}\n\n{sizes}" if sizes else table
