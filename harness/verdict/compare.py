@@ -268,8 +268,9 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
     metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
-    scope, shared = "", [r for r in applicable if r.metric == SHARED and r.status == "ok"]
-    sizes = restrict(_best(shared, g.config.get(NCCL_KEY)), ok).sizes if shared and ok else []
+    shared = [r for r in applicable if r.metric == SHARED and r.status == "ok"]
+    by_size = restrict(_best(shared, g.config.get(NCCL_KEY)), ok) if shared and ok else None   # once, for both
+    sizes, scope = (by_size.sizes if by_size else []), ""                               # bandwidth metrics
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
         ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
@@ -278,7 +279,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
         units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
         if metric == SHARED and ref and ref.status == "ok" and ok:   # the sweep's own range has no reference
-            narrowed, samples, scope, sizes = restrict(ref, ok)
+            narrowed, samples, scope, _ = by_size   # ref is the best ok by-size reference: the one narrowed
             units = {ref.unit}
             if narrowed is None:
                 verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", reason=scope,
