@@ -352,6 +352,39 @@ def mix_apart(reference_env: Optional[dict[str, Any]], current_env: Optional[dic
     return None
 
 
+class Balance(NamedTuple):
+    """Two machines' balance: FLOP of the run's matmuls per byte of memory traffic each can do (its probe's
+    matmul rate of `dtype` over its triad; per core on cpu, whose probe times one core of each)."""
+    now: float
+    then: float
+    dtype: str
+    device: str
+
+    @property
+    def memory_bound(self) -> float:
+        """The efficiency (against the matmul rate) a step all memory traffic reads here, over the
+        reference's: then/now. A step all matmuls reads 1x; any step lies between the two."""
+        return self.then / self.now
+
+
+def balance(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
+            dtypes: Collection[str]) -> Optional[Balance]:
+    """The two machines' Balance in the first of `dtypes` (the suite's dtype order) both probes measured
+    with their triads (rank 0's nodes); None where a side lacks them or the two computed on other devices.
+    An efficiency against the matmul rate alone (matmul_eff_pct) moves with it between machines: a step
+    whose time is memory traffic (the elementwise kernels of an eager step; the optimizer's pass over
+    its states) reads lower on the machine with more FLOP per byte, at the same software."""
+    ref, cur = node_probes(reference_env), node_probes(current_env)
+    if not ref or not cur or (ref[0].get("device") or "cpu") != (cur[0].get("device") or "cpu"):
+        return None
+    for d in (d for d in DTYPE_ORDER if d in dtypes):
+        figures = [(best_figure(p, "matmul", d), best_figure(p, "triad")) for p in (cur[0], ref[0])]
+        if all(mm and triad for mm, triad in figures):
+            (mm_now, tr_now), (mm_then, tr_then) = figures
+            return Balance(mm_now / tr_now, mm_then / tr_then, d, cur[0].get("device") or "cpu")
+    return None
+
+
 def summary_line(env: Optional[dict[str, Any]]) -> Optional[str]:
     """The probe in one line: 'probe (vm, 3.3 s): AVX2; fp32 matmul 80, bf16 1.2 GFLOP/s per core
     (spread 3 %, 2 %); triad 30 GB/s'."""

@@ -21,8 +21,8 @@ from .summary import fmt, text_table
 VERDICT_ORDER = ("regression", "status changed", "missing", "insufficient data", "not comparable", "improvement", "new",
                  "pass")
 RATIO_LEGEND = ("now/{ref}: the better-is-higher quantity now over {name} (samples/s as is; step time and "
-                "memory inverted), so below 1x is worse: step time 1.07 -> 2.56 s is 0.42x (2.39x slower), "
-                "samples/s 22 -> 13.8 is 0.63x (1.59x slower); the 95% interval and the tolerance in the same terms")
+                "memory inverted), so below 1x is worse (for example, step time 1.07 -> 2.56 s is 0.42x, 2.39x slower; "
+                "samples/s 22 -> 13.8 is 0.63x, 1.59x slower); the 95% interval and the tolerance in the same terms")
 SPEED_WORDS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s", "avg_busbw_gbps": "bus bandwidth",
                "shared_busbw_gbps": "bus bandwidth over the sizes both ran"}
 """A machine pair's throughput (cross_machine.SPEED_METRICS) in its summary's words."""
@@ -252,8 +252,13 @@ def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
     else:
         parts.append(f"{pair.now} against {pair.reference}")
     for metric, (r, n) in pair.efficiency.items():
+        dtype, low, within = pair.balance.get(metric, ("", 1.0, 0))
+        weighed = (f"; their balance ({dtype} matmul per byte of memory bandwidth) puts the same software between "
+                   f"{_x(low)} (a step all memory traffic) and 1x (all matmuls)"
+                   + (f", {within} configuration{'s' if within != 1 else ''} within that" if within else "")
+                   if dtype else "")
         parts.append(f"at {_x(r)} of its efficiency ({metric}, {n} configuration{'s' if n != 1 else ''}, judged "
-                     "across the machines)")
+                     f"across the machines{weighed})")
 
     def swaps(pairs: list, verb: str) -> str:
         return ", ".join(f"{name(a)} and {name(b)} {verb} ({name(a)} {now:.1f} % ahead on {pair.now}, {name(b)} "
@@ -280,6 +285,7 @@ def pair_json(pair: MachinePair, name) -> dict[str, Any]:
             "speed_metric": pair.speed_metric, "speed_ratio_geomean": pair.speed_ratio,
             "speed_ratio_range": [min(ratios), max(ratios)] if ratios else None,
             "efficiency_ratio_geomean": {m: r for m, (r, _) in pair.efficiency.items()},
+            "efficiency_memory_bound": {m: {"dtype": d, "ratio": low, "explained": k} for m, (d, low, k) in pair.balance.items()},
             "ranking": [name(v) for v in pair.speed], "ranking_unchanged": not pair.swapped,
             "swapped": orders(pair.swapped), "tied": orders(pair.ties), "noise_pct": pair.noise_pct,
             "summary": pair_text(pair, name, "reference")}

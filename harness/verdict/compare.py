@@ -9,7 +9,8 @@ status changed (ok -> oom, ok -> error, oom -> ok, ...), insufficient data, not 
 reference's machine is another platform, or measured otherwise than this run's:
 harness/verdict/cross_machine.py apart, harness/probe.py; the row keeps now/reference as information;
 the efficiency against each machine's own measured matmul rate, ACROSS_MACHINES, is judged across them
-all the same; or the run's own pulse read the machine at a pace that explains its change: at_machine_pace;
+all the same, unless the machines' balance of matmul rate and memory bandwidth explains its change: at_balance;
+or the run's own pulse read the machine at a pace that explains its change: at_machine_pace;
 or, on cpu, other work took the CPU time that explains it: at_cpu_share).
 
 Decision (per metric): the relative change of the median of this run's samples against the
@@ -39,10 +40,10 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..probe import cpu_share, mix_apart, node_probes, pace, pooled
+from ..probe import balance, cpu_share, mix_apart, node_probes, pace, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, SHARED, restrict, sizeless
-from .explained import at_cpu_share, at_machine_pace, worse_pct
+from .explained import at_balance, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
 from .cross_machine import apart, machine_of, machines_apart, named_only  # noqa: F401 (machines_apart: read from here before)
@@ -99,6 +100,9 @@ class Verdict:
     """What the two machines computed on ('cuda', 'cpu') where they differ and the records say."""
     sizes: Optional[list[dict[str, Any]]] = None
     """A collective's busbw per message size both sides ran, where a by-size reference applied (by_size.py)."""
+    balance: Optional[dict[str, Any]] = None
+    """An efficiency judged across two machines (ACROSS_MACHINES): their matmul FLOP per byte of memory bandwidth
+    ({'now', 'reference', 'dtype'}: probe.balance), which moves it at the same software (explained.at_balance)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -350,13 +354,17 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         explained = ((at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))
                       if paced or metric in ACROSS_MACHINES else None)
                      or (at_machine_pace(verdict, figures, ref, pace(ref_env, env)) if paced else None))
-        if explained:
-            verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig,
-                                    value=figures["value"], num_samples=len(samples), reason=explained))
+        bal = balance(ref_env, env, _dtypes(ok, metric)) if two and metric in ACROSS_MACHINES and not explained else None
+        balanced = at_balance(verdict, figures, ref, bal)
+        weighed = {"balance": {"now": bal.now, "reference": bal.then, "dtype": bal.dtype}} if bal else {}
+        if explained or balanced:
+            verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=figures["value"],
+                                    num_samples=len(samples), reason=explained or balanced,
+                                    **({**weighed, "worse_pct": figures["worse_pct"]} if balanced else {})))
             continue
         diff = environment_diff(ref_env, env)   # named whatever the verdict
         verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,
-                                num_samples=len(samples), environment_diff=diff))
+                                num_samples=len(samples), environment_diff=diff, **weighed))
     for v in verdicts:   # which sizes a by-size verdict is of, whatever it says; a bandwidth's figures per size
         if scope and v.metric == SHARED:
             v.reason = f"{scope}: {v.reason}"

@@ -178,6 +178,9 @@ class MachinePair:
     ties: list[tuple[Any, Any]] = field(default_factory=list)
     """Pairs whose order the two machines disagree on within noise_pct on both: a tie on both machines,
     not a change of ranking."""
+    balance: dict[str, tuple[str, float, int]] = field(default_factory=dict)
+    """{efficiency metric: (dtype, the efficiency a step all memory traffic reads on this machine over the
+    reference's (probe.Balance.memory_bound, geometric mean over the rows), rows that balance explains)}."""
     noise_pct: float = 0.0
     """How far one run's throughput strays from another's of the same configuration on one machine
     (RANK_NOISE_PCT of the machines' device)."""
@@ -235,11 +238,16 @@ def machine_pairs(verdicts: list, efficiencies: tuple[str, ...]) -> list[Machine
                         if a.value > b.value and a.reference < b.reference]
             pair.ties = [(a, b) for a, b in disagree if max(pair.gaps_pct(a, b)) <= pair.noise_pct]
             pair.swapped = [s for s in disagree if s not in pair.ties]
-        for m in efficiencies:
-            ratios = [r for r in (better_ratio(v) for v in rows if v.metric == m and v.verdict != "not comparable")
-                      if r is not None]
+        for m in efficiencies:   # judged across, or within what the machines' balance allows (v.balance)
+            judged = [v for v in rows if v.metric == m and (v.verdict != "not comparable" or v.balance)]
+            ratios = [r for r in (better_ratio(v) for v in judged) if r is not None]
             if ratios:
                 pair.efficiency[m] = (geomean(ratios), len(ratios))
+            weighed = [v for v in judged if v.balance]
+            if weighed and m not in pair.balance:
+                b = weighed[0].balance
+                pair.balance[m] = (b["dtype"], geomean([v.balance["reference"] / v.balance["now"] for v in weighed]),
+                                   sum(v.verdict == "not comparable" for v in weighed))
         out.append(pair)
     return out
 

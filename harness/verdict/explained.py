@@ -1,11 +1,12 @@
 """Changes the machine explains: a regression (an improvement) of a metric that moves with the machine's speed or
 the CPU time its ranks got, read "not comparable" where the measured pace (the pulse) or the CPU share puts the
-change within the tolerance (compare.judge asks these before it says regression)."""
+change within the tolerance; and an efficiency judged across two machines whose change their balance (matmul
+FLOP per byte of memory bandwidth) allows (compare.judge asks these before it says regression)."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..probe import PACE_NOISE_PCT, Pace, Share
+from ..probe import PACE_NOISE_PCT, Balance, Pace, Share
 from .references import Reference
 
 
@@ -56,21 +57,60 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
             f"{change}, within the tolerance {ref.tolerance_pct:g} %")
 
 
-def _explained(verdict: str, figures: dict[str, Any], ref: Reference, ratio: float,
-               noise_pct: float) -> Optional[tuple[str, str]]:
-    """(what, the change at the machine's speed: '+0.5 %') where the verdict is a regression (an
-    improvement), or insufficient data with its point estimate beyond the tolerance (an apparent one:
-    its interval straddles the tolerance), the speed (`ratio`, now over the reference's) is lower
-    (higher) by more than `noise_pct` and at it the change lies within the tolerance; None otherwise."""
+def at_balance(verdict: str, figures: dict[str, Any], ref: Reference, bal: Optional[Balance]) -> Optional[str]:
+    """'not comparable: ...' when a regression (an improvement; or an apparent one) of an efficiency against the
+    matmul rate, judged across two machines, lies within what the machines' balance allows (probe.balance): at the
+    same software a step reads between 1x (all matmuls) and bal.memory_bound (all memory traffic) of the
+    reference's efficiency, so a change within the tolerance of that range cannot be told from the machines.
+    Measured: the H100 80GB HBM3 against the H200 (bf16 matmul within 2 %, triad 3.0 vs 4.3 TB/s): llama-440m's
+    eager step, whose GPU time is 56 % elementwise kernels (tests/gpu/compute_breakdown.py), reads 0.87-0.88x
+    the H200's efficiency, within [0.69x, 1x]. None otherwise, and where the balances lie within the pace's
+    noise of each other (PACE_NOISE_PCT): a change beyond the range stays a regression (improvement)."""
+    kinded = _kind(verdict, figures, ref)
+    if bal is None or kinded is None:
+        return None
+    kind, what = kinded
+    low = bal.memory_bound
+    if abs(low - 1) * 100 <= PACE_NOISE_PCT.get(bal.device, PACE_NOISE_PCT["cpu"]):
+        return None
+    if (kind == "regression") != (low < 1):   # the range lies on the other side of 1x
+        return None
+    now = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+    nearest = min(max(now, min(low, 1.0)), max(low, 1.0))
+    expected = ref.value * nearest if ref.direction == "higher" else ref.value / nearest   # in the metric's terms
+    beyond = worse_pct(figures["value"], expected, ref.direction)
+    if abs(beyond) > ref.tolerance_pct:
+        return None
+    where = ("within that range" if abs(beyond) < 0.05 else
+             f"{abs(beyond):.1f} % {'below' if beyond > 0 else 'above'} it, within the tolerance {ref.tolerance_pct:g} %")
+    return (f"not comparable: the machines' balance differs ({bal.dtype} matmul per byte of memory bandwidth "
+            f"(triad) {bal.now:.3g} vs {bal.then:.3g} FLOP/B): at the same software a step all matmuls reads 1x "
+            f"the reference's efficiency here, one all memory traffic {low:.2f}x; the {what} lies {where}")
+
+
+def _kind(verdict: str, figures: dict[str, Any], ref: Reference) -> Optional[tuple[str, str]]:
+    """(kind, what): ('regression', 'regression'), ('improvement', 'apparent improvement') ... where the verdict is a
+    regression (an improvement), or insufficient data with its point estimate beyond the tolerance (an apparent
+    one: its interval straddles the tolerance); None otherwise."""
     if "value" not in figures or "worse_pct" not in figures:
         return None
     if verdict in ("regression", "improvement"):
-        kind, what = verdict, verdict
-    elif verdict == "insufficient data" and abs(figures["worse_pct"]) > ref.tolerance_pct:
+        return verdict, verdict
+    if verdict == "insufficient data" and abs(figures["worse_pct"]) > ref.tolerance_pct:
         kind = "regression" if figures["worse_pct"] > 0 else "improvement"
-        what = f"apparent {kind}"
-    else:
+        return kind, f"apparent {kind}"
+    return None
+
+
+def _explained(verdict: str, figures: dict[str, Any], ref: Reference, ratio: float,
+               noise_pct: float) -> Optional[tuple[str, str]]:
+    """(what, the change at the machine's speed: '+0.5 %') where the verdict is a regression (an
+    improvement), or an apparent one (_kind), the speed (`ratio`, now over the reference's) is lower
+    (higher) by more than `noise_pct` and at it the change lies within the tolerance; None otherwise."""
+    kinded = _kind(verdict, figures, ref)
+    if kinded is None:
         return None
+    kind, what = kinded
     if not (ratio < 1 - noise_pct / 100 if kind == "regression" else ratio > 1 + noise_pct / 100):
         return None
     at_speed = figures["value"] / ratio if ref.direction == "higher" else figures["value"] * ratio

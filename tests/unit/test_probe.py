@@ -123,8 +123,9 @@ def test_an_efficiency_over_two_dtypes_is_not_judged_where_their_rates_stand_in_
     v = _kd_verdict(avx2, amx, factor=0.62)
     assert v.verdict == "not comparable"
     assert "bf16/fp32 matmul 4.33 vs 0.104" in v.reason and "weighs them differently" in v.reason
-    assert _kd_verdict(avx2, env_with(probe("AVX512", fp32=160.0, bf16=16.0, flags=CPUINFO_SPR)),
-                       factor=0.62).verdict == "regression"   # another box, the same bf16/fp32 ratio: judged
+    same_ratios = probe("AVX512", fp32=160.0, bf16=16.0, triad=30.0 * 160.0 / 71.2, flags=CPUINFO_SPR)
+    assert _kd_verdict(avx2, env_with(same_ratios),
+                       factor=0.62).verdict == "regression"   # another box, the same bf16/fp32 ratio and balance: judged
     assert _verdicts(amx, avx2, metric="matmul_eff_pct")[0].verdict == "regression"   # one dtype: judged
 
 
