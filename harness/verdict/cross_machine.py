@@ -6,9 +6,11 @@ carries a capability probe the two probes agree (harness/probe.py not_comparable
 names (machine_of). Runs of one configuration on two platforms (an H100's gpu-check against an H200's)
 pair all the same (harness/verdict/compare.py pairing): their throughput and times are "not
 comparable", the ratio shown as information, and the efficiencies against each machine's own measured
-matmul rates (compare.ACROSS_MACHINES) are judged across them. `machine_pairs` sums a comparison up
+matmul rates (compare.ACROSS_MACHINES) are judged across them, within what the machines' balance of
+matmul rate and memory bandwidth allows (explained.at_balance). `machine_pairs` sums a comparison up
 per pair of machines: the geometric mean over the paired configurations of now/reference of the
-throughput and of each efficiency, and whether the configurations rank alike by throughput on both.
+throughput and of each efficiency (with the range the balance allows), and whether the configurations
+rank alike by throughput on both.
 """
 from __future__ import annotations
 

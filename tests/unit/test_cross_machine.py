@@ -147,6 +147,11 @@ def test_the_json_carries_the_machines_the_ratio_and_the_pair(sides, capsys):
     assert pair["now"] == "H100 80GB HBM3" and pair["reference"] == "H200" and pair["num_configurations"] == 4
     assert pair["speed_ratio_geomean"] == pytest.approx(geomean([r["ratio"] for r in rows if r["metric"] == "samples_per_s"]))
     assert set(pair["efficiency_ratio_geomean"]) == {"matmul_eff_pct"} and pair["ranking_unchanged"] is True
+    bound = pair["efficiency_memory_bound"]["matmul_eff_pct"]
+    assert bound["dtype"] == "bf16" and bound["explained"] == 3
+    assert bound["ratio"] == pytest.approx((759656.837 / 4292.061) / (774317.247 / 3030.012))
+    z0 = next(r for r in rows if r["metric"] == "matmul_eff_pct" and r["config"]["zero_stage"] == 0)
+    assert z0["verdict"] == "not comparable" and z0["balance"]["dtype"] == "bf16" and z0["change"].startswith("0.88x")
     assert pair["swapped"] == [] and pair["noise_pct"] == 3.0
     (swap,) = pair["tied"]
     assert (swap["ahead_now"].split()[1], swap["ahead_on_reference"].split()[1]) == ("ZeRO-0", "ZeRO-2")
