@@ -49,7 +49,7 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     on a virtual machine the CPUs' worth its hypervisor took (steal, the median; None where no rank
     read it: a record from before); the record keeps the busiest kernel's figures (other work and
     steal together), the 1-minute load averages before and after, the hosts, and the slowest node's
-    pace (pulse_fp32, pulse_of). None when no rank reported (a failed run, a record from before)."""
+    pace (pulse_fp32, pulse_of) and memory pace (pulse_triad). None when no rank reported (a failed run, a record from before)."""
     windows = [w for w in windows or [] if isinstance(w, dict)]
     if not windows:
         return None
@@ -69,21 +69,25 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     first = min(windows, key=lambda w: w.get("rank", 0))
     worst = max(figures, key=lambda f: f["other_cpus"] + (f["steal_cpus"] or 0.0)) if figures else {}
     paces = [p for p in (pulse_of(w) for w in windows) if p is not None]
+    memory = [p for p in (pulse_of(w, "triad") for w in windows) if p is not None]
     return {"window_s": first.get("wall_s"),
             **{k: worst.get(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus")},
             "load_avg_before": before, "load_avg_after": first.get("load_avg_1_5_15"),
             "kernels": len(kernels), "hosts": sorted({str(w.get("host")) for w in windows}),
-            "pulse_fp32": round(min(paces), 3) if paces else None}
+            "pulse_fp32": round(min(paces), 3) if paces else None,
+            "pulse_triad": round(min(memory), 3) if memory else None}
 
 
-def pulse_of(window: dict[str, Any]) -> Optional[float]:
-    """The machine's fp32 matmul pace over one rank's window (benchmarks/node/probe.py pulse): the better
+def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:
+    """The machine's fp32 matmul pace over one rank's window (benchmarks/node/probe.py pulse; its memory
+    pace, the triad's GB/s, with figure="triad": pulse_triad): the better
     of the pulses right before and right after it (a rate is lowered by interference, never raised:
     on a quiet 2-core EPYC one of a ZeRO-3 run's two pulses read 0.78x the probe, the better one
     0.93-1.11x, docs/measurement.md), either alone when the other failed; None for a rank that read
     none (not the first on its node, or a record from before). So a run counts as paced slower only
     when the machine was slow at both ends."""
     p = window.get("pulse")
+    p = p.get("triad") if figure == "triad" and isinstance(p, dict) else p
     figures = [p.get(k) for k in ("before", "after")] if isinstance(p, dict) else []
     figures = [x for x in figures if isinstance(x, (int, float)) and x > 0]
     return max(figures) if figures else None

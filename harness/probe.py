@@ -42,6 +42,13 @@ their own bench's probe fp32 figure (docs/measurement.md, "A machine that change
 from the GPU nodes' records (`tests/perf/gpu_noise.py`): 17 training runs on two H100 nodes (6
 benches, eager, compiled, FP8, Liger, 8B-shaped) read 0.997-1.014x their own bench's probe fp32
 figure, 1.4 % off at most; so 3 %, about 2x that. (The H200's records predate the pulse.)"""
+MEMORY_PACE_NOISE_PCT = {"cpu": 25.0, "cuda": 5.0}
+"""How far a run's memory pace (the triad's pulse, harness/nodes.py pulse_of) may differ from the reference's
+before the machine's memory counts as having run at another speed (harness/verdict/explained.py
+at_machine_pace). cpu, measured on the 2-core AVX-512 EPYC on a quiet box: a pulse's triad read 29.6-41.2
+GB/s per core, the better of two 33.5-41.8 (0.80x of the best), against the probe's 38.9; beside one
+neighbour streaming memory on the other core 20.0-22.4 (0.55x), while the fp32 pulse read 0.88x. cuda: not
+measured yet; the probe's triad tolerance (TOLERANCE_PCT, 3.5x the widest seen over two nodes' benches)."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 DTYPE_ORDER = ("fp32", "bf16", "fp16")
@@ -220,12 +227,16 @@ class Pace(NamedTuple):
     then: float
     unit: str
     device: str
+    memory: Optional[tuple[float, float]] = None
+    """(now, then): the memory pace, the triad's GB/s, where this run read one (load.pulse_triad)."""
 
 
 def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
-    """(now, then, unit, device): the machine's fp32 matmul pace while this run measured (its load.pulse_fp32,
-    benchmarks/node/probe.py pulse) and the reference's (its own pulse, else its probe's fp32 best, the same
-    measurement at more repeats); None where either side lacks one or the two ran on other devices."""
+    """(now, then, unit, device, memory): the machine's fp32 matmul pace while this run measured (its
+    load.pulse_fp32, benchmarks/node/probe.py pulse) and the reference's (its own pulse, else its probe's fp32
+    best, the same measurement at more repeats); memory, the same of the triad (load.pulse_triad, else the
+    reference's probe triad), None where this run read none; None where either side lacks a matmul pace or
+    the two ran on other devices."""
     now = ((current_env or {}).get("load") or {}).get("pulse_fp32")
     ref_probes, cur_probes = node_probes(reference_env), node_probes(current_env)
     if not isinstance(now, (int, float)) or now <= 0 or not ref_probes or not cur_probes:
@@ -236,7 +247,13 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
     then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
     if not isinstance(then, (int, float)) or then <= 0:
         then = best_figure(ref_probes[0], "matmul", "fp32")
-    return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device) if then else None
+    memory_now = ((current_env or {}).get("load") or {}).get("pulse_triad")
+    memory_then = ((reference_env or {}).get("load") or {}).get("pulse_triad")
+    if not isinstance(memory_then, (int, float)) or memory_then <= 0:
+        memory_then = best_figure(ref_probes[0], "triad")
+    memory = ((float(memory_now), float(memory_then))
+              if isinstance(memory_now, (int, float)) and memory_now > 0 and memory_then else None)
+    return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device, memory) if then else None
 
 
 def material_cpus(cpus: int) -> float:

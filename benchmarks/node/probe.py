@@ -56,6 +56,9 @@ PULSE_REPEATS = 3
 PULSE_S = {"cpu": 0.08, "cuda": 0.03}
 """A pulse's repeats: long enough for a figure at the plateau, short enough to cost ~0.3 s a run."""
 TRIAD_BYTES = {"cpu": 32 * 2**20, "cuda": 1 * 2**30}
+PULSE_TRIAD_BYTES = {"cpu": 32 * 2**20, "cuda": 256 * 2**20}
+"""A memory pulse's arrays: the probe's on cpu (so that the two compare), a quarter of the probe's on a GPU
+(3 x 256 MiB, far beyond its L2 cache, beside a loaded model)."""
 DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 QUIET_CPUS = 0.25
@@ -164,6 +167,20 @@ def pulse(device: str) -> Optional[float]:
     on each node reads it right before and right after a run measures (benchmarks/training/train.py), so a
     run judged against a reference knows whether the machine itself ran slower than the reference's
     (harness/probe.py pace). None when it fails: a pulse never fails a run."""
+    return _one_thread(device, lambda: max(_linear_rates("fp32", device, SIZE[device], PULSE_REPEATS, PULSE_S[device])))
+
+
+def pulse_triad(device: str) -> Optional[float]:
+    """The machine's memory pace now, in about 0.3 s: the triad's GB/s over PULSE_TRIAD_BYTES (one thread on
+    cpu, as the probe's triad), best of PULSE_REPEATS short repeats; read beside pulse(), so that a run whose
+    machine lost memory bandwidth and not matmul rate (a neighbour streaming memory, another tenant of a VM's
+    host) is known as such (harness/probe.py pace). None when it fails."""
+    return _one_thread(device, lambda: max(_triad_rates(device, PULSE_TRIAD_BYTES[device] // 4, PULSE_REPEATS,
+                                                        PULSE_S[device])))
+
+
+def _one_thread(device: str, rate: Callable[[], float]) -> Optional[float]:
+    """rate() rounded, on one thread on cpu (per core); None when it fails: a pulse never fails a run."""
     try:
         import torch
 
@@ -171,7 +188,7 @@ def pulse(device: str) -> Optional[float]:
         if device == "cpu":
             torch.set_num_threads(1)
         try:
-            return round(max(_linear_rates("fp32", device, SIZE[device], PULSE_REPEATS, PULSE_S[device])), 3)
+            return round(rate(), 3)
         finally:
             torch.set_num_threads(threads)
     except Exception:  # noqa: BLE001 - unmeasured, never a failed run
@@ -180,18 +197,23 @@ def pulse(device: str) -> Optional[float]:
 
 def triad(device: str) -> dict[str, Any]:
     """GB/s of a = b + s*c over three float32 arrays (STREAM's triad: 3 x bytes moved per pass)."""
+    rates = _triad_rates(device, TRIAD_BYTES[device] // 4, REPEATS, REPEAT_S[device])
+    return _figure(rates, "GB/s", array_mib=TRIAD_BYTES[device] // 2**20)
+
+
+def _triad_rates(device: str, count: int, repeats: int, min_s: float) -> list[float]:
+    """GB/s of the triad over three float32 arrays of `count` elements, one figure per timed repeat."""
     import torch
 
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    count = TRIAD_BYTES[device] // 4
-    a, b, c = (torch.rand(count, device=dev) for _ in range(3))
+    a, b, c = (torch.full((count,), 1.0 + i, device=dev) for i in range(3))   # filled, not drawn: 0.1 s less
     torch.add(b, c, alpha=3.0, out=a)
     rates = []
-    for _ in range(REPEATS):
-        calls, dt = _timed(lambda: torch.add(b, c, alpha=3.0, out=a), sync, REPEAT_S[device])
+    for _ in range(repeats):
+        calls, dt = _timed(lambda: torch.add(b, c, alpha=3.0, out=a), sync, min_s)
         rates.append(3.0 * 4 * count * calls / dt / 1e9)
-    return _figure(rates, "GB/s", array_mib=TRIAD_BYTES[device] // 2**20)
+    return rates
 
 
 def cpu_flags(cpuinfo: Optional[str] = None) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..probe import PACE_NOISE_PCT, Balance, Pace, Share
+from ..probe import MEMORY_PACE_NOISE_PCT, PACE_NOISE_PCT, Balance, Pace, Share
 from .references import Reference
 
 
@@ -18,21 +18,51 @@ def worse_pct(current: float, reference: float, direction: str) -> float:
 def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference, paces: Optional[Pace]) -> Optional[str]:
     """'not comparable: ...' when a regression (an improvement; or an apparent one, insufficient data
     whose point estimate lies beyond the tolerance) of a metric that moves with the machine's speed is
-    the machine's own: this run's pulse read the machine slower (faster) than the
-    reference's pace by more than the pulse's noise (PACE_NOISE_PCT), and at the machine's measured
-    pace the change lies within the tolerance. None otherwise: a change beyond what the machine's
-    pace explains stays a regression, and a run with no pulse is judged as before."""
-    if paces is None:
+    the machine's own: this run's pulse read the machine slower (faster) than the reference's pace by more
+    than the pulse's noise (PACE_NOISE_PCT), and at the machine's measured pace the change lies within the
+    tolerance. Where the run read its memory pace too (the triad's pulse, Pace.memory), the two paces bound
+    it: a step at the same software runs between them (all matmuls, all memory traffic), a pace within its
+    noise (MEMORY_PACE_NOISE_PCT for the triad) counting as 1x, and the change is taken from the nearest
+    point of that range. None otherwise: a change beyond what the machine's pace explains stays a
+    regression, and a run with no pulse is judged as before."""
+    kinded = _kind(verdict, figures, ref)
+    if paces is None or kinded is None:
         return None
-    now, then, unit, device = paces
-    explained = _explained(verdict, figures, ref, now / then, PACE_NOISE_PCT.get(device, PACE_NOISE_PCT["cpu"]))
-    if explained is None:
+    kind, what = kinded
+    ends = {"matmul": _moved(paces.now / paces.then, PACE_NOISE_PCT.get(paces.device, PACE_NOISE_PCT["cpu"]))}
+    if paces.memory:
+        now, then = paces.memory
+        ends["memory"] = _moved(now / then, MEMORY_PACE_NOISE_PCT.get(paces.device, MEMORY_PACE_NOISE_PCT["cpu"]))
+    lo, hi = min(ends.values()), max(ends.values())
+    if (lo >= 1.0) if kind == "regression" else (hi <= 1.0):
         return None
-    what, change = explained
-    return (f"not comparable: the machine ran {abs(1 - now / then) * 100:.0f} % "
-            f"{'slower' if now < then else 'faster'} during this run than the reference's (fp32 matmul {now:.3g} vs "
-            f"{then:.3g} {unit}, this run's pulse); at its own pace the {what} is a change of {change}, within the "
-            f"tolerance {ref.tolerance_pct:g} %")
+    change = _beyond_range(figures, ref, lo, hi)
+    if abs(change) > ref.tolerance_pct:
+        return None
+    extreme = lo if kind == "regression" else hi
+    who = "the machine's memory" if ends.get("memory") == extreme != ends["matmul"] else "the machine"
+    pulses = f"fp32 matmul {paces.now:.3g} vs {paces.then:.3g} {paces.unit}"
+    if paces.memory:
+        pulses += f", memory bandwidth (triad) {paces.memory[0]:.3g} vs {paces.memory[1]:.3g} GB/s: this run's pulses"
+    else:
+        pulses += ", this run's pulse"
+    return (f"not comparable: {who} ran {abs(1 - extreme) * 100:.0f} % {'slower' if extreme < 1 else 'faster'} during "
+            f"this run than the reference's ({pulses}); at its own pace the {what} is a change of "
+            f"{(round(-change, 1) or 0.0):+.1f} %, within the tolerance {ref.tolerance_pct:g} %")
+
+
+def _moved(ratio: float, noise_pct: float) -> float:
+    """A pace's ratio, now over the reference's; 1.0 where it lies within its noise."""
+    return ratio if abs(ratio - 1.0) * 100 > noise_pct else 1.0
+
+
+def _beyond_range(figures: dict[str, Any], ref: Reference, lo: float, hi: float) -> float:
+    """How much worse (worse_pct, in the metric's own terms) the value is than the reference's at the point of
+    [lo, hi] (ratios of the better-is-higher quantity, now over the reference's) nearest to it; 0 within."""
+    now = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+    nearest = min(max(now, lo), hi)
+    return worse_pct(figures["value"], ref.value * nearest if ref.direction == "higher" else ref.value / nearest,
+                     ref.direction)
 
 
 def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: Optional[Share]) -> Optional[str]:
@@ -75,10 +105,7 @@ def at_balance(verdict: str, figures: dict[str, Any], ref: Reference, bal: Optio
         return None
     if (kind == "regression") != (low < 1):   # the range lies on the other side of 1x
         return None
-    now = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
-    nearest = min(max(now, min(low, 1.0)), max(low, 1.0))
-    expected = ref.value * nearest if ref.direction == "higher" else ref.value / nearest   # in the metric's terms
-    beyond = worse_pct(figures["value"], expected, ref.direction)
+    beyond = _beyond_range(figures, ref, min(low, 1.0), max(low, 1.0))
     if abs(beyond) > ref.tolerance_pct:
         return None
     where = ("within that range" if abs(beyond) < 0.05 else

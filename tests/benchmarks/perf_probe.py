@@ -6,6 +6,7 @@
   10 s a node at most.
 - pulse: twice per training run (right before and right after it measures). Bound,
   docs/measurement.md: the two under a second a run.
+- pulse_triad, the memory pulse: beside each pulse. Bound the same: the two under a second a run.
 
 Both are timed loops of a set length (REPEATS x REPEAT_S, PULSE_REPEATS x PULSE_S), so their time
 does not move with the machine's pace as a training run's does: each declares median:25% against the
@@ -23,11 +24,13 @@ import pytest
 import torch  # noqa: F401  (loaded before the first round, as in a rank)
 
 from benchmarks.node.machine import busy_cpu_s, own_cpu_s
-from benchmarks.node.probe import node_probe, pulse
+from benchmarks.node.probe import node_probe, pulse, pulse_triad
 from tests.benchmarks.conftest import Bound, Op
 
 PROBE = Bound("probe seconds a node", Op.AT_MOST, 10.0, "s", "docs/measurement.md: the probe's budget")
 PULSES = Bound("two pulses' seconds a run", Op.BELOW, 1.0, "s", "docs/measurement.md: under a second a run")
+MEMORY_PULSES = Bound("two memory pulses' seconds a run", Op.BELOW, 1.0, "s",
+                      "docs/measurement.md: under a second a run")
 COMPARE_FAIL = "median:25%"
 
 
@@ -58,10 +61,20 @@ def test_node_probe(benchmark, figures, perf_settings, tmp_path):
 
 
 def test_pace_pulse(benchmark, figures, perf_settings):
+    _pulses(benchmark, figures, perf_settings, "pace")
+
+
+def test_memory_pulse(benchmark, figures, perf_settings):
+    _pulses(benchmark, figures, perf_settings, "memory")
+
+
+def _pulses(benchmark, figures, perf_settings, which: str) -> None:
+    """One pulse timed a round (pulse, or pulse_triad for "memory"); two of them are a run's cost."""
     paces: list = []
+    read = pulse if which == "pace" else pulse_triad
 
     def one_pulse():                               # timed
-        paces.append(pulse("cpu"))
+        paces.append(read("cpu"))
 
     t0, busy0, own0 = time.monotonic(), busy_cpu_s(), own_cpu_s()
     benchmark.pedantic(one_pulse, rounds=perf_settings.rounds or 10, iterations=1, warmup_rounds=0)
@@ -71,8 +84,9 @@ def test_pace_pulse(benchmark, figures, perf_settings):
     if None in paces:
         pytest.fail(f"{figures.benchmark}: {paces.count(None)} of {len(paces)} pulses read nothing", pytrace=False)
     figures.compare_fail(COMPARE_FAIL)
-    figures.check(PULSES, 2 * benchmark.stats.stats.median)
-    figures.note("pulse fp32 matmul, best", max(paces), "GFLOP/s")
+    figures.check(PULSES if which == "pace" else MEMORY_PULSES, 2 * benchmark.stats.stats.median)
+    figures.note(*(("pulse fp32 matmul, best", max(paces), "GFLOP/s") if which == "pace"
+                   else ("memory pulse triad, best", max(paces), "GB/s")))
     figures.note("other processes' load", load, "CPUs")
     figures.other_load(load)
     figures.assert_met()

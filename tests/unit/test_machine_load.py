@@ -53,7 +53,7 @@ def test_other_work_is_the_machine_busy_time_less_every_rank_on_the_same_kernel(
     one = load_during([_window(0, "vm", "k", 2.0, 0.9), _window(1, "vm", "k", 2.0, 0.8)], [0.1, 0.2, 0.3])
     assert one == {"window_s": 10.0, "busy_cpus": 2.0, "run_cpus": 1.7, "other_cpus": 0.3, "steal_cpus": None,
                    "load_avg_before": [0.1, 0.2, 0.3], "load_avg_after": [1.5, 1.0, 0.5], "kernels": 1,
-                   "hosts": ["vm"], "pulse_fp32": None}
+                   "hosts": ["vm"], "pulse_fp32": None, "pulse_triad": None}
     # the emulated cluster: two hosts, one kernel: each node's ranks are not the other's "other work"
     shared = load_during([_window(0, "node1", "k", 1.9, 0.95), _window(1, "node2", "k", 1.9, 0.95)])
     assert shared["other_cpus"] == 0.0 and shared["kernels"] == 1 and shared["hosts"] == ["node1", "node2"]
@@ -83,6 +83,17 @@ def test_the_run_keeps_its_slowest_node_pace_the_better_of_its_pulses_before_and
     one_failed = load_during([paced(0, "a", None, 50.0)])
     assert one_failed["pulse_fp32"] == 50.0
     assert load_during([paced(0, "a", None, None)])["pulse_fp32"] is None
+
+
+def test_the_run_keeps_its_slowest_node_memory_pace_the_same_way():
+    def paced(rank, host, before, after):
+        return {**_window(rank, host, host, 1.0, 0.9),
+                "pulse": {"before": 80.0, "after": 80.0, "unit": "GFLOP/s",
+                          "triad": {"before": before, "after": after, "unit": "GB/s"}}}
+    load = load_during([paced(0, "a", 20.0, 35.0), paced(1, "b", 30.0, None)])
+    assert (load["pulse_fp32"], load["pulse_triad"]) == (80.0, 30.0)   # a's better is 35, b's only 30
+    old = load_during([{**_window(0, "a", "a", 1.0, 0.9), "pulse": {"before": 80.0, "after": 70.0}}])
+    assert (old["pulse_fp32"], old["pulse_triad"]) == (80.0, None)     # a record from before the memory pulse
 
 
 def env(load=None, settings=None, commit="abc", cpus=2):

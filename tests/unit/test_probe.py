@@ -218,9 +218,10 @@ def test_a_box_the_references_cannot_judge_is_judged_against_its_own_first_bench
     assert {v.metric: v.verdict for v in results[1].verdicts}["samples_per_s"] == "pass"
 
 
-def paced_env(fp32_pulse: float | None, fp32_probe: float = 78.0) -> dict:
+def paced_env(fp32_pulse: float | None, fp32_probe: float = 78.0, triad_pulse: float | None = None) -> dict:
     env = env_with(probe(fp32=fp32_probe))
-    env["load"] = {"other_cpus": 0.0, "pulse_fp32": fp32_pulse}
+    env["load"] = {"other_cpus": 0.0, "pulse_fp32": fp32_pulse,
+                   **({"pulse_triad": triad_pulse} if triad_pulse is not None else {})}
     return env
 
 
@@ -244,12 +245,36 @@ def test_a_regression_beyond_the_machines_pace_stays_a_regression():
     assert [v.verdict for v in _verdicts(env_with(probe()), paced_env(None), factor=0.6)] == ["regression"]
 
 
+def test_a_run_whose_machine_lost_memory_bandwidth_is_not_comparable_with_both_paces_in_words():
+    """CI on the 2-core AVX2 EPYC: the triad read 13.1 against the references' 18.4 GB/s while the fp32 pulse
+    read 81 against 71, and ZeRO-1 ran 0.59x their samples/s, a regression the matmul pace could not explain.
+    With the memory pulse, a step at the same software runs between its two paces (all matmuls: 1x here,
+    the fp32 pace within its noise; all memory traffic: the triad's 0.55x)."""
+    ref = env_with(probe())                               # triad 30 GB/s, fp32 80, no pulse of its own
+    (v,) = _verdicts(ref, paced_env(79.0, triad_pulse=16.5), factor=0.6)
+    assert v.verdict == "not comparable"
+    assert v.reason.startswith("not comparable: the machine's memory ran 45 % slower during this run than the "
+                               "reference's (fp32 matmul 79 vs 80 GFLOP/s per core, memory bandwidth (triad) 16.5 vs "
+                               "30 GB/s: this run's pulses); at its own pace the regression is a change of +0.0 %")
+    assert pace(ref, paced_env(79.0, triad_pulse=16.5)).memory == (16.5, 30.0)
+    # beyond the range (0.4x against the triad's 0.55x, tolerance 5 %): a regression
+    assert [v.verdict for v in _verdicts(ref, paced_env(79.0, triad_pulse=16.5), factor=0.4)] == ["regression"]
+    # a memory pace within its noise (25 % on cpu) explains nothing
+    assert [v.verdict for v in _verdicts(ref, paced_env(79.0, triad_pulse=24.0), factor=0.6)] == ["regression"]
+    # the reference's own memory pulse is preferred to its probe's: against its 20 GB/s, 16.5 is within the noise
+    ref["load"] = {"pulse_fp32": 80.0, "pulse_triad": 20.0}
+    assert [v.verdict for v in _verdicts(ref, paced_env(79.0, triad_pulse=16.5), factor=0.6)] == ["regression"]
+    # the matmul pace slower (0.70x), the memory's as the reference's: a step runs between 0.70x and 1x
+    (v,) = _verdicts(ref, paced_env(56.0, triad_pulse=19.0), factor=0.75)
+    assert v.verdict == "not comparable" and v.reason.startswith("not comparable: the machine ran 30 % slower")
+
+
 def test_a_faster_machine_makes_no_improvement_and_the_reference_pulse_is_preferred():
     (v,) = _verdicts(env_with(probe()), paced_env(120.0), factor=1.5)
     assert v.verdict == "not comparable" and "ran 50 % faster" in v.reason
     ref = env_with(probe())
     ref["load"] = {"pulse_fp32": 60.0}           # the reference's own pulse, not its probe's 80
-    assert pace(ref, paced_env(48.0)) == (48.0, 60.0, "GFLOP/s per core", "cpu")
+    assert pace(ref, paced_env(48.0)) == (48.0, 60.0, "GFLOP/s per core", "cpu", None)   # no memory pulse: None
     assert pace(env_with(probe()), paced_env(48.0))[1] == 80.0
     assert pace(env_with(None), paced_env(48.0)) is None
 
