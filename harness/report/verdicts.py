@@ -253,10 +253,11 @@ def pair_text(pair: MachinePair, name, ref: str = "ref") -> str:
         parts.append(f"{pair.now} against {pair.reference}")
     for metric, (r, n) in pair.efficiency.items():
         dtype, low, within = pair.balance.get(metric, ("", 1.0, 0))
+        ends = sorted([(1.0, "all matmuls"), (low, "a step all memory traffic")])
         weighed = (f"; their balance ({dtype} matmul per byte of memory bandwidth) puts the same software between "
-                   f"{_x(low)} (a step all memory traffic) and 1x (all matmuls)"
+                   + " and ".join(f"{_x(r) if r != 1.0 else '1x'} ({words})" for r, words in ends)
                    + (f", {within} configuration{'s' if within != 1 else ''} within that" if within else "")
-                   if dtype else "")
+                   if dtype and abs(low - 1.0) * 100 > pair.noise_pct else "")
         parts.append(f"at {_x(r)} of its efficiency ({metric}, {n} configuration{'s' if n != 1 else ''}, judged "
                      f"across the machines{weighed})")
 
