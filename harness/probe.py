@@ -15,8 +15,7 @@ from before the probe) is judged by the machines' names as before (harness.verdi
 from __future__ import annotations
 
 import copy
-import statistics
-from typing import Any, Collection, NamedTuple, Optional
+from typing import Any, Collection, Optional
 
 from benchmarks.node.gpu_state import state_differences
 
@@ -42,13 +41,6 @@ their own bench's probe fp32 figure (docs/measurement.md, "A machine that change
 from the GPU nodes' records (`tests/perf/gpu_noise.py`): 17 training runs on two H100 nodes (6
 benches, eager, compiled, FP8, Liger, 8B-shaped) read 0.997-1.014x their own bench's probe fp32
 figure, 1.4 % off at most; so 3 %, about 2x that. (The H200's records predate the pulse.)"""
-MEMORY_PACE_NOISE_PCT = {"cpu": 25.0, "cuda": 5.0}
-"""How far a run's memory pace (the triad's pulse, harness/nodes.py pulse_of) may differ from the reference's
-before the machine's memory counts as having run at another speed (harness/verdict/explained.py
-at_machine_pace). cpu, measured on the 2-core AVX-512 EPYC on a quiet box: a pulse's triad read 29.6-41.2
-GB/s per core, the better of two 33.5-41.8 (0.80x of the best), against the probe's 38.9; beside one
-neighbour streaming memory on the other core 20.0-22.4 (0.55x), while the fp32 pulse read 0.88x. cuda: not
-measured yet; the probe's triad tolerance (TOLERANCE_PCT, 3.5x the widest seen over two nodes' benches)."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 DTYPE_ORDER = ("fp32", "bf16", "fp16")
@@ -222,93 +214,6 @@ def not_comparable(reference_env: Optional[dict[str, Any]], current_env: Optiona
     return f"not comparable: {'; '.join(words)}" if words else None
 
 
-class Pace(NamedTuple):
-    now: float
-    then: float
-    unit: str
-    device: str
-    memory: Optional[tuple[float, float]] = None
-    """(now, then): the memory pace, the triad's GB/s, where this run read one (load.pulse_triad)."""
-
-
-def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
-    """(now, then, unit, device, memory): the machine's fp32 matmul pace while this run measured (its
-    load.pulse_fp32, benchmarks/node/probe.py pulse) and the reference's (its own pulse, else its probe's fp32
-    best, the same measurement at more repeats); memory, the same of the triad (load.pulse_triad, else the
-    reference's probe triad), None where this run read none; None where either side lacks a matmul pace or
-    the two ran on other devices."""
-    now = ((current_env or {}).get("load") or {}).get("pulse_fp32")
-    ref_probes, cur_probes = node_probes(reference_env), node_probes(current_env)
-    if not isinstance(now, (int, float)) or now <= 0 or not ref_probes or not cur_probes:
-        return None
-    device = cur_probes[0].get("device") or "cpu"
-    if ref_probes[0].get("device") != device:
-        return None
-    then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
-    if not isinstance(then, (int, float)) or then <= 0:
-        then = best_figure(ref_probes[0], "matmul", "fp32")
-    memory_now = ((current_env or {}).get("load") or {}).get("pulse_triad")
-    memory_then = ((reference_env or {}).get("load") or {}).get("pulse_triad")
-    if not isinstance(memory_then, (int, float)) or memory_then <= 0:
-        memory_then = best_figure(ref_probes[0], "triad")
-    memory = ((float(memory_now), float(memory_then))
-              if isinstance(memory_now, (int, float)) and memory_now > 0 and memory_then else None)
-    return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device, memory) if then else None
-
-
-def material_cpus(cpus: int) -> float:
-    """How far other work (or steal) must differ, in CPUs, to count as a change of the machine's load: half a
-    CPU, or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
-    return max(0.5, 0.25 * cpus)
-
-
-class Share(NamedTuple):
-    """The CPU time a run's ranks got while they measured, against its reference's (environment.load)."""
-    now: float
-    then: float
-    other_now: float
-    other_then: float
-    cpus: int
-
-
-def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[dict[str, Any]]]) -> Optional[Share]:
-    """The CPUs' worth this run's ranks got while they measured (load.run_cpus, the median over the group's
-    records) against the reference's, where other work on the machine (load.other_cpus) differed by a
-    material share of it (material_cpus, as "what changed" names load.other_cpus) and
-    the busier side's machine was saturated (its busy CPUs within a quarter CPU of all it has), so that
-    the other work took CPU time from the ranks; on cpu only, where the ranks' speed is the CPU time they
-    get. None otherwise: a run that got less CPU on an unsaturated machine waited of its own accord."""
-    cur = [e for e in current_envs if _on_cpu(e) and _load_figures(e)]
-    then = _load_figures(reference_env) if _on_cpu(reference_env) else None
-    if not cur or then is None:
-        return None
-    figures = [_load_figures(e) for e in cur]
-    run_now, other_now, busy_now = (statistics.median(f[i] for f in figures) for i in range(3))
-    cpus_now, cpus_then = _cpus(cur[0]), _cpus(reference_env)
-    busy, cpus = (busy_now, cpus_now) if other_now > then[1] else (then[2], cpus_then)   # the busier side's
-    if not cpus or abs(other_now - then[1]) < material_cpus(cpus) or busy < cpus - 0.25:
-        return None
-    return Share(run_now, then[0], other_now, then[1], cpus_now) if run_now > 0 and then[0] > 0 and cpus_now else None
-
-
-def _cpus(env: Optional[dict[str, Any]]) -> int:
-    """The CPUs a fingerprint's machine lets the run use (usable, else logical); 0 where it does not say."""
-    cpu = ((env or {}).get("machine") or {}).get("cpu") or {}
-    return int(cpu.get("usable_cpus") or cpu.get("logical_cpus") or 0)
-
-
-def _on_cpu(env: Optional[dict[str, Any]]) -> bool:
-    probes = node_probes(env)
-    return bool(probes) and (probes[0].get("device") or "cpu") == "cpu"
-
-
-def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float]]:
-    """(run_cpus, other_cpus, busy_cpus) of a fingerprint's load; None where it lacks one."""
-    load = (env or {}).get("load") or {}
-    figures = tuple(load.get(k) for k in ("run_cpus", "other_cpus", "busy_cpus"))
-    return figures if all(isinstance(x, (int, float)) for x in figures) else None   # type: ignore[return-value]
-
-
 def capacity_gflops(probes: list[dict[str, Any]], dtype: str, ranks_per_node: int,
                     threads_per_rank: int) -> Optional[float]:
     """The run's measured matmul capacity, GFLOP/s over all its nodes: on cpu the per-core rate
@@ -366,39 +271,6 @@ def mix_apart(reference_env: Optional[dict[str, Any]], current_env: Optional[dic
         if abs(now / then - 1) * 100 > tolerance:
             return (f"its {d} and {base} parts run at another ratio here ({d}/{base} matmul {now:.3g} vs "
                     f"{then:.3g}), so the efficiency weighs them differently")
-    return None
-
-
-class Balance(NamedTuple):
-    """Two machines' balance: FLOP of the run's matmuls per byte of memory traffic each can do (its probe's
-    matmul rate of `dtype` over its triad; per core on cpu, whose probe times one core of each)."""
-    now: float
-    then: float
-    dtype: str
-    device: str
-
-    @property
-    def memory_bound(self) -> float:
-        """The efficiency (against the matmul rate) a step all memory traffic reads here, over the
-        reference's: then/now. A step all matmuls reads 1x; any step lies between the two."""
-        return self.then / self.now
-
-
-def balance(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
-            dtypes: Collection[str]) -> Optional[Balance]:
-    """The two machines' Balance in the first of `dtypes` (the suite's dtype order) both probes measured
-    with their triads (rank 0's nodes); None where a side lacks them or the two computed on other devices.
-    An efficiency against the matmul rate alone (matmul_eff_pct) moves with it between machines: a step
-    whose time is memory traffic (the elementwise kernels of an eager step; the optimizer's pass over
-    its states) reads lower on the machine with more FLOP per byte, at the same software."""
-    ref, cur = node_probes(reference_env), node_probes(current_env)
-    if not ref or not cur or (ref[0].get("device") or "cpu") != (cur[0].get("device") or "cpu"):
-        return None
-    for d in (d for d in DTYPE_ORDER if d in dtypes):
-        figures = [(best_figure(p, "matmul", d), best_figure(p, "triad")) for p in (cur[0], ref[0])]
-        if all(mm and triad for mm, triad in figures):
-            (mm_now, tr_now), (mm_then, tr_then) = figures
-            return Balance(mm_now / tr_now, mm_then / tr_then, d, cur[0].get("device") or "cpu")
     return None
 
 

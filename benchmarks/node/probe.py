@@ -166,7 +166,7 @@ def pulse(device: str) -> Optional[float]:
     on cpu: per core, as the probe's fp32 figure), best of PULSE_REPEATS short repeats. The first rank
     on each node reads it right before and right after a run measures (benchmarks/training/train.py), so a
     run judged against a reference knows whether the machine itself ran slower than the reference's
-    (harness/probe.py pace). None when it fails: a pulse never fails a run."""
+    (harness/pace.py pace). None when it fails: a pulse never fails a run."""
     return _one_thread(device, lambda: max(_linear_rates("fp32", device, SIZE[device], PULSE_REPEATS, PULSE_S[device])))
 
 
@@ -174,7 +174,7 @@ def pulse_triad(device: str) -> Optional[float]:
     """The machine's memory pace now, in about 0.3 s: the triad's GB/s over PULSE_TRIAD_BYTES (one thread on
     cpu, as the probe's triad), best of PULSE_REPEATS short repeats; read beside pulse(), so that a run whose
     machine lost memory bandwidth and not matmul rate (a neighbour streaming memory, another tenant of a VM's
-    host) is known as such (harness/probe.py pace). None when it fails."""
+    host) is known as such (harness/pace.py pace). None when it fails."""
     return _one_thread(device, lambda: max(_triad_rates(device, PULSE_TRIAD_BYTES[device] // 4, PULSE_REPEATS,
                                                         PULSE_S[device])))
 

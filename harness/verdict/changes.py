@@ -18,7 +18,8 @@ from typing import Any, Optional
 from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
-from ..probe import material_cpus, probe_diff
+from ..pace import material_cpus
+from ..probe import probe_diff
 from ..provenance import CONTENT_PREFIX
 
 HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")

@@ -40,7 +40,8 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..probe import balance, cpu_share, mix_apart, node_probes, pace, pooled
+from ..pace import balance, cpu_share, pace, probe_pace
+from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, SHARED, restrict, sizeless
 from .explained import at_balance, at_cpu_share, at_machine_pace, worse_pct
@@ -102,7 +103,7 @@ class Verdict:
     """A collective's busbw per message size both sides ran, where a by-size reference applied (by_size.py)."""
     balance: Optional[dict[str, Any]] = None
     """An efficiency judged across two machines (ACROSS_MACHINES): their matmul FLOP per byte of memory bandwidth
-    ({'now', 'reference', 'dtype'}: probe.balance), which moves it at the same software (explained.at_balance)."""
+    ({'now', 'reference', 'dtype'}: pace.balance), which moves it at the same software (explained.at_balance)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -353,7 +354,9 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         # the other work first where it explains the change: it names the cause, the pace only that the machine slowed
         explained = ((at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))
                       if paced or metric in ACROSS_MACHINES else None)
-                     or (at_machine_pace(verdict, figures, ref, pace(ref_env, env)) if paced else None))
+                     or (at_machine_pace(verdict, figures, ref, pace(ref_env, env)) if paced else None)
+                     or (at_machine_pace(verdict, figures, ref, probe_pace(ref_env, env))   # against each side's probe
+                         if metric in ACROSS_MACHINES and not two else None))
         bal = balance(ref_env, env, _dtypes(ok, metric)) if two and metric in ACROSS_MACHINES and not explained else None
         balanced = at_balance(verdict, figures, ref, bal)
         weighed = {"balance": {"now": bal.now, "reference": bal.then, "dtype": bal.dtype}} if bal else {}

@@ -182,7 +182,7 @@ class MachinePair:
     not a change of ranking."""
     balance: dict[str, tuple[str, float, int]] = field(default_factory=dict)
     """{efficiency metric: (dtype, the efficiency a step all memory traffic reads on this machine over the
-    reference's (probe.Balance.memory_bound, geometric mean over the rows), rows that balance explains)}."""
+    reference's (pace.Balance.memory_bound, geometric mean over the rows), rows that balance explains)}."""
     noise_pct: float = 0.0
     """How far one run's throughput strays from another's of the same configuration on one machine
     (RANK_NOISE_PCT of the machines' device)."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..probe import MEMORY_PACE_NOISE_PCT, PACE_NOISE_PCT, Balance, Pace, Share
+from ..pace import MEMORY_PACE_NOISE_PCT, OF_PROBE, Balance, Pace, Share
+from ..probe import PACE_NOISE_PCT
 from .references import Reference
 
 
@@ -41,11 +42,16 @@ def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference, paces
         return None
     extreme = lo if kind == "regression" else hi
     who = "the machine's memory" if ends.get("memory") == extreme != ends["matmul"] else "the machine"
-    pulses = f"fp32 matmul {paces.now:.3g} vs {paces.then:.3g} {paces.unit}"
-    if paces.memory:
-        pulses += f", memory bandwidth (triad) {paces.memory[0]:.3g} vs {paces.memory[1]:.3g} GB/s: this run's pulses"
+    if paces.unit == OF_PROBE:   # an efficiency against the probe's rate: each side's pace over its own probe
+        pulses = f"fp32 matmul {paces.now:.2f}x vs {paces.then:.2f}x {OF_PROBE}"
+        pulses += (f", memory bandwidth (triad) {paces.memory[0]:.2f}x vs {paces.memory[1]:.2f}x" if paces.memory else "")
+        pulses += ", which the efficiency is measured against: this run's pulses"
     else:
-        pulses += ", this run's pulse"
+        pulses = f"fp32 matmul {paces.now:.3g} vs {paces.then:.3g} {paces.unit}"
+        if paces.memory:
+            pulses += f", memory bandwidth (triad) {paces.memory[0]:.3g} vs {paces.memory[1]:.3g} GB/s: this run's pulses"
+        else:
+            pulses += ", this run's pulse"
     return (f"not comparable: {who} ran {abs(1 - extreme) * 100:.0f} % {'slower' if extreme < 1 else 'faster'} during "
             f"this run than the reference's ({pulses}); at its own pace the {what} is a change of "
             f"{(round(-change, 1) or 0.0):+.1f} %, within the tolerance {ref.tolerance_pct:g} %")
@@ -68,7 +74,7 @@ def _beyond_range(figures: dict[str, Any], ref: Reference, lo: float, hi: float)
 def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: Optional[Share]) -> Optional[str]:
     """'not comparable: ...' when a regression (an improvement) of a metric that moves with the CPU time the
     ranks get is the other work's on a cpu machine: the ranks got less (more) CPU time than the reference's
-    by more than the pace's noise while other work took a material share of the machine (probe.cpu_share),
+    by more than the pace's noise while other work took a material share of the machine (harness/pace.py cpu_share),
     and at the CPU time they got the change lies within the tolerance. The pulse misses such a neighbour:
     it times one core while the node's other ranks wait, and one busy neighbour on a 2-core box leaves
     that core free. Measured on the 2-core AVX2 EPYC with a unit-test run beside a default-cpu bench:
@@ -89,7 +95,7 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
 
 def at_balance(verdict: str, figures: dict[str, Any], ref: Reference, bal: Optional[Balance]) -> Optional[str]:
     """'not comparable: ...' when a regression (an improvement; or an apparent one) of an efficiency against the
-    matmul rate, judged across two machines, lies within what the machines' balance allows (probe.balance): at the
+    matmul rate, judged across two machines, lies within what the machines' balance allows (harness/pace.py balance): at the
     same software a step reads between 1x (all matmuls) and bal.memory_bound (all memory traffic) of the
     reference's efficiency, so a change within the tolerance of that range cannot be told from the machines.
     Measured: the H100 80GB HBM3 against the H200 (bf16 matmul within 2 %, triad 3.0 vs 4.3 TB/s): llama-440m's

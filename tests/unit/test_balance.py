@@ -1,12 +1,12 @@
 """An efficiency against the matmul rate (matmul_eff_pct) judged across two machines whose balance of matmul rate
-and memory bandwidth differs (harness/probe.py balance, harness/verdict/explained.py at_balance): at the same
+and memory bandwidth differs (harness/pace.py balance, harness/verdict/explained.py at_balance): at the same
 software a step reads between 1x (all matmuls) and then/now FLOP per byte (all memory traffic) of the
 reference's efficiency; a change within the tolerance of that range is the machines', beyond it a verdict."""
 from __future__ import annotations
 
 import pytest
 
-from harness.probe import Balance, balance
+from harness.pace import Balance, balance
 from harness.verdict.explained import at_balance
 from harness.verdict.references import Reference
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.probe import cpu_share
+from harness.pace import cpu_share
 from harness.verdict.ab import references_of
 from harness.verdict.compare import compare
 from harness.verdict.references import load_references

@@ -19,7 +19,8 @@ import benchmarks.node.probe as probe_module
 from benchmarks.node.probe import cpu_flags, isa_class, node_probe, pulse
 from contract.metrics import METRICS
 from harness.verdict.compare import compare, environment_diff
-from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, pace, probe_diff, summary_line
+from harness.pace import pace
+from harness.probe import capacity_gflops, differences, efficiency_pct, not_comparable, probe_diff, summary_line
 from unit_helpers import typed
 
 CPUINFO_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
@@ -267,6 +268,23 @@ def test_a_run_whose_machine_lost_memory_bandwidth_is_not_comparable_with_both_p
     # the matmul pace slower (0.70x), the memory's as the reference's: a step runs between 0.70x and 1x
     (v,) = _verdicts(ref, paced_env(56.0, triad_pulse=19.0), factor=0.75)
     assert v.verdict == "not comparable" and v.reason.startswith("not comparable: the machine ran 30 % slower")
+
+
+def test_an_efficiency_moves_with_the_machine_s_pace_against_its_own_probe():
+    """matmul_eff_pct is model FLOP/s over the rate the bench's probe read before its first run: a machine that
+    slowed after its probe (the pulse 48 against its probe's 80) reads 0.6x the efficiency at the same software,
+    while its samples/s row is the pace's to explain. A probe that read the machine slow too is judged as is."""
+    from harness.pace import probe_pace
+
+    slowed = paced_env(48.0, fp32_probe=80.0)
+    (v,) = _verdicts(env_with(probe()), slowed, factor=0.6, metric="matmul_eff_pct")
+    assert v.verdict == "not comparable"
+    assert v.reason.startswith("not comparable: the machine ran 40 % slower during this run than the reference's (fp32 "
+                               "matmul 0.60x vs 1.00x of its bench's probe, which the efficiency is measured against")
+    assert probe_pace(env_with(probe()), slowed)[:2] == (0.6, 1.0)
+    probed_slow = paced_env(48.0, fp32_probe=48.0)   # its probe read 48 too: the efficiency is against that rate
+    assert [v.verdict for v in _verdicts(env_with(probe()), probed_slow, factor=0.6, metric="matmul_eff_pct")] \
+        == ["regression"]
 
 
 def test_a_faster_machine_makes_no_improvement_and_the_reference_pulse_is_preferred():

@@ -1,0 +1,163 @@
+"""The machine's pace while a run measured, against its reference's: what the verdicts ask before they call a
+change the software's (harness/verdict/explained.py). The pulses (benchmarks/node/probe.py pulse and
+pulse_triad, read by the first rank on each node right before and right after a run measures) give the
+machine's matmul and memory pace (pace); the same over each side's own probe is the pace an efficiency
+against the probe's rate moves with (probe_pace); the CPU time the ranks got beside other work (cpu_share);
+and two machines' balance of matmul rate and memory bandwidth, which moves an efficiency between machines
+(balance)."""
+from __future__ import annotations
+
+import statistics
+from typing import Any, Collection, NamedTuple, Optional
+
+from .probe import DTYPE_ORDER, UNIT_WORDS, best_figure, node_probes
+
+MEMORY_PACE_NOISE_PCT = {"cpu": 25.0, "cuda": 5.0}
+"""How far a run's memory pace (the triad's pulse, harness/nodes.py pulse_of) may differ from the reference's
+before the machine's memory counts as having run at another speed (harness/verdict/explained.py
+at_machine_pace). cpu, measured on the 2-core AVX-512 EPYC on a quiet box: a pulse's triad read 29.6-41.2
+GB/s per core, the better of two 33.5-41.8 (0.80x of the best), against the probe's 38.9; beside one
+neighbour streaming memory on the other core 20.0-22.4 (0.55x), while the fp32 pulse read 0.88x. cuda: not
+measured yet; the probe's triad tolerance (TOLERANCE_PCT, 3.5x the widest seen over two nodes' benches)."""
+
+
+class Pace(NamedTuple):
+    now: float
+    then: float
+    unit: str
+    device: str
+    memory: Optional[tuple[float, float]] = None
+    """(now, then): the memory pace, the triad's GB/s, where this run read one (load.pulse_triad)."""
+
+
+def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
+    """(now, then, unit, device, memory): the machine's fp32 matmul pace while this run measured (its
+    load.pulse_fp32, benchmarks/node/probe.py pulse) and the reference's (its own pulse, else its probe's fp32
+    best, the same measurement at more repeats); memory, the same of the triad (load.pulse_triad, else the
+    reference's probe triad), None where this run read none; None where either side lacks a matmul pace or
+    the two ran on other devices."""
+    now = ((current_env or {}).get("load") or {}).get("pulse_fp32")
+    ref_probes, cur_probes = node_probes(reference_env), node_probes(current_env)
+    if not isinstance(now, (int, float)) or now <= 0 or not ref_probes or not cur_probes:
+        return None
+    device = cur_probes[0].get("device") or "cpu"
+    if ref_probes[0].get("device") != device:
+        return None
+    then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
+    if not isinstance(then, (int, float)) or then <= 0:
+        then = best_figure(ref_probes[0], "matmul", "fp32")
+    memory_now = ((current_env or {}).get("load") or {}).get("pulse_triad")
+    memory_then = ((reference_env or {}).get("load") or {}).get("pulse_triad")
+    if not isinstance(memory_then, (int, float)) or memory_then <= 0:
+        memory_then = best_figure(ref_probes[0], "triad")
+    memory = ((float(memory_now), float(memory_then))
+              if isinstance(memory_now, (int, float)) and memory_now > 0 and memory_then else None)
+    return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device, memory) if then else None
+
+
+OF_PROBE = "of its bench's probe"
+"""The unit of a probe_pace: a pace over its own bench's probe figure."""
+
+
+def probe_pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
+    """The pace an efficiency against the probe's matmul rates (matmul_eff_pct) moves with on one machine: each
+    side's pace (pace()) over its own bench's probe figure, the fp32 matmul's and the triad's, in unit OF_PROBE.
+    The probe is read once, before a bench's first run; a machine that slowed after it reads lower samples/s,
+    which its pace explains, and a lower efficiency against the probe's rate, which only this explains. A
+    reference without a pulse of its own is at 1x its probe. None where pace() is, or a probe lacks fp32."""
+    p = pace(reference_env, current_env)
+    if p is None:
+        return None
+    cur, ref = node_probes(current_env)[0], node_probes(reference_env)[0]
+    mm_now, mm_then = best_figure(cur, "matmul", "fp32"), best_figure(ref, "matmul", "fp32")
+    if not mm_now or not mm_then:
+        return None
+    tr_now, tr_then = best_figure(cur, "triad"), best_figure(ref, "triad")
+    memory = (p.memory[0] / tr_now, p.memory[1] / tr_then) if p.memory and tr_now and tr_then else None
+    return Pace(p.now / mm_now, p.then / mm_then, OF_PROBE, p.device, memory)
+
+
+def material_cpus(cpus: int) -> float:
+    """How far other work (or steal) must differ, in CPUs, to count as a change of the machine's load: half a
+    CPU, or a quarter of its CPUs if more (one busy neighbour on a 2-core box)."""
+    return max(0.5, 0.25 * cpus)
+
+
+class Share(NamedTuple):
+    """The CPU time a run's ranks got while they measured, against its reference's (environment.load)."""
+    now: float
+    then: float
+    other_now: float
+    other_then: float
+    cpus: int
+
+
+def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[dict[str, Any]]]) -> Optional[Share]:
+    """The CPUs' worth this run's ranks got while they measured (load.run_cpus, the median over the group's
+    records) against the reference's, where other work on the machine (load.other_cpus) differed by a
+    material share of it (material_cpus, as "what changed" names load.other_cpus) and
+    the busier side's machine was saturated (its busy CPUs within a quarter CPU of all it has), so that
+    the other work took CPU time from the ranks; on cpu only, where the ranks' speed is the CPU time they
+    get. None otherwise: a run that got less CPU on an unsaturated machine waited of its own accord."""
+    cur = [e for e in current_envs if _on_cpu(e) and _load_figures(e)]
+    then = _load_figures(reference_env) if _on_cpu(reference_env) else None
+    if not cur or then is None:
+        return None
+    figures = [_load_figures(e) for e in cur]
+    run_now, other_now, busy_now = (statistics.median(f[i] for f in figures) for i in range(3))
+    cpus_now, cpus_then = _cpus(cur[0]), _cpus(reference_env)
+    busy, cpus = (busy_now, cpus_now) if other_now > then[1] else (then[2], cpus_then)   # the busier side's
+    if not cpus or abs(other_now - then[1]) < material_cpus(cpus) or busy < cpus - 0.25:
+        return None
+    return Share(run_now, then[0], other_now, then[1], cpus_now) if run_now > 0 and then[0] > 0 and cpus_now else None
+
+
+def _cpus(env: Optional[dict[str, Any]]) -> int:
+    """The CPUs a fingerprint's machine lets the run use (usable, else logical); 0 where it does not say."""
+    cpu = ((env or {}).get("machine") or {}).get("cpu") or {}
+    return int(cpu.get("usable_cpus") or cpu.get("logical_cpus") or 0)
+
+
+def _on_cpu(env: Optional[dict[str, Any]]) -> bool:
+    probes = node_probes(env)
+    return bool(probes) and (probes[0].get("device") or "cpu") == "cpu"
+
+
+def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float]]:
+    """(run_cpus, other_cpus, busy_cpus) of a fingerprint's load; None where it lacks one."""
+    load = (env or {}).get("load") or {}
+    figures = tuple(load.get(k) for k in ("run_cpus", "other_cpus", "busy_cpus"))
+    return figures if all(isinstance(x, (int, float)) for x in figures) else None   # type: ignore[return-value]
+
+
+class Balance(NamedTuple):
+    """Two machines' balance: FLOP of the run's matmuls per byte of memory traffic each can do (its probe's
+    matmul rate of `dtype` over its triad; per core on cpu, whose probe times one core of each)."""
+    now: float
+    then: float
+    dtype: str
+    device: str
+
+    @property
+    def memory_bound(self) -> float:
+        """The efficiency (against the matmul rate) a step all memory traffic reads here, over the
+        reference's: then/now. A step all matmuls reads 1x; any step lies between the two."""
+        return self.then / self.now
+
+
+def balance(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
+            dtypes: Collection[str]) -> Optional[Balance]:
+    """The two machines' Balance in the first of `dtypes` (the suite's dtype order) both probes measured
+    with their triads (rank 0's nodes); None where a side lacks them or the two computed on other devices.
+    An efficiency against the matmul rate alone (matmul_eff_pct) moves with it between machines: a step
+    whose time is memory traffic (the elementwise kernels of an eager step; the optimizer's pass over
+    its states) reads lower on the machine with more FLOP per byte, at the same software."""
+    ref, cur = node_probes(reference_env), node_probes(current_env)
+    if not ref or not cur or (ref[0].get("device") or "cpu") != (cur[0].get("device") or "cpu"):
+        return None
+    for d in (d for d in DTYPE_ORDER if d in dtypes):
+        figures = [(best_figure(p, "matmul", d), best_figure(p, "triad")) for p in (cur[0], ref[0])]
+        if all(mm and triad for mm, triad in figures):
+            (mm_now, tr_now), (mm_then, tr_then) = figures
+            return Balance(mm_now / tr_now, mm_then / tr_then, d, cur[0].get("device") or "cpu")
+    return None
