@@ -10,7 +10,8 @@ reference's machine is another platform, or measured otherwise than this run's:
 harness/verdict/cross_machine.py apart, harness/probe.py; the row keeps now/reference as information;
 the efficiency against each machine's own measured matmul rate, ACROSS_MACHINES, is judged across them
 all the same, unless the machines' balance of matmul rate and memory bandwidth explains its change: at_balance;
-or the run's own pulse read the machine at a pace that explains its change: at_machine_pace;
+or the run's own pulses read the machine at a pace that explains its change: at_machine_pace (an efficiency
+on one machine: each side's pace over its own probe, pace.probe_pace);
 or, on cpu, other work took the CPU time that explains it: at_cpu_share).
 
 Decision (per metric): the relative change of the median of this run's samples against the

@@ -1,8 +1,10 @@
 """The GPU nodes' own noise, from their records (reference_results/sources/gpu-runs/): how far the
 capability probe's figures moved between benches of one GPU model, and how far each training run's
-pace (its pulse, environment.load.pulse_fp32) lay from its own bench's probe. harness/probe.py sets
-the probe's GPU tolerances (TOLERANCE_PCT["cuda"]) and the pace rule's GPU noise (PACE_NOISE_PCT["cuda"])
-from these figures; tests/unit/test_gpu_noise.py keeps them above what the records show.
+pace (its pulse, environment.load.pulse_fp32) lay from its own bench's probe, and its memory pace
+(load.pulse_triad) from the probe's triad. harness/probe.py sets the probe's GPU tolerances
+(TOLERANCE_PCT["cuda"]) and the pace rule's GPU noise (PACE_NOISE_PCT["cuda"]) from these figures, and
+harness/pace.py MEMORY_PACE_NOISE_PCT["cuda"] once records carry a memory pulse;
+tests/unit/test_gpu_noise.py keeps them above what the records show.
 
     .venv/bin/python tests/perf/gpu_noise.py [ROOT ...]
 """
@@ -29,15 +31,16 @@ class Noise:
     gpu: str
     probes: dict[str, list[float]] = field(default_factory=dict)
     paces: list[float] = field(default_factory=list)
+    memory_paces: list[float] = field(default_factory=list)
 
     def spread_pct(self, figure: str) -> float:
         """max/min - 1 of a figure over the benches, percent: the farthest two probes of one model."""
         values = self.probes.get(figure) or []
         return (max(values) / min(values) - 1) * 100 if len(values) > 1 else 0.0
 
-    def pace_pct(self) -> float:
-        """The farthest a run's pace lay from its bench's probe, percent."""
-        return max((abs(p - 1) * 100 for p in self.paces), default=0.0)
+    def pace_pct(self, memory: bool = False) -> float:
+        """The farthest a run's pace (memory pace: its triad's) lay from its bench's probe, percent."""
+        return max((abs(p - 1) * 100 for p in (self.memory_paces if memory else self.paces)), default=0.0)
 
 
 def _gpu(env: dict[str, Any]) -> Optional[str]:
@@ -73,6 +76,9 @@ def noise(roots: list[Path]) -> dict[str, Noise]:
             fp32 = best_figure(probe, "matmul", "fp32")
             if isinstance(pulse, (int, float)) and pulse > 0 and fp32:
                 model.paces.append(pulse / fp32)
+            memory, triad = (env.get("load") or {}).get("pulse_triad"), best_figure(probe, "triad")
+            if isinstance(memory, (int, float)) and memory > 0 and triad:
+                model.memory_paces.append(memory / triad)
     return out
 
 
@@ -92,6 +98,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"(at most {m.pace_pct():.1f} % off)")
         else:
             print("  pace: no run with a pulse")
+        if m.memory_paces:
+            print(f"  memory pace (pulse_triad / its bench's probe triad): {min(m.memory_paces):.4f} - "
+                  f"{max(m.memory_paces):.4f} over {len(m.memory_paces)} runs (at most {m.pace_pct(True):.1f} % off)")
+        else:
+            print("  memory pace: no run with a memory pulse")
     return 0
 
 

@@ -3,6 +3,7 @@ item 5): every probe figure of one GPU model across its benches, and every train
 against its own bench's probe, lie inside what harness/probe.py sets, with room."""
 from __future__ import annotations
 
+from harness.pace import MEMORY_PACE_NOISE_PCT
 from harness.probe import PACE_NOISE_PCT, TOLERANCE_PCT
 from tests.perf.gpu_noise import GPU_RUNS, main, noise
 
@@ -20,6 +21,8 @@ def test_the_gpu_tolerances_lie_above_every_spread_the_records_show():
             kind = "triad" if figure == "triad" else "matmul"
             assert m.spread_pct(figure) < TOLERANCE_PCT["cuda"][kind], (m.gpu, figure, m.spread_pct(figure))
         assert m.pace_pct() < PACE_NOISE_PCT["cuda"], (m.gpu, m.pace_pct())
+        assert m.pace_pct(memory=True) < MEMORY_PACE_NOISE_PCT["cuda"], (m.gpu, m.pace_pct(memory=True))   # 0 until
+        # a GPU node's records carry a memory pulse (load.pulse_triad): then they hold the figure set without them
 
 
 def test_an_h100_and_an_h200_stay_apart_by_the_triad():
