@@ -217,7 +217,7 @@ def check_records(records: list[tuple[str, Any]], *, min_repeats: int, system: O
     if outputs:
         descriptions = [imported.system_of(outputs)]
     system = system if system is not None else (descriptions[0] if descriptions else "")
-    if not system.strip():
+    if not system.strip() and dicts:   # no records: that is the problem already said
         problems.append("no system description: pass --system or describe the platform "
                         "(config.platform.description)")
     return problems, system

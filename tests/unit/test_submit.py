@@ -435,3 +435,14 @@ def test_a_suite_commit_cannot_be_checked_from_a_copy_of_the_suite(tmp_path):
 def test_why_without_a_suite_commit_warns_that_it_has_no_effect(tmp_path, ref):
     with pytest.warns(UserWarning, match="--why has no effect without --suite-commit"):
         run(write_records(tmp_path / "res", three()), ref, why="no reason to give")
+
+
+def test_a_nightly_folder_whose_records_lie_in_its_repeats_says_that_alone(tmp_path, ref):
+    """Found submitting a nightly's OUT: besides "records lie in its subfolders", the rejection also asked for a
+    system description, which records it had not read could not have given."""
+    night = tmp_path / "night"
+    write_records(night / "repeat-0", three())
+    with pytest.raises(SubmissionRejected) as exc:
+        run(night, ref)
+    assert exc.value.reasons == [f"no result records in {night} (records lie in its subfolders: {night / 'repeat-0'}; "
+                                 "name them)"]
