@@ -91,7 +91,7 @@ def verdict_text(v) -> str:
     why = v.reason.split("gain ", 1)[0].rstrip(" ;:") if "gain " in v.reason else v.reason
     unit = f" {v.unit}" if v.unit else ""
     text = f"{fmt(v.value, 3)}{unit} against {fmt(v.reference, 3)}{unit}: {change_text(v)}"
-    text += (", as information (machines apart: no verdict)" if v.verdict == "not comparable" and not v.interval_pct
+    text += (", as information (not comparable: no verdict)" if v.verdict == "not comparable" and not v.interval_pct
              else f", 95% interval {interval_text(v)}, tolerance {tolerance_text(v)}")
     return f"{why}: {text}" if why else text
 

@@ -363,8 +363,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         weighed = {"balance": {"now": bal.now, "reference": bal.then, "dtype": bal.dtype}} if bal else {}
         if explained or balanced:
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=figures["value"],
-                                    num_samples=len(samples), reason=explained or balanced,
-                                    **({**weighed, "worse_pct": figures["worse_pct"]} if balanced else {})))
+                                    worse_pct=figures["worse_pct"], num_samples=len(samples),   # the ratio: information
+                                    reason=explained or balanced, **(weighed if balanced else {})))
             continue
         diff = environment_diff(ref_env, env)   # named whatever the verdict
         verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,
