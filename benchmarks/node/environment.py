@@ -13,6 +13,7 @@ from contract import events as ev
 from contract.fingerprint import DIGEST_VAR, IMAGE_VAR, RANK_FIELDS, RUNTIME_VAR, build, recorded_env, stack_versions
 
 from benchmarks.node.machine import machine
+from benchmarks.node.network import read_stripped
 from benchmarks.node.probe import node_probe
 
 LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
@@ -71,6 +72,21 @@ def first_on_node() -> bool:
     """Whether this rank reports its node's machine (the NODE event): torchrun's first local rank,
     or every rank when nothing says which is first (the harness keeps one view per host)."""
     return os.environ.get("LOCAL_RANK") in (None, "0")
+
+
+def first_on_kernel(rank: int) -> bool:
+    """Whether this rank is the lowest of the ranks on its kernel (/proc's boot_id), by an all-gather every rank
+    joins: the rank that reads the machine's pulses (benchmarks/node/probe.py pulse, pulse_triad), one per
+    machine. On a cluster each node is its own kernel, so that is each node's first rank; the emulated
+    cluster's nodes share one box, where two nodes' memory pulses at once read each other's traffic (a
+    ZeRO-3 run's triad 0.57x its probe's, the other runs' 0.86-0.89x) and the pace of one is the box's.
+    Where the boot_id cannot be read, first_on_node()."""
+    import torch.distributed as dist
+
+    boot = read_stripped(Path("/proc/sys/kernel/random/boot_id"))
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, boot)
+    return first_on_node() if boot is None else everyone.index(boot) == rank
 
 
 def node_view(probe: Optional[dict[str, Any]] = None) -> dict[str, Any]:

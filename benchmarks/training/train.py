@@ -22,7 +22,7 @@ from contract import events as ev
 from contract.spec import HOST_THREADS_VAR, SPEC_FILE, TrainSpec
 
 from benchmarks.training.checkpoint_policy import selective_context
-from benchmarks.node.environment import announce, first_on_node
+from benchmarks.node.environment import announce, first_on_kernel
 from benchmarks.failure import run_rank
 from benchmarks.training.instrument import CommTracer, MicrostepClock
 from benchmarks.node.machine import LoadWindow, usable_cpus
@@ -271,10 +271,10 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
                                   "temperature": spec.distill.temperature})
     batches = make_batches(spec, rank, world_size, device)
     # the machine's pace right before and right after the measured part, read by the first rank on
-    # each node while the others wait (a barrier here, the all-gather below): the run's own figure of
-    # how fast this machine was, which a comparison holds against the reference's (harness/probe.py).
+    # each machine (kernel) while the others wait (a barrier here, the all-gather below): the run's own figure
+    # of how fast this machine was, which a comparison holds against the reference's (harness/pace.py).
     # Before the peak-memory reset, so that its operands (3 x 256 MiB on a GPU) are no part of the peak.
-    paced = first_on_node()
+    paced = first_on_kernel(rank)
     before = (pulse(spec.device), pulse_triad(spec.device)) if paced else (None, None)
     torch.distributed.barrier()
     since_reset = reset_peak_mem(spec.device)

@@ -115,3 +115,21 @@ def test_the_first_rank_on_each_node_reports_its_machine(monkeypatch, local_rank
     assert first_on_node() is reports
     view = node_view()
     assert view["host"] and view["machine"]["cpu"]["logical_cpus"] >= 1 and isinstance(view["machine"]["nics"], list)
+
+
+@pytest.mark.parametrize("boots,rank,paces", [
+    (["a", "a", "b", "b"], 0, True), (["a", "a", "b", "b"], 1, False),   # two nodes: each node's first rank
+    (["a", "a", "b", "b"], 2, True), (["a", "a", "a", "a"], 2, False),   # the emulated cluster: one box, one pulse
+])
+def test_one_rank_on_each_kernel_reads_the_pulses(monkeypatch, boots, rank, paces):
+    import torch.distributed as dist
+
+    import benchmarks.node.environment as environment
+
+    monkeypatch.setattr(dist, "get_world_size", lambda: len(boots))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, _mine: out.__setitem__(slice(None), boots))
+    monkeypatch.setattr(environment, "read_stripped", lambda _path: boots[rank])
+    assert environment.first_on_kernel(rank) is paces
+    monkeypatch.setattr(environment, "read_stripped", lambda _path: None)   # unreadable: as first_on_node
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert environment.first_on_kernel(rank) is True
