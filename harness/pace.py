@@ -1,6 +1,6 @@
 """The machine's pace while a run measured, against its reference's: what the verdicts ask before they call a
 change the software's (harness/verdict/explained.py). The pulses (benchmarks/node/probe.py pulse and
-pulse_triad, read by the first rank on each node right before and right after a run measures) give the
+pulse_triad, read by one rank on each machine right before and right after a run measures) give the
 machine's matmul and memory pace (pace); the same over each side's own probe is the pace an efficiency
 against the probe's rate moves with (probe_pace); the CPU time the ranks got beside other work (cpu_share);
 and two machines' balance of matmul rate and memory bandwidth, which moves an efficiency between machines
@@ -18,7 +18,7 @@ before the machine's memory counts as having run at another speed (harness/verdi
 at_machine_pace). cpu, measured on the 2-core AVX-512 EPYC on a quiet box: a pulse's triad read 29.6-41.2
 GB/s per core, the better of two 33.5-41.8 (0.80x of the best), against the probe's 38.9; beside one
 neighbour streaming memory on the other core 20.0-22.4 (0.55x), while the fp32 pulse read 0.88x. cuda: not
-measured yet; the probe's triad tolerance (TOLERANCE_PCT, 3.5x the widest seen over two nodes' benches)."""
+measured yet; the probe's triad tolerance (harness/probe.py TOLERANCE_PCT, 3.5x the widest seen over two nodes' benches)."""
 
 
 class Pace(NamedTuple):
