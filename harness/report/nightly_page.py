@@ -21,11 +21,12 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..record import ResultRecord
-from ..verdict.compare import Verdict
+from ..verdict.compare import ACROSS_MACHINES, Verdict
+from ..verdict.cross_machine import machine_pairs
 from .legend import config_key, config_labels, grouped
 from .sizes import CHANGED, shown, size_rows
 from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
-from .verdicts import OUTSIDE_SUITE, interval_text, unrun_line, value_text, why_text
+from .verdicts import OUTSIDE_SUITE, interval_text, pair_text, unrun_line, value_text, why_text
 
 COMPARISONS = {"references": "against the reference table",
                "baseline": "against the rolling baseline of earlier nights"}
@@ -298,6 +299,8 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
     for name, vs in verdicts.items():
         parts.append(f"<h2>Verdicts {esc(COMPARISONS.get(name, name))}</h2>")
         parts.append(_table(vs, labels) if vs else "<p>none</p>")
+        parts += [f'<p class="pair">{esc(pair_text(pair, labels.of))}</p>'   # against another machine: in a line
+                  for pair in machine_pairs(vs, ACROSS_MACHINES)]
         if name == "references" and unrun:
             parts.append(f"<p>{esc(unrun_line(unrun, OUTSIDE_SUITE))}</p>")
         parts += [_sizes(v, labels) for v in shown(vs, CHANGED)]   # which sizes moved

@@ -320,3 +320,15 @@ def test_a_machine_s_device_comes_from_its_probe_else_its_gpus(sides):
 def test_the_aggregate_is_a_geometric_mean():
     assert geomean([0.5, 2.0]) == pytest.approx(1.0) and geomean([0.9]) == pytest.approx(0.9)
     assert geomean([]) is None and geomean([float("nan"), 0.0]) is None
+
+
+def test_the_nightly_page_says_the_pair_in_a_line(sides):
+    """A first night on a new machine is judged against another machine's references: its HTML page says what
+    nightly.md and compare say of the pair, speed, efficiency within the balance, ranking."""
+    from harness.report.nightly_page import nightly_page
+
+    verdicts, _ = against([sides[0]], [sides[1]])
+    page = nightly_page("h100", "2026-12-03", {"references": verdicts}, load_records([sides[0]]), {})
+    (line,) = [p for p in page.splitlines() if '<p class="pair">' in p]
+    assert "H100 80GB HBM3 runs these 4 configurations at 0.961x the H200&#x27;s samples/s" in line
+    assert "between 0.69x (a step all memory traffic) and 1x (all matmuls), 3 configurations within that" in line
