@@ -149,7 +149,11 @@ So each row is judged on its best reading over the sweeps, every reading must st
 LINK_TOLERANCE, and while a row's best is still more than LINK_TOLERANCE low the all_reduce rows from
 4 MiB are measured again as one more Slurm job across both nodes (~20-30 s), up to LINK_REMEASURES
 times: a stall does not come back row for row, while a link shaped otherwise (or unshaped, or a wrong
-busbw factor) is off in every sweep."""
+busbw factor) is off in every sweep. A row's best may read lower by the share of the box the hypervisor
+took during its sweep (load.steal_cpus over the CPUs, up to STOLEN_AT_MOST): in CI on 2026-12-03 the host
+took 0.37-0.99 of the 2 CPUs through all four sweeps, and one row's best read 0.0972 (-19 %) in the sweep
+it took 0.37 (18.5 %) of; a link shaped at half the rate still reads 50 % low."""
+STOLEN_AT_MOST = 0.3
 
 
 def _readings(rec: dict) -> dict[tuple[int, str], float]:
@@ -159,19 +163,34 @@ def _readings(rec: dict) -> dict[tuple[int, str], float]:
     return {(row["size_bytes"], p): row[p]["busbw_gbps"] for row in big for p in ("out_of_place", "in_place")}
 
 
+def _stolen(rec: dict) -> float:
+    """The share of the box its hypervisor took while the sweep measured (load.steal_cpus over the CPUs), at
+    most STOLEN_AT_MOST; 0 where the record does not say."""
+    env = rec["environment"]
+    steal = (env.get("load") or {}).get("steal_cpus")
+    cpus = ((env.get("machine") or {}).get("cpu") or {}).get("logical_cpus") or 2
+    return min(STOLEN_AT_MOST, steal / cpus) if isinstance(steal, (int, float)) and steal > 0 else 0.0
+
+
 def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluster, tmp_path):
     payload_gbytes = emulated_cluster.payload_gbps / 8
-    sweeps = [_readings(cluster_suite.records()["00-collectives-all_reduce"])]
+    first = cluster_suite.records()["00-collectives-all_reduce"]
+    sweeps = [(_readings(first), _stolen(first))]
 
-    def low() -> dict[tuple[int, str], float]:
-        best = {key: max(s[key] for s in sweeps) for key in sweeps[0]}
-        return {key: v for key, v in best.items() if v < payload_gbytes * (1 - LINK_TOLERANCE)}
+    def low() -> dict[tuple[int, str], str]:
+        """The rows whose best reading lies below the rate by more than LINK_TOLERANCE and its sweep's steal."""
+        out = {}
+        for key in sweeps[0][0]:
+            value, stolen = max((s[key], share) for s, share in sweeps)
+            if value < payload_gbytes * (1 - LINK_TOLERANCE - stolen):
+                out[key] = f"{value:.4f} (steal {stolen:.0%})"
+        return out
 
     for k in range(1, LINK_REMEASURES + 1):
         if not low():
             break
         print(f"sweep {k}: best readings below the payload rate {payload_gbytes:.4f} GB/s by more than "
-              f"{LINK_TOLERANCE:.0%}: {low()}; measured again")
+              f"{LINK_TOLERANCE:.0%} and its sweep's steal: {low()}; measured again")
         out = tmp_path / f"all_reduce-{k}"
         proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "platform=cpu-cluster",
                                              "suite=single", "kind=collective", "collective=cpu-cluster",
@@ -182,9 +201,9 @@ def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluste
         (rec,) = run.records().values()
         validate_record(rec)
         assert rec["environment"]["hosts"] == ["node1", "node2"]
-        sweeps.append(_readings(rec))
-        assert set(sweeps[-1]) == set(sweeps[0]), (sweeps[0], sweeps[-1])
-    above = [(key, v) for s in sweeps for key, v in s.items() if v > payload_gbytes * (1 + LINK_TOLERANCE)]
+        sweeps.append((_readings(rec), _stolen(rec)))
+        assert set(sweeps[-1][0]) == set(sweeps[0][0]), (sweeps[0], sweeps[-1])
+    above = [(key, v) for s, _ in sweeps for key, v in s.items() if v > payload_gbytes * (1 + LINK_TOLERANCE)]
     assert not above, ("faster than the link carries", payload_gbytes, above)
     assert not low(), (payload_gbytes, low(), sweeps)
 
