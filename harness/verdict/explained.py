@@ -146,6 +146,5 @@ def _explained(verdict: str, figures: dict[str, Any], ref: Reference, ratio: flo
     kind, what = kinded
     if not (ratio < 1 - noise_pct / 100 if kind == "regression" else ratio > 1 + noise_pct / 100):
         return None
-    at_speed = figures["value"] / ratio if ref.direction == "higher" else figures["value"] * ratio
-    change = worse_pct(at_speed, ref.value, ref.direction)
+    change = _beyond_range(figures, ref, ratio, ratio)   # the range of one point: the machine's speed
     return None if abs(change) > ref.tolerance_pct else (what, f"{(round(-change, 1) or 0.0):+.1f} %")
