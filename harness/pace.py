@@ -84,12 +84,15 @@ def material_cpus(cpus: int) -> float:
 
 
 class Share(NamedTuple):
-    """The CPU time a run's ranks got while they measured, against its reference's (environment.load)."""
+    """The CPU time a run's ranks got while they measured, against its reference's (environment.load); other_*
+    is the CPUs' worth taken from them, other work and the hypervisor's steal together, of which steal_*."""
     now: float
     then: float
     other_now: float
     other_then: float
     cpus: int
+    steal_now: float = 0.0
+    steal_then: float = 0.0
 
 
 def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[dict[str, Any]]]) -> Optional[Share]:
@@ -98,18 +101,24 @@ def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Option
     material share of it (material_cpus, as "what changed" names load.other_cpus) and
     the busier side's machine was saturated (its busy CPUs within a quarter CPU of all it has), so that
     the other work took CPU time from the ranks; on cpu only, where the ranks' speed is the CPU time they
-    get. None otherwise: a run that got less CPU on an unsaturated machine waited of its own accord."""
+    get. None otherwise: a run that got less CPU on an unsaturated machine waited of its own accord.
+    A virtual machine's hypervisor steal (load.steal_cpus: its host running other guests) counts with the
+    other work: no process here did it, busy_cpus leaves it out, and it takes the ranks' CPU time all the
+    same (this 2-core VM's host took 0.3-1.0 CPUs through whole CI runs on 2026-12-03)."""
     cur = [e for e in current_envs if _on_cpu(e) and _load_figures(e)]
     then = _load_figures(reference_env) if _on_cpu(reference_env) else None
     if not cur or then is None:
         return None
     figures = [_load_figures(e) for e in cur]
-    run_now, other_now, busy_now = (statistics.median(f[i] for f in figures) for i in range(3))
+    run_now, other_now, busy_now, steal_now = (statistics.median(f[i] for f in figures) for i in range(4))
     cpus_now, cpus_then = _cpus(cur[0]), _cpus(reference_env)
-    busy, cpus = (busy_now, cpus_now) if other_now > then[1] else (then[2], cpus_then)   # the busier side's
-    if not cpus or abs(other_now - then[1]) < material_cpus(cpus) or busy < cpus - 0.25:
+    taken_now, taken_then = other_now + steal_now, then[1] + then[3]
+    busy, cpus = (busy_now + steal_now, cpus_now) if taken_now > taken_then else (then[2] + then[3], cpus_then)
+    if not cpus or abs(taken_now - taken_then) < material_cpus(cpus) or busy < cpus - 0.25:   # the busier side's
         return None
-    return Share(run_now, then[0], other_now, then[1], cpus_now) if run_now > 0 and then[0] > 0 and cpus_now else None
+    if run_now <= 0 or then[0] <= 0 or not cpus_now:
+        return None
+    return Share(run_now, then[0], taken_now, taken_then, cpus_now, steal_now, then[3])
 
 
 def _cpus(env: Optional[dict[str, Any]]) -> int:
@@ -123,11 +132,15 @@ def _on_cpu(env: Optional[dict[str, Any]]) -> bool:
     return bool(probes) and (probes[0].get("device") or "cpu") == "cpu"
 
 
-def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float]]:
-    """(run_cpus, other_cpus, busy_cpus) of a fingerprint's load; None where it lacks one."""
+def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float, float]]:
+    """(run_cpus, other_cpus, busy_cpus, steal_cpus) of a fingerprint's load, steal 0 where unread (bare metal,
+    an older record); None where it lacks one of the others."""
     load = (env or {}).get("load") or {}
     figures = tuple(load.get(k) for k in ("run_cpus", "other_cpus", "busy_cpus"))
-    return figures if all(isinstance(x, (int, float)) for x in figures) else None   # type: ignore[return-value]
+    if not all(isinstance(x, (int, float)) for x in figures):
+        return None
+    steal = load.get("steal_cpus")
+    return (*figures, float(steal) if isinstance(steal, (int, float)) and steal > 0 else 0.0)   # type: ignore[return-value]
 
 
 class Balance(NamedTuple):

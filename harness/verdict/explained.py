@@ -87,7 +87,11 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     if explained is None:
         return None
     what, change = explained
-    return (f"not comparable: other work took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
+    who = "other work"
+    if share.steal_now or share.steal_then:
+        who = (f"other work and the hypervisor's steal (here {share.steal_now:.2f}, the reference's "
+               f"{share.steal_then:.2f}: its host running other guests)")
+    return (f"not comparable: {who} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
             f"run measured (the reference's {share.other_then:.2f}), and its ranks got {ratio:.2f}x the reference's "
             f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs); at that share the {what} is a change of "
             f"{change}, within the tolerance {ref.tolerance_pct:g} %")
