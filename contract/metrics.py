@@ -23,6 +23,10 @@ class Metric:
     paced: bool = False
     """It moves with the machine's own speed (a time, a rate, an MFU): a change the machine's measured
     pace explains is not the software's (harness/verdict/explained.py at_machine_pace)."""
+    host_paced: bool = False
+    """It moves with the machine's own speed where every rank runs on one cpu host (a collective over gloo moves
+    its bytes through the host's memory on its CPUs), and with the network's elsewhere: paced there only
+    (harness/pace.py one_cpu_host)."""
 
 
 _ALL = (
@@ -48,10 +52,10 @@ _ALL = (
     Metric("graph_breaks", "count", "lower", (-1, 1e6, True), "training"),
     Metric("recompiles", "count", "lower", (-1, 1e6, True), "training"),
     # a collective record's
-    Metric("avg_busbw_gbps", "GB/s", "higher", (0, 1e5, False), "collective"),
+    Metric("avg_busbw_gbps", "GB/s", "higher", (0, 1e5, False), "collective", host_paced=True),
     # a collective reference's alone: the average over the message sizes a run shares with it, judged where
     # the two ranges differ (harness/verdict/by_size.py); no record carries it
-    Metric("shared_busbw_gbps", "GB/s", "higher", None, "collective"),
+    Metric("shared_busbw_gbps", "GB/s", "higher", None, "collective", host_paced=True),
     # the published tables' own (reference_results/sc25-pmbs.json)
     Metric("batch_time_s", "s", "lower"),
     Metric("estimated_hours", "h", "lower"),

@@ -121,6 +121,16 @@ def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Option
     return Share(run_now, then[0], taken_now, taken_then, cpus_now, steal_now, then[3])
 
 
+def one_cpu_host(config: dict[str, Any], reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> bool:
+    """Whether a configuration ran on one cpu host on both sides (config nodes 1, both probes on cpu), where a
+    collective's bus bandwidth is the host's memory and CPUs (contract.metrics host_paced) and the pace and the
+    CPU share explain it as they explain a training run. Measured on the 2-core AVX-512 EPYC, gloo's short
+    sweep (1K-4M) beside a process taking one core: the ranks got 0.71x their quiet CPU time and all_gather,
+    broadcast and reduce_scatter read 0.4-0.7x their quiet average bus bandwidth (tests/data/neighbour_collectives).
+    Across nodes the bytes cross the network, which no pulse reads: not paced."""
+    return config.get("nodes") == 1 and _on_cpu(reference_env) and _on_cpu(current_env)
+
+
 def _cpus(env: Optional[dict[str, Any]]) -> int:
     """The CPUs a fingerprint's machine lets the run use (usable, else logical); 0 where it does not say."""
     cpu = ((env or {}).get("machine") or {}).get("cpu") or {}

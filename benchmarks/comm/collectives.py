@@ -33,9 +33,10 @@ from contract.collectives import DTYPES as VOCABULARY_DTYPES
 from contract.collectives import NCCL_TYPES
 from contract.spec import SPEC_FILE, CollectiveSpec
 
-from benchmarks.node.environment import announce
+from benchmarks.node.environment import announce, first_on_kernel
 from benchmarks.failure import run_rank
 from benchmarks.node.machine import LoadWindow
+from benchmarks.node.probe import Pulses
 
 DTYPES = {name: getattr(torch, name) for name in VOCABULARY_DTYPES}
 # nccl-tests' type names, for the printed/recorded `dtype` column
@@ -271,6 +272,14 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
         device = torch.device("cpu")
         dist.init_process_group(backend=spec.dist_backend)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    # on cpu, the machine's pace before and after the sweep (benchmarks/node/probe.py Pulses), read by the first rank
+    # on each machine while the others wait: gloo on one host moves its bytes through the host's memory on its
+    # CPUs, so a night the box's memory or CPUs ran slower is known as such (harness/pace.py one_cpu_host). A
+    # GPU's busbw is its links', which no pulse reads.
+    pulses = Pulses(spec.device) if spec.device == "cpu" and first_on_kernel(rank) else None
+    if pulses:
+        pulses.start()
+    dist.barrier()
     if rank == 0:
         log.emit(ev.RUN_START)
     window = LoadWindow()
@@ -287,8 +296,11 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
                     "redop": spec.redop if op in ("all_reduce", "reduce_scatter", "reduce") else "none",
                     "root": spec.root if op in ("broadcast", "reduce") else -1,
                     "out_of_place": oop, "in_place": ip, "num_ranks": n})
+    load = window.close()
+    if pulses:
+        load["pulse"] = pulses.window()
     everyone: list = [None] * n
-    dist.all_gather_object(everyone, {"rank": rank, "host": socket.gethostname(), **window.close()})
+    dist.all_gather_object(everyone, {"rank": rank, "host": socket.gethostname(), **load})
     if rank == 0:
         log.emit(ev.LOAD, everyone)
         log.emit(ev.RUN_STOP, status="success")

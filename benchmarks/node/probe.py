@@ -179,6 +179,24 @@ def pulse_triad(device: str) -> Optional[float]:
                                                         PULSE_S[device])))
 
 
+class Pulses:
+    """Both pulses right before a run measures and right after: start() before, window() after, the latter in
+    the LOAD window's form ({before, after, unit, triad: {...}}: harness/nodes.py pulse_of reads it). The
+    first rank on each machine reads them (benchmarks/node/environment.py first_on_kernel) while the others
+    wait at a barrier, for the training runs and for the collective sweeps on one cpu host."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.before: tuple[Optional[float], Optional[float]] = (None, None)
+
+    def start(self) -> None:
+        self.before = (pulse(self.device), pulse_triad(self.device))
+
+    def window(self) -> dict[str, Any]:
+        return {"before": self.before[0], "after": pulse(self.device), "unit": "GFLOP/s",
+                "triad": {"before": self.before[1], "after": pulse_triad(self.device), "unit": "GB/s"}}
+
+
 def _one_thread(device: str, rate: Callable[[], float]) -> Optional[float]:
     """rate() rounded, on one thread on cpu (per core); None when it fails: a pulse never fails a run."""
     try:

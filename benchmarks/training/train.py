@@ -27,7 +27,7 @@ from benchmarks.failure import run_rank
 from benchmarks.training.instrument import CommTracer, MicrostepClock
 from benchmarks.node.machine import LoadWindow, usable_cpus
 from benchmarks.node.ops import preload
-from benchmarks.node.probe import pulse, pulse_triad
+from benchmarks.node.probe import Pulses
 from benchmarks.reduce_scatter.install import install
 from benchmarks.training.stack import CompileWatch, attention_context, attention_probe, compile_engine, prepare_model
 
@@ -275,7 +275,9 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     # of how fast this machine was, which a comparison holds against the reference's (harness/pace.py).
     # Before the peak-memory reset, so that its operands (3 x 256 MiB on a GPU) are no part of the peak.
     paced = first_on_kernel(rank)
-    before = (pulse(spec.device), pulse_triad(spec.device)) if paced else (None, None)
+    pulses = Pulses(spec.device)
+    if paced:
+        pulses.start()
     torch.distributed.barrier()
     since_reset = reset_peak_mem(spec.device)
     sync = synchronizer(spec.device)
@@ -369,8 +371,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     peak_gib, source = peak or peak_mem_gib(spec.device, since_reset)
     load = window.close()
     if paced:
-        load["pulse"] = {"before": before[0], "after": pulse(spec.device), "unit": "GFLOP/s",
-                         "triad": {"before": before[1], "after": pulse_triad(spec.device), "unit": "GB/s"}}
+        load["pulse"] = pulses.window()
     mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak_gib, "mem_source": source,
             "load": load}
     everyone = [None] * world_size

@@ -41,7 +41,7 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..pace import balance, cpu_share, pace, probe_pace
+from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, SHARED, restrict, sizeless
@@ -351,7 +351,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
                                     num_samples=len(samples), reason=caches))
             continue
         verdict, reason, figures = decide(samples, ref, min_samples)
-        paced = metric in METRICS and METRICS[metric].paced
+        paced = metric in METRICS and (METRICS[metric].paced
+                                       or METRICS[metric].host_paced and one_cpu_host(ref.config, ref_env, env))
         # the other work first where it explains the change: it names the cause, the pace only that the machine slowed
         explained = ((at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))
                       if paced or metric in ACROSS_MACHINES else None)

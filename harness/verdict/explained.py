@@ -88,7 +88,7 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
         return None
     what, change = explained
     who = "other work"
-    if share.steal_now or share.steal_then:
+    if max(share.steal_now, share.steal_then) >= 0.25:   # a quarter CPU: steal worth naming beside the other work
         who = (f"other work and the hypervisor's steal (here {share.steal_now:.2f}, the reference's "
                f"{share.steal_then:.2f}: its host running other guests)")
     return (f"not comparable: {who} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
