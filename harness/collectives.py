@@ -90,6 +90,20 @@ def avg_busbw_gbps(rows: list[Row]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+SMALL_BYTES = 64 * 1024
+"""The sizes whose time is the collective's latency, not its bandwidth: up to 64 KiB, where NCCL's LL and LL128
+protocols carry a message and a ring's time is its hops' latency (nccl-tests' busbw there is a few GB/s at most)."""
+
+
+def small_time_us(rows: list[Row]) -> Optional[float]:
+    """The mean time per call, us, over the placements of the sweep's sizes from 1 B to SMALL_BYTES that have a
+    bandwidth (a smoke run's have none): the latency the average busbw cannot show, since it weighs the
+    bandwidth-bound sizes (a protocol turned off, a slower launch path). None where the sweep has no such size."""
+    values = [p.time_us for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in (r.out_of_place, r.in_place)
+              if p is not None and p.busbw_gbps is not None]
+    return sum(values) / len(values) if values else None
+
+
 def _placement_cols(p: Optional[Placement]) -> str:
     if p is None:
         return f"{'':>10} {'':>8} {'':>8} {'':>6}"

@@ -27,7 +27,7 @@ from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR,
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
-from .collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
+from .collectives import SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, small_time_us
 from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
@@ -369,6 +369,10 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         parsed = [Row.from_dict(r) for r in rows]
         metrics = {"avg_busbw_gbps": measured("avg_busbw_gbps", avg_busbw_gbps(parsed), "throughput",
                                             n=len(parsed))} if parsed else {}
+        small = small_time_us(parsed)
+        if small is not None:   # the latency-bound sizes' time (harness/collectives.py SMALL_BYTES)
+            metrics["small_time_us"] = measured("small_time_us", small, "throughput",
+                                                n=sum(1 for r in parsed if 0 < r.size_bytes <= SMALL_BYTES))
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run_id, kind="collective", benchmark=benchmark,
         platform=platform, status=status, reason=reason, config=config, overrides=overrides,

@@ -11,8 +11,10 @@ own range applies (compare.judge): a sweep of the same range keeps its avg_busbw
 
 A size's busbw is the mean over its placements (out-of-place, in-place), as nccl-tests' average takes
 them. The average weighs the bandwidth-bound sizes: a latency change at the small ones shows in the
-reason's spread and in `compare --sizes` (each size's time), not in the verdict. Judging it apart needs a
-quieter transport than gloo: three back-to-back cpu-short sweeps on the 2-core AVX-512 EPYC read each
+reason's spread and in `compare --sizes` (each size's time), and is judged by SMALL (`small_time_us`, the
+mean time of the sizes up to 64 KiB) against a sweep of the same range; over the sizes of another range it
+is not judged yet (a text output's busbw at those sizes prints as 0.00, so the time cannot be had from it).
+On gloo that time is noisy: three back-to-back cpu-short sweeps on the 2-core AVX-512 EPYC read each
 size's time 1.2-5.3x apart (a 1 KiB broadcast 148-699 us), the largest sizes' 1.2-1.7x. Sizes are compared as printed: the key's ranks and dtype fix nccl-tests' rounding, and its
 source keeps the built-in sweep's sizes from nccl-tests'.
 """
@@ -27,6 +29,8 @@ from ..record import ResultRecord
 
 SHARED = "shared_busbw_gbps"
 AVERAGE = "avg_busbw_gbps"
+SMALL = "small_time_us"
+"""The small sizes' time, keyed by the sweep's range as the average (harness/collectives.py small_time_us)."""
 RANGE_KEYS = ("min_bytes", "max_bytes")
 
 

@@ -44,7 +44,7 @@ from ..errors import HarnessError
 from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
-from .by_size import AVERAGE, SHARED, restrict, sizeless
+from .by_size import AVERAGE, SHARED, SMALL, restrict, sizeless
 from .explained import at_balance, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
@@ -57,6 +57,8 @@ VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status chang
             "not comparable")
 BOOTSTRAP_ROUNDS = 2000
 ACROSS_MACHINES = ("matmul_eff_pct",)
+RANGED = (AVERAGE, SMALL)
+"""A collective's metrics keyed by its sweep's size range: judged against a sweep of the same range only."""
 """Metrics judged even between machines that are not comparable (said so in the reason): the
 efficiency against each machine's own measured matmul rate, where a software slowdown still shows;
 not where its parts' dtypes run at another ratio of rates on the two (harness/probe.py mix_apart)."""
@@ -236,7 +238,7 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
     scope = {(g.platform, g.benchmark) for g in group_records(records)}
     by_size = {k[:3] for k in used if k[3] == SHARED}   # an average of another range: the sizes judged it
     for ref in references:
-        if ref.metric == AVERAGE and (ref.platform, ref.benchmark, _sizeless_key(ref.config)) in by_size:
+        if ref.metric in RANGED and (ref.platform, ref.benchmark, _sizeless_key(ref.config)) in by_size:
             continue
         if (ref.platform, ref.benchmark) in scope and ref.key() not in used:
             verdicts.append(Verdict(ref.platform, ref.benchmark, ref.config, ref.metric, "missing",
@@ -381,13 +383,14 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
 def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) -> list[str]:
     """The metrics a collective group is judged on: avg_busbw_gbps where a reference of its own size range
     applies (a by-size reference of it is then used up silently); else shared_busbw_gbps where a by-size
-    one applies (the average has no counterpart: no 'new' row for it); neither by-size metric otherwise."""
+    one applies (the average has no counterpart: no 'new' row for it, nor for the small sizes' time, which is
+    judged against its own range alone); neither by-size metric otherwise."""
     have = {r.metric for r in applicable}
     if AVERAGE in have:
         used.update(r.key() for r in applicable if r.metric == SHARED)
         return [m for m in metrics if m != SHARED]
     if SHARED in have:
-        return [m for m in metrics if m != AVERAGE]
+        return [m for m in metrics if m not in RANGED]
     return [m for m in metrics if m != SHARED]
 
 
