@@ -16,7 +16,7 @@ import pytest
 from harness.record import validate_record
 
 from ..browser import render
-from ..perf.cluster_model import BenchFailed, ClusterModelCheck
+from ..perf.cluster_model import BenchFailed, ClusterModelCheck, stolen_share
 from .conftest import REPO, BenchRun, night_until_the_machine_holds
 
 pytestmark = pytest.mark.cluster
@@ -151,10 +151,9 @@ LINK_TOLERANCE, and while a row's best is still more than LINK_TOLERANCE low the
 4 MiB are measured again as one more Slurm job across both nodes (~20-30 s), up to LINK_REMEASURES
 times: a stall does not come back row for row, while a link shaped otherwise (or unshaped, or a wrong
 busbw factor) is off in every sweep. A row's best may read lower by the share of the box the hypervisor
-took during its sweep (load.steal_cpus over the CPUs, up to STOLEN_AT_MOST): in CI on 2026-12-03 the host
+took during its sweep (load.steal_cpus over the CPUs, up to 30 %: stolen_share): in CI on 2026-12-03 the host
 took 0.37-0.99 of the 2 CPUs through all four sweeps, and one row's best read 0.0972 (-19 %) in the sweep
 it took 0.37 (18.5 %) of; a link shaped at half the rate still reads 50 % low."""
-STOLEN_AT_MOST = 0.3
 
 
 def _readings(rec: dict) -> dict[tuple[int, str], float]:
@@ -165,12 +164,8 @@ def _readings(rec: dict) -> dict[tuple[int, str], float]:
 
 
 def _stolen(rec: dict) -> float:
-    """The share of the box its hypervisor took while the sweep measured (load.steal_cpus over the CPUs), at
-    most STOLEN_AT_MOST; 0 where the record does not say."""
-    env = rec["environment"]
-    steal = (env.get("load") or {}).get("steal_cpus")
-    cpus = ((env.get("machine") or {}).get("cpu") or {}).get("logical_cpus") or 2
-    return min(STOLEN_AT_MOST, steal / cpus) if isinstance(steal, (int, float)) and steal > 0 else 0.0
+    """The share of the box its hypervisor took while the sweep measured (stolen_share: at most 30 %)."""
+    return stolen_share(rec["environment"])
 
 
 def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluster, tmp_path):

@@ -288,17 +288,24 @@ def steal_cpus(rec: ResultRecord) -> Optional[float]:
 
 STOLEN_AT_MOST_PCT = 30.0
 """The most of the box the hypervisor's steal may widen a bound by, as the link-rate test caps it
-(tests/integration/test_cpu_cluster.py STOLEN_AT_MOST): a model off by more than that still fails."""
+(tests/integration/test_cpu_cluster.py, through stolen_share): a model off by more than that still fails."""
 
 
 def stolen_pct(rec: ResultRecord) -> float:
-    """The share of the box, percent, the hypervisor took while the run measured (steal_cpus over the
-    machine's CPUs), at most STOLEN_AT_MOST_PCT; 0 where the record does not say. A wall time whose
-    CPUs lost a share s reads up to 1/(1-s) longer, so an error read against it moves by about s."""
-    stolen = steal_cpus(rec)
-    cpu = (((rec.environment or {}).get("machine") or {}).get("cpu") or {})
+    """The share of the box, percent, the hypervisor took while the run measured (stolen_share of its
+    environment). A wall time whose CPUs lost a share s reads up to 1/(1-s) longer, so an error read
+    against it moves by about s."""
+    return 100.0 * stolen_share(rec.environment)
+
+
+def stolen_share(env: Optional[dict]) -> float:
+    """The share of the box a record's hypervisor took while it measured (load.steal_cpus over the machine's
+    CPUs), at most STOLEN_AT_MOST_PCT; 0 where the record does not say. The link-rate test reads it too."""
+    stolen = ((env or {}).get("load") or {}).get("steal_cpus")
+    cpu = ((env or {}).get("machine") or {}).get("cpu") or {}
     cpus = cpu.get("usable_cpus") or cpu.get("logical_cpus") or 2
-    return min(STOLEN_AT_MOST_PCT, 100.0 * stolen / cpus) if stolen and stolen > 0 else 0.0
+    ok = isinstance(stolen, (int, float)) and stolen > 0
+    return min(STOLEN_AT_MOST_PCT / 100.0, stolen / cpus) if ok else 0.0
 
 
 def _median_compute(records: list[ResultRecord], run_id: str) -> float:

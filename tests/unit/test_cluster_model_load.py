@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tests.perf import cluster_model
-from tests.perf.cluster_model import STOLEN_AT_MOST_PCT, ClusterModelCheck, Verdict, steal_cpus, stolen_pct
+from tests.perf.cluster_model import STOLEN_AT_MOST_PCT, ClusterModelCheck, Verdict, steal_cpus, stolen_pct, stolen_share
 
 
 def rec(run_id: str, steal=None, kind: str = "training"):
@@ -79,6 +79,7 @@ def test_the_stolen_share_of_the_box_is_steal_over_its_cpus_capped():
     assert stolen_pct(machine_rec("z1", 0.91)) == STOLEN_AT_MOST_PCT == 30.0     # 45.5 %: capped
     assert stolen_pct(machine_rec("z1", 0.5, cpus=8)) == 6.25
     assert stolen_pct(machine_rec("z1", None)) == 0.0 and stolen_pct(rec("z1")) == 0.0
+    assert stolen_share(machine_rec("z1", 0.37).environment) == 0.185                 # the link-rate test's share
 
 
 def test_a_verdicts_bound_widens_on_each_side_by_that_sides_steal():
