@@ -18,7 +18,7 @@ from datetime import date
 
 from contract.metrics import tolerances_for
 
-from .by_size import SHARED, sizeless
+from .by_size import BY_SIZE, sizeless
 from .compare import Group, compare, group_records, load_records, pairing
 from ..errors import HarnessError
 from ..record import ResultRecord
@@ -59,7 +59,7 @@ def status_references(g: Group, today: str, system: str) -> list[Reference]:
                       tolerance.get(metric, tolerance["default"]), status,
                       provenance=Provenance(SOURCE, SOURCE, today, system, env, env.get("suite_commit"),
                                             note="runs: " + ", ".join(r.run_id for r in g.records)))
-            for metric, direction in REFERENCE_METRICS.get(g.kind, {}).items() if metric != SHARED]   # by size: no status
+            for metric, direction in REFERENCE_METRICS.get(g.kind, {}).items() if metric not in BY_SIZE]   # by size: no status
 
 
 def unmatched(old: list[ResultRecord], new: list[ResultRecord]) -> list[Group]:

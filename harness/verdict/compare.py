@@ -44,7 +44,7 @@ from ..errors import HarnessError
 from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
-from .by_size import AVERAGE, SHARED, SMALL, restrict, sizeless
+from .by_size import AVERAGE, BY_SIZE, SHARED, SMALL, restrict, sizeless
 from .explained import at_balance, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
@@ -236,7 +236,7 @@ def compare(records: list[ResultRecord], references: list[Reference], min_sample
         for applicable in pairing(references, g):
             verdicts += judge(g, applicable, min_samples, used)
     scope = {(g.platform, g.benchmark) for g in group_records(records)}
-    by_size = {k[:3] for k in used if k[3] == SHARED}   # an average of another range: the sizes judged it
+    by_size = {k[:3] for k in used if k[3] in BY_SIZE}   # a figure of another range: the sizes judged it
     for ref in references:
         if ref.metric in RANGED and (ref.platform, ref.benchmark, _sizeless_key(ref.config)) in by_size:
             continue
@@ -276,9 +276,9 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
     metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
-    shared = [r for r in applicable if r.metric == SHARED and r.status == "ok"]
-    by_size = restrict(_best(shared, g.config.get(NCCL_KEY)), ok) if shared and ok else None   # once, for both
-    sizes, scope = (by_size.sizes if by_size else []), ""                               # bandwidth metrics
+    narrowed = {m: restrict(_best(refs, g.config.get(NCCL_KEY)), ok) for m in BY_SIZE   # once each: the figures
+                if ok and (refs := [r for r in applicable if r.metric == m and r.status == "ok"])}   # of both kinds
+    scopes: dict[str, str] = {}
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
         ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
@@ -286,16 +286,17 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
             used.add(ref.key())
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]
         units = {r.metrics[metric]["unit"] for r in ok if metric in r.metrics}
-        if metric == SHARED and ref and ref.status == "ok" and ok:   # the sweep's own range has no reference
-            narrowed, samples, scope, _ = by_size   # ref is the best ok by-size reference: the one narrowed
+        if metric in narrowed and ref and ref.status == "ok":   # the sweep's own range has no reference
+            by_size = narrowed[metric]   # of the best ok by-size reference
+            if not by_size.words:   # the runs have no size it takes (a sweep from 1 MiB: no small size)
+                continue
             units = {ref.unit}
-            if narrowed is None:
-                verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", reason=scope,
+            if by_size.reference is None:
+                verdicts.append(Verdict(**base, metric=metric, verdict="insufficient data", reason=by_size.words,
                                         unit=ref.unit, reference=ref.value, tolerance_pct=ref.tolerance_pct,
                                         num_reference_samples=ref.num_samples))
-                scope = ""
                 continue
-            ref = narrowed
+            ref, samples, scopes[metric] = by_size.reference, by_size.samples, by_size.words
         if ref is None:
             compiled_only = metric in COMPILER_METRICS and "compile" not in g.config   # an eager run has none
             if samples or (not ok and not applicable and not compiled_only):   # a known one's status rows say it
@@ -372,26 +373,32 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         diff = environment_diff(ref_env, env)   # named whatever the verdict
         verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,
                                 num_samples=len(samples), environment_diff=diff, **weighed))
-    for v in verdicts:   # which sizes a by-size verdict is of, whatever it says; a bandwidth's figures per size
-        if scope and v.metric == SHARED:
-            v.reason = f"{scope}: {v.reason}"
-        if sizes and v.metric in (SHARED, AVERAGE):
-            v.sizes = sizes
+    for v in verdicts:   # which sizes a by-size verdict is of, whatever it says; its kind's figures per size
+        if v.metric in scopes:
+            v.reason = f"{scopes[v.metric]}: {v.reason}"
+        kind = next((shared for shared, own in BY_SIZE.items() if v.metric in (shared, own)), None)
+        if kind in narrowed and narrowed[kind].sizes:
+            v.sizes = narrowed[kind].sizes
     return verdicts
 
 
 def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) -> list[str]:
-    """The metrics a collective group is judged on: avg_busbw_gbps where a reference of its own size range
-    applies (a by-size reference of it is then used up silently); else shared_busbw_gbps where a by-size
-    one applies (the average has no counterpart: no 'new' row for it, nor for the small sizes' time, which is
-    judged against its own range alone); neither by-size metric otherwise."""
+    """The metrics a collective group is judged on, per pair of a range's metric and its by-size one (BY_SIZE):
+    the range's (avg_busbw_gbps, small_time_us) where a reference of its own size range applies (a by-size
+    reference of it is then used up silently); else the by-size one (shared_busbw_gbps, shared_small_time_us)
+    where it applies (the range's has no counterpart: no 'new' row for it); neither by-size metric otherwise.
+    Another range's references without a by-size time (made before it) judge no small time, nor call it new."""
     have = {r.metric for r in applicable}
-    if AVERAGE in have:
-        used.update(r.key() for r in applicable if r.metric == SHARED)
-        return [m for m in metrics if m != SHARED]
-    if SHARED in have:
-        return [m for m in metrics if m not in RANGED]
-    return [m for m in metrics if m != SHARED]
+    drop = set()
+    for shared, own in BY_SIZE.items():
+        if own in have:
+            used.update(r.key() for r in applicable if r.metric == shared)
+            drop.add(shared)
+        else:
+            drop.add(own if shared in have else shared)
+    if SHARED in have and AVERAGE not in have:
+        drop.add(SMALL)
+    return [m for m in metrics if m not in drop]
 
 
 def load_records(paths: list[str]) -> list[ResultRecord]:

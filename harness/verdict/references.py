@@ -27,7 +27,7 @@ from ..config.schema import REPO_ROOT, TEACHER_SHAPE_FIELDS, ZeroConfig, grad_ac
 from ..errors import HarnessError
 from ..probe import pooled
 from ..record import ResultRecord
-from .by_size import SHARED, as_stored, busbw_by_size, sizeless
+from .by_size import PER_SIZE, as_stored, sizeless
 from .compiled import cold
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
@@ -79,8 +79,9 @@ class Reference:
     samples: tuple[float, ...] = field(default_factory=tuple)
     provenance: Optional[Provenance] = None
     by_size: tuple[dict[str, float], ...] = ()
-    """A shared_busbw_gbps reference's runs, one per sample: {size in bytes: busbw}, what harness/verdict/by_size.py
-    narrows to the sizes a run shares with it. Empty for every other metric (and absent from its file entry)."""
+    """A by-size reference's runs, one per sample: {size in bytes: busbw} of shared_busbw_gbps, {size: time in us}
+    of shared_small_time_us (the sizes up to 64 KiB), what harness/verdict/by_size.py narrows to the sizes a run
+    shares with it. Empty for every other metric (and absent from its file entry)."""
 
     @property
     def num_samples(self) -> int:
@@ -353,14 +354,15 @@ def references_from_records(records: list[ResultRecord], *, source: str, submitt
                 refs.append(made(platform, benchmark, json.loads(config), metric, recs, samples,
                                  recs[0].metrics[metric]["unit"]))
     shared: dict[tuple, list[tuple[ResultRecord, dict[int, float]]]] = {}   # by size: runs of every range pooled
-    for (platform, benchmark, config, kind), recs in groups.items():
-        for rec in recs:
-            sizes = busbw_by_size(rec) if kind == "collective" else {}
-            if sizes:
-                key = (platform, benchmark, json.dumps(sizeless(json.loads(config)), sort_keys=True))
-                shared.setdefault(key, []).append((rec, sizes))
-    for (platform, benchmark, config), runs in sorted(shared.items()):
-        refs.append(made(platform, benchmark, json.loads(config), SHARED, [r for r, _ in runs],
-                         tuple(sum(d.values()) / len(d) for _, d in runs), unit_of(SHARED),
+    for metric, (of, _, _) in PER_SIZE.items():
+        for (platform, benchmark, config, kind), recs in groups.items():
+            for rec in recs:
+                sizes = of(rec) if kind == "collective" else {}
+                if sizes:
+                    key = (platform, benchmark, json.dumps(sizeless(json.loads(config)), sort_keys=True), metric)
+                    shared.setdefault(key, []).append((rec, sizes))
+    for (platform, benchmark, config, metric), runs in sorted(shared.items()):
+        refs.append(made(platform, benchmark, json.loads(config), metric, [r for r, _ in runs],
+                         tuple(sum(d.values()) / len(d) for _, d in runs), unit_of(metric),
                          tuple(as_stored(d) for _, d in runs)))
     return refs

@@ -38,7 +38,7 @@ from ..errors import HarnessError
 from ..provenance import CONTENT_PREFIX, suite_identity
 from ..record import ResultRecord, validate_record, write_json_atomic
 from . import imported
-from .by_size import AVERAGE, SHARED, sizeless
+from .by_size import AVERAGE, BY_SIZE, sizeless
 from .record_files import none_found, read_json, record_files
 from .references import (REFERENCE_DIR, SCHEMA_VERSION, Reference, record_config, references_from_records,
                          validate_reference_file)
@@ -360,7 +360,7 @@ def another_range(shared: Reference, new: list[Reference], index: dict[tuple, in
     range's avg_busbw_gbps is new to the file (by_size.py pools every range's runs into one)."""
     twins = [r for r in new if r.metric == AVERAGE and r.platform == shared.platform
              and r.benchmark == shared.benchmark and sizeless(r.config) == shared.config]
-    return shared.metric == SHARED and bool(twins) and not any(r.key() in index for r in twins)
+    return shared.metric in BY_SIZE and bool(twins) and not any(r.key() in index for r in twins)
 
 
 def pool(old: Reference, new: Reference) -> Reference:

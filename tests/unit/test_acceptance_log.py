@@ -9,7 +9,7 @@ import pytest
 from unit_helpers import REPO_ROOT
 
 from harness.__main__ import main
-from harness.verdict.by_size import AVERAGE, SHARED, SMALL
+from harness.verdict.by_size import AVERAGE, SHARED, SHARED_SMALL, SMALL
 from harness.verdict.compare import compare, load_records
 from harness.verdict.references import load_references
 from test_by_size import narrowed_output
@@ -57,7 +57,7 @@ def test_an_acceptance_log_becomes_the_reference_and_tonights_range_is_judged_by
     rc, out, _ = submit(capsys, log, "--reference-file", str(table), "--min-repeats", "1")
     assert rc == 0, out
     refs = load_references([table])
-    assert sorted(r.metric for r in refs) == [AVERAGE, SHARED, SMALL]
+    assert sorted(r.metric for r in refs) == [AVERAGE, SHARED, SHARED_SMALL, SMALL]
     (shared,) = [r for r in refs if r.metric == SHARED]
     assert shared.provenance.source == "imported nccl-tests output"
     assert shared.provenance.system == ("8 x NVIDIA H100 80GB HBM3 on h100-node-01, NCCL 2.18.5: "
@@ -123,7 +123,8 @@ def test_the_suites_sweep_with_a_probe_is_judged_by_the_machine_the_log_names(ac
     machine = json.loads(H100_RECORD.read_text(encoding="utf-8"))["environment"]["machine"]
     rec.environment["machine"] = {**machine, "gpus": machine["gpus"] * gpus}
     rec.environment.update(python="3.12.3", torch="2.11.0+cu130", suite_commit="abc", host="node", world_size=8)
-    (v,) = compare([rec], load_references([table]), min_samples=1)
+    v, small = compare([rec], load_references([table]), min_samples=1)   # busbw, and the small sizes' time
+    assert (v.metric, small.metric) == (SHARED, SHARED_SMALL) and small.verdict == ("pass" if judged else v.verdict)
     if judged:
         assert v.verdict == "regression"
         assert "the reference names its machine only (8 x NVIDIA H100 80GB HBM3, a saved output's; no probe)" in v.reason

@@ -15,9 +15,11 @@ from unit_helpers import REPO_ROOT
 
 from contract.metrics import tolerances_for
 from harness.__main__ import main
+from harness.collectives import SMALL_BYTES, Row, small_time_us
 from harness.record import ResultRecord, validate_record
 from harness.verdict.ab import against
-from harness.verdict.by_size import AVERAGE, SHARED, busbw_by_size, restrict, size_text, sizeless
+from harness.verdict.by_size import (AVERAGE, BY_SIZE, SHARED, SHARED_SMALL, SMALL, busbw_by_size, restrict,
+                                     size_text, sizeless)
 from harness.verdict.compare import compare
 from harness.verdict.references import Reference, references_from_records, validate_reference_file
 
@@ -27,18 +29,25 @@ TEMPLATE = (REPO_ROOT / "reference_results" / "sources" / "cluster-scale" / "202
 """A real built-in all_reduce record (3 gloo ranks): its environment and config carry the sweeps below."""
 
 
-def sweep(run_id: str, busbw: dict[int, float], min_bytes: int, max_bytes: int) -> ResultRecord:
-    """The template record as a sweep of min_bytes..max_bytes whose sizes read `busbw` (both placements)."""
+def sweep(run_id: str, busbw: dict[int, float], min_bytes: int, max_bytes: int, late: float = 1.0) -> ResultRecord:
+    """The template record as a sweep of min_bytes..max_bytes whose sizes read `busbw` (both placements) and
+    take 10 us each up to 64 KiB (`late` times that), and its metrics as harness/record.py makes them."""
     d = json.loads(TEMPLATE.read_text(encoding="utf-8"))
     d["run_id"] = run_id
     d["config"]["collective"].update(min_bytes=min_bytes, max_bytes=max_bytes)
     row = d["rows"][0]
     d["rows"] = []
     for size, bw in sorted(busbw.items()):
-        placement = {"time_us": 1.0, "algbw_gbps": bw, "busbw_gbps": bw, "num_wrong": 0}
+        us = 10.0 * late if size <= SMALL_BYTES else 1e3
+        placement = {"time_us": us, "algbw_gbps": bw, "busbw_gbps": bw, "num_wrong": 0}
         d["rows"].append({**copy.deepcopy(row), "size_bytes": size, "count": size // 4,
-                          "out_of_place": placement, "in_place": {**placement, "busbw_gbps": bw * 1.02}})
+                          "out_of_place": placement, "in_place": {**placement, "busbw_gbps": bw * 1.02,
+                                                                   "time_us": us * 1.02}})
     d["metrics"]["avg_busbw_gbps"]["value"] = sum(busbw.values()) / len(busbw) * 1.01
+    small = small_time_us([Row.from_dict(r) for r in d["rows"]])
+    if small is not None:
+        d["metrics"]["small_time_us"] = {"value": small, "unit": "us", "mode": "throughput",
+                                         "n": sum(1 for s in busbw if s <= SMALL_BYTES)}
     assert validate_record(d) == []
     return ResultRecord.from_dict(d)
 
@@ -68,7 +77,7 @@ def test_a_size_is_the_mean_of_its_placements_and_a_reference_keeps_every_run_by
     data = {"schema_version": "1.0", "references": [r.to_dict() for r in refs_of(runs)]}
     assert validate_reference_file(json.loads(json.dumps(data))) == []
     assert Reference.from_dict(json.loads(json.dumps(shared.to_dict()))) == shared
-    assert all("by_size" not in r.to_dict() for r in refs_of(runs) if r.metric != SHARED)   # older entries as they were
+    assert all("by_size" not in r.to_dict() for r in refs_of(runs) if r.metric not in BY_SIZE)   # older entries as they were
     broken = json.loads(json.dumps(data))
     broken["references"][-1]["by_size"].pop()
     assert any("2 runs in by_size but 3 samples" in p for p in validate_reference_file(broken))
@@ -87,8 +96,8 @@ def test_a_sweep_of_another_range_is_judged_over_the_shared_sizes_and_the_slowdo
     new = [sweep(f"new{i}", curve(1024, 1 << 20, scale=1 - 0.01 * i, slow_from=1 << 16, slow=0.4), 1024, 1 << 20)
            for i in range(3)]
     verdicts = compare(new, refs_of(old))
-    assert {v.metric for v in verdicts} == {SHARED}   # no 'new' average, no 'missing' one of the other range
-    (v,) = verdicts
+    assert {v.metric for v in verdicts} == {SHARED, SHARED_SMALL}   # no 'new' range metric, no 'missing' one
+    (v,) = [v for v in verdicts if v.metric == SHARED]
     assert v.verdict == "regression", v.reason
     assert re.match(r"over the 6 sizes \(1K-1M\) both ran, busbw from 0\.\d\dx the reference's at (64K|256K|1M) "
                     r"to 0\.9\dx at (1K|4K): gain -5\d\.\d% against", v.reason), v.reason
@@ -101,7 +110,7 @@ def test_the_same_range_keeps_its_average_verdict_and_uses_the_by_size_reference
     old = [sweep(f"old{i}", curve(1024, 1 << 20, scale=1 + 0.01 * i), 1024, 1 << 20) for i in range(3)]
     new = [sweep(f"new{i}", curve(1024, 1 << 20, scale=1 - 0.01 * i), 1024, 1 << 20) for i in range(3)]
     verdicts = compare(new, refs_of(old))
-    assert [(v.metric, v.verdict) for v in verdicts] == [(AVERAGE, "pass")]
+    assert [(v.metric, v.verdict) for v in verdicts] == [(AVERAGE, "pass"), (SMALL, "pass")]
 
 
 def test_sizes_that_do_not_meet_are_insufficient_data_naming_both_ranges():
@@ -137,10 +146,11 @@ def test_restrict_takes_only_sizes_every_run_of_both_sides_has():
 ROW = re.compile(r"^(\s+)(\d+)(\s+\d+\s+\S+\s+\S+\s+-?\d+\s+)(.*)$")
 
 
-def narrowed_output(lo: int, hi: int, slow_from: int, slow: float) -> str:
-    """new_all_reduce.txt (-b 8 -e 1G -f 4) as a run of -b lo -e hi whose busbw is `slow`x from slow_from on."""
+def narrowed_output(lo: int, hi: int, slow_from: int, slow: float, source: str = "new_all_reduce.txt") -> str:
+    """new_all_reduce.txt (-b 8 -e 1G -f 4), or another output of that sweep, as a run of -b lo -e hi whose busbw
+    is `slow`x from slow_from on."""
     lines, kept = [], []
-    for line in (DATA / "new_all_reduce.txt").read_text(encoding="utf-8").splitlines():
+    for line in (DATA / source).read_text(encoding="utf-8").splitlines():
         m = ROW.match(line)
         if line.startswith("$ "):
             line = line.replace("-b 8 -e 1G", f"-b {lo} -e {hi}")
@@ -175,7 +185,8 @@ def test_tonights_nccl_tests_run_against_the_acceptance_log_is_judged_by_size(tm
     verdicts, left = against([str(tmp_path / "tonight-records")], [str(tmp_path / "acceptance-records")],
                              min_samples=1)
     assert left == ""   # the acceptance log is paired, by size
-    (v,) = verdicts
+    assert [v.metric for v in verdicts] == [SHARED, SHARED_SMALL]
+    v = verdicts[0]
     assert (v.metric, v.verdict) == (SHARED, "regression"), v.reason
     assert v.reason.startswith("over the 9 sizes (2K-128M) both ran, busbw from 0.50x the reference's at 8M to "
                                "1.00x at 2K: gain -41.4% against 156.576 GB/s"), v.reason
@@ -209,8 +220,11 @@ def test_compare_sizes_prints_the_figures_behind_the_verdict_and_json_carries_th
     busbw = busbw_by_size(json_record(old, "old0"))[1 << 20]   # all_reduce on 3 ranks: 2(n-1)/n = 4/3
     assert ref_us == pytest.approx((1 << 20) * (4 / 3) / (busbw * 1e3), rel=1e-3)
     assert re.search(r"^1K +\S+ +\S+ +1\.000x", out, re.M)
+    assert re.search(r"pass on shared_small_time_us; by message size\nsize +time us now +OLD +now/OLD\n", out), out
+    assert re.search(r"^64K +10\.1 +10\.1 +1\.000x *$", out, re.M), out   # each size's time as the rows carry it
     main(["compare", new, "--against", old, "--json"])
-    (v,) = json.loads(capsys.readouterr().out)
+    v, small = json.loads(capsys.readouterr().out)
+    assert small["sizes"][0] == {"size_bytes": 1024, "now_us": 10.1, "reference_us": 10.1}
     assert [f["size_bytes"] for f in v["sizes"]] == sorted(curve(1024, 1 << 20))
     main(["compare", new, "--reference", str(REPO_ROOT / "reference_results" / "cpu.json"), "--sizes"])
     assert "no collective result has a by-size reference to show" in capsys.readouterr().out
@@ -224,7 +238,8 @@ def test_the_nightly_baseline_judges_a_night_of_another_range_by_size():
     earlier = [(f"night{i}", sweep(f"n{i}", curve(1024, 1 << 22, scale=1 + i / 100), 1024, 1 << 22)) for i in range(3)]
     refs = baseline_references(earlier, "cpu-cluster", ["night0", "night1", "night2"])
     tonight = [sweep(f"t{i}", curve(1024, 1 << 24, slow_from=1 << 20, slow=0.5), 1024, 1 << 24) for i in range(3)]
-    (v,) = compare(tonight, refs)
+    v, small = compare(tonight, refs)
+    assert (small.metric, small.verdict) == (SHARED_SMALL, "pass"), small.reason
     assert (v.metric, v.verdict) == (SHARED, "regression"), v.reason
     assert v.reason.startswith("over the 7 sizes (1K-4M) both ran")
 
@@ -237,7 +252,7 @@ def test_the_nightly_report_shows_the_sizes_of_a_collectives_change():
     earlier = [(f"night{i}", sweep(f"n{i}", curve(1024, 1 << 22, scale=1 + i / 100), 1024, 1 << 22)) for i in range(3)]
     tonight = [sweep(f"t{i}", curve(1024, 1 << 22, slow_from=1 << 20, slow=0.5), 1024, 1 << 22) for i in range(3)]
     verdicts = compare(tonight, baseline_references(earlier, "cpu-cluster", ["night0", "night1", "night2"]))
-    assert [(v.metric, v.verdict) for v in verdicts] == [(AVERAGE, "regression")]   # its own range: the average
+    assert [(v.metric, v.verdict) for v in verdicts] == [(AVERAGE, "regression"), (SMALL, "pass")]   # its own range
     text = nightly_markdown("cpu-cluster", "2026-12-03", {"baseline": verdicts}, tonight)
     assert "**cpu-cluster/all_reduce (" in text and "): regression on avg_busbw_gbps; by message size**" in text
     assert re.search(r"^\| 4M \| \S+ \| \S+ \| 0\.50x \|", text, re.M), text
