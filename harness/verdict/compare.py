@@ -223,10 +223,12 @@ def run_dtypes(g: Group) -> Optional[list[str]]:
     return _dtypes(g.records, "matmul_eff_pct") or None
 
 
-def _best(refs: list[Reference], nccl: Optional[dict]) -> Reference:
-    """The reference that applies best: one of the run's own NCCL settings first, else one of the
-    platform's (none of its own), then the most specific (the largest configuration)."""
-    return max(refs, key=lambda r: (r.config.get(NCCL_KEY) == nccl, NCCL_KEY not in r.config, len(r.config)))
+def _best(refs: list[Reference], nccl: Optional[dict], judges=lambda r: True) -> Reference:
+    """The reference that applies best: one whose machine can judge the run (`judges`: of a platform's boxes of
+    two kinds, each references its own: submit.py) first, then one of the run's own NCCL settings, else one of
+    the platform's (none of its own), then the most specific (the largest configuration)."""
+    return max(refs, key=lambda r: (judges(r), r.config.get(NCCL_KEY) == nccl, NCCL_KEY not in r.config,
+                                    len(r.config)))
 
 
 def compare(records: list[ResultRecord], references: list[Reference], min_samples: int = 2) -> list[Verdict]:
@@ -276,12 +278,14 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
     metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
-    narrowed = {m: restrict(_best(refs, g.config.get(NCCL_KEY)), ok) for m in BY_SIZE   # once each: the figures
-                if ok and (refs := [r for r in applicable if r.metric == m and r.status == "ok"])}   # of both kinds
+    def judges(ref: Reference) -> bool:   # the reference's machine can judge this run's (cross_machine.apart)
+        return not apart(ref.provenance and ref.provenance.environment, env, ref.platform, g.platform, dtypes)
+    narrowed = {m: restrict(_best(refs, g.config.get(NCCL_KEY), judges), ok) for m in BY_SIZE   # once each: the
+                if ok and (refs := [r for r in applicable if r.metric == m and r.status == "ok"])}   # figures
     scopes: dict[str, str] = {}
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
-        ref = _best(refs, g.config.get(NCCL_KEY)) if refs else None
+        ref = _best(refs, g.config.get(NCCL_KEY), judges) if refs else None
         if ref:
             used.add(ref.key())
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]

@@ -29,6 +29,7 @@ from ..probe import pooled
 from ..record import ResultRecord
 from .by_size import PER_SIZE, as_stored, sizeless
 from .compiled import cold
+from .cross_machine import machine_name
 
 REFERENCE_DIR = REPO_ROOT / "reference_results"
 SCHEMA_PATH = REPO_ROOT / "schemas" / "reference.schema.json"
@@ -90,6 +91,16 @@ class Reference:
     def key(self) -> tuple:
         return (self.platform, self.benchmark, json.dumps(self.config, sort_keys=True), self.metric)
 
+    def machine(self) -> str:
+        """The machine it was measured on, in cross_machine.machine_name's words ('AMD EPYC (2 CPUs, AVX2)',
+        'H100 80GB HBM3'; the platform's name where its fingerprint does not say): a platform's boxes of two
+        kinds (the same CPU name with and without AVX-512) each keep their own reference of a key."""
+        return machine_name(self.provenance.environment if self.provenance else None, self.platform)
+
+    def identity(self) -> tuple:
+        """What a reference file holds once: the key on one machine."""
+        return (*self.key(), self.machine())
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["samples"] = list(self.samples)
@@ -130,9 +141,10 @@ def validate_reference_file(data: Any) -> list[str]:
             problems.append(f"references/{i}: provenance.inferred names {unknown}, which the config does not have")
     seen: dict[tuple, int] = {}
     for i, entry in enumerate(data["references"]):
-        key = Reference.from_dict(entry).key()
+        key = Reference.from_dict(entry).identity()
         if key in seen:
-            problems.append(f"references/{i}: same platform, benchmark, config and metric as references/{seen[key]}")
+            problems.append(f"references/{i}: same platform, benchmark, config, metric and machine as "
+                            f"references/{seen[key]}")
         seen[key] = i
     return problems
 

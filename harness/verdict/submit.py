@@ -5,8 +5,10 @@ fingerprint, units, finite and sane values, known platform, one platform, enough
 configuration), and lists every problem at once; a rejected submission writes nothing. Accepted
 records are aggregated (harness.verdict.references.references_from_records: the median, every run as a
 sample) and merged into the platform's reference file under an exclusive lock, written atomically.
-An existing reference (same platform, benchmark, config and metric) is replaced only with
---replace --reason; the old value, samples, source and date go into the new entry's note.
+An existing reference (same platform, benchmark, config and metric, measured on the same machine) is replaced
+only with --replace --reason; the old value, samples, source and date go into the new entry's note. Records of
+another machine of the platform (cross_machine.machine_name: the same CPU name with AVX-512 where the table's
+has AVX2 only) are added beside the table's, each machine's judging its own runs (compare.judge).
 Records that name a wrong suite commit (a copy of the suite run inside another repository, made
 before suite_identity knew it) are submitted with --suite-commit SHA --why TEXT: a commit of this
 checkout's history, written into each entry's provenance with what the records said and why; the
@@ -65,12 +67,15 @@ class Change:
     """'added', 'replaced' or 'pooled into' (a by-size reference's runs, harness/verdict/by_size.py)."""
     reference: Reference
     path: Path
+    beside: tuple[str, ...] = ()
+    """The machines whose references of the same key the table keeps beside an added one."""
 
     def line(self) -> str:
         r = self.reference
         config = ",".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(r.config.items()))
+        beside = f" (on {r.machine()}, beside the reference of {', '.join(self.beside)})" if self.beside else ""
         return (f"{self.action} {r.platform} {r.benchmark} [{config}] {r.metric} = {r.value:.6g} {r.unit} "
-                f"(median of {r.num_samples}) -> {self.path}")
+                f"(median of {r.num_samples}){beside} -> {self.path}")
 
 
 def _get(data: Any, *path: str) -> Any:
@@ -273,25 +278,30 @@ def _read_reference_file(path: Path, platform: str) -> dict[str, Any]:
 
 def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool,
            reason: Optional[str]) -> list[Change]:
-    index = {Reference.from_dict(e).key(): i for i, e in enumerate(data["references"])}
+    held = [Reference.from_dict(e) for e in data["references"]]
+    index = {r.identity(): i for i, r in enumerate(held)}   # a key on one machine
+    machines: dict[tuple, list[str]] = {}
+    for r in held:
+        machines.setdefault(r.key(), []).append(r.machine())
     taken: dict[str, list[str]] = {}   # one line per configuration, its metrics listed (not a line per metric)
-    pooled = set() if replace else {r.key() for r in new if r.key() in index and another_range(r, new, index)}
+    pooled = set() if replace else {r.identity() for r in new if r.identity() in index and another_range(r, new, index)}
     for r in new:
-        if r.key() in index and r.key() not in pooled:
-            taken.setdefault(f"{r.platform} {r.benchmark} {json.dumps(r.config, sort_keys=True)}", []).append(r.metric)
+        if r.identity() in index and r.identity() not in pooled:
+            taken.setdefault(f"{r.platform} {r.benchmark} {json.dumps(r.config, sort_keys=True)} measured on "
+                             f"{r.machine()}", []).append(r.metric)
     refused = [f"{path}: already has {what} ({', '.join(metrics)}); pass --replace --reason '...' to replace "
                f"{'them' if len(metrics) > 1 else 'it'}" for what, metrics in taken.items()]
     if refused and not replace:
         raise SubmissionRejected(refused)
     changes = []
     for ref in new:
-        i = index.get(ref.key())
+        i = index.get(ref.identity())
         if i is None:
             data["references"].append(ref.to_dict())
-            changes.append(Change("added", ref, path))
+            changes.append(Change("added", ref, path, tuple(machines.get(ref.key(), ()))))
             continue
         old = Reference.from_dict(data["references"][i])
-        if ref.key() in pooled:   # a sweep of another range: its runs join the by-size reference's
+        if ref.identity() in pooled:   # a sweep of another range: its runs join the by-size reference's
             ref = pool(old, ref)
             data["references"][i] = ref.to_dict()
             changes.append(Change("pooled into", ref, path))
@@ -360,7 +370,7 @@ def another_range(shared: Reference, new: list[Reference], index: dict[tuple, in
     range's avg_busbw_gbps is new to the file (by_size.py pools every range's runs into one)."""
     twins = [r for r in new if r.metric == AVERAGE and r.platform == shared.platform
              and r.benchmark == shared.benchmark and sizeless(r.config) == shared.config]
-    return shared.metric in BY_SIZE and bool(twins) and not any(r.key() in index for r in twins)
+    return shared.metric in BY_SIZE and bool(twins) and not any(r.identity() in index for r in twins)
 
 
 def pool(old: Reference, new: Reference) -> Reference:

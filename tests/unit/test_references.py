@@ -111,7 +111,7 @@ def good_entry(**changes):
     ([good_entry(status="oom", value=3.0)], "value"),
     ([good_entry(direction="up")], "direction"),
     ([good_entry(num_samples=3)], "num_samples=3 but 2 samples"),
-    ([good_entry(), good_entry()], "same platform, benchmark, config and metric"),
+    ([good_entry(), good_entry()], "same platform, benchmark, config, metric and machine"),
     ([{k: v for k, v in good_entry().items() if k != "provenance"}], "provenance"),
     ([good_entry(provenance={"source": "s"})], "submitter"),
 ])
