@@ -1,0 +1,116 @@
+"""One reference of a key per machine (harness/verdict/references.py Reference.identity): the cpu platform's
+CI boxes are 2-core EPYCs of two kinds, AVX2 only and AVX-512, which the capability probe tells apart, so each
+keeps its own references in cpu.json; submit adds the second machine's beside the first's, and compare judges
+a run by the one whose machine can judge it. Real records: the AVX-512 EPYC's three default-cpu suites of
+2026-12-03 (reference_results/sources/cpu-avx512-epyc/), the AVX2 EPYC's references of 2026-11-26."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from unit_helpers import REPO_ROOT
+
+from harness.__main__ import main
+from harness.record import ResultRecord
+from harness.verdict.compare import compare
+from harness.verdict.references import Reference, load_references, validate_reference_file
+
+SHIPPED = REPO_ROOT / "reference_results" / "cpu.json"
+RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-avx512-epyc" / "2026-12-03"
+AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
+
+
+def shipped() -> list[Reference]:
+    return load_references([SHIPPED])
+
+
+def records(suite: str = "s3") -> list[ResultRecord]:
+    return [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
+            for p in sorted((RUNS / suite).glob("*.json")) if p.name != "suite.json"]
+
+
+def avx2_table(tmp_path: Path) -> Path:
+    """cpu.json as it was before the AVX-512 box's submission: the AVX2 box's references alone."""
+    data = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    data["references"] = [e for e in data["references"] if Reference.from_dict(e).machine() == AVX2]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
+
+
+def test_the_shipped_table_keeps_each_keys_reference_of_both_epycs():
+    refs = shipped()
+    by_machine: dict[str, set] = {}
+    for r in refs:
+        by_machine.setdefault(r.machine(), set()).add(r.key())
+    assert sorted(by_machine) == [AVX2, AVX512]
+    assert by_machine[AVX2] < by_machine[AVX512]   # every AVX2 key, and the collectives' newer metrics
+    assert {k[3] for k in by_machine[AVX512] - by_machine[AVX2]} == {
+        "small_time_us", "shared_busbw_gbps", "shared_small_time_us"}
+    assert validate_reference_file(json.loads(SHIPPED.read_text(encoding="utf-8"))) == []
+
+
+def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again_refused(tmp_path, capsys):
+    table = avx2_table(tmp_path)
+    before = {Reference.from_dict(e).identity(): e for e in json.loads(table.read_text())["references"]}
+    args = ["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
+            "--submitter", "ops"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert (f"samples_per_s = 29.3608 samples/s (median of 3) (on {AVX512}, beside the reference of {AVX2}) -> "
+            in out), out
+    assert "shared_small_time_us = 814.109 us (median of 3) -> " in out   # a key new to the table: added alone
+    after = json.loads(table.read_text())
+    assert validate_reference_file(after) == []
+    got = {Reference.from_dict(e).identity() for e in after["references"]}
+    assert got == {r.identity() for r in shipped()}   # what cpu.json holds
+    assert all(e == before[Reference.from_dict(e).identity()] for e in after["references"]
+               if Reference.from_dict(e).machine() == AVX2)   # the first machine's untouched
+    text = table.read_text()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"already has cpu llama-tiny" in err and f"measured on {AVX512} (" in err and "--replace" in err
+    assert table.read_text() == text   # nothing written
+    assert main([*args, "--replace", "--reason", "rerun"]) == 0
+    assert "replaced cpu llama-tiny" in capsys.readouterr().out
+    again = json.loads(table.read_text())["references"]
+    assert all(e == before[Reference.from_dict(e).identity()] for e in again
+               if Reference.from_dict(e).machine() == AVX2)   # --replace replaces that machine's alone
+
+
+def test_a_run_is_judged_by_its_own_machines_reference_and_the_others_are_not_missing():
+    refs = shipped()
+    verdicts = compare(records(), refs)
+    assert verdicts and not [v for v in verdicts if v.verdict in ("not comparable", "missing", "new")], \
+        [(v.metric, v.verdict, v.reason) for v in verdicts if v.verdict != "pass"]
+    own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value for r in refs if r.machine() == AVX512}
+    assert all(v.reference == own[(v.benchmark, json.dumps(v.config, sort_keys=True), v.metric)] for v in verdicts)
+
+
+def test_a_run_on_the_other_box_is_judged_by_that_boxs_reference():
+    """The same records as if measured on the AVX2 EPYC (its fingerprint, probe and all): judged by the AVX2
+    references, which the AVX-512 ones do not stand in for."""
+    refs = shipped()
+    env = next(r.provenance.environment for r in refs if r.machine() == AVX2 and r.benchmark == "llama-tiny")
+    moved = [ResultRecord.from_dict({**r.to_dict(), "environment": env}) for r in records()]
+    verdicts = [v for v in compare(moved, refs) if v.metric == "samples_per_s"]
+    theirs = {json.dumps(r.config, sort_keys=True): r.value for r in refs
+              if r.machine() == AVX2 and r.metric == "samples_per_s"}
+    assert len(verdicts) == 7 and all(v.reference == theirs[json.dumps(v.config, sort_keys=True)] for v in verdicts)
+    assert all(v.verdict != "not comparable" for v in verdicts), [v.reason for v in verdicts]
+
+
+def test_a_table_with_one_key_twice_on_one_machine_is_refused_by_name():
+    data = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    data["references"].append(data["references"][0])
+    problems = validate_reference_file(data)
+    assert problems == [f"references/{len(data['references']) - 1}: same platform, benchmark, config, metric and "
+                        "machine as references/0"]
+
+
+@pytest.mark.parametrize("suite", ["s1", "s2", "s3"])
+def test_each_submitted_suite_is_whole_and_of_one_commit(suite):
+    recs = records(suite)
+    assert len(recs) == 11 and all(r.status == "ok" for r in recs)
+    assert {r.environment["suite_commit"] for r in recs} == {"210421681eb0156eb42c208422f0b8c2b4516f04-dirty"}
