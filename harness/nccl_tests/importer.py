@@ -17,6 +17,7 @@ from ..collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from ..config.schema import REPO_ROOT, BenchConfig
 from ..errors import HarnessError
 from ..launch.local import LaunchResult
+from .cycles import split_cycles
 from .infer import RATIO
 from .json_format import parse_file
 from .output import ParsedOutput
@@ -26,14 +27,15 @@ from ..verdict.record_files import load_record
 
 # --- records ----------------------------------------------------------------------------------
 
-def _status(p: ParsedOutput) -> tuple[str, Optional[str]]:
+def _status(p: ParsedOutput, cycle: Optional[tuple[int, int]] = None) -> tuple[str, Optional[str]]:
     reasons = []
     if not p.complete:
-        why = f"output cut short after {len(p.rows)} complete rows"
+        why = (f"cycle {cycle[0]} of {cycle[1]} cut short after {len(p.rows)} complete rows" if cycle
+               else f"output cut short after {len(p.rows)} complete rows")
         if p.num_dropped_rows:
             why += f" ({p.num_dropped_rows} incomplete dropped)"
         why += f": {p.failures[0]}" if p.failures else ""
-        if p.avg_busbw_gbps is None and p.rows:
+        if p.avg_busbw_gbps is None and p.rows and not cycle:
             why += ("; no \"Avg bus bandwidth\" footer: avg_busbw_gbps is the mean busbw of those rows "
                     "as printed")
         reasons.append(why)
@@ -51,10 +53,11 @@ def _status(p: ParsedOutput) -> tuple[str, Optional[str]]:
     return ("error", "; ".join(reasons)) if reasons else ("ok", None)
 
 
-def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
-                        source_file: str) -> ResultRecord:
-    """One collective record (harness.record.collective_record) of a parsed output."""
-    status, reason = _status(parsed)
+def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str, source_file: str,
+                        cycle: Optional[tuple[int, int]] = None) -> ResultRecord:
+    """One collective record (harness.record.collective_record) of a parsed output, or of one of its run
+    cycles (`cycle`: (i, k), the i-th of k: harness/nccl_tests/cycles.py)."""
+    status, reason = _status(parsed, cycle)
     models = sorted(set(parsed.devices))
     # what the output cannot say (python, torch, the driver, the image, the suite commit) stays None
     env = build(IMPORTED_FIELDS, cuda=parsed.cuda_version, nccl=parsed.nccl_version,
@@ -69,6 +72,8 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
               "printed_avg_busbw_gbps": parsed.avg_busbw_gbps, "out_of_bounds": parsed.out_of_bounds,
               "num_dropped_rows": parsed.num_dropped_rows, "failures": parsed.failures,
               "error_values": [asdict(e) for e in parsed.errors]}
+    if cycle:   # not in the record's key (references.imported_key): the cycles are runs of one configuration
+        config["run_cycle"] = {"cycle": cycle[0], "of": cycle[1]}
     smoke = parsed.num_ranks == 1   # one GPU: nccl-tests prints busbw 0 (all_reduce) or algbw; no bus exists
     rows = [r if not smoke else Row(r.size_bytes, r.count, r.dtype, r.redop, r.root,
                                     *(None if pl is None else Placement.smoke(pl.time_us, pl.num_wrong)
@@ -81,10 +86,12 @@ def records_from_output(parsed: ParsedOutput, *, run_id: str, platform: str,
         source="nccl-tests-json" if parsed.layout == "json" else "nccl-tests", wall_s=parsed.wall_s or 0.0,
         smoke_reason=SMOKE_REASON if smoke else None)
     if record.metrics:  # nccl-tests' own figure (unrounded busbw); the printed rows' mean only without it
-        printed = parsed.avg_busbw_gbps is not None
+        printed = parsed.avg_busbw_gbps is not None and not cycle   # a cycle's: its rows' (the footer's is all)
         record.metrics["avg_busbw_gbps"] = measured(
             "avg_busbw_gbps", parsed.avg_busbw_gbps if printed else avg_busbw_gbps(rows), "throughput", n=len(rows),
-            source="nccl-tests footer" if printed else "mean of the printed rows (no footer)")
+            source="nccl-tests footer" if printed else
+            f"mean of this cycle's printed rows (the footer averages all {cycle[1]} cycles)" if cycle else
+            "mean of the printed rows (no footer)")
     return record
 
 
@@ -107,7 +114,8 @@ def _run_id(path: str) -> str:
 
 def import_files(paths: list[str], out_dir: Path, platform: str = "unknown",
                  op: Optional[str] = None) -> list[Path]:
-    """Parse every file, then write one record per file (run id nccl-tests-<file stem>) into out_dir.
+    """Parse every file, then write one record per file (run id nccl-tests-<file stem>) into out_dir, one per
+    run cycle of an output of several (`-N k`: nccl-tests-<stem>-cycle1 .. k, harness/nccl_tests/cycles.py).
     Nothing is written when any file is bad or any record file already exists."""
     if not paths:
         raise HarnessError("import-nccl-tests needs files: nccl-tests stdout or -J JSON")
@@ -122,7 +130,9 @@ def import_files(paths: list[str], out_dir: Path, platform: str = "unknown",
     if bad:
         raise HarnessError(f"{len(bad)} of {len(paths)} files cannot be imported (nothing written):\n  "
                            + "\n  ".join(bad))
-    ids = [_run_id(path) for path, _ in parsed]
+    parts = [(path, part, (i + 1, len(cycles)) if len(cycles) > 1 else None)
+             for path, p in parsed for cycles in (split_cycles(p),) for i, part in enumerate(cycles)]
+    ids = [_run_id(path) + (f"-cycle{cycle[0]}" if cycle else "") for path, _, cycle in parts]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise HarnessError(f"files would share the record ids {', '.join(dupes)}; rename them (nothing written)")
@@ -130,8 +140,8 @@ def import_files(paths: list[str], out_dir: Path, platform: str = "unknown",
     existing = [str(out_dir / f"{i}.json") for i in ids if (out_dir / f"{i}.json").exists()]
     if existing:
         raise HarnessError(f"refusing to overwrite existing records (nothing written): {', '.join(existing)}")
-    records = [records_from_output(p, run_id=i, platform=platform, source_file=path)
-               for (path, p), i in zip(parsed, ids)]
+    records = [records_from_output(p, run_id=i, platform=platform, source_file=path, cycle=cycle)
+               for (path, p, cycle), i in zip(parts, ids)]
     for rec in records:
         problems = validate_record(rec.to_dict())
         if problems:
@@ -161,7 +171,9 @@ def cli(args: list[str]) -> int:
         rec = load_record(path)
         worst = max(worst, 0 if rec.status == "ok" else 3)
         inferred = rec.config.get("op_inferred")
-        print(f"{path}: {rec.benchmark}, {len(rec.rows or [])} rows, {rec.status}"
+        cycle = rec.config.get("run_cycle")
+        print(f"{path}: {rec.benchmark}, {len(rec.rows or [])} rows"
+              + (f" (run cycle {cycle['cycle']} of {cycle['of']})" if cycle else "") + f", {rec.status}"
               + (f" ({rec.reason})" if rec.reason else "")
               + (f"; op {rec.benchmark} {inferred}" if inferred else "")
               + (f"; {rec.config['num_ranks']} ranks read from busbw/algbw (the Rank lines are cut short: the "

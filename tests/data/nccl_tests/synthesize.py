@@ -294,10 +294,26 @@ def old_reduce_scatter() -> str:
     return "\n".join(lines + footer(run.avg, 0)) + "\n"
 
 
+def cycles_run(op: str, layout: str, n: int, dtype: str, sizes: list[int], lat: float, peak: float,
+               seeds: tuple[int, ...]) -> Run:
+    """nccl-tests -N k (common.cu TimeTest repeats the sweep k times into one table, no header between): k
+    sweeps, each its own jitter, their rows in order; the average over every placement of every cycle
+    (BenchTime adds each to bw[0]), the out-of-bounds count of all."""
+    runs = [Run(op, layout, n, dtype, sizes, lat, peak, seed=s) for s in seeds]
+    run = runs[0]
+    run.rows = [r for one in runs for r in one.rows]
+    busbws = [p["bus"] for r in run.rows for p in r["places"]]
+    run.avg, run.oob = sum(busbws) / len(busbws), sum(one.oob for one in runs)
+    return run
+
+
 def v213_file(cmd: str, op: str, sizes: list[int], seed: int, *, lat: float, peak: float, check=True,
-              redop="sum", root=-1, wrong=None, b=8, e=0, step=2, nccl="2.18.5+cuda12.2") -> str:
-    run = Run(op, "v213", 8, "float", sizes, lat, peak, seed=seed, check=check, redop=redop, root=root,
-              wrong=wrong)
+              redop="sum", root=-1, wrong=None, b=8, e=0, step=2, nccl="2.18.5+cuda12.2",
+              cycles: tuple[int, ...] = ()) -> str:
+    """cycles: the seeds of a -N run's cycles (cycles_run), in place of `seed`."""
+    run = (cycles_run(op, "v213", 8, "float", sizes, lat, peak, cycles) if cycles else
+           Run(op, "v213", 8, "float", sizes, lat, peak, seed=seed, check=check, redop=redop, root=root,
+               wrong=wrong))
     lines = ["$ " + cmd, nthread_new(8, b, e, step, "factor", 5, 20, int(check)), "#", "# Using devices"]
     lines += rank_lines("v213", [("h100-node-01", 8)], 8, "NVIDIA H100 80GB HBM3", H100_BUS, 1187)
     lines += ["NCCL version " + nccl, "#"] + v213_header() + run.row_lines()
@@ -317,6 +333,13 @@ def new_all_reduce_no_ll() -> str:
     sizes = geometric(8, 1 << 30, 4)
     return v213_file("NCCL_PROTO=^LL ./build/all_reduce_perf -b 8 -e 1G -f 4 -g 8", "all_reduce", sizes, 5,
                      lat=20.0, peak=260.0, b=8, e=1 << 30, step=4)
+
+
+def new_all_reduce_cycles() -> str:
+    """new_all_reduce's sweep run with -N 3: three cycles (seeds 5, 6, 7) in one table, one footer."""
+    sizes = geometric(8, 1 << 30, 4)
+    return v213_file("./build/all_reduce_perf -b 8 -e 1G -f 4 -g 8 -N 3", "all_reduce", sizes, 5,
+                     lat=14.0, peak=260.0, b=8, e=1 << 30, step=4, cycles=(5, 6, 7))
 
 
 def new_broadcast() -> str:
@@ -505,6 +528,17 @@ def json_all_reduce() -> tuple[str, str]:
     return text_json + "\n", "\n".join(lines) + "\n"
 
 
+def json_all_reduce_cycles() -> str:
+    """json_all_reduce's run with -N 3: one "results" array of three cycles (seeds 12, 14, 16)."""
+    sizes = geometric(8, 128 * M, 4)
+    run = cycles_run("all_reduce", "v217", 8, "float", sizes, 24.0, 45.0, (12, 14, 16))
+    args = ["./build/all_reduce_perf", "-b", "8", "-e", "128M", "-f", "4", "-g", "4", "-N", "3", "-J", "ar3.json"]
+    devices = [(0, 5101, "node-a", 0, "0000:18:00", "NVIDIA H100 80GB HBM3"),
+               (4, 5108, "node-b", 0, "0000:18:00", "NVIDIA H100 80GB HBM3")]
+    return json_run(run, version=1, args=args, env=JSON_ENV, nccl_code=22703, g=4, b=8, e=128 * M, step=4,
+                    devices=devices, start="2025-07-14 10:30:02", end="2025-07-14 10:30:37") + "\n"
+
+
 def json_all_gather_failed() -> str:
     """JSON_FILE_VERSION 2 of a run that failed in the in-place half of its 6th row."""
     sizes = geometric(1 * M, 1 << 30, 2)
@@ -524,6 +558,8 @@ FILES = {
     "old_reduce_scatter.txt": old_reduce_scatter,
     "new_all_reduce.txt": new_all_reduce,
     "new_all_reduce_no_ll.txt": new_all_reduce_no_ll,
+    "new_all_reduce_cycles.txt": new_all_reduce_cycles,
+    "json_all_reduce_cycles.json": json_all_reduce_cycles,
     "new_broadcast.txt": new_broadcast,
     "new_reduce_wrong.txt": new_reduce_wrong,
     "new_all_gather.txt": new_all_gather,
