@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from ..verdict.compare import ACROSS_MACHINES, machine_of
-from ..verdict.cross_machine import MachinePair, better_ratio, machine_pairs
+from ..verdict.cross_machine import MachinePair, better_ratio, machine_pairs, with_isa
 from ..provenance import CONTENT_PREFIX
 from ..record import ResultRecord
 from ..verdict.references import REFERENCE_METRICS
@@ -389,11 +389,12 @@ def environment_text(diff: dict[str, Any]) -> str:
 
 
 def load_line(records: list[ResultRecord]) -> str:
-    """The machine the records ran on and how busy it was: 'ran on AMD EPYC (2 CPUs) (host vm);
+    """The machine the records ran on and how busy it was: 'ran on AMD EPYC (2 CPUs, AVX2) (host vm);
     other work during the measured steps: 0.05-1.30 CPUs (median 0.10) over 13 runs', and on a virtual
     machine whose hypervisor took its CPUs: '; the hypervisor took (steal) 0.30-0.80 CPUs'."""
     envs = [r.environment for r in records]
-    machines = sorted({machine_of(e) or "an unrecorded machine" for e in envs if e.get("machine")})
+    machines = sorted({with_isa(name, e) if (name := machine_of(e)) else "an unrecorded machine"   # the probe's
+                       for e in envs if e.get("machine")})                                        # ISA class too
     hosts = sorted({h for e in envs for h in (e.get("hosts") or [])})
     other = [l["other_cpus"] for e in envs for l in [e.get("load") or {}] if isinstance(l.get("other_cpus"), (int, float))]
     text = f"ran on {', '.join(machines) or 'an unrecorded machine'}" + (f" (host {', '.join(hosts)})" if hosts else "")

@@ -3,6 +3,7 @@ steps, how the harness turns it into other work per kernel, and what a compariso
 hardware, load, settings outside the configuration key, the suite's own commit."""
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -142,6 +143,10 @@ def test_the_bench_says_where_it_ran_and_how_busy_the_machine_was():
     assert load_line(typed(recs)) == ("ran on AMD EPYC (2 CPUs) (host vm); other work during the measured steps: "
                                "0.05-1.30 CPUs (median 0.10) over 3 record(s)")
     assert load_line(typed([{"environment": {}}])) == "ran on an unrecorded machine"
+    probed = json.loads((REPO_ROOT / "reference_results" / "sources" / "cpu-avx512-epyc" / "2026-12-03" / "s1"
+                         / "01-z1-mb2-ga4.json").read_text(encoding="utf-8"))["environment"]
+    assert load_line(typed([{"environment": probed}])).startswith(   # named as its references are (machine_name)
+        "ran on AMD EPYC (2 CPUs, AVX512 +avx512_bf16) (host vm)")
     stolen = [{"environment": {**env({"other_cpus": 0.1, "steal_cpus": x}), "hosts": ["vm"]}} for x in (0.3, 0.8)]
     assert load_line(typed(stolen)).endswith("0.10 CPUs (median 0.10) over 2 record(s); the hypervisor took (steal) "
                                              "0.30-0.80 CPUs")
