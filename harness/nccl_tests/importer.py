@@ -130,8 +130,10 @@ def import_files(paths: list[str], out_dir: Path, platform: str = "unknown",
     if bad:
         raise HarnessError(f"{len(bad)} of {len(paths)} files cannot be imported (nothing written):\n  "
                            + "\n  ".join(bad))
-    parts = [(path, part, (i + 1, len(cycles)) if len(cycles) > 1 else None)
-             for path, p in parsed for cycles in (split_cycles(p),) for i, part in enumerate(cycles)]
+    parts = []   # (file, one run cycle's output, (i, k) of k cycles, None for an output of one)
+    for path, p in parsed:
+        cycles = split_cycles(p)
+        parts += [(path, part, (i + 1, len(cycles)) if len(cycles) > 1 else None) for i, part in enumerate(cycles)]
     ids = [_run_id(path) + (f"-cycle{cycle[0]}" if cycle else "") for path, _, cycle in parts]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

@@ -278,8 +278,16 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
     env = pooled(g.records[-1].environment, [r.environment for r in g.records])   # the group's probes, pooled
     dtypes = run_dtypes(g)
     metrics = by_range(sorted(set(REFERENCE_METRICS.get(g.kind, {})) | {r.metric for r in applicable}), applicable, used)
-    def judges(ref: Reference) -> bool:   # the reference's machine can judge this run's (cross_machine.apart)
-        return not apart(ref.provenance and ref.provenance.environment, env, ref.platform, g.platform, dtypes)
+    machines: dict[int, Any] = {}   # id(reference) -> cross_machine.apart of it: once per reference
+
+    def apart_from(ref: Reference) -> Any:
+        if id(ref) not in machines:
+            machines[id(ref)] = apart(ref.provenance and ref.provenance.environment, env, ref.platform, g.platform,
+                                      dtypes)
+        return machines[id(ref)]
+
+    def judges(ref: Reference) -> bool:   # the reference's machine can judge this run's
+        return not apart_from(ref)
     narrowed = {m: restrict(_best(refs, g.config.get(NCCL_KEY), judges), ok) for m in BY_SIZE   # once each: the
                 if ok and (refs := [r for r in applicable if r.metric == m and r.status == "ok"])}   # figures
     scopes: dict[str, str] = {}
@@ -310,7 +318,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
                                         num_samples=len(samples)))
             continue
         ref_env = ref.provenance and ref.provenance.environment
-        two = apart(ref_env, env, ref.platform, g.platform, dtypes)
+        two = apart_from(ref)
         across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
         if not two and node_probes(env) and named_only(ref_env, env, dtypes):
             across = f"the reference names its machine only ({machine_of(ref_env)}, a saved output's; no probe): "

@@ -15,7 +15,7 @@ from harness.nccl_tests.cycles import rows_per_cycle, split_cycles
 from harness.nccl_tests.importer import import_files
 from harness.nccl_tests.json_format import parse_file
 from harness.nccl_tests.output import RunConfig, parse_text
-from harness.record import validate_record
+from harness.record import ResultRecord, validate_record
 from harness.verdict.by_size import SHARED
 from harness.verdict.compare import compare, load_records
 from harness.verdict.references import load_references, record_config
@@ -62,7 +62,6 @@ def test_an_output_of_three_cycles_is_three_records_of_one_configuration(tmp_pat
     printed = recs[0]["config"]["printed_avg_busbw_gbps"]
     assert statistics.mean(r["metrics"]["avg_busbw_gbps"]["value"] for r in recs) == pytest.approx(printed, rel=1e-3)
     assert len({r["rows"][-1]["out_of_place"]["time_us"] for r in recs}) == 3   # three measurements, not one
-    from harness.record import ResultRecord
     keys = {json.dumps(record_config(ResultRecord.from_dict(r)), sort_keys=True) for r in recs}
     assert len(keys) == 1   # one configuration: three samples of it
 
