@@ -71,6 +71,10 @@ def _beyond_range(figures: dict[str, Any], ref: Reference, lo: float, hi: float)
                      ref.direction)
 
 
+STEAL_NAMED_CPUS = 0.25
+"""A hypervisor's steal worth naming beside the other work (a quarter CPU, either side)."""
+
+
 def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: Optional[Share]) -> Optional[str]:
     """'not comparable: ...' when a regression (an improvement) of a metric that moves with the CPU time the
     ranks get is the other work's on a cpu machine: the ranks got less (more) CPU time than the reference's
@@ -88,7 +92,7 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
         return None
     what, change = explained
     who = "other work"
-    if max(share.steal_now, share.steal_then) >= 0.25:   # a quarter CPU: steal worth naming beside the other work
+    if max(share.steal_now, share.steal_then) >= STEAL_NAMED_CPUS:
         who = (f"other work and the hypervisor's steal (here {share.steal_now:.2f}, the reference's "
                f"{share.steal_then:.2f}: its host running other guests)")
     return (f"not comparable: {who} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "

@@ -14,6 +14,7 @@ import pytest
 
 from contract.metrics import METRICS
 from harness.probe import PACE_NOISE_PCT, best_figure
+from harness.verdict.explained import STEAL_NAMED_CPUS
 from harness.record import validate_record
 
 pytestmark = pytest.mark.integration
@@ -227,8 +228,15 @@ def test_the_first_bench_on_any_box_calls_no_regression_and_says_what_the_machin
     compared = out[out.index("Compared with reference_results/"):]
     rows = [line for line in compared.splitlines() if line.startswith("regression ")]
     slower = _measured_slower_than_the_references(default_suite.records().values())
-    if slower:   # a VM whose host is busier now: its runs' speed is its own (the pulse reads matmul alone)
-        speed = {m for m, metric in METRICS.items() if metric.paced}
+    stolen = [f"the hypervisor took {r['environment']['load']['steal_cpus']:.2f} CPUs during {r['run_id']}"
+              for r in default_suite.records().values()
+              if ((r["environment"].get("load") or {}).get("steal_cpus") or 0) >= STEAL_NAMED_CPUS]
+    slower += stolen[:1]   # seen in CI on the AVX-512 EPYC: 0.77 CPUs stolen through the collective sweep,
+    # whose gloo ranks then read 0.19-0.35x the references' busbw (ranks that wait on each other lose more than
+    # the CPU share: at_cpu_share explained two ops of four); the pulse and probe read the triad at 0.74x
+    if slower:   # a VM whose host is busier now: its runs' speed is its own (the pulse reads matmul alone);
+        # on one cpu host that is the collectives' too (contract/metrics.py host_paced)
+        speed = {m for m, metric in METRICS.items() if metric.paced or metric.host_paced}
         if any(s.startswith("triad") for s in slower):   # efficiency over the matmul figure is blind to memory
             speed.add("matmul_eff_pct")               # (a slower triad, or a matmul faster against the triad)
         assert all(row.split()[2] in speed for row in rows), (slower, compared)
