@@ -111,6 +111,7 @@ help:
 	@echo "             the tuner's efficiency (cpu llama-tiny: exhaustive grid vs the default tuner, ~25 min);"
 	@echo "             attribution (tests/perf/attribution.py); ZeRO-3's host cost per parameter fetch (~5 min)"
 	@echo "             the compiled stack on cpu: compile seconds, compiled vs eager samples/s, loss parity (~4 min)"
+	@echo "             the collective sweep on one host beside 0.5-1.5 CPUs of neighbour and the steal it met (~3 min)"
 	@echo "  nightly    the nightly regression job: repeats, history store, reports; exit 1 on regression"
 	@echo "  submit     add result records to reference_results/:  $(PY) -m harness submit \$$RESULTS \$$ARGS"
 	@echo "  lock       regenerate requirements.lock from $(VENV): pip freeze + sha256 of every PyPI file (torch: no hash);"
@@ -234,6 +235,7 @@ perf: venv
 	$(PY) tests/perf/compile_cost.py; \
 	$(PY) tests/perf/gpu_noise.py; \
 	$(PY) tests/perf/host_floor.py; \
+	$(PY) tests/perf/busy_host.py; \
 	if [ $$bench -ne 0 ]; then echo "make perf: the benchmarks failed (exit $$bench): see MISS, REGRESSION or FAILED above" >&2; fi; \
 	exit $$bench
 
