@@ -105,30 +105,42 @@ def cpu_share(reference_env: Optional[dict[str, Any]], current_envs: list[Option
     A virtual machine's hypervisor steal (load.steal_cpus: its host running other guests) counts with the
     other work: no process here did it, busy_cpus leaves it out, and it takes the ranks' CPU time all the
     same (this 2-core VM's host took 0.3-1.0 CPUs through whole CI runs on 2026-12-03)."""
+    share = taken(reference_env, current_envs)
+    if share is None:
+        return None
+    busy_now = statistics.median(f[2] for e in current_envs if (f := _load_figures(e)) and _on_cpu(e))
+    busy_then = _load_figures(reference_env)[2]   # type: ignore[index]   (taken() read it)
+    busy, cpus = ((busy_now + share.steal_now, share.cpus) if share.other_now > share.other_then
+                  else (busy_then + share.steal_then, _cpus(reference_env)))
+    if not cpus or abs(share.other_now - share.other_then) < material_cpus(cpus) or busy < cpus - 0.25:   # the busier side's
+        return None
+    if share.now <= 0 or share.then <= 0 or not share.cpus:
+        return None
+    return share
+
+
+def taken(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[dict[str, Any]]]) -> Optional[Share]:
+    """The load on both sides, whatever it did to the ranks: the CPU time they got (load.run_cpus) and the CPUs'
+    worth other work and the hypervisor's steal took (median over the group's records, on cpu), against the
+    reference's; None where a side is not on cpu or its record lacks the load."""
     cur = [e for e in current_envs if _on_cpu(e) and _load_figures(e)]
     then = _load_figures(reference_env) if _on_cpu(reference_env) else None
     if not cur or then is None:
         return None
     figures = [_load_figures(e) for e in cur]
-    run_now, other_now, busy_now, steal_now = (statistics.median(f[i] for f in figures) for i in range(4))
-    cpus_now, cpus_then = _cpus(cur[0]), _cpus(reference_env)
-    taken_now, taken_then = other_now + steal_now, then[1] + then[3]
-    busy, cpus = (busy_now + steal_now, cpus_now) if taken_now > taken_then else (then[2] + then[3], cpus_then)
-    if not cpus or abs(taken_now - taken_then) < material_cpus(cpus) or busy < cpus - 0.25:   # the busier side's
-        return None
-    if run_now <= 0 or then[0] <= 0 or not cpus_now:
-        return None
-    return Share(run_now, then[0], taken_now, taken_then, cpus_now, steal_now, then[3])
+    run_now, other_now, _, steal_now = (statistics.median(f[i] for f in figures) for i in range(4))   # type: ignore[index]
+    return Share(run_now, then[0], other_now + steal_now, then[1] + then[3], _cpus(cur[0]), steal_now, then[3])
 
 
 def one_cpu_host(config: dict[str, Any], reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> bool:
     """Whether a configuration ran on one cpu host on both sides (config nodes 1, both probes on cpu), where a
-    collective's bus bandwidth is the host's memory and CPUs (contract.metrics host_paced) and the pace and the
-    CPU share explain it as they explain a training run. Measured on the 2-core AVX-512 EPYC, gloo's short
-    sweep (1K-4M) beside a process taking one core, two sets of benches: the ranks got 0.71-0.77x their quiet
-    CPU time and all_gather, broadcast and reduce_scatter read 0.4-0.7x their quiet average bus bandwidth,
-    all_reduce 0.9-1.0x (the second set kept in tests/data/neighbour_collectives).
-    Across nodes the bytes cross the network, which no pulse reads: not paced."""
+    collective's bus bandwidth is the host's memory and CPUs (contract.metrics host_paced): the pace explains it
+    as it explains a training run, and other work or the hypervisor's steal beside it moves it far beyond the
+    CPU time they take (explained.at_busy_host: its exchanges wait on the ranks' wake-ups). Measured on the
+    2-core AVX-512 EPYC, gloo's short sweep (1K-4M) beside a process taking one core: the ranks got 0.71-0.77x
+    their quiet CPU time and all_gather, broadcast and reduce_scatter read 0.4-0.7x their quiet average bus
+    bandwidth, all_reduce 0.9-1.0x (tests/data/neighbour_collectives); with 0.79 CPUs stolen, 0.14-0.40x
+    (tests/perf/busy_host.py). Across nodes the bytes cross the network, which no pulse reads: not paced."""
     return config.get("nodes") == 1 and _on_cpu(reference_env) and _on_cpu(current_env)
 
 

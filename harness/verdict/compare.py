@@ -41,11 +41,11 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace
+from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace, taken
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, BY_SIZE, SHARED, SMALL, restrict, sizeless
-from .explained import at_balance, at_cpu_share, at_machine_pace, worse_pct
+from .explained import at_balance, at_busy_host, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
 from .cross_machine import apart, machine_of, machines_apart, named_only  # noqa: F401 (machines_apart: read from here before)
@@ -366,11 +366,12 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
                                     num_samples=len(samples), reason=caches))
             continue
         verdict, reason, figures = decide(samples, ref, min_samples)
-        paced = metric in METRICS and (METRICS[metric].paced
-                                       or METRICS[metric].host_paced and one_cpu_host(ref.config, ref_env, env))
+        host = metric in METRICS and METRICS[metric].host_paced and one_cpu_host(ref.config, ref_env, env)
+        paced = metric in METRICS and METRICS[metric].paced or host
         # the other work first where it explains the change: it names the cause, the pace only that the machine slowed
-        explained = ((at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))
-                      if paced or metric in ACROSS_MACHINES else None)
+        explained = ((at_busy_host(verdict, figures, ref, taken(ref_env, [r.environment for r in ok])) if host else None)
+                     or (at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))
+                         if paced or metric in ACROSS_MACHINES else None)
                      or (at_machine_pace(verdict, figures, ref, pace(ref_env, env)) if paced else None)
                      or (at_machine_pace(verdict, figures, ref, probe_pace(ref_env, env))   # against each side's probe
                          if metric in ACROSS_MACHINES and not two else None))

@@ -73,6 +73,53 @@ def _beyond_range(figures: dict[str, Any], ref: Reference, lo: float, hi: float)
 
 STEAL_NAMED_CPUS = 0.25
 """A hypervisor's steal worth naming beside the other work (a quarter CPU, either side)."""
+BUSY_HOST_CPUS = 0.2
+"""How much more (less) of the CPUs other work and steal must take beside a collective sweep on one cpu host than
+beside its reference for at_busy_host: the least difference measured to move the sweep beyond its tolerance was
+0.22 CPUs of steal (broadcast at 0.36x its bus bandwidth; tests/data/neighbour_collectives/graded/l0-r2)."""
+BUSY_HOST_SWEEP = (0.12, 2.6)
+"""The speeds (bus bandwidth now/quiet; the small sizes' time quiet/now) gloo's short sweep on one cpu host read
+with other work or the hypervisor's steal taking BUSY_HOST_CPUS or more beside it (tests/perf/busy_host.py,
+the 2-core AVX-512 EPYC, 2026-12-04; records in tests/data/neighbour_collectives/graded/): 0.129x (broadcast's
+small sizes, 0.79 CPUs stolen) to 2.50x (reduce_scatter's small sizes beside a neighbour taking 0.83 CPUs, the
+vCPUs no longer idle between exchanges), the ranks at 0.65-0.93x their quiet CPU time; rounded outwards."""
+
+
+def at_busy_host(verdict: str, figures: dict[str, Any], ref: Reference, load: Optional[Share]) -> Optional[str]:
+    """'not comparable: ...' when a regression (an improvement; or an apparent one) of a collective sweep on one
+    cpu host (contract.metrics host_paced, pace.one_cpu_host) came with other work or the hypervisor's steal
+    taking BUSY_HOST_CPUS more (less) than beside its reference (pace.taken), and the change lies within the
+    tolerance of the speeds such a sweep read beside such load (BUSY_HOST_SWEEP; inverted where the reference
+    was the busier side). A collective's exchanges wait on its ranks' wake-ups, which the load delays (a stolen
+    vCPU stalls each one) or hastens (a busy vCPU skips the idle state), far from the CPU time the ranks lose:
+    at_cpu_share's linear rule held for training, not here. None otherwise: a change beyond it stays a
+    regression (improvement)."""
+    kinded = _kind(verdict, figures, ref)
+    if load is None or kinded is None or abs(load.other_now - load.other_then) < BUSY_HOST_CPUS:
+        return None
+    what = kinded[1]
+    busier = load.other_now > load.other_then
+    lo, hi = BUSY_HOST_SWEEP if busier else (1 / BUSY_HOST_SWEEP[1], 1 / BUSY_HOST_SWEEP[0])
+    change = _beyond_range(figures, ref, lo, hi)
+    if abs(change) > ref.tolerance_pct:
+        return None
+    speed = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+    return (f"not comparable: {_takers(load)} took {load.other_now:.2f} of the machine's {load.cpus} CPUs while this "
+            f"sweep measured (the reference's {load.other_then:.2f}); on one host a collective waits on its ranks' "
+            f"wake-ups, which such load delays or hastens far beyond the CPU time it takes: beside it gloo's sweep "
+            f"read {lo:.2f}-{hi:.2f}x the speed of its {'quiet' if busier else 'busy'} runs, and the {what} "
+            f"({speed:.2f}x the reference's speed) lies within that")
+
+
+def _takers(load: Share) -> str:
+    """Who took the CPUs: the hypervisor's steal (named where a quarter CPU or more), other work, or both."""
+    stolen = max(load.steal_now, load.steal_then) >= STEAL_NAMED_CPUS
+    others = max(load.other_now - load.steal_now, load.other_then - load.steal_then) >= 0.05
+    if stolen and not others:
+        return "the hypervisor's steal (its host running other guests)"
+    if stolen:
+        return f"other work and the hypervisor's steal ({load.steal_now:.2f} of it, the reference's {load.steal_then:.2f})"
+    return "other work"
 
 
 def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: Optional[Share]) -> Optional[str]:

@@ -1,7 +1,7 @@
 """A collective sweep on one cpu host moves its bytes through the host's memory on its CPUs, so the machine's
-pace and the CPU time its ranks got explain its bus bandwidth as they explain a training run's speed
-(contract.metrics host_paced, harness/pace.py one_cpu_host); across nodes the bytes cross the network and
-nothing is explained by the host. Real records: gloo's short sweep quiet and beside a neighbour taking one
+pace explains its bus bandwidth as it explains a training run's speed, and the other work beside it the way
+tests/unit/test_busy_host.py shows (contract.metrics host_paced, harness/pace.py one_cpu_host); across nodes
+the bytes cross the network and nothing is explained by the host. Real records: gloo's short sweep quiet and beside a neighbour taking one
 of the box's two cores (tests/data/neighbour_collectives/README.md)."""
 from __future__ import annotations
 
@@ -45,12 +45,13 @@ def test_every_sweep_read_the_machines_pace():
 
 def test_the_neighbour_explains_the_broadcast_it_slowed():
     """Beside the neighbour broadcast read 0.49x the quiet runs' (0.212, 0.333 against 0.482, 0.626 GB/s), a
-    regression by the 50 % tolerance; the ranks got 0.77x their CPU time, and at that share it lies within."""
+    regression by the 50 % tolerance (apparent, at n 2); other work took 0.88 CPUs, and a sweep beside such
+    load reads 0.12-2.6x its quiet speed (explained.at_busy_host, tests/unit/test_busy_host.py): not comparable."""
     v = judged([loaded("n1-broadcast"), loaded("n2-broadcast")], [loaded("q1-broadcast"), loaded("q2-broadcast")])
     assert v.verdict == "not comparable" and v.value / v.reference == pytest.approx(0.49, abs=0.01)
-    assert v.reason.startswith("not comparable: other work took 0.88 of the machine's 2 CPUs while this run "
-                               "measured (the reference's 0.02), and its ranks got 0.77x the reference's CPU time")
-    assert "within the tolerance 50 %" in v.reason
+    assert v.reason.startswith("not comparable: other work took 0.88 of the machine's 2 CPUs while this sweep "
+                               "measured (the reference's 0.02); on one host a collective waits on its ranks' wake-ups")
+    assert "read 0.12-2.60x the speed of its quiet runs, and the apparent regression (0.49x the reference's speed)" in v.reason
 
 
 def test_across_nodes_the_same_slowdown_stays_the_networks():
