@@ -34,6 +34,7 @@ from .model.validation import format_validation, validate_model
 from .multirun import split_flag
 from .record import validate_record
 from .verdict.record_files import read_json
+from .verdict.cross_machine import this_machine
 from .verdict.references import load_references
 from .report.legend import item
 from .report.verdicts import verdict_table, verdicts_json
@@ -285,7 +286,10 @@ def cmd_model(args: list[str]) -> int:
         raise HarnessError("--stack widens a --sweep; give --sweep too, or set workload.compile and workload.kernels "
                            "for one configuration")
     configs = sweep_configs(cfg, checkpointing=ns.checkpointing, stack=ns.stack) if ns.sweep else [cfg]
-    preds = [predict(c, calibration.calibrate(records, c, references, compute_records=compute), tokens) for c in configs]
+    p = cfg.platform   # a cpu table of several machines calibrates on this one's entries (calibration.of_machine)
+    here = this_machine(p.name, p.device.value, p.launcher.value) if references else None
+    preds = [predict(c, calibration.calibrate(records, c, references, compute_records=compute, machine=here), tokens)
+             for c in configs]
     if ns.json:
         print(json.dumps([p.to_dict() for p in preds] if ns.sweep else preds[0].to_dict(), indent=2))
     else:

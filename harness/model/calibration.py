@@ -57,23 +57,25 @@ from .stack import eager_twin, is_eager, stack_words
 
 
 def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optional[list] = None,
-              params: ModelParams = PARAMS, compute_records: Optional[list[ResultRecord]] = None) -> Calibration:
+              params: ModelParams = PARAMS, compute_records: Optional[list[ResultRecord]] = None,
+              machine: Optional[str] = None) -> Calibration:
     """A Calibration for cfg from records (any mix of kinds; others' platforms and world sizes are
     ignored) and, when no training record qualifies, from `references` (harness.verdict.references.Reference
     list, e.g. load_references()); with compute_records, the efficiency from those alone (another
     platform of the same machine allowed: calibrate_on_machine); see the module docstring. Only
     measurements of cfg's own training stack calibrate it (stack_matches); a configuration away from
     the eager stack with none of its own takes the eager twin's measured efficiency carried by the
-    roofline's ratio (carried_to_stack)."""
+    roofline's ratio (carried_to_stack). `machine` (cross_machine.this_machine: the one that will run cfg)
+    picks its own entries where the table holds several machines' (of_machine)."""
     if is_eager(cfg.workload):
-        return _calibrate(records, cfg, references, params, compute_records)
+        return _calibrate(records, cfg, references, params, compute_records, machine)
     try:
-        own = _calibrate(records, cfg, references, params, compute_records)
+        own = _calibrate(records, cfg, references, params, compute_records, machine)
     except HarnessError:            # --compute-records: none of this stack
         own = None
     if own is not None and own.efficiency_by_mb:
         return own
-    eager = _calibrate(records, eager_twin(cfg), references, params, compute_records)
+    eager = _calibrate(records, eager_twin(cfg), references, params, compute_records, machine)
     return carried_to_stack(eager, cfg, params) if eager.efficiency_by_mb else (own or eager)
 
 
@@ -105,7 +107,8 @@ def carried_to_stack(eager: Calibration, cfg: BenchConfig, params: ModelParams =
 
 
 def _calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optional[list],
-               params: ModelParams, compute_records: Optional[list[ResultRecord]]) -> Calibration:
+               params: ModelParams, compute_records: Optional[list[ResultRecord]],
+               machine: Optional[str] = None) -> Calibration:
     curves = busbw_curves(records, cfg)
     if compute_records is not None:
         return calibrate_on_machine(compute_records, records, cfg, curves)
@@ -138,12 +141,13 @@ def _calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Option
         return Calibration(by_mb, statistics.median(by_mb.values()),
                            f"measured at another size: {where} profile-mode training runs of {cfg.platform.name} "
                            f"({'; '.join(notes)})", curves, above_peak(by_mb, "training runs"))
-    found = calibrating(_reference_efficiencies(references or [], cfg, curves, params), not prefer_stage, zero3_modelled)
+    entries, whose = of_machine([r for r in references or [] if _qualifies(r, cfg, params)], machine)
+    found = calibrating(_reference_efficiencies(entries, cfg, curves, params), not prefer_stage, zero3_modelled)
     if found:
         by_mb, where = efficiency_by_mb([(s, mb, e) for s, mb, e, _, _ in found], cfg.zero.stage, prefer_stage)
         metrics = "/".join(sorted({metric for *_, metric, _ in found}))
         return Calibration(by_mb, statistics.median(by_mb.values()),
-                           f"reference table: {where} {metrics} entries, each inverted with its own configuration "
+                           f"reference table: {where} {metrics} entries{whose}, each inverted with its own configuration "
                            f"through the model's communication estimate; {found[0][4]}", curves,
                            above_peak(by_mb, "reference entries"))
     return Calibration(busbw=curves)
@@ -205,14 +209,27 @@ def is_outlier(r: Any, outliers: Iterable[tuple[str, str, int, int]]) -> bool:
     return (r.platform, r.benchmark, int(c.get("zero_stage", -1)), int(c.get("micro_batch_size", -1))) in set(outliers)
 
 
-def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, BusbwCurve],
-                            params: ModelParams = PARAMS) -> list[tuple[int, int, float, str, str]]:
-    """(stage, micro-batch, efficiency, metric, origin) of every reference entry that qualifies."""
-    out = []
+def of_machine(entries: list, machine: Optional[str]) -> tuple[list, str]:
+    """(the entries to calibrate on, how the source names their machines): where the qualifying entries come
+    from several machines (one platform's boxes of two kinds: cpu.json's EPYC with AVX2 only and with AVX-512),
+    those of `machine` (the one that will run) when it has any, else all of them pooled, the source saying
+    which; one machine's as they are."""
+    machines = sorted({r.machine() for r in entries})
+    if len(machines) < 2:
+        return entries, ""
+    mine = [r for r in entries if r.machine() == machine]
+    if mine:
+        return mine, f" of this machine, {machine} (one of the table's {len(machines)})"
+    return entries, (f" pooled over {len(machines)} machines ({'; '.join(machines)})"
+                     + (f": none is this one, {machine}" if machine else ""))
+
+
+def _qualifies(r: Any, cfg: BenchConfig, params: ModelParams = PARAMS) -> bool:
+    """Whether a reference entry states a step time of cfg's platform, workload, world size, sequence, checkpointing,
+    precision, shape and training stack (not a listed outlier)."""
+    c = r.config
     p, world, w = cfg.platform, cfg.platform.world_size, cfg.workload
-    for r in refs:
-        c = r.config
-        if (r.platform != p.name or r.benchmark != w.name or r.metric not in REFERENCE_METRICS
+    return not (r.platform != p.name or r.benchmark != w.name or r.metric not in REFERENCE_METRICS
                 or r.status != "ok" or not r.value or not {"micro_batch_size", "grad_acc_steps", "zero_stage"} <= set(c)
                 or is_outlier(r, params.outliers)
                 or c.get("num_ranks", c.get("nodes", p.nodes) * p.gpus_per_node) != world
@@ -222,8 +239,18 @@ def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, Busb
                 or c.get("checkpoint_policy", "full") != w.checkpoint_policy.value
                 or c.get("precision", w.precision.value) != w.precision.value
                 or (c.get("shape") or {}) != own_shape(cfg)  # another model's
-                or not stack_matches(c, cfg)):               # another training stack's
+                or not stack_matches(c, cfg))               # another training stack's
+
+
+def _reference_efficiencies(refs: list, cfg: BenchConfig, curves: dict[str, BusbwCurve],
+                            params: ModelParams = PARAMS) -> list[tuple[int, int, float, str, str]]:
+    """(stage, micro-batch, efficiency, metric, origin) of every reference entry that qualifies (_qualifies)."""
+    out = []
+    world = cfg.platform.world_size
+    for r in refs:
+        if not _qualifies(r, cfg, params):
             continue
+        c = r.config
         mb, ga, stage = int(c["micro_batch_size"]), int(c["grad_acc_steps"]), int(c["zero_stage"])
         step_time = reference_step_time_s(r, world)
         measured = with_split(cfg, stage, mb, ga, zero=zero_from_knobs(stage, c.get("zero")))

@@ -42,6 +42,7 @@ from ..errors import HarnessError
 from ..model.calibration import calibrate
 from ..model.perfmodel import predict
 from ..record import ResultRecord, write_json_atomic
+from ..verdict.cross_machine import this_machine
 from ..verdict.references import load_references
 from . import parity, search, space
 from .confirm import Confirmation, confirm
@@ -97,6 +98,7 @@ class Tuner:
         self.tolerance = self.tune.loss_tolerance or parity.default_tolerance(self.cfg.workload.precision)
         self.calibration_records: list[ResultRecord] = []
         self.references: Optional[list] = None
+        self.machine: Optional[str] = None   # this_machine's, once read ("" where none)
         self.confirmation: Optional[Confirmation] = None
         """The winner re-measured against the default, interleaved: what decides the configuration kept."""
 
@@ -181,7 +183,11 @@ class Tuner:
         for ov in overrides_of:
             try:
                 cfg = self.runner.compose(ov)  # calibrated for its own stage: ZeRO-3 computes slower
-                out.append(predict(cfg, calibrate(self.calibration_records, cfg, self.references)).to_dict())
+                if self.machine is None:       # the table's entries of this machine, where it holds several
+                    p = cfg.platform
+                    self.machine = this_machine(p.name, p.device.value, p.launcher.value) or ""
+                cal = calibrate(self.calibration_records, cfg, self.references, machine=self.machine or None)
+                out.append(predict(cfg, cal).to_dict())
             except HarnessError as exc:  # an invalid combination: the run will say so too
                 out.append({"error": str(exc)})
         return out

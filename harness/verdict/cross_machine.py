@@ -109,6 +109,19 @@ def with_isa(name: str, env: Optional[dict[str, Any]]) -> str:
     return name
 
 
+def this_machine(platform: str, device: str, launcher: str = "local") -> Optional[str]:
+    """The machine this process runs on, in machine_name's words, for a platform whose ranks run here: a cpu
+    platform's launched locally (its CPU, usable CPUs and the probe's ISA class, read without timing anything:
+    the probe's own isa()); None otherwise: a GPU platform's ranks run on its nodes (their table is the GPU's
+    own), a Slurm-launched one's on nodes this process does not see."""
+    if device != "cpu" or launcher != "local":
+        return None
+    from benchmarks.node.machine import cpu    # the probe's own readers: what a record of a run here would say
+    from benchmarks.node.probe import isa
+    probe = {"device": "cpu", "isa": isa(), "matmul": {}}   # no rate timed: only what names the machine
+    return machine_name({"machine": {"cpu": cpu(), "gpus": None, "probe": probe}}, platform)
+
+
 @dataclass(frozen=True)
 class Apart:
     """Why a reference's machine cannot judge a run's speed, and the two machines."""
