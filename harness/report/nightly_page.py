@@ -25,7 +25,7 @@ from ..verdict.compare import ACROSS_MACHINES, Verdict
 from ..verdict.cross_machine import machine_pairs
 from .legend import config_key, config_labels, grouped
 from .sizes import CHANGED, shown, size_rows
-from .verdicts import VERDICT_ORDER, _config_order, change_text, config_label, distinguishing_keys, environment_text
+from .verdicts import VERDICT_ORDER, config_order, change_text, config_label, distinguishing_keys, environment_text
 from .verdicts import OUTSIDE_SUITE, interval_text, pair_text, unrun_line, value_text, why_text
 
 COMPARISONS = {"references": "against the reference table",
@@ -57,7 +57,7 @@ class Labels:
     problems and the trend panels), with each one's full text."""
 
     def __init__(self, verdicts: list[Verdict]):
-        ordered = sorted(verdicts, key=_config_order)
+        ordered = sorted(verdicts, key=config_order)
         self.keys = config_labels([config_key(v.platform, v.benchmark, v.config) for v in ordered])
         varying, self.common = distinguishing_keys([v.config or {} for v in ordered])
         self.texts = {config_key(v.platform, v.benchmark, v.config):
@@ -202,7 +202,7 @@ def _problems(verdicts: dict[str, list[Verdict]], labels: Labels) -> str:
 def _table(vs: list[Verdict], labels: Labels) -> str:
     esc = html.escape
     order = {k: i for i, k in enumerate(VERDICT_ORDER)}
-    ranked = sorted(vs, key=lambda v: (order.get(v.verdict, 9), _config_order(v), v.metric))
+    ranked = sorted(vs, key=lambda v: (order.get(v.verdict, 9), config_order(v), v.metric))
     widths = ["9%", "4%", "12%", "9%", "9%", "6%", "11%", "12%", "5%", "23%"]
     head = ["verdict", "cfg", "metric", "now", "ref", "unit", "now/ref", "95% interval", "n", "why"]
     cols = "".join(f'<col style="width:{w}">' for w in widths)

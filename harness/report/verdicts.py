@@ -190,9 +190,9 @@ def verdict_table(verdicts: list, markdown: bool = False, missing: str = "rows",
     configurations its suite runs: compare.outside_runs); 'summary' puts them in one line (bench, compare); 'omit' leaves them out."""
     shown = verdicts if missing == "rows" else _judged(verdicts)
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
-    ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), _config_order(v), v.metric))
+    ranked = sorted(shown, key=lambda v: (order.get(v.verdict, 9), config_order(v), v.metric))
     keys = [_row_key(v) for v in ranked]
-    labels = config_labels([_row_key(v) for v in sorted(ranked, key=_config_order)])
+    labels = config_labels([_row_key(v) for v in sorted(ranked, key=config_order)])
     row_labels = [labels[k] for k in keys]
     ref = "ref" if ref_name == "reference" else ref_name
     units = {(v.metric, v.unit) for v in ranked if v.unit}
@@ -292,7 +292,7 @@ def pair_json(pair: MachinePair, name) -> dict[str, Any]:
             "summary": pair_text(pair, name, "reference")}
 
 
-def _config_order(v) -> tuple:
+def config_order(v) -> tuple:
     """Platform, benchmark, then the ZeRO stage, micro-batch, grad-acc and sequence length as numbers."""
     config = v.config or {}
     shown = [(0, x, "") if isinstance(x, (int, float)) else (1, 0, str(x)) for x in (config.get(k) for k in SHOWN_KEYS)]

@@ -39,6 +39,7 @@ from ..config.schema import CONF_DIR, REPO_ROOT
 from ..errors import HarnessError
 from ..provenance import CONTENT_PREFIX, suite_identity
 from ..record import ResultRecord, validate_record, write_json_atomic
+from ..report.submitted import submitted_table
 from . import imported
 from .by_size import AVERAGE, BY_SIZE, sizeless
 from .record_files import none_found, read_json, record_files
@@ -68,14 +69,7 @@ class Change:
     reference: Reference
     path: Path
     beside: tuple[str, ...] = ()
-    """The machines whose references of the same key the table keeps beside an added one."""
-
-    def line(self) -> str:
-        r = self.reference
-        config = ",".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(r.config.items()))
-        beside = f" (on {r.machine()}, beside the reference of {', '.join(self.beside)})" if self.beside else ""
-        return (f"{self.action} {r.platform} {r.benchmark} [{config}] {r.metric} = {r.value:.6g} {r.unit} "
-                f"(median of {r.num_samples}){beside} -> {self.path}")
+    """The other machines whose references of the same key the table keeps beside it."""
 
 
 def _get(data: Any, *path: str) -> Any:
@@ -296,22 +290,23 @@ def _merge(data: dict[str, Any], new: list[Reference], path: Path, replace: bool
     changes = []
     for ref in new:
         i = index.get(ref.identity())
+        others = tuple(m for m in machines.get(ref.key(), ()) if m != ref.machine())   # kept beside it
         if i is None:
             data["references"].append(ref.to_dict())
-            changes.append(Change("added", ref, path, tuple(machines.get(ref.key(), ()))))
+            changes.append(Change("added", ref, path, others))
             continue
         old = Reference.from_dict(data["references"][i])
         if ref.identity() in pooled:   # a sweep of another range: its runs join the by-size reference's
             ref = pool(old, ref)
             data["references"][i] = ref.to_dict()
-            changes.append(Change("pooled into", ref, path))
+            changes.append(Change("pooled into", ref, path, others))
             continue
         src = old.provenance
         note = (f"{ref.provenance.note}; replaces {old.value} {old.unit} (samples {list(old.samples)}) from "
                 f"{src.source if src else 'unknown source'}, {src.date if src else 'unknown date'}: {reason}")
         ref = dataclasses.replace(ref, provenance=dataclasses.replace(ref.provenance, note=note))
         data["references"][i] = ref.to_dict()
-        changes.append(Change("replaced", ref, path))
+        changes.append(Change("replaced", ref, path, others))
     return changes
 
 
@@ -416,8 +411,7 @@ def cli(args: list[str]) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for change in changes:
-        print(change.line())
+    print(submitted_table(changes))
     given = {(p.suite_commit, p.suite_commit_given["recorded"]) for c in changes
              if (p := c.reference.provenance).suite_commit_given}
     for sha, recorded in sorted(given, key=str):

@@ -73,7 +73,9 @@ def test_a_second_range_joins_the_by_size_reference_and_a_repeat_is_refused(acce
     log, tonight, table = acceptance
     assert submit(capsys, log, "--reference-file", str(table), "--min-repeats", "1")[0] == 0
     rc, out, _ = submit(capsys, tonight, "--reference-file", str(table), "--min-repeats", "1")
-    assert rc == 0 and f"added h100 all_reduce" in out and "pooled into h100 all_reduce" in out, out
+    rows = [line.split() for line in out.splitlines()]
+    assert rc == 0 and ["added", "c1", "avg_busbw_gbps"] in [r[:3] for r in rows], out   # the new range's own
+    assert ["pooled", "into", "c2"] in [r[:3] for r in rows] and "h100/all_reduce" in out, out   # the by-size one
     (shared,) = [r for r in load_references([table]) if r.metric == SHARED]
     assert shared.num_samples == 2 and "with median of 1 runs; runs: nccl-tests-tonight" in shared.provenance.note
     before = table.read_text(encoding="utf-8")

@@ -58,9 +58,15 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
             "--submitter", "ops"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert (f"samples_per_s = 29.3608 samples/s (median of 3) (on {AVX512}, beside the reference of {AVX2}) -> "
-            in out), out
-    assert "shared_small_time_us = 814.109 us (median of 3) -> " in out   # a key new to the table: added alone
+    assert "59 references of 15 configurations (59 added; 47 beside another machine's reference of its key, 12 not)" \
+        in " ".join(out.split()), out
+    rows = [" ".join(line.split()) for line in out.splitlines()]
+    assert f"added c7 samples_per_s 29.361 samples/s 3 {AVX2}" in rows     # ZeRO-1 mb 2 x ga 4, beside the AVX2 box's
+    assert "added c2 shared_small_time_us 814.109 us 3 -" in rows         # a key new to the table: added alone
+    assert f"measured on {AVX512}" in " ".join(out.split())
+    assert all(len(line) <= 120 for line in out.splitlines())   # a table a person reads (was 59 lines of 200-400)
+    legend = [line for line in out.splitlines() if line.startswith("  c")]
+    assert legend[6].startswith("  c7   cpu/llama-tiny ZeRO-1 mb 2 x ga 4 seq 128")   # by stage, then micro-batch
     after = json.loads(table.read_text())
     assert validate_reference_file(after) == []
     got = {Reference.from_dict(e).identity() for e in after["references"]}
@@ -73,7 +79,7 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
     assert f"already has cpu llama-tiny" in err and f"measured on {AVX512} (" in err and "--replace" in err
     assert table.read_text() == text   # nothing written
     assert main([*args, "--replace", "--reason", "rerun"]) == 0
-    assert "replaced cpu llama-tiny" in capsys.readouterr().out
+    assert "(59 replaced; 47 beside another machine's" in " ".join(capsys.readouterr().out.split())
     again = json.loads(table.read_text())["references"]
     assert all(e == before[Reference.from_dict(e).identity()] for e in again
                if Reference.from_dict(e).machine() == AVX2)   # --replace replaces that machine's alone

@@ -263,8 +263,9 @@ def test_cli_reports_rejection_with_exit_2_and_additions_with_exit_0(tmp_path, r
     assert cli([str(write_records(tmp_path / "good", three())), "--reference-file", str(target),
                 "--submitter", "t"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 5 and all(line.startswith("added cpu llama-tiny [") for line in out)
-    assert "samples_per_s = 20 samples/s (median of 3)" in "\n".join(out)
+    rows = [" ".join(line.split()) for line in out if line.startswith("added ")]
+    assert len(rows) == 5 and all(row.startswith("added c1 ") for row in rows)
+    assert "added c1 samples_per_s 20.000 samples/s 3" in rows and "  c1  cpu/llama-tiny ZeRO-" in "\n".join(out)
     assert cli(["--min-repeats", "x", str(tmp_path)]) == 2
 
 
