@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Optional
 
+from benchmarks.node.machine import cpu   # the probe's own readers: what a record of a run here would say
+from benchmarks.node.probe import isa
 from contract.fingerprint import OUTPUT_MACHINE
 from contract.metrics import METRICS
 
@@ -116,8 +118,6 @@ def this_machine(platform: str, device: str, launcher: str = "local") -> Optiona
     own), a Slurm-launched one's on nodes this process does not see."""
     if device != "cpu" or launcher != "local":
         return None
-    from benchmarks.node.machine import cpu    # the probe's own readers: what a record of a run here would say
-    from benchmarks.node.probe import isa
     probe = {"device": "cpu", "isa": isa(), "matmul": {}}   # no rate timed: only what names the machine
     return machine_name({"machine": {"cpu": cpu(), "gpus": None, "probe": probe}}, platform)
 
