@@ -98,9 +98,9 @@ def under_load(recs: list[dict[str, Any]]) -> tuple[float, float]:
     together at least BUSY_HOST_CPUS above the quiet benches' (speeds()'s baseline)."""
     table = speeds(recs)
     by_bench = {r["_bench"]: r for r in recs}
-    quiet = statistics.median(load(r, "other_cpus") + load(r, "steal_cpus") for r in recs
-                              if r["_level"] == 0 and load(r, "steal_cpus") < BUSY_HOST_CPUS) if any(
-        r["_level"] == 0 and load(r, "steal_cpus") < BUSY_HOST_CPUS for r in recs) else 0.0
+    calm = [load(r, "other_cpus") + load(r, "steal_cpus") for r in recs
+            if r["_level"] == 0 and load(r, "steal_cpus") < BUSY_HOST_CPUS]
+    quiet = statistics.median(calm) if calm else 0.0
     found = [speed for bench, ops in table.items()
              if load(by_bench[bench], "other_cpus") + load(by_bench[bench], "steal_cpus") >= quiet + BUSY_HOST_CPUS
              for op, figures in ops.items() if op != "share" for speed in figures.values()]
