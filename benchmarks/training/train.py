@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import Iterator, NoReturn, Sequence
 
 from contract import events as ev
 from contract.spec import HOST_THREADS_VAR, SPEC_FILE, TrainSpec
@@ -213,8 +213,13 @@ def enable_checkpointing(model, spec: TrainSpec) -> list[bool]:
         kwargs = {"use_reentrant": False}
         if spec.checkpoint_policy == "selective":
             kwargs["context_fn"] = selective_context
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
-                                              every_n_layers=spec.checkpoint_every_n_layers)
+        n = spec.checkpoint_every_n_layers
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=n)
+        else:  # transformers before 5.23 (a GPU node's own 5.17): the old name, every layer; then every n-th
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            for i, layer in enumerate(model.model.layers):
+                layer.gradient_checkpointing = i % n == 0
     return [bool(layer.gradient_checkpointing) for layer in model.model.layers]
 
 
@@ -237,8 +242,11 @@ def probes_attention(spec: TrainSpec) -> bool:
     return st.compile != "none" or st.kernels != "eager" or st.attention != "auto" or spec.precision == "fp8"
 
 
-def warmup_plan(spec: TrainSpec) -> list[tuple[str, bool]]:
-    return ([("throughput", True)] * planned_warmup(spec) + [("throughput", False)] * spec.steps
+def warmup_plan(spec: TrainSpec, pass_steps: Sequence[int] = ()) -> list[tuple[str, bool]]:
+    """Warm-up, measured and profiled steps in order; the warm-up reaches past the last step at which
+    DeepCompile recompiles with new passes (stack.deepcompile_pass_steps), so none falls in the measured ones."""
+    warmup = max(planned_warmup(spec), max(pass_steps, default=-1) + 1)
+    return ([("throughput", True)] * warmup + [("throughput", False)] * spec.steps
             + [("profile", False)] * spec.profile_steps)
 
 
@@ -326,7 +334,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         log.emit(ev.RUN_START)
     window = LoadWindow()
     watch = CompileWatch(spec.stack.compile != "none", spec.stack.compile_cache)
-    plan = warmup_plan(spec)
+    plan = warmup_plan(spec, stack.get("pass_steps", ()))
     peak, index, warmup_times, found = None, 0, [], {}
     while index < len(plan):
         mode, warmup = plan[index]

@@ -36,7 +36,8 @@ P=$(timeout 60 python3 -c "from harness.gpu_check import detect, platform_overri
 
 log "DeepCompile's op ($(left) s left)"
 ONLY=""
-if ! timeout -k 10 180 python3 -m benchmarks.node.ops build dc --accelerator cuda >"$OUT/dc-build.log" 2>&1; then
+BUILD_S=$(( $(left) / 3 )); [ "$BUILD_S" -gt 180 ] && BUILD_S=180
+if ! timeout -k 10 $BUILD_S python3 -m benchmarks.node.ops build dc --accelerator cuda >"$OUT/dc-build.log" 2>&1; then
   log "DeepCompile's op did not build (dc-build.log): the suite runs without its DeepCompile runs"
   ONLY="only=[c-z1-L12-mb8,c-z1-L6-mb8,c-z3-L12-mb8,c-z3-L6-mb8,e-z3-L12-mb8,e-z3-L6-mb8,e-z1-L12-mb8,e-z1-L6-mb8,c-z1-L12-mb8-unsynced,e-z3-L12-mb8-unsynced]"
 fi

@@ -41,6 +41,32 @@ def test_the_runner_checkpoints_the_layers_the_model_counts(tiny_cfg, layers, ev
     assert off == [False] * layers and checkpointed_layers(dataclasses.replace(w, activation_checkpointing=False)) == 0
 
 
+class _BeforeTheRename:
+    """A model of transformers before 5.23 (a GPU node's own 5.17): gradient_checkpointing_enable of every
+    layer, no activation_checkpointing_enable; l8b-kd stopped there on an H200 (AttributeError)."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        self._model.activation_checkpointing_enable(activation_checkpointing_kwargs=gradient_checkpointing_kwargs)
+
+    def __getattr__(self, name):
+        if name == "activation_checkpointing_enable":
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+def test_transformers_before_the_rename_checkpoints_the_same_layers(tiny_cfg, every):
+    w = dataclasses.replace(tiny_cfg.workload, num_layers=5)
+    spec = SimpleNamespace(activation_checkpointing=True, checkpoint_every_n_layers=every, checkpoint_policy="full")
+    old = _BeforeTheRename(build_model(model_spec(w)))
+    assert not hasattr(old, "activation_checkpointing_enable")
+    assert enable_checkpointing(old, spec) == enable_checkpointing(build_model(model_spec(w)), spec)
+    assert enable_checkpointing(old, spec) == [i % every == 0 for i in range(5)]
+
+
 def test_recomputing_every_other_layer_gives_the_same_gradients(tiny_cfg):
     w = tiny_cfg.workload
     batch = torch.randint(0, w.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))

@@ -117,6 +117,39 @@ def test_compile_seconds_are_the_warm_up_beyond_the_steady_state_and_eager_runs_
     assert stack_metrics({"compile": "none"}, steps) == {}
 
 
+def test_the_warm_up_reaches_past_deepcompiles_last_pass_step_as_deepspeed_scheduled_it():
+    """An H200's llama-440m ZeRO-3 DeepCompile run (2026-12-04) measured from step 2; DeepCompile applied its
+    prefetch and selective-gather passes at step 5: 125 s of recompiling inside the measured steps, and
+    0.81 s a step after it against 1.07-1.10 s before. The schedule is read from DeepSpeed itself."""
+    from deepspeed.compile import backend
+
+    from benchmarks.training.stack import deepcompile_pass_steps
+    from benchmarks.training.train import warmup_plan
+    saved = backend.remaining_schedule
+    try:
+        backend.init_schedule([(0, []), (5, [])])       # 0.19.8's ZeRO-3 default: init_z3.WARMUP = 5
+        assert deepcompile_pass_steps() == [0, 5]
+    finally:
+        backend.remaining_schedule = saved
+    spec = train_spec(compose(["workload.compile=torch", "measure.warmup_steps=2", "measure.steps=3"]), "r", {})
+    plan = warmup_plan(spec, [0, 5])
+    assert [w for _, w in plan] == [True] * 6 + [False] * (3 + spec.profile_steps)
+    assert [w for _, w in warmup_plan(spec, [])][:3] == [True, True, False]
+    assert sum(w for _, w in warmup_plan(spec, [0, 1])) == 2     # already covered by the planned warm-up
+
+
+def test_frames_compiled_during_measured_steps_are_counted_as_recompiles_with_their_steps():
+    steps = [{"index": 0, "warmup": True, "mode": "throughput", "step_time_s": 105.7, "frames_compiled": 4},
+             {"index": 1, "warmup": True, "mode": "throughput", "step_time_s": 2.2, "frames_compiled": 0},
+             *({"index": i, "warmup": False, "mode": "throughput", "step_time_s": t, "frames_compiled": n}
+               for i, t, n in ((2, 1.096, 0), (3, 1.065, 0), (4, 1.095, 0), (5, 125.23, 3), (6, 0.811, 0)))]
+    stack = {"compile": "deepcompile", "warmup_steps_run": 2, "compile_watch": {"graph_breaks": 0, "recompiles": 0}}
+    rec = stack_metrics(stack, steps)["recompiles"]
+    assert rec["value"] == 3 and rec["measured_steps"] == [{"step": 5, "frames": 3, "step_time_s": 125.23}]
+    steps[5]["warmup"] = True                           # the warm-up that reaches past step 5
+    assert stack_metrics(stack, steps)["recompiles"] == {"value": 0, "unit": "count", "mode": "throughput"}
+
+
 def test_each_variant_states_its_parity_tolerance_fp8_looser_with_its_reason():
     assert stack_tolerance({"precision": "fp8", "compile": "torch"})[0] == FP8_TOLERANCE
     assert "3 mantissa bits" in stack_tolerance({"precision": "fp8"})[1]
