@@ -136,28 +136,31 @@ class ModelParams:
     A100 80GB SXM 2,039; H100 SXM 3,350; H200 4,800) x 0.894 (hbm_fraction), the fraction of it the
     probe's triad reached on the H200 (4,292 of 4,800). DECLARED (the datasheets) x MEASURED (the
     fraction, one GPU)."""
-    offload_adam_elements_per_s: float = 0.72e9
-    """DeepSpeedCPUAdam's rate per host thread, elements a second (harness/model/offload_time.py). ASSUMED
-    for a GPU node's host: what tests/gpu/offload_rates.py measured on a 2-core AVX-512 (BF16, AMX) Xeon
-    VM, 0.76e9 at 1 thread and 1.44e9 at 2, so 0.72e9 a thread once two share the memory (2e8 elements;
-    reference_results/sources/offload-rates/).
-    TO MEASURE on a GPU node's host."""
-    offload_cast_elements_per_s: float = 0.68e9
-    """The fp32 -> bf16 cast into a fresh host tensor, elements a second per thread: ASSUMED as
-    offload_adam_elements_per_s is (the same CPU VM: 0.79e9 at 1 thread, 1.37e9 at 2: 0.68e9 a thread). TO MEASURE on a GPU node's host."""
+    offload_adam_elements_per_s: float = 0.237e9
+    """DeepSpeedCPUAdam's rate per host thread, elements a second (harness/model/offload_time.py). MEASURED
+    on a one-GPU H200 node's host (16-core AVX-512/AMX Xeon VM, tests/gpu/offload_rates.py, 1e8 elements,
+    reference_results/sources/gpu-runs/2026-12-04-h200/offload-rates.json): 0.740e9 at 1 thread, 3.80e9 at
+    16, so 0.237e9 a thread when the 16 share the memory (a rank runs the node's cores). A 2-core AVX-512
+    Xeon VM read 0.76e9 at 1 thread and 1.44e9 at 2 (reference_results/sources/offload-rates/)."""
+    offload_cast_elements_per_s: float = 0.321e9
+    """The fp32 -> bf16 cast into a fresh host tensor, elements a second per thread: MEASURED there as
+    offload_adam_elements_per_s is (0.774e9 at 1 thread, 5.13e9 at 16: 0.321e9 a thread)."""
     offload_host_threads: int = 16
     """Threads of a rank (train.py rank_threads: its share of the node's cores). ASSUMED: the one-GPU
     nodes' 16 cores; a DGX H100 has 112 cores for 8 GPUs (14 a rank)."""
-    offload_host_gbps: float = 75.0
-    """Host memory bandwidth a rank gets, GB/s: the cap on its host Adam and cast at many threads.
-    ASSUMED: a DGX H100's two sockets of 8 DDR5-4800 channels (614 GB/s) over its 8 GPUs. TO MEASURE:
-    tests/gpu/offload_rates.py's triad on the node."""
-    pcie_pinned_gbps: float = 50.0
-    """GPU <-> host copies of pinned memory, GB/s a direction. ASSUMED: 80 % of PCIe Gen5 x16's 63 GB/s
-    (the H100 and H200 nodes' links trained at Gen5 x16: their nvidia-smi.txt). TO MEASURE: offload_rates.py."""
-    pcie_pageable_gbps: float = 20.0
+    offload_host_gbps: float = 106.0
+    """Host memory bandwidth a rank gets, GB/s: the cap on its host Adam and cast at many threads. MEASURED
+    on the H200 node's host: what its Adam moved at 16 threads (3.80e9 elements/s x 28 B); the node's
+    triad read 79.7 GB/s, which Adam's own count exceeds, so the cap is set no tighter than the kernel's own.
+    A DGX H100 (two sockets of 8 DDR5-4800 channels, 614 GB/s, over 8 GPUs) gives a rank about 75."""
+    pcie_pinned_gbps: float = 54.0
+    """GPU <-> host copies of pinned memory, GB/s a direction. MEASURED on the H200 node (PCIe Gen5 x16):
+    54.0 both ways (offload_rates.py, bf16 tensors of 1e8 elements)."""
+    pcie_pageable_gbps: float = 4.9
     """Host -> GPU copies of pageable memory (the driver stages them through its own pinned buffers), GB/s.
-    ASSUMED. TO MEASURE: offload_rates.py."""
+    DERIVED on the H200 node: the cast and copy of an updated fp32 sub-group into a bf16 GPU tensor (what
+    stage3.py does) ran at 3.30 GB/s of bf16 (60.6 ms for 1e8 elements), the cast alone 19.5 ms at 16
+    threads: 41.1 ms for 2e8 bytes of pageable copy."""
     nccl_model: bool = True
     """Collectives on GPUs without a measured curve take the time NCCL's own tuning model gives the
     algorithm and protocol it picks (harness/model/topology.py: latencies and caps DECLARED by NCCL's
@@ -202,20 +205,18 @@ class ModelParams:
                       "no record shows a compiled host floor (the compiled mb-128 micro-step is GPU-bound): the eager "
                       "floor is kept; suite gpu-compile-host (tests/gpu/compile_host_node.sh) measures it, "
                       "tests/perf/host_floor.py fits it")]
-        rates = "tests/gpu/offload_rates.py"
+        rates = "tests/gpu/offload_rates.py on the H200 node: reference_results/sources/gpu-runs/2026-12-04-h200"
         out += [Param("offload_adam_elements_per_s", self.offload_adam_elements_per_s, "elements/s per host thread",
-                      "assumed", "measured on a 2-core AVX-512 Xeon VM (reference_results/sources/offload-rates); "
-                      "TO MEASURE on a GPU node: " + rates),
+                      "measured", rates + " (3.80e9 at 16 threads)"),
                 Param("offload_cast_elements_per_s", self.offload_cast_elements_per_s, "elements/s per host thread",
-                      "assumed", "measured on a 2-core AVX-512 Xeon VM (reference_results/sources/offload-rates); "
-                      "TO MEASURE on a GPU node: " + rates),
+                      "measured", rates + " (5.13e9 at 16 threads)"),
                 Param("offload_host_threads", float(self.offload_host_threads), "threads per rank", "assumed",
                       "the one-GPU nodes' 16 cores (a DGX H100: 14 a GPU)"),
-                Param("offload_host_gbps", self.offload_host_gbps, "GB/s of host memory per rank", "to measure",
-                      "a DGX H100's 614 GB/s over 8 GPUs; " + rates),
-                Param("pcie_pinned_gbps", self.pcie_pinned_gbps, "GB/s a direction, pinned", "to measure",
-                      "0.8 x PCIe Gen5 x16 (63 GB/s); " + rates),
-                Param("pcie_pageable_gbps", self.pcie_pageable_gbps, "GB/s host -> GPU, pageable", "to measure", rates)]
+                Param("offload_host_gbps", self.offload_host_gbps, "GB/s of host memory per rank", "measured",
+                      rates + " (Adam's 16 threads x 28 B; its triad 79.7)"),
+                Param("pcie_pinned_gbps", self.pcie_pinned_gbps, "GB/s a direction, pinned", "measured", rates),
+                Param("pcie_pageable_gbps", self.pcie_pageable_gbps, "GB/s host -> GPU, pageable", "derived",
+                      rates + " (the cast and copy at 3.30 GB/s, less the cast)")]
         out.append(Param("hbm_fraction", self.hbm_fraction, "of a datasheet's HBM bandwidth", "measured",
                          "reference_results/sources/gpu-runs/2026-11-26-h200 (the probe's triad)"))
         out += [Param(f"hbm_gbps.{k}", v, "GB/s", "declared", "NVIDIA datasheet x 0.894 (the H200 probe's triad fraction)")
