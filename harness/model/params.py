@@ -63,6 +63,17 @@ class ModelParams:
     host_base_s: dict[str, float] = field(default_factory=lambda: {"replicated": 10.4e-3, "sharded": 1.9e-3})
     """The same line's intercept: host seconds per micro-step that do not grow with the modules. MEASURED
     with host_s_per_module."""
+    compiled_host_floor: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+        "torch/replicated": (3.09e-3, 0.091e-3), "deepcompile/sharded": (3.09e-3, 0.296e-3)})
+    """(host_base_s, host_s_per_module) of a compiled micro-step, by workload.compile and how the stage
+    holds parameters: the host issues a few graphs instead of each module's kernels and hooks. MEASURED
+    on the one-GPU H200 node (reference_results/sources/gpu-runs/2026-12-04-h200/gpu-compile-host, llama-440m's
+    shape at mb 8 x ga 4, tests/perf/host_floor.py): torch.compile under ZeRO-1 at 6 and 12 layers
+    (57, 111 modules: 8.3 and 13.2 ms a micro-step, against eager's 28.4 and 45.4 ms); DeepCompile under
+    ZeRO-3 at 12 layers alone (111 modules: 36.0 ms, after its passes at step 5, against eager ZeRO-3's
+    175 ms): its base is taken as torch.compile's, the rest per module. torch.compile under ZeRO-3 keeps
+    DeepSpeed's hooks eager (a graph break at each module): the eager sharded floor; DeepCompile under
+    ZeRO 1/2 takes torch.compile's replicated floor (neither measured)."""
     zero3_unexplained_s: float = 0.09
     """Seconds per ZeRO-3 collective call (each parameter gather and gradient reduce-scatter of the
     micro-steps) on the paper's clusters alone (zero3_unexplained_platforms): what made the paper's
@@ -201,10 +212,12 @@ class ModelParams:
                       "fitted", f"{stack}: FP8 against bf16, compiled, llama-440m and the 8B-shaped stack (9.87, 9.17)"),
                 Param("memory_model.COMPILE_ACTIVATION_FRACTION", COMPILE_ACTIVATION_FRACTION, "of the eager activations",
                       "measured", f"{stack}/gpu-stack 00-z1 and 01-z1-compile (H100: 25.95 -> 17.25 GiB)"),
-                Param("compile_host_floor", 1.0, "x the eager host floor", "to measure",
-                      "no record shows a compiled host floor (the compiled mb-128 micro-step is GPU-bound): the eager "
-                      "floor is kept; suite gpu-compile-host (tests/gpu/compile_host_node.sh) measures it, "
-                      "tests/perf/host_floor.py fits it")]
+                *(Param(f"compiled_host_floor.{k}.{what}", v, unit, "measured",
+                        "reference_results/sources/gpu-runs/2026-12-04-h200/gpu-compile-host (H200 node; "
+                        + ("6 and 12 layers" if k.startswith("torch") else "12 layers; the base torch.compile's") + " at mb 8)")
+                  for k, (base, per) in self.compiled_host_floor.items()
+                  for what, v, unit in (("host_base_s", base, "s per micro-step"),
+                                        ("host_s_per_module", per, "s per module per micro-step")))]
         rates = "tests/gpu/offload_rates.py on the H200 node: reference_results/sources/gpu-runs/2026-12-04-h200"
         out += [Param("offload_adam_elements_per_s", self.offload_adam_elements_per_s, "elements/s per host thread",
                       "measured", rates + " (3.80e9 at 16 threads)"),
@@ -215,8 +228,8 @@ class ModelParams:
                 Param("offload_host_gbps", self.offload_host_gbps, "GB/s of host memory per rank", "measured",
                       rates + " (Adam's 16 threads x 28 B; its triad 79.7)"),
                 Param("pcie_pinned_gbps", self.pcie_pinned_gbps, "GB/s a direction, pinned", "measured", rates),
-                Param("pcie_pageable_gbps", self.pcie_pageable_gbps, "GB/s host -> GPU, pageable", "derived",
-                      rates + " (the cast and copy at 3.30 GB/s, less the cast)")]
+                Param("pcie_pageable_gbps", self.pcie_pageable_gbps, "GB/s host -> GPU, pageable", "measured",
+                      rates + " (derived: the cast and copy at 3.30 GB/s, less the cast)")]
         out.append(Param("hbm_fraction", self.hbm_fraction, "of a datasheet's HBM bandwidth", "measured",
                          "reference_results/sources/gpu-runs/2026-11-26-h200 (the probe's triad)"))
         out += [Param(f"hbm_gbps.{k}", v, "GB/s", "declared", "NVIDIA datasheet x 0.894 (the H200 probe's triad fraction)")

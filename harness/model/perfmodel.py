@@ -178,8 +178,21 @@ def host_floor(cfg: BenchConfig, params: ModelParams = PARAMS) -> tuple[float, s
     modules = float(modules_with_parameters(cfg.workload.num_layers))
     if cfg.workload.distill is not None:
         modules += modules_with_parameters(teacher_workload(cfg.workload).num_layers) / 2
-    return (params.host_base_s[kind] + params.host_s_per_module[kind] * modules,
-            f"{modules:g} modules, {kind} parameters (ZeRO-{cfg.zero.stage})")
+    compiled = compiled_floor_key(cfg)
+    base, per = (params.compiled_host_floor[compiled] if compiled in params.compiled_host_floor
+                 else (params.host_base_s[kind], params.host_s_per_module[kind]))
+    return (base + per * modules, f"{modules:g} modules, {kind} parameters (ZeRO-{cfg.zero.stage})"
+            + (f", {cfg.workload.compile.value}'s floor" if compiled in params.compiled_host_floor else ""))
+
+
+def compiled_floor_key(cfg: BenchConfig) -> str:
+    """Which of params.compiled_host_floor a compiled run's host floor is ('' for eager and for torch.compile
+    under ZeRO-3, whose DeepSpeed hooks stay eager: the eager sharded floor); DeepCompile under ZeRO 1/2
+    takes torch.compile's replicated one."""
+    c = cfg.workload.compile.value
+    if c == "none" or (c == "torch" and cfg.zero.stage == 3):
+        return ""
+    return "deepcompile/sharded" if cfg.zero.stage == 3 else "torch/replicated"
 
 
 def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optional[tuple[float, str]]:

@@ -45,12 +45,11 @@ STACK_CHOICES = tuple(Stack(c, k) for c in (Compile.none, Compile.torch) for k i
 workload.compile of its own, not measured: give it as the configuration's)."""
 
 STACK_TO_MEASURE = {
-    "compile_host_floor": "the host floor of a compiled micro-step: no record shows it (at mb 128 the compiled micro-step, "
-                          "96 ms, is GPU-bound: its kernels, 93.7 ms, fill its wall time, 94.3 ms), so the eager floor "
-                          "(host_base_s + host_s_per_module x modules, 79 ms for llama-440m) is kept; conf/suite/gpu-compile-host.yaml "
-                          "measures it (6 and 12 layers at mb 8), tests/perf/host_floor.py fits it",
-    "deepcompile": "DeepCompile: not measured (its op did not build on the one node); torch.compile's figures are used, "
-                   "and ZeRO's collectives as eager DeepSpeed schedules them",
+    "compile_host_floor": "torch.compile under ZeRO-3: DeepSpeed's hooks stay eager (a graph break at each module), "
+                          "so the eager sharded floor (host_base_s + host_s_per_module x modules) is kept: not measured "
+                          "compiled (conf/suite/gpu-compile-host.yaml's c-z3 runs)",
+    "deepcompile": "DeepCompile: its host floor measured at one shape (12 layers, mb 8, H200) and its GPU work as "
+                   "torch.compile's; ZeRO's collectives as eager DeepSpeed schedules them",
     "compile_liger": "compile with Liger's kernels: not measured (the one try, a bare loop on an H100, failed inside "
                      "Inductor's autotuning); the smaller traffic and activation memory of the two are used",
     "fp8_eager": "FP8 without compile: not measured (torchao's casts run unfused); the compiled cast traffic and no "
@@ -147,6 +146,6 @@ def stack_notes(cfg: BenchConfig, host_bound: bool) -> list[str]:
         notes.append(STACK_TO_MEASURE["compile_mode"])
     if w.attention != Attention.auto:
         notes.append(STACK_TO_MEASURE["attention"])
-    if w.compile != Compile.none and host_bound:
+    if w.compile == Compile.torch and cfg.zero.stage == 3 and host_bound:
         notes.append("host-bound at the EAGER floor: " + STACK_TO_MEASURE["compile_host_floor"])
     return ["stack: " + n for n in notes]

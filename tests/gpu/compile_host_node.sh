@@ -6,7 +6,7 @@
 #   1. llama-440m ZeRO-3 with DeepCompile at gpu-check's size (mb 128 x ga 8), beside the references' eager
 #      ZeRO-3 (H100 370 samples/s, host-bound: ZeRO-3's hooks on the host, which DeepCompile compiles away);
 #   2. its 12- and 6-layer shapes at mb 8 x ga 4 compiled (ZeRO-1, then ZeRO-3), under DeepCompile and eager:
-#      the compiled host floor (harness/model/params.py compile_host_floor, "to measure"), fitted at the end by
+#      the compiled host floor (harness/model/params.py compiled_host_floor), fitted at the end by
 #      tests/perf/host_floor.py (base + per module x modules, and each stack over eager's);
 #   3. where time is left, the compiled ZeRO-1 and eager ZeRO-3 12-layer shapes with DeepSpeed's throughput timer
 #      unsynchronised: what its torch.cuda.synchronize() before every forward costs (and the compiled graph break).

@@ -1,5 +1,5 @@
 """The host floor of a GPU micro-step, fitted from records (harness/model/params.py host_s_per_module and
-host_base_s; `compile_host_floor` for a compiled stack): on a GPU node at small micro-batches the GPU's
+host_base_s; `compiled_host_floor` for a compiled stack): on a GPU node at small micro-batches the GPU's
 share of a micro-step is a few ms and the host issuing it sets its time, which grows with the modules
 the host walks (transformers' LlamaForCausalLM: 9 a layer + 3, each with its hooks, and under ZeRO-3
 its gather and release). So, per group of runs of one stack (eager, compiled, DeepCompile), stage class
@@ -115,7 +115,7 @@ def fit(pts: list[Point]) -> list[Fit]:
 
 def against_eager(fits: list[Fit]) -> dict[tuple[str, str, int], float]:
     """Each other stack's floor over eager's of the same class and micro-batch, at the points' mean modules:
-    what params' compile_host_floor (x the eager floor) would be."""
+    how far under the eager floor params.compiled_host_floor sits."""
     eager = {(f.stage_class, f.micro_batch_size): f for f in fits if f.stack == "eager"}
     out = {}
     for f in fits:
@@ -142,7 +142,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{f.stack:<12} {f.stage_class:<10} {f.micro_batch_size:>4} {1e3 * f.host_base_s:>8.2f} "
               f"{1e3 * f.host_s_per_module:>9.3f} {1e3 * f.max_residual_s:>12.2f}  {pts}")
     for (stack, cls, mb), ratio in against_eager(fits).items():
-        print(f"{stack} {cls} mb {mb}: {ratio:.3f} x the eager floor at these modules (params.py compile_host_floor)")
+        print(f"{stack} {cls} mb {mb}: {ratio:.3f} x the eager floor at these modules (params.py compiled_host_floor)")
     return 0
 
 
