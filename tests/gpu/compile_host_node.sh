@@ -12,7 +12,8 @@
 #      unsynchronised: what its torch.cuda.synchronize() before every forward costs (and the compiled graph break).
 # If DeepCompile's op does not build, the suite runs without its DeepCompile runs (the build's log says why).
 # Records come back as records.tar.gz, logs beside it.
-#   device run: bash tests/gpu/compile_host_node.sh    (carry: .whl; BUDGET_S: the whole script, default 540)
+#   device run: bash tests/gpu/compile_host_node.sh    (carry: .whl; BUDGET_S: the whole script, default 540;
+#   RUNS=a,b,...: only those of the suite, e.g. what the H200 of 2026-12-04 left: dc-z3-L6-mb8,c-z3-L12-mb8,c-z3-L6-mb8,z3-deepcompile)
 #
 # Expected: eager floors as the H200's (replicated 10.4 ms + 0.315 ms a module, sharded 1.9 + 1.56: 45 and
 # 175 ms a micro-step at 12 layers); a compiled ZeRO-1 micro-step issues a handful of graphs instead of ~2,000
@@ -41,7 +42,8 @@ if ! timeout -k 10 $BUILD_S python3 -m benchmarks.node.ops build dc --accelerato
   log "DeepCompile's op did not build (dc-build.log): the suite runs without its DeepCompile runs"
   ONLY="only=[c-z1-L12-mb8,c-z1-L6-mb8,c-z3-L12-mb8,c-z3-L6-mb8,e-z3-L12-mb8,e-z3-L6-mb8,e-z1-L12-mb8,e-z1-L6-mb8,c-z1-L12-mb8-unsynced,e-z3-L12-mb8-unsynced]"
 fi
-log "bench suite=gpu-compile-host ($(left) s left)"
+[ -n "${RUNS:-}" ] && ONLY="only=[$RUNS]"
+log "bench suite=gpu-compile-host ${ONLY} ($(left) s left)"
 timeout -k 10 $(( $(left) - 25 )) python3 -m harness bench $P suite=gpu-compile-host $ONLY out=/tmp/gpu-compile-host \
   history=none >"$OUT/gpu-compile-host.log" 2>&1
 log "gpu-compile-host exit $?"

@@ -10,7 +10,8 @@
 #      offloaded to the host (llama-8b and llama-8b-kd on an H200, llama-8b alone on an H100), the
 #      host's MemAvailable and the GPU's memory sampled every 2 s beside it (host-mem.log);
 # records come back as records.tar.gz, logs and offload-rates.json beside it (8 files).
-#   device run: bash tests/gpu/kd_8b_node.sh    (carry: .whl; BUDGET_S: the whole script, default 540)
+#   device run: bash tests/gpu/kd_8b_node.sh    (carry: .whl; BUDGET_S: the whole script, default 540;
+#   KD=0 skips step 1; ONLY_8B=l8b-kd runs that one of the 8B suite, e.g. after the H200 of 2026-12-04)
 #
 # Expected (memory model, harness/model/memory.py and offload.py; performance model for throughput):
 #   kd   (H100) 426 samples/s against z1's 709 (z1 measured 711, MFU 22.8 %): MFU 13.7 % of the
@@ -49,11 +50,15 @@ PLATFORM=$(timeout 60 python3 -c "from harness.gpu_check import detect, platform
 log "platform ${PLATFORM:-?}"
 
 if [ -n "${FULL:-}" ]; then KD_SUITE=gpu-check; RESERVE=60; else KD_SUITE=gpu-check-kd; RESERVE=300; fi
-log "gpu-check suite=$KD_SUITE ($(left) s left, $RESERVE kept for the 8B suite)"
-timeout -k 10 $(( $(left) - RESERVE )) python3 -m harness gpu-check suite=$KD_SUITE out=/tmp/gpu-check-kd history=none \
-  >"$OUT/gpu-check-kd.log" 2>&1
-log "gpu-check-kd exit $?"
-grep -E "^\| |-> " "$OUT/gpu-check-kd.log" | tail -20
+if [ "${KD:-1}" = 0 ]; then
+  log "gpu-check suite=$KD_SUITE skipped (KD=0)"
+else
+  log "gpu-check suite=$KD_SUITE ($(left) s left, $RESERVE kept for the 8B suite)"
+  timeout -k 10 $(( $(left) - RESERVE )) python3 -m harness gpu-check suite=$KD_SUITE out=/tmp/gpu-check-kd history=none \
+    >"$OUT/gpu-check-kd.log" 2>&1
+  log "gpu-check-kd exit $?"
+  grep -E "^\| |-> " "$OUT/gpu-check-kd.log" | tail -20
+fi
 
 # the offload's mechanisms, for the model (harness/model/offload_time.py), only where the 8B suite keeps its
 # time: cpu_adam's build (about a minute, which the suite's own preflight would spend anyway), then ~15 s
@@ -71,7 +76,7 @@ if [ "$(left)" -gt 120 ] && [ -f "conf/suite/gpu-8b-${PLATFORM}.yaml" ]; then
       sleep 2
     done ) >"$OUT/host-mem.log" 2>&1 &
   SAMPLER=$!
-  timeout -k 10 $(( $(left) - 15 )) python3 -m harness gpu-check suite=gpu-8b-$PLATFORM out=/tmp/gpu-8b history=none \
+  timeout -k 10 $(( $(left) - 15 )) python3 -m harness gpu-check suite=gpu-8b-$PLATFORM ${ONLY_8B:+only=[$ONLY_8B]} out=/tmp/gpu-8b history=none \
     >"$OUT/gpu-8b.log" 2>&1
   log "gpu-8b exit $?"
   kill "$SAMPLER" 2>/dev/null

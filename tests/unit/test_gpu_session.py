@@ -137,6 +137,18 @@ def test_the_kd_script_runs_the_whole_gpu_check_when_asked(tmp_path):
     assert [s.split(" out=")[0] for _, s in harness_steps(calls)][0] == "-m harness gpu-check suite=gpu-check"
 
 
+def test_the_kd_script_can_run_the_8b_distillation_alone(tmp_path):
+    """What the H200 of 2026-12-04 left: llama-8b-kd (stopped on transformers 5.17's missing
+    activation_checkpointing_enable); the rest measured."""
+    calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "kd_8b_node.sh", tmp_path, "h200", KD="0", ONLY_8B="l8b-kd")
+    steps = harness_steps(calls)
+    assert [s.split(" out=")[0].split(" --out ")[0] for _, s in steps] == [
+        "tests/gpu/offload_rates.py --elements 1e8", "-m harness gpu-check suite=gpu-8b-h200 only=[l8b-kd]"]
+    assert "skipped (KD=0)" in session and steps[1][0] > 400
+    _, planned = plan_suite(["platform=h200", "suite=gpu-8b-h200", "only=[l8b-kd]"])
+    assert [p.run.name for p in planned] == ["l8b-kd"]
+
+
 @pytest.mark.parametrize("torchao_fails", [False, True])
 def test_the_stack_script_runs_the_stack_suites_and_falls_back_to_the_older_torchao(tmp_path, torchao_fails):
     calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "stack_node.sh", tmp_path, "h200",
@@ -187,3 +199,14 @@ def test_the_compile_host_script_runs_deepcompile_and_the_layer_shapes_and_witho
     assert names[:3] == (["c-z1-L12-mb8", "c-z1-L6-mb8", "c-z3-L12-mb8"] if dc_fails else
                          ["z3-deepcompile", "c-z1-L12-mb8", "c-z1-L6-mb8"])
     assert {p.cfg.workload.compile.value for p in planned} == ({"torch", "none"} if dc_fails else {"deepcompile", "torch", "none"})
+
+
+def test_the_compile_host_script_runs_the_runs_asked_for(tmp_path):
+    """What the H200 of 2026-12-04 left of gpu-compile-host (its bound cut the suite after 4 of 13 runs)."""
+    left = "dc-z3-L6-mb8,c-z3-L12-mb8,c-z3-L6-mb8,z3-deepcompile"
+    calls, _ = dry_run(REPO_ROOT / "tests" / "gpu" / "compile_host_node.sh", tmp_path, "h200", RUNS=left)
+    (bound, step), = harness_steps(calls)
+    assert f"only=[{left}]" in step and bound > 300
+    only = re.search(r"(only=\[[^\]]*\])", step).group(1)
+    _, planned = plan_suite(["platform=h200", "suite=gpu-compile-host", only])
+    assert sorted(p.run.name for p in planned) == sorted(left.split(","))
