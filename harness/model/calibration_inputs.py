@@ -19,7 +19,7 @@ from ..verdict.references import SHAPE_FIELDS, STACK_DEFAULTS, shape_override
 from .calibration_types import BusbwCurve, Calibration
 from .offload import offload_settings
 from .params import PARAMS, ModelParams
-from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor
+from .perfmodel import efficiency_for_step_time, executed_flops_per_step, host_floor, optimizer_step
 from .topology import carried_points
 
 HOST_BOUND_MARGIN = 1.25
@@ -162,16 +162,18 @@ def record_variant(rec: ResultRecord, cfg: BenchConfig) -> BenchConfig:
 
 
 def profile_efficiency(rec: ResultRecord, cfg: BenchConfig) -> Optional[float]:
-    """FLOPs executed per rank per optimizer step / (median profile-mode compute_s of a step x
-    cfg's declared peak); None without profile micro-steps."""
+    """FLOPs executed per rank per optimizer step / ((median profile-mode compute_s of a step less the model's
+    optimizer step, perfmodel.optimizer_step, which predict adds apart) x cfg's declared peak); None without
+    profile micro-steps."""
     if offloaded(rec):
         return None
     variant = record_variant(rec, cfg)
     profiled = [sum(m.get("compute_s", 0.0) for m in step) for step in rec.microsteps if step]
-    if not profiled or statistics.median(profiled) <= 0:
+    compute = statistics.median(profiled) - optimizer_step(variant, ranks=num_ranks(rec)) if profiled else 0.0
+    if compute <= 0:
         return None
     peak = variant.platform.peak_tflops[variant.workload.precision.value] * 1e12
-    return executed_flops_per_step(variant) / (statistics.median(profiled) * peak)
+    return executed_flops_per_step(variant) / (compute * peak)
 
 
 def record_efficiency(rec: ResultRecord, cfg: BenchConfig, curves: dict[str, BusbwCurve],

@@ -74,6 +74,22 @@ class ModelParams:
     175 ms): its base is taken as torch.compile's, the rest per module. torch.compile under ZeRO-3 keeps
     DeepSpeed's hooks eager (a graph break at each module): the eager sharded floor; DeepCompile under
     ZeRO 1/2 takes torch.compile's replicated floor (neither measured)."""
+    optimizer_step_s: dict[str, float] = field(default_factory=lambda: {
+        "base_s": 4.17e-3, "s_per_module": 0.199e-3, "s_per_parameter": 4.63e-11})
+    """The optimizer step on a GPU, once a step, exposed after backward: base + per module with parameters +
+    per parameter the rank steps on its GPU (its partition, N / ranks, under ZeRO 1-3; less what an optimizer
+    offload steps on the host, which offload_time counts). MEASURED as what each
+    step took beyond its micro-steps' model (the host floor's fit leaves each step's last micro-step out), on
+    the one-GPU H200 node: llama-440m's shape under ZeRO-1 at mb 8, eager at 6, 12 and 24 layers (22.7, 37.1,
+    76.5 ms; 2026-11-26-h200) and compiled at 6 and 12 (23.4, 38.4 ms; 2026-12-04-h200); and on the H100
+    (2026-11-27-h100-stack): the last micro-step of compiled llama-440m (24 layers) and of the 8B-shaped
+    stack (4 layers, 1.13e9 parameters) over their others' median, 60 and 64.5 ms. The least-squares plane
+    through the seven: residuals under 1 ms on the H200, +-8 ms between the two GPUs' 24-layer runs. The H200's
+    five alone give 0.244 ms a module and 4.98e-11 s a parameter: the same split. DeepSpeed's step and the
+    copies back into each parameter, tensor by tensor and not compiled; how much of it is the host's and how
+    much the GPU's is not measured. ZeRO-3's own took more (its eager residuals over this plane's predecessors,
+    58-507 ms, scatter too widely for a fit of their own): the plane is a floor there, and keeps a sweep from
+    preferring ZeRO-3 for the optimizer step it would otherwise not be charged."""
     zero3_unexplained_s: float = 0.09
     """Seconds per ZeRO-3 collective call (each parameter gather and gradient reduce-scatter of the
     micro-steps) on the paper's clusters alone (zero3_unexplained_platforms): what made the paper's
@@ -230,6 +246,10 @@ class ModelParams:
                 Param("pcie_pinned_gbps", self.pcie_pinned_gbps, "GB/s a direction, pinned", "measured", rates),
                 Param("pcie_pageable_gbps", self.pcie_pageable_gbps, "GB/s host -> GPU, pageable", "measured",
                       rates + " (derived: the cast and copy at 3.30 GB/s, less the cast)")]
+        out += [Param(f"optimizer_step_s.{k}", v, "s per step" if k == "base_s" else k.replace("s_", "s ").replace("_", " "),
+                      "measured", "reference_results/sources/gpu-runs/2026-11-26-h200, 2026-12-04-h200 (ZeRO-1 mb 8: 6, 12, 24 "
+                      "layers) and 2026-11-27-h100-stack (llama-440m and the 8B-shaped stack)")
+                for k, v in self.optimizer_step_s.items()]
         out.append(Param("hbm_fraction", self.hbm_fraction, "of a datasheet's HBM bandwidth", "measured",
                          "reference_results/sources/gpu-runs/2026-11-26-h200 (the probe's triad)"))
         out += [Param(f"hbm_gbps.{k}", v, "GB/s", "declared", "NVIDIA datasheet x 0.894 (the H200 probe's triad fraction)")
@@ -248,6 +268,7 @@ PARAMS = ModelParams()
 
 IDEAL = ModelParams(fabric_efficiency={"ib": 1.0, "roce": 1.0, "tcp": 1.0}, paper_roce_efficiency=1.0, zero3_unexplained_s=0.0,
                     nccl_model=False,
-                    host_s_per_module={"replicated": 0.0, "sharded": 0.0}, host_base_s={"replicated": 0.0, "sharded": 0.0})
+                    host_s_per_module={"replicated": 0.0, "sharded": 0.0}, host_base_s={"replicated": 0.0, "sharded": 0.0},
+                    optimizer_step_s={})
 """No fitted or measured term and no latency: the model's pure formulas (bytes x factor / declared
 bandwidth), what the unit tests check the formulas with."""

@@ -32,7 +32,8 @@ from .calibration_types import Calibration
 from .comm_layout import prefetch_exposed
 from .flops import (forward_flops_per_token, llama_param_count, recompute_flops_per_token, recompute_fraction,
                     training_flops_per_token)
-from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, overlap_comm
+from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, memory_estimate, offload_split, overlap_comm
+from .offload import read_offload
 from .offload_time import OffloadTime, offload_time
 from .params import PARAMS, ModelParams
 from .stack import STACK_CHOICES, fp8_cast_elements, fp8_linear_flops_per_token, stack_notes
@@ -66,6 +67,8 @@ class Prediction:
     offload_s: float = 0.0
     """Per step, what ZeRO-3's optimizer offload to the host adds (harness/model/offload_time.py): the host's
     Adam, the cast and copy of the updated parameters, the gradients' copies that outlast backward."""
+    optimizer_s: float = 0.0
+    """Per step, the optimizer step on a GPU (optimizer_step; params.optimizer_step_s)."""
     offload: Optional[dict[str, Any]] = None
     """offload_s by item (items_s) with its formulas; None without optimizer offload on a GPU."""
 
@@ -246,11 +249,32 @@ def _offload(cfg: BenchConfig, eff: float, params: ModelParams) -> Optional[Offl
     return offload_time(cfg, max(gpu, host) * w.grad_acc_steps, params)
 
 
-def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS) -> tuple[float, float, float, float]:
-    """(compute_s, exposed_comm_s, host_wait_s, offload_s) per optimizer step at an efficiency. host_wait_s:
-    what the host adds where it takes longer to issue a micro-step than the GPU to run it (the
+def optimizer_step(cfg: BenchConfig, params: ModelParams = PARAMS, ranks: Optional[int] = None) -> float:
+    """Seconds the optimizer step adds once a step on a GPU (params.optimizer_step_s: base + per module + per
+    parameter the rank steps on its GPU: its partition under ZeRO 1-3, less what an optimizer offload steps on
+    the host, which offload_time counts); 0 on the cpu platform (its host is its device: a measured efficiency
+    holds it). Measured under ZeRO-1; ZeRO-3's own was larger and scattered: for it, a floor. `ranks`: the
+    partition's ranks when not cfg's (a record's own run, inverted for cfg)."""
+    o = params.optimizer_step_s
+    if cfg.platform.device != Device.cuda or not o:
+        return 0.0
+    w = cfg.workload
+    stepped = llama_param_count(w) / ((ranks or cfg.platform.world_size) if cfg.zero.stage >= 1 else 1)
+    if cfg.zero.stage == 3 and cfg.deepspeed_config:
+        off = read_offload(cfg.deepspeed_config)
+        if off.optimizer == "cpu":
+            sp = offload_split(cfg, off)
+            stepped = sp.elements - sp.host_elements
+    return o["base_s"] + o["s_per_module"] * modules_with_parameters(w.num_layers) + o["s_per_parameter"] * stepped
+
+
+def _step_time(cfg: BenchConfig, eff: float, timed,
+               params: ModelParams = PARAMS) -> tuple[float, float, float, float, float]:
+    """(compute_s, exposed_comm_s, host_wait_s, offload_s, optimizer_s) per optimizer step at an efficiency.
+    host_wait_s: what the host adds where it takes longer to issue a micro-step than the GPU to run it (the
     micro-step's compute and exposed communication): ga x max(0, host floor - GPU). offload_s: what
-    ZeRO-3's optimizer offload to the host adds (offload_time.offload_time; 0 without it)."""
+    ZeRO-3's optimizer offload to the host adds (offload_time.offload_time; 0 without it). optimizer_s:
+    the optimizer step on a GPU (optimizer_step)."""
     peak = cfg.platform.peak_tflops[cfg.workload.precision.value] * 1e12
     phase_s = {ph: fl / (peak * eff) for ph, fl in phase_flops(cfg).items()}
     compute = sum(phase_s.values()) * cfg.workload.grad_acc_steps
@@ -273,7 +297,7 @@ def _step_time(cfg: BenchConfig, eff: float, timed, params: ModelParams = PARAMS
     host_wait = ga * max(0.0, host_floor(cfg, params)[0] - gpu_micro)
     off = _offload(cfg, eff, params)
     return (compute, exposed + zero3_calls(cfg, timed, params) * params.zero3_unexplained_s, host_wait,
-            off.added_s if off else 0.0)
+            off.added_s if off else 0.0, optimizer_step(cfg, params))
 
 
 def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None,
@@ -281,8 +305,8 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     """Memory, communication, step time and throughput of cfg; hours for `tokens` when given.
     step_time_s = compute (executed FLOPs / (declared peak x efficiency)) + exposed communication
     (OVERLAP_RULE) + the wait on a host slower than the GPU (host_floor) + what an optimizer offload
-    to the host adds (offload_time); the optimizer step's own
-    time is not modelled apart: a measured efficiency contains it (profile-mode compute includes it).
+    to the host adds (offload_time) + the optimizer step on a GPU (optimizer_step; the cpu platform's is not
+    modelled apart: a measured efficiency contains it).
     With no measured efficiency a GPU takes its roofline (roofline_efficiency)."""
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
         raise HarnessError(f"tokens={tokens!r} is invalid: a positive number of tokens, e.g. 2e9")
@@ -294,9 +318,9 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
     if not (eff > 0 and math.isfinite(eff)):
         raise HarnessError(f"efficiency {eff} ({eff_source}) is not a positive number")
     timed = _timed(cfg, calib, params)
-    compute, exposed, host_wait, offload_s = _step_time(cfg, eff, timed, params)
+    compute, exposed, host_wait, offload_s, optimizer_s = _step_time(cfg, eff, timed, params)
     comm = [e for _, _, es in timed for e in es]
-    step = compute + exposed + host_wait + offload_s
+    step = compute + exposed + host_wait + offload_s + optimizer_s
     samples_per_s = w.micro_batch_size * w.grad_acc_steps * p.world_size / step
     tokens_per_s = samples_per_s * w.seq_len
     config = {"platform": p.name, "workload": w.name, "nodes": p.nodes, "world_size": p.world_size,
@@ -333,7 +357,7 @@ def predict(cfg: BenchConfig, calib: Calibration, tokens: Optional[float] = None
                       host_wait_s=host_wait, step_time_s=step, samples_per_s=samples_per_s, tokens_per_s=tokens_per_s, efficiency=eff,
                       efficiency_source=eff_source, tokens=tokens,
                       hours=tokens / tokens_per_s / 3600 if tokens else None, overlap_rule=OVERLAP_RULE, notes=notes,
-                      offload_s=offload_s, offload={"items_s": off.items, "formulas": off.formulas, "step_s": off.step_s,
+                      offload_s=offload_s, optimizer_s=optimizer_s, offload={"items_s": off.items, "formulas": off.formulas, "step_s": off.step_s,
                                                     "exposed_grads_s": off.exposed_grads_s} if off else None)
 
 

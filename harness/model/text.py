@@ -74,7 +74,8 @@ def format_prediction(pred: Prediction) -> str:
         lines += [f"  {k:<24}{v:>9.4g} s  {o['formulas'][k]}" for k, v in o["items_s"].items()]
     lines += ["", f"step time {pred.step_time_s:.4g} s = compute {pred.compute_s:.4g} + exposed communication "
                   f"{pred.exposed_comm_s:.4g}" + (f" + waiting on the host {pred.host_wait_s:.4g}" if pred.host_wait_s else "")
-              + (f" + optimizer offload {pred.offload_s:.4g}" if pred.offload_s else ""),
+              + (f" + optimizer offload {pred.offload_s:.4g}" if pred.offload_s else "")
+              + (f" + the optimizer step {pred.optimizer_s:.4g}" if pred.optimizer_s else ""),
               f"throughput {pred.samples_per_s:.4g} samples/s, {pred.tokens_per_s:.4g} tokens/s (global)"]
     if pred.hours is not None:
         lines.append(f"hours for {pred.tokens:.3g} tokens: {pred.hours:.4g}")

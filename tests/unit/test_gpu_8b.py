@@ -141,7 +141,7 @@ def test_gpu_check_reports_the_host_figure_of_runs_that_offload(tmp_path):
     text = markdown(s)
     assert "| l8b | 3 | 8 x 2 | ok | 3.1 | 7.0 | 101.00 | 107.54 | +6.5 | - |" in text
     # the step and its optimizer phase beside the performance model's (harness/model/offload_time.py)
-    assert "| l8b | optimizer cpu (ratio 0.5), param none | 86.8 | 110.7 | 5.160 (5.438) | 3.300 (3.634) |" in text
+    assert "| l8b | optimizer cpu (ratio 0.5), param none | 86.8 | 110.7 | 5.160 (5.678) | 3.300 (3.634) |" in text
 
 
 def test_gpu_check_keeps_an_offloaded_runs_measurement_when_the_model_cannot_predict_it(tmp_path, monkeypatch):

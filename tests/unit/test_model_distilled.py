@@ -23,10 +23,10 @@ def test_the_student_alone_calibrates_its_distilled_run_over_both_models_flops(c
     assert student.workload.name == "llama-440m" and student.workload.distill is None
     cal = calibrate([], kd, refs)
     assert "of llama-440m alone, the teacher's forward taken at its efficiency" in cal.efficiency_source
-    step_alone = predict(alone, calibrate([], alone, refs)).step_time_s
-    step_kd = predict(kd, cal).step_time_s
-    assert step_kd == pytest.approx(step_alone * executed_flops_per_step(kd) / executed_flops_per_step(alone))
-    assert step_kd == pytest.approx(2.295, rel=0.05)              # measured; the roofline's 1.924 was -16 %
+    p_alone, p_kd = predict(alone, calibrate([], alone, refs)), predict(kd, cal)
+    assert p_kd.compute_s == pytest.approx(p_alone.compute_s * executed_flops_per_step(kd) / executed_flops_per_step(alone))
+    assert p_kd.optimizer_s == p_alone.optimizer_s > 0  # the student's optimizer: the teacher has none
+    assert p_kd.step_time_s == pytest.approx(2.295, rel=0.03)     # measured; the roofline's 1.924 was -16 %
 
 
 def test_a_distilled_run_with_entries_of_its_own_and_a_run_without_a_teacher_keep_theirs(composed):

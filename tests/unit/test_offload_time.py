@@ -71,7 +71,8 @@ def test_the_prediction_adds_the_offload_and_prints_each_mechanism():
     pred = predict(cfg, calibrate([], cfg, []))
     bare = predict(_cfg("deepspeed_config=null"), calibrate([], cfg, []))
     assert pred.offload_s > 1.0 and bare.offload_s == 0.0 and bare.offload is None
-    assert pred.step_time_s == pytest.approx(pred.compute_s + pred.exposed_comm_s + pred.host_wait_s + pred.offload_s)
+    assert pred.step_time_s == pytest.approx(pred.compute_s + pred.exposed_comm_s + pred.host_wait_s + pred.offload_s
+                                             + pred.optimizer_s)
     text = format_prediction(pred)
     assert "optimizer offload to the host" in text and "host Adam" in text and "+ optimizer offload" in text
     assert json.loads(json.dumps(pred.to_dict()))["offload"]["items_s"]["host Adam"] > 0   # the JSON carries it
