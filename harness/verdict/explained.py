@@ -118,7 +118,8 @@ def _takers(load: Share) -> str:
     if stolen and not others:
         return "the hypervisor's steal (its host running other guests)"
     if stolen:
-        return f"other work and the hypervisor's steal ({load.steal_now:.2f} of it, the reference's {load.steal_then:.2f})"
+        return (f"other work and the hypervisor's steal ({load.steal_now:.2f} of it, the reference's {load.steal_then:.2f}: "
+                "its host running other guests)")
     return "other work"
 
 
@@ -138,11 +139,7 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     if explained is None:
         return None
     what, change = explained
-    who = "other work"
-    if max(share.steal_now, share.steal_then) >= STEAL_NAMED_CPUS:
-        who = (f"other work and the hypervisor's steal (here {share.steal_now:.2f}, the reference's "
-               f"{share.steal_then:.2f}: its host running other guests)")
-    return (f"not comparable: {who} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
+    return (f"not comparable: {_takers(share)} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
             f"run measured (the reference's {share.other_then:.2f}), and its ranks got {ratio:.2f}x the reference's "
             f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs); at that share the {what} is a change of "
             f"{change}, within the tolerance {ref.tolerance_pct:g} %")

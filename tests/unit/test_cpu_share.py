@@ -171,7 +171,7 @@ def test_the_hypervisors_steal_takes_the_ranks_cpu_time_as_a_neighbour_does():
     verdicts = verdicts_of([run], [quiet_twin(loaded(RUNS[0]))])
     assert verdicts["samples_per_s"].verdict == "not comparable"
     assert verdicts["samples_per_s"].reason.startswith(
-        "not comparable: other work and the hypervisor's steal (here 0.70, the reference's 0.00: its host running "
+        "not comparable: other work and the hypervisor's steal (0.70 of it, the reference's 0.00: its host running "
         "other guests) took 0.75 of the machine's 2 CPUs while this run measured (the reference's 0.05), and its "
         "ranks got 0.67x")
 
