@@ -65,15 +65,19 @@ def stack_metrics(stack: Optional[dict[str, Any]], steps: list[dict[str, Any]]) 
             out[name] = {"value": watch[name], "unit": unit_of(name), "mode": "throughput"}
     late = compiled_while_measured(steps)
     if late:  # e.g. DeepCompile's passes at a step the warm-up did not reach: counted, and named with their steps
-        out["recompiles"] = {"value": watch.get("recompiles", 0) + sum(s["frames"] for s in late),
+        fresh = sum(s["frames"] - s.get("recompiled", 0) for s in late)   # Dynamo's recompiles are in watch's count
+        out["recompiles"] = {"value": watch.get("recompiles", 0) + fresh,
                              "unit": unit_of("recompiles"), "mode": "throughput", "measured_steps": late,
                              "source": "Dynamo's recompilations, and the frames compiled during measured steps"}
     return out
 
 
 def compiled_while_measured(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The measured steps (not warm-up) that compiled anything: index, frames, seconds."""
-    return [{"step": s.get("index"), "frames": s["frames_compiled"], "step_time_s": round(s["step_time_s"], 3)}
+    """The measured steps (not warm-up) that compiled anything: index, frames (of them Dynamo's recompilations,
+    where any), seconds."""
+    return [{"step": s.get("index"), "frames": s["frames_compiled"],
+             **({"recompiled": s["frames_recompiled"]} if s.get("frames_recompiled") else {}),
+             "step_time_s": round(s["step_time_s"], 3)}
             for s in steps if not s.get("warmup") and s.get("frames_compiled")]
 
 

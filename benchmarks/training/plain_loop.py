@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         step_times.append(time.perf_counter() - start)
         if plan[index][1]:
-            grow_warmup(plan, index, watch.compiled_since_last(), spec)
+            grow_warmup(plan, index, watch.compiled_since_last()[0], spec)
         index += 1
     warmup = sum(1 for _, w in plan if w)
 

@@ -184,19 +184,16 @@ class CompileWatch:
             clear_compilation_metrics()
             self.break_sites.listen()
 
-    def frames(self) -> int:
-        """Frames compiled so far (each compile or recompile of a code object: one)."""
+    def compiled_since_last(self) -> tuple[int, int]:
+        """(frames compiled, of them Dynamo's recompilations: those with a recompile reason) since the previous
+        call; each compile or recompile of a code object is one frame."""
         if not self.enabled:
-            return 0
+            return 0, 0
         from torch._dynamo.utils import get_compilation_metrics
 
-        return len(get_compilation_metrics())
-
-    def compiled_since_last(self) -> int:
-        """Frames compiled since the previous call."""
-        now = self.frames()
-        new, self.frames_seen = now - self.frames_seen, now
-        return new
+        metrics = get_compilation_metrics()
+        new, self.frames_seen = metrics[self.frames_seen:], len(metrics)
+        return len(new), sum(1 for m in new if m.recompile_reason)
 
     def summary(self) -> dict[str, Any]:
         if not self.enabled:

@@ -232,8 +232,10 @@ def setup_teacher(spec: TrainSpec, device):
     return build_teacher(spec.distill, spec.deepspeed, device, spec.seed)
 
 
-def planned_warmup(spec: TrainSpec) -> int:
-    return spec.stack.planned_warmup(spec.warmup_steps)
+def planned_warmup(spec: TrainSpec, pass_steps: Sequence[int] = ()) -> int:
+    """Warm-up steps before any growth: the stack's (StackSpec.planned_warmup), reaching past the last step at
+    which DeepCompile recompiles with new passes (stack.deepcompile_pass_steps), so none falls in the measured ones."""
+    return max(spec.stack.planned_warmup(spec.warmup_steps), max(pass_steps, default=-1) + 1)
 
 
 def probes_attention(spec: TrainSpec) -> bool:
@@ -243,17 +245,16 @@ def probes_attention(spec: TrainSpec) -> bool:
 
 
 def warmup_plan(spec: TrainSpec, pass_steps: Sequence[int] = ()) -> list[tuple[str, bool]]:
-    """Warm-up, measured and profiled steps in order; the warm-up reaches past the last step at which
-    DeepCompile recompiles with new passes (stack.deepcompile_pass_steps), so none falls in the measured ones."""
-    warmup = max(planned_warmup(spec), max(pass_steps, default=-1) + 1)
-    return ([("throughput", True)] * warmup + [("throughput", False)] * spec.steps
+    """Warm-up (planned_warmup), measured and profiled steps in order."""
+    return ([("throughput", True)] * planned_warmup(spec, pass_steps) + [("throughput", False)] * spec.steps
             + [("profile", False)] * spec.profile_steps)
 
 
-def grow_warmup(plan: list[tuple[str, bool]], index: int, compiled: int, spec: TrainSpec) -> bool:
+def grow_warmup(plan: list[tuple[str, bool]], index: int, compiled: int, spec: TrainSpec,
+                pass_steps: Sequence[int] = ()) -> bool:
     """After warm-up step `index`: one more warm-up step when it was the last one, it compiled
-    something and fewer than compile_warmup_max were added so far. True when one was added."""
-    added = sum(1 for _, w in plan if w) - planned_warmup(spec)
+    something and fewer than compile_warmup_max were added beyond the planned ones so far. True when one was added."""
+    added = sum(1 for _, w in plan if w) - planned_warmup(spec, pass_steps)
     last = index + 1 >= len(plan) or not plan[index + 1][1]
     if compiled and last and added < spec.stack.compile_warmup_max:
         plan.insert(index + 1, ("throughput", True))
@@ -334,7 +335,8 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         log.emit(ev.RUN_START)
     window = LoadWindow()
     watch = CompileWatch(spec.stack.compile != "none", spec.stack.compile_cache)
-    plan = warmup_plan(spec, stack.get("pass_steps", ()))
+    pass_steps = stack.get("pass_steps", ())
+    plan = warmup_plan(spec, pass_steps)
     peak, index, warmup_times, found = None, 0, [], {}
     while index < len(plan):
         mode, warmup = plan[index]
@@ -354,15 +356,17 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         sync()
         step_time_s = time.perf_counter() - start
         tracer.uninstall()
-        compiled = watch.compiled_since_last()
+        compiled, recompiled = watch.compiled_since_last()
         if warmup:
             warmup_times.append(step_time_s)
-            grow_warmup(plan, index, compiled, spec)
+            grow_warmup(plan, index, compiled, spec, pass_steps)
         if rank == 0:
             value = {"index": index, "mode": mode, "warmup": warmup, "step_time_s": step_time_s,
                      "loss": loss}
             if watch.enabled:
                 value["frames_compiled"] = compiled
+                if recompiled:
+                    value["frames_recompiled"] = recompiled   # of them, Dynamo's (counted in compile_watch)
             if loss_parts is not None:
                 value["ce_loss"], value["kl_loss"] = loss_parts
             if clock:

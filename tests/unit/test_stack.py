@@ -136,6 +136,9 @@ def test_the_warm_up_reaches_past_deepcompiles_last_pass_step_as_deepspeed_sched
     assert [w for _, w in plan] == [True] * 6 + [False] * (3 + spec.profile_steps)
     assert [w for _, w in warmup_plan(spec, [])][:3] == [True, True, False]
     assert sum(w for _, w in warmup_plan(spec, [0, 1])) == 2     # already covered by the planned warm-up
+    # the pass steps' warm-up is planned, not growth: step 5's pass recompile still earns one more step
+    from benchmarks.training.train import grow_warmup
+    assert grow_warmup(plan, 5, compiled=3, spec=spec, pass_steps=[0, 5]) and [w for _, w in plan][:7] == [True] * 7
 
 
 def test_frames_compiled_during_measured_steps_are_counted_as_recompiles_with_their_steps():
@@ -146,6 +149,13 @@ def test_frames_compiled_during_measured_steps_are_counted_as_recompiles_with_th
     stack = {"compile": "deepcompile", "warmup_steps_run": 2, "compile_watch": {"graph_breaks": 0, "recompiles": 0}}
     rec = stack_metrics(stack, steps)["recompiles"]
     assert rec["value"] == 3 and rec["measured_steps"] == [{"step": 5, "frames": 3, "step_time_s": 125.23}]
+    steps[6].update(frames_compiled=2, frames_recompiled=1)     # one of them a Dynamo recompile, in watch's count too
+    stack["compile_watch"]["recompiles"] = 1
+    rec = stack_metrics(stack, steps)["recompiles"]
+    assert rec["value"] == 1 + 3 + 1 and rec["measured_steps"][1] == {"step": 6, "frames": 2, "recompiled": 1,
+                                                                        "step_time_s": 0.811}
+    steps[6].update(frames_compiled=0, frames_recompiled=0)
+    stack["compile_watch"]["recompiles"] = 0
     steps[5]["warmup"] = True                           # the warm-up that reaches past step 5
     assert stack_metrics(stack, steps)["recompiles"] == {"value": 0, "unit": "count", "mode": "throughput"}
 
@@ -282,3 +292,26 @@ def test_cuda_arch_suffixes_are_dropped_for_deepspeeds_jit_builder():
     env = {"TORCH_CUDA_ARCH_LIST": "8.0 9.0a;10.0a+PTX"}
     assert arch_list_for_deepspeed(env) == "8.0;9.0;10.0+PTX" and env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0;10.0+PTX"
     assert arch_list_for_deepspeed({"TORCH_CUDA_ARCH_LIST": "9.0"}) is None and arch_list_for_deepspeed({}) is None
+
+
+def test_the_watch_tells_a_frames_first_compile_from_dynamos_recompilation_of_it():
+    """A real compile (Dynamo, eager backend): the first call compiles one frame, a call that fails its guard
+    recompiles it (Dynamo gives the reason), a call that passes compiles nothing."""
+    import torch
+    from benchmarks.training.stack import CompileWatch
+
+    torch._dynamo.reset()
+    watch = CompileWatch(True)
+
+    @torch.compile(backend="eager", dynamic=False)
+    def scaled(x, k):
+        return x * k
+
+    scaled(torch.ones(2), 2)
+    assert watch.compiled_since_last() == (1, 0)
+    scaled(torch.ones(2), 3)                     # the constant k is guarded: a recompilation
+    assert watch.compiled_since_last() == (1, 1)
+    scaled(torch.ones(2), 3)
+    assert watch.compiled_since_last() == (0, 0)
+    assert watch.summary()["recompiles"] == 1
+    torch._dynamo.reset()
