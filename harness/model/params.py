@@ -246,8 +246,8 @@ class ModelParams:
                 Param("pcie_pinned_gbps", self.pcie_pinned_gbps, "GB/s a direction, pinned", "measured", rates),
                 Param("pcie_pageable_gbps", self.pcie_pageable_gbps, "GB/s host -> GPU, pageable", "measured",
                       rates + " (derived: the cast and copy at 3.30 GB/s, less the cast)")]
-        out += [Param(f"optimizer_step_s.{k}", v, "s per step" if k == "base_s" else k.replace("s_", "s ").replace("_", " "),
-                      "measured", "reference_results/sources/gpu-runs/2026-11-26-h200, 2026-12-04-h200 (ZeRO-1 mb 8: 6, 12, 24 "
+        units = {"base_s": "s per step", "s_per_module": "s per module per step", "s_per_parameter": "s per parameter per step"}
+        out += [Param(f"optimizer_step_s.{k}", v, units[k], "measured", "reference_results/sources/gpu-runs/2026-11-26-h200, 2026-12-04-h200 (ZeRO-1 mb 8: 6, 12, 24 "
                       "layers) and 2026-11-27-h100-stack (llama-440m and the 8B-shaped stack)")
                 for k, v in self.optimizer_step_s.items()]
         out.append(Param("hbm_fraction", self.hbm_fraction, "of a datasheet's HBM bandwidth", "measured",

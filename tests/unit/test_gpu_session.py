@@ -210,3 +210,8 @@ def test_the_compile_host_script_runs_the_runs_asked_for(tmp_path):
     only = re.search(r"(only=\[[^\]]*\])", step).group(1)
     _, planned = plan_suite(["platform=h200", "suite=gpu-compile-host", only])
     assert sorted(p.run.name for p in planned) == sorted(left.split(","))
+    (tmp_path / "failed").mkdir()
+    calls, _ = dry_run(REPO_ROOT / "tests" / "gpu" / "compile_host_node.sh", tmp_path / "failed", "h200", RUNS=left,
+                       DC_FAILS="1")
+    (_, step), = harness_steps(calls)
+    assert "only=[c-z3-L12-mb8,c-z3-L6-mb8]" in step     # DeepCompile's runs dropped: its op did not build
