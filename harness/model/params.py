@@ -111,6 +111,19 @@ class ModelParams:
     (memory.layer_bytes_per_token x layers x tokens). MEASURED on the one-GPU H200 node: 92.5 ms of such
     kernels per llama-440m micro-step at mb 128 x seq 128, at the probe's 4.29 TB/s triad, over
     22.17 GB kept (compute_breakdown_mb128.json; 24-29 at mb 8, where kernels are small)."""
+    on_die_traffic: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+        k: (0.54, 4800.0 * HBM_FRACTION) for k in ("H100-SXM5-80GB", "H200-SXM-141GB")})
+    """Per GPU model, (share, GB/s): the share of the memory-bound kernels' time that does not follow the
+    HBM bandwidth but the die (its SMs, clocks and 50 MB L2), and the rate at which that share moves
+    activation_passes' bytes. Elsewhere all of it follows the HBM (share 0: measured on no other die).
+    MEASURED on GH100, the die of both the H100 and the H200 (132 SMs at 1,980 MHz; only their HBM
+    differs: the model's 2,995 and 4,291 GB/s, 1.43x; the probes' triads 3,030 and 4,292): the same
+    micro-step's memory-bound kernels took 111.0 ms on the H100 and 92.5 on the H200 (llama-440m,
+    mb 128 x seq 128), 1.20x, not 1.43x. A share of 0.46 following the HBM gives it (1 + 0.46 x 0.43);
+    the rest moves at the H200's rate, where activation_passes was measured, so the H200 is as before.
+    Checked on a second shape (hidden 2048, seq 1024, mb 8, 8 layers): 38.67 against 32.39 ms, 1.19x,
+    predicted 1.20x. At mb 8 x seq 128, where the kernels are small, 10.03 against 9.21 ms: 1.09x
+    (reference_results/sources/gpu-runs/2026-11-26-h200 and 2026-11-27-h100, compute_breakdown_*.json)."""
     compile_memory_traffic: float = 0.260
     """With workload.compile (torch; deepcompile takes it too), the memory-bound traffic of a micro-step
     as a fraction of the eager stack's (activation_passes x this): Inductor fuses the elementwise
@@ -216,6 +229,10 @@ class ModelParams:
         cb = "reference_results/sources/gpu-runs/2026-11-26-h200/compute_breakdown_mb128.json (torch.profiler, H200)"
         out += [Param("gemm_efficiency", self.gemm_efficiency, "of the declared peak (no measured efficiency)", "measured", cb),
                 Param("activation_passes", self.activation_passes, "x activation bytes kept, per micro-step", "measured", cb)]
+        pair = "compute_breakdown_*.json of reference_results/sources/gpu-runs/2026-11-26-h200 and 2026-11-27-h100 (H100 against H200 at two shapes: 1.20x and 1.19x the time, for 1.43x the HBM)"
+        out += [Param(f"on_die_traffic.{k}.{what}", v, unit, "measured", pair)
+                for k, (share, rate) in self.on_die_traffic.items()
+                for what, v, unit in (("share", share, "of the memory-bound kernels' time"), ("gbps", round(rate, 1), "GB/s"))]
         stack = "reference_results/sources/gpu-runs/2026-11-27-h100-stack"
         out += [Param("compile_memory_traffic", self.compile_memory_traffic, "x activation_passes, compiled", "measured",
                       f"{stack}/compute_breakdown_compiled_mb128.json against reference_results/sources/gpu-runs/2026-11-27-h100/"

@@ -229,9 +229,12 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
         casts = params.fp8_cast_bytes * fp8_cast_elements(w)
     else:
         gemm, casts = flops / (peak * params.gemm_efficiency), 0.0
-    seconds = gemm + (params.activation_passes * kept + casts) / (hbm * 1e9)
+    share, on_die = params.on_die_traffic.get(p.gpu_model or "", (0.0, hbm))
+    seconds = gemm + params.activation_passes * kept * ((1 - share) / hbm + share / on_die) / 1e9 + casts / (hbm * 1e9)
     text = (f"roofline, nothing measured: FLOPs at {params.gemm_efficiency:g} of peak + {params.activation_passes:g} x "
             "the activation bytes kept, at the GPU's HBM bandwidth (params.py; measured on an H200)")
+    if share:
+        text += f", {share:g} of that time at the die's {on_die:g} GB/s (measured on an H100 and an H200)"
     if how:
         text += f"; the stack's traffic {how}"
     if fp8:

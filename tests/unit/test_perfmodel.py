@@ -465,6 +465,37 @@ def test_with_nothing_measured_a_gpu_micro_step_is_its_flops_plus_its_activation
     assert a.compute_s > b.compute_s * (1 + extra / (a.flops_per_step - extra)) * 0.999
 
 
+def test_on_a_gh100_part_of_the_memory_bound_time_follows_the_die_not_the_hbm(composed):
+    """The H100 and the H200 share one die (GH100) and differ in HBM (1.43x in the model's table), yet
+    the same micro-step's memory-bound kernels took 1.20x as long on the H100 (111.0 against 92.5 ms,
+    llama-440m mb 128) and 1.19x at another shape: params.on_die_traffic carries that share. The
+    H200, where activation_passes was measured, is unchanged by it; a die measured nowhere (an A100)
+    keeps all of it at its HBM."""
+    from dataclasses import replace
+
+    from harness.model.perfmodel import phase_flops, roofline_efficiency
+
+    def memory_s(platform, params, shape=()):
+        cfg = composed([f"platform={platform}", "workload=llama-440m", "zero=stage1", "workload.micro_batch_size=128", *shape])
+        eff, how = roofline_efficiency(cfg, params)
+        flops = sum(phase_flops(cfg).values())
+        gemm = flops / (cfg.platform.peak_tflops["bf16"] * 1e12 * params.gemm_efficiency)
+        return flops / (cfg.platform.peak_tflops["bf16"] * 1e12 * eff) - gemm, how
+
+    hbm_only = replace(PARAMS, on_die_traffic={})
+    h200, how200 = memory_s("h200", PARAMS)
+    h100, how100 = memory_s("h100", PARAMS)
+    assert h200 == pytest.approx(memory_s("h200", hbm_only)[0], rel=1e-9)
+    assert h100 / h200 == pytest.approx(111.0 / 92.5, abs=0.01)          # measured 1.20x; HBM alone: 1.43x
+    assert memory_s("h100", hbm_only)[0] / h200 == pytest.approx(4800 / 3350, rel=1e-6)
+    assert "die" in how100 and "die" in how200
+    other = ("workload.hidden_size=2048", "workload.intermediate_size=5632", "workload.num_layers=8", "workload.seq_len=1024",
+             "workload.micro_batch_size=8")
+    assert memory_s("h100", PARAMS, other)[0] / memory_s("h200", PARAMS, other)[0] == pytest.approx(38.67 / 32.39, abs=0.015)
+    a100, how_a = memory_s("ib-a100", PARAMS)
+    assert a100 == pytest.approx(memory_s("ib-a100", hbm_only)[0], rel=1e-9) and "die" not in how_a
+
+
 def test_a_platform_declaring_its_hbm_bandwidth_gets_a_roofline(composed):
     """platform.hbm_gbps (the datasheet's) x params.hbm_fraction stands in for the table by gpu_model,
     so a GPU the table does not know still gets a roofline; a negative figure is refused."""
