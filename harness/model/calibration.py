@@ -78,9 +78,37 @@ def calibrate(records: list[ResultRecord], cfg: BenchConfig, references: Optiona
         return own
     if not alone.efficiency_by_mb:
         return own
-    return dataclasses.replace(alone, efficiency_source=(
-        f"{alone.efficiency_source}; of {student.workload.name} alone, the teacher's forward taken at its "
-        "efficiency (an H200: llama-440m-kd's MFU with the teacher 26.4 % against the student alone's 25.8 %)"))
+    return carried_to_teacher(alone, cfg, student, params)
+
+
+def carried_to_teacher(alone: Calibration, cfg: BenchConfig, student: BenchConfig,
+                       params: ModelParams = PARAMS) -> Calibration:
+    """The student alone's measured efficiency per micro-batch carried to its distilled run: x the ratio of
+    the two rooflines there (the distilled one adds the teacher's forward and the loss), so that the
+    measured student time grows by the roofline's share of the teacher and the loss. Without a roofline
+    (the cpu platform, a GPU of undeclared bandwidth) the teacher's forward runs at the student's
+    efficiency and the loss is not counted, as the source says."""
+    by_mb, ratios = {}, []
+    for mb, eff in alone.efficiency_by_mb.items():
+        ratio = _roofline_ratio(cfg, student, mb, params)
+        ratios.append(ratio)
+        by_mb[mb] = eff * (ratio or 1.0)
+    name = student.workload.name
+    how = (f"of {name} alone, x the roofline's ratio with its teacher's forward and the distillation loss "
+           f"({min(ratios):.3g}" + (f"-{max(ratios):.3g}" if max(ratios) > min(ratios) + 5e-4 else "") + ")"
+           if all(ratios) else
+           f"of {name} alone, the teacher's forward taken at its efficiency, the distillation loss not counted")
+    return dataclasses.replace(alone, efficiency_by_mb=by_mb, efficiency_default=statistics.median(by_mb.values()),
+                               efficiency_source=f"{alone.efficiency_source}; {how}",
+                               warnings=alone.warnings + above_peak(by_mb, "the carried efficiency"))
+
+
+def _roofline_ratio(cfg: BenchConfig, twin: BenchConfig, mb: int, params: ModelParams) -> Optional[float]:
+    """cfg's roofline efficiency over its twin's, both at micro-batch mb (None without a roofline)."""
+    at, twin_at = (dataclasses.replace(c, workload=dataclasses.replace(c.workload, micro_batch_size=mb))
+                   for c in (cfg, twin))
+    mine, theirs = roofline_efficiency(at, params), roofline_efficiency(twin_at, params)
+    return mine[0] / theirs[0] if mine and theirs else None
 
 
 def student_twin(cfg: BenchConfig) -> Optional[BenchConfig]:
@@ -119,10 +147,7 @@ def carried_to_stack(eager: Calibration, cfg: BenchConfig, params: ModelParams =
     speedups = []
     peaks = cfg.platform.peak_tflops[w.precision.value] / cfg.platform.peak_tflops[twin.workload.precision.value]
     for mb, eff in eager.efficiency_by_mb.items():
-        at, twin_at = (dataclasses.replace(c, workload=dataclasses.replace(c.workload, micro_batch_size=mb))
-                       for c in (cfg, twin))
-        mine, theirs = roofline_efficiency(at, params), roofline_efficiency(twin_at, params)
-        ratio = mine[0] / theirs[0] if mine and theirs else 1.0 / peaks   # unchanged time without a roofline
+        ratio = _roofline_ratio(cfg, twin, mb, params) or 1.0 / peaks     # unchanged time without a roofline
         speedups.append(ratio * peaks)
         by_mb[mb] = eff * ratio
     words = stack_words(w)

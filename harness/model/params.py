@@ -124,6 +124,17 @@ class ModelParams:
     Checked on a second shape (hidden 2048, seq 1024, mb 8, 8 layers): 38.67 against 32.39 ms, 1.19x,
     predicted 1.20x. At mb 8 x seq 128, where the kernels are small, 10.03 against 9.21 ms: 1.09x
     (reference_results/sources/gpu-runs/2026-11-26-h200 and 2026-11-27-h100, compute_breakdown_*.json)."""
+    distill_loss_bytes: float = 356.0
+    """A distilled run's loss (benchmarks/training/distill.py: CE and KL over temperature-scaled
+    log-softmaxes, in float32, chunked and recomputed in backward), beyond the student's own CE:
+    memory-bound traffic in bytes per logit element (micro-batch x sequence x vocabulary) a micro-step,
+    moved as activation_passes' bytes. MEASURED on the one-GPU H200 node, llama-440m mb 128 x seq 128
+    with and without its teacher, the same day (reference_results/sources/gpu-runs/2026-12-04-h200/
+    gpu-check-kd, the profiled micro-steps' phase medians): forward 54.07 -> 65.96 ms and backward
+    99.62 -> 131.25 ms, 43.5 ms over 524M logit elements at 4,291 GB/s. A count of the loss's passes
+    gives about 190 B (the casts, three log-softmaxes, the KL and their backward with the recompute):
+    as activation_passes, the figure holds the kernels' distance from the triad. Not scaled by the
+    training stack: the loss runs outside the compiled module, and Liger's fused loss needs labels."""
     compile_memory_traffic: float = 0.260
     """With workload.compile (torch; deepcompile takes it too), the memory-bound traffic of a micro-step
     as a fraction of the eager stack's (activation_passes x this): Inductor fuses the elementwise
@@ -233,6 +244,9 @@ class ModelParams:
         out += [Param(f"on_die_traffic.{k}.{what}", v, unit, "measured", pair)
                 for k, (share, rate) in self.on_die_traffic.items()
                 for what, v, unit in (("share", share, "of the memory-bound kernels' time"), ("gbps", round(rate, 1), "GB/s"))]
+        out.append(Param("distill_loss_bytes", self.distill_loss_bytes, "B per logit element, per micro-step", "measured",
+                         "reference_results/sources/gpu-runs/2026-12-04-h200/gpu-check-kd (H200: llama-440m with and without "
+                         "its teacher, +43.5 ms a micro-step)"))
         stack = "reference_results/sources/gpu-runs/2026-11-27-h100-stack"
         out += [Param("compile_memory_traffic", self.compile_memory_traffic, "x activation_passes, compiled", "measured",
                       f"{stack}/compute_breakdown_compiled_mb128.json against reference_results/sources/gpu-runs/2026-11-27-h100/"

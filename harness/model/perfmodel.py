@@ -203,8 +203,10 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     its FLOPs at params.gemm_efficiency of the declared peak, plus its memory-bound traffic,
     params.activation_passes x the activation bytes its layers keep (a third again for the forward
     recomputed under checkpointing, times the share of layers checkpointed: either policy recomputes
-    every elementwise op; a teacher's forward a third of its own), at the GPU's HBM bandwidth
-    (platform.hbm_gbps, the datasheet's, x params.hbm_fraction; else params.hbm_gbps by gpu_model). None
+    every elementwise op; a teacher's forward a third of its own, and a distillation loss
+    params.distill_loss_bytes per logit element), at the GPU's HBM bandwidth (platform.hbm_gbps, the
+    datasheet's, x params.hbm_fraction; else params.hbm_gbps by gpu_model; on a die measured, part of the
+    time at the die's rate, params.on_die_traffic). None
     where the GPU's bandwidth is not declared. The training stack (harness/model/stack.py): compile and
     Liger's kernels scale the student's traffic (stack.traffic_fraction; the bytes are the eager set's);
     precision=fp8 runs the decoder linears' FLOPs at params.fp8_gemm_efficiency of the FP8 peak, the rest
@@ -219,9 +221,10 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     kept = w.num_layers * layer_bytes_per_token(w) * tokens * (1 + recompute_fraction(w) / 3)
     fraction, how = stack_traffic(w, params)
     kept *= fraction
-    if w.distill is not None:
+    if w.distill is not None:       # the teacher's forward, and the loss over both models' logits
         t = teacher_workload(w)
-        kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3
+        kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3 + \
+            params.distill_loss_bytes * tokens * w.vocab_size / params.activation_passes
     fp8 = fp8_linear_flops_per_token(w) * tokens
     if fp8:
         bf16 = p.peak_tflops.get("bf16", peak / 2 / 1e12) * 1e12
@@ -237,6 +240,8 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
         text += f", {share:g} of that time at the die's {on_die:g} GB/s (measured on an H100 and an H200)"
     if how:
         text += f"; the stack's traffic {how}"
+    if w.distill is not None:
+        text += f"; distillation: the teacher's forward + {params.distill_loss_bytes:g} B a logit element (its loss)"
     if fp8:
         text += (f"; FP8: the decoder linears' FLOPs at {params.fp8_gemm_efficiency:g} of the FP8 peak, the rest at the "
                  f"bf16 peak, + {params.fp8_cast_bytes:g} B a cast element")
