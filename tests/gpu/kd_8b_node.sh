@@ -25,6 +25,8 @@
 #        113.3 (the tightest: 92 % of both). llama-8b-kd does not fit an H100 node (docs/workloads.md).
 #   Measured on an H200 (2026-12-04, reference_results/sources/gpu-runs/2026-12-04-h200): kd 446 samples/s (z1 805),
 #   l8b 5.68 s a step (the model, with the rates measured there: 5.68); l8b-kd stopped on transformers 5.17 (mended).
+#   The model now (those rates, the distillation loss measured by kd): l8b-kd (H200) 5.96 s a step, 10.7 samples/s
+#   = compute 1.26 (the loss 0.09 of it) + host wait 0.11 + offload 4.35 + the optimizer step 0.24.
 #   Before that run: step time (`python -m harness model` with each run's overrides): l8b (H200) 4.36 s = 0.74 GPU compute
 #   + 0.17 waiting on the host + 3.44 optimizer offload (host Adam over 4.19e9 elements 1.57, cast 0.45,
 #   parameters up 0.42, gradients' copies outlasting backward 1.01); l8b-kd (H200) 4.64 s (offload 3.27);
