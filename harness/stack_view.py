@@ -26,6 +26,18 @@ def compile_seconds(steps: list[dict[str, Any]]) -> Optional[float]:
     return max(0.0, sum(warm) - len(warm) * statistics.median(timed))
 
 
+def compile_by_step(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each warm-up step that compiled (frames_compiled > 0): its index, the seconds it took beyond the
+    steady-state median, the frames. A compile in two parts, e.g. DeepCompile's first compile and its
+    passes' recompilation at a later step, is thus shown apart; [] for a record without the counts."""
+    timed = [s["step_time_s"] for s in steps if s.get("mode") == "throughput" and not s.get("warmup")]
+    if not timed:
+        return []
+    steady = statistics.median(timed)
+    return [{"step": s.get("index"), "s": round(max(0.0, s["step_time_s"] - steady), 3), "frames": s["frames_compiled"]}
+            for s in steps if s.get("warmup") and s.get("frames_compiled")]
+
+
 def cache_hits(cache: dict[str, Any]) -> int:
     """Graphs the compilers' caches served a run: Inductor's FX graph cache's hits, or AOT autograd's, which
     holds forward and backward together (two graphs a hit)."""
@@ -58,7 +70,7 @@ def stack_metrics(stack: Optional[dict[str, Any]], steps: list[dict[str, Any]]) 
         dynamo = (watch.get("dynamo_seconds") or {}).get("entire_frame_compile_time_s")
         out["compile_s"] = {"value": seconds, "unit": unit_of("compile_s"), "mode": "throughput",
                             "warmup_steps": stack.get("warmup_steps_run"), "dynamo_frame_compile_s": dynamo,
-                            "cache": cache_label(watch.get("cache")),
+                            "cache": cache_label(watch.get("cache")), "by_step": compile_by_step(steps),
                             "source": "warm-up time beyond its steps at the steady-state median"}
     for name in ("graph_breaks", "recompiles"):
         if name in watch:
@@ -99,6 +111,7 @@ def stack_fields(rec_metrics: dict[str, Any], env_stack: Optional[dict[str, Any]
     def value(name: str) -> Optional[float]:
         return (rec_metrics.get(name) or {}).get("value")
     return {"compile_s": value("compile_s"), "compile_cache": (rec_metrics.get("compile_s") or {}).get("cache"),
+            "compile_by_step": (rec_metrics.get("compile_s") or {}).get("by_step") or [],
             "graph_breaks": value("graph_breaks"), "recompiles": value("recompiles"),
             "attention_used": (env_stack or {}).get("attention_used"),
             "graph_break_reasons": ((env_stack or {}).get("compile_watch") or {}).get("graph_break_reasons")}
@@ -109,7 +122,9 @@ def stack_row(run: str, stack: str, f: dict[str, Any]) -> list[str]:
     the attention that ran."""
     def num(x: Optional[float], fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
-    return [run, stack, num(f["compile_s"], ".1f"), f["compile_cache"] or "-", num(f["graph_breaks"], ".0f"),
+    parts = f.get("compile_by_step") or []
+    apart = " (" + ", ".join(f"step {p['step']} {p['s']:.1f}" for p in parts) + ")" if len(parts) > 1 else ""
+    return [run, stack, num(f["compile_s"], ".1f") + apart, f["compile_cache"] or "-", num(f["graph_breaks"], ".0f"),
             num(f["recompiles"], ".0f"), ", ".join(f["attention_used"] or ["-"])]
 
 

@@ -117,6 +117,27 @@ def test_compile_seconds_are_the_warm_up_beyond_the_steady_state_and_eager_runs_
     assert stack_metrics({"compile": "none"}, steps) == {}
 
 
+def test_a_compile_in_two_parts_is_shown_step_by_step():
+    """DeepCompile compiles at its first step and recompiles at its pass step (an H200, 2026-12-04: 105.7 s at
+    step 0, 125.2 s at step 5, with the warm-up now reaching past it): compile_s holds both and says each apart,
+    in the record and in the training-stack table; one compiling step is shown as before."""
+    from harness.stack_view import stack_fields, stack_row
+    times = [105.713, 2.201, 1.096, 1.065, 1.095, 125.23, 0.811, 0.811, 0.807, 0.81]
+    frames = [4, 0, 0, 0, 0, 3, 0, 0, 0, 0]
+    steps = [{"index": i, "warmup": i < 7, "mode": "throughput", "step_time_s": t, "frames_compiled": n}
+             for i, (t, n) in enumerate(zip(times, frames))]
+    m = stack_metrics({"compile": "deepcompile", "warmup_steps_run": 7, "compile_watch": {}}, steps)
+    by = m["compile_s"]["by_step"]
+    assert [(p["step"], p["frames"]) for p in by] == [(0, 4), (5, 3)]
+    assert by[0]["s"] == pytest.approx(105.713 - 0.81, abs=1e-3) and by[1]["s"] == pytest.approx(125.23 - 0.81, abs=1e-3)
+    assert m["compile_s"]["value"] == pytest.approx(sum(times[:7]) - 7 * 0.81)   # the measured steps: 7-9
+    row = stack_row("z3-deepcompile", "deepcompile", stack_fields(m, {}))
+    assert row[2].endswith("(step 0 104.9, step 5 124.4)")
+    one = stack_metrics({"compile": "torch", "compile_watch": {}}, [{**s, "frames_compiled": 0} if s["index"] == 5 else s
+                                                                    for s in steps])
+    assert "(" not in stack_row("z1-compile", "compile", stack_fields(one, {}))[2]
+
+
 def test_the_warm_up_reaches_past_deepcompiles_last_pass_step_as_deepspeed_scheduled_it():
     """An H200's llama-440m ZeRO-3 DeepCompile run (2026-12-04) measured from step 2; DeepCompile applied its
     prefetch and selective-gather passes at step 5: 125 s of recompiling inside the measured steps, and
