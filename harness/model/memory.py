@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from ..config.choices import CheckpointPolicy, Compile, Device, Kernels, Precision
+from ..config.choices import Attention, CheckpointPolicy, Compile, Device, Kernels, Precision
 from ..config.schema import BenchConfig, WorkloadConfig, grad_accum_precision
 from ..config.teacher import llama_param_shapes, teacher_workload
 from .flops import checkpointed_layers, llama_param_count
@@ -21,8 +21,9 @@ from .offload import HOST_RUNTIME_GIB, Offload, OffloadSplit, host_capacity_gib,
 GIB = 2**30
 ATTENTION = "sdpa"
 """The attention kernel the activation formula assumes: transformers' default,
-scaled_dot_product_attention, whose flash / memory-efficient kernels keep q, k, v, the output
-and a log-sum-exp per head, never the a x s x s scores. "eager" adds the score terms."""
+scaled_dot_product_attention, whose flash / memory-efficient / cuDNN kernels keep q, k, v, the output
+and a log-sum-exp per head, never the a x s x s scores. "math" (workload.attention=math, SDPA's math
+backend) and "eager" (transformers' eager attention) add the score terms."""
 FRAGMENTATION_FRACTION = 0.10
 """Share of device memory lost to the caching allocator (reserved but not allocatable). FITTED to
 the out-of-memory boundary of both published tables (reference_results/sources/sc25-pmbs/
@@ -94,13 +95,23 @@ def deepspeed_zero3_estimate_bytes(psi: float, largest_layer_params: float, n: i
 
 # ---- activations -----------------------------------------------------------------------------
 
-def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION, kernels: str = "eager") -> float:
+def attention_of(w: WorkloadConfig, attention: Optional[str] = None) -> str:
+    """The activation formula's attention kernel: the one given, else the workload's (math for
+    workload.attention=math, which materialises the scores; sdpa's fused kernels for the others)."""
+    return attention or ("math" if w.attention == Attention.math else ATTENTION)
+
+
+def layer_bytes_per_token(w: WorkloadConfig, attention: Optional[str] = None, kernels: str = "eager") -> float:
     """Bytes one decoder layer keeps for backward per token (p = activation bytes, 2 for bf16):
     2 RMSNorms, each its fp32 input copy and normalised cast (4h + p h); their outputs, the q/k/v
     and gate/up inputs (2 p h); the o_proj input (p h); SwiGLU: gate, SiLU output, up, product
     (4 p f); attention core, sdpa: q after RoPE, k, v at the kv width, output (2 p h + 2 p kv)
     and the fp32 log-sum-exp (4 a); eager: q, k and v repeated to all heads (3 p h), the fp32
-    softmax and its cast (4 + p) a s. RoPE keeps only cos/sin; no dropout masks.
+    softmax and its cast (4 + p) a s; math (SDPA's math backend, in float32 for bf16/fp16 inputs since
+    torch 2.5): q, k and v in fp32 at all heads (12 h), the fp32 probabilities (4 a s) and the output
+    (p h): 14,272 B a token a layer more than sdpa on llama-440m, where an H100 measured 14,290
+    (attention=math against cudnn, 38.68 against 33.44 GiB at mb 128: reference_results/sources/
+    gpu-runs/2026-11-27-h100-stack/attn). RoPE keeps only cos/sin; no dropout masks.
     kernels="liger" (Liger Kernel 0.8.5's autograd functions): each RMSNorm keeps its bf16 input
     and an fp32 rstd per token (p h + 4) instead of the fp32 copy and the cast, and SwiGLU keeps gate
     and up (the product is down_proj's input), not the SiLU output: 8h - 8 + p f bytes fewer. The
@@ -111,11 +122,14 @@ def layer_bytes_per_token(w: WorkloadConfig, attention: str = ATTENTION, kernels
         raise ValueError(f"kernels={kernels!r}; valid: eager, liger")
     norms, swiglu = (2 * (p * h + 4), 3 * p * f) if kernels == "liger" else (2 * (4 * h + p * h), 4 * p * f)
     common = norms + 2 * p * h + p * h + swiglu
+    attention = attention_of(w, attention)
     if attention == "sdpa":
         return common + 2 * p * h + 2 * p * kv + 4 * a
     if attention == "eager":
         return common + 3 * p * h + (4 + p) * a * w.seq_len
-    raise ValueError(f"attention={attention!r}; valid: sdpa, eager")
+    if attention == "math":
+        return common + 12 * h + 4 * a * w.seq_len + p * h
+    raise ValueError(f"attention={attention!r}; valid: sdpa, eager, math")
 
 
 def selective_bytes_per_token(w: WorkloadConfig) -> float:
@@ -139,7 +153,7 @@ class ActivationEstimate:
     formula: str
 
 
-def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> ActivationEstimate:
+def activation_estimate(w: WorkloadConfig, attention: Optional[str] = None) -> ActivationEstimate:
     """Student activations of one micro-step (micro_batch_size x seq_len tokens) at their peak:
     stored + max(head, transient). Head, causal-LM loss (transformers' ForCausalLMLoss: logits
     upcast to fp32, log-softmax kept, its gradient and the input's): 12 V bytes per token.
@@ -155,7 +169,7 @@ def activation_estimate(w: WorkloadConfig, attention: str = ATTENTION) -> Activa
     the smaller of the two. precision=fp8 with compile: FP8_SAVED_INPUT_BYTES less per element of the
     linears' inputs of every layer that keeps its set."""
     tokens, p, h, v = w.micro_batch_size * w.seq_len, dtype_bytes(w.precision), w.hidden_size, w.vocab_size
-    liger = w.kernels == Kernels.liger
+    liger, attention = w.kernels == Kernels.liger, attention_of(w, attention)
     layer = layer_bytes_per_token(w, attention, "liger" if liger else "eager")
     final = (2 * p * h + 4) if liger else (4 * h + 2 * p * h)   # final RMSNorm and the lm_head input (p h)
     work = p * (2 * h + 2 * w.intermediate_size)       # gradients flowing through a layer in backward
@@ -267,7 +281,7 @@ def gradient_collective(cfg: BenchConfig) -> str:
     return cfg.zero.gradient_collective.value
 
 
-def memory_estimate(cfg: BenchConfig, attention: str = ATTENTION, offload: Optional[Offload] = None) -> MemoryEstimate:
+def memory_estimate(cfg: BenchConfig, attention: Optional[str] = None, offload: Optional[Offload] = None) -> MemoryEstimate:
     """Memory per rank of cfg (formulas in the result's `formulas`; see MemoryEstimate). `offload`: the
     DeepSpeed JSON's offload settings (offload.offload_settings of a planned run's JSON); None reads
     them from cfg.deepspeed_config."""

@@ -36,8 +36,7 @@ from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, 
 from .offload import read_offload
 from .offload_time import OffloadTime, offload_time
 from .params import PARAMS, ModelParams
-from .stack import STACK_CHOICES, fp8_cast_elements, fp8_linear_flops_per_token, stack_notes
-from .stack import traffic_fraction as stack_traffic
+from .stack import STACK_CHOICES, fp8_cast_elements, fp8_linear_flops_per_token, math_attention, stack_notes, traffic_fraction
 from .traffic import CommEstimate, Traffic, collective_time, comm_traffic, nccl_algorithm
 
 # ---- prediction ------------------------------------------------------------------------------
@@ -219,7 +218,7 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     flops = sum(phase_flops(cfg).values())
     tokens = w.micro_batch_size * w.seq_len
     kept = w.num_layers * layer_bytes_per_token(w) * tokens * (1 + recompute_fraction(w) / 3)
-    fraction, how = stack_traffic(w, params)
+    fraction, how = traffic_fraction(w, params)
     kept *= fraction
     if w.distill is not None:       # the teacher's forward, and the loss over both models' logits
         t = teacher_workload(w)
@@ -233,7 +232,8 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     else:
         gemm, casts = flops / (peak * params.gemm_efficiency), 0.0
     share, on_die = params.on_die_traffic.get(p.gpu_model or "", (0.0, hbm))
-    seconds = gemm + params.activation_passes * kept * ((1 - share) / hbm + share / on_die) / 1e9 + casts / (hbm * 1e9)
+    math_s, math_words = math_attention(w, p.peak_tflops, params)
+    seconds = gemm + math_s + params.activation_passes * kept * ((1 - share) / hbm + share / on_die) / 1e9 + casts / (hbm * 1e9)
     text = (f"roofline, nothing measured: FLOPs at {params.gemm_efficiency:g} of peak + {params.activation_passes:g} x "
             "the activation bytes kept, at the GPU's HBM bandwidth (params.py; measured on an H200)")
     if share:
@@ -242,6 +242,7 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
         text += f"; the stack's traffic {how}"
     if w.distill is not None:
         text += f"; distillation: the teacher's forward + {params.distill_loss_bytes:g} B a logit element (its loss)"
+    text += math_words
     if fp8:
         text += (f"; FP8: the decoder linears' FLOPs at {params.fp8_gemm_efficiency:g} of the FP8 peak, the rest at the "
                  f"bf16 peak, + {params.fp8_cast_bytes:g} B a cast element")

@@ -17,7 +17,7 @@ from harness.model.memory import (COMPILE_ACTIVATION_FRACTION, FP8_SAVED_INPUT_B
                                   layer_bytes_per_token, memory_estimate)
 from harness.model.params import PARAMS
 from harness.model.perfmodel import fastest, phase_flops, predict, roofline_efficiency, sweep_configs
-from harness.model.stack import (STACK_CHOICES, Stack, eager_twin, fp8_cast_elements, fp8_linear_flops_per_token,
+from harness.model.stack import (STACK_CHOICES, Stack, eager_twin, fp8_cast_elements, fp8_linear_flops_per_token, math_attention,
                                  traffic_fraction)
 
 STACK_RUNS = REPO_ROOT / "reference_results" / "sources" / "gpu-runs" / "2026-11-27-h100-stack"
@@ -281,3 +281,42 @@ def test_a_record_sketch_of_another_stack_is_left_out_of_the_calibration(compose
     assert calibrate([rec], cfg, []).efficiency_by_mb == {}
     compiled = composed(["workload=llama-tiny", "workload.compile=torch"])
     assert calibrate([rec], compiled, []).efficiency_by_mb
+
+
+# ---- attention=math ----------------------------------------------------------------------------------
+
+ATTN_RUNS = STACK_RUNS / "attn"
+
+
+def test_attention_math_keeps_its_float32_scores_as_an_h100_measured(composed):
+    """SDPA's math backend computes bf16 inputs in float32 (torch >= 2.5) and keeps them: q, k, v in fp32,
+    the fp32 probabilities, the output. On an H100 (llama-440m mb 128) math took 38.68 GiB against cudnn's
+    33.44: +5.23 GiB, which the count gives within 1 %; the other backends are auto's fused kernels."""
+    cudnn = json.loads((ATTN_RUNS / "00-llama-440m-attention-cudnn.json").read_text())["metrics"]["peak_mem_gib"]["value"]
+    math_ = json.loads((ATTN_RUNS / "01-llama-440m-attention-math.json").read_text())["metrics"]["peak_mem_gib"]["value"]
+    auto, by_math = (memory_estimate(composed(L440 + [f"workload.attention={a}"])).total_gib for a in ("auto", "math"))
+    assert by_math - auto == pytest.approx(math_ - cudnn, rel=0.01)
+    for fused in ("flash", "efficient", "cudnn"):
+        assert memory_estimate(composed(L440 + [f"workload.attention={fused}"])).total_gib == auto
+    w = composed(L440 + ["workload.attention=math"]).workload
+    assert layer_bytes_per_token(w) - layer_bytes_per_token(w, "sdpa") == 14272     # B a token a layer
+    # at seq 8192 the scores are the memory: llama-8b on 8 H100s, mb 1, ZeRO-3, every 2nd layer checkpointed:
+    # 59.2 GiB fused, 191.7 under math (of 70.1)
+    long = ["platform=h100", "platform.gpus_per_node=8", "workload=llama-8b", "workload.seq_len=8192",
+            "workload.samples_per_step=16", "workload.micro_batch_size=1", "zero=stage3",
+            "workload.activation_checkpointing=true", "workload.checkpoint_every_n_layers=2"]
+    assert memory_estimate(composed(long)).fits and not memory_estimate(composed(long + ["workload.attention=math"])).fits
+
+
+def test_attention_math_runs_its_score_products_at_the_fp32_peak(composed):
+    """The roofline adds math's float32 products (12 L h s FLOPs a token at the fp32 peak instead of bf16's)
+    and its scores' traffic (the kept bytes): the H100 record from -27 % to -11 %, what is left to measure."""
+    fused, math_ = composed(L440), composed(L440 + ["workload.attention=math"])
+    extra_s, words = math_attention(math_.workload, math_.platform.peak_tflops)
+    flops = 12 * 24 * 1024 * 128 * 128 * 128
+    assert extra_s == pytest.approx(flops / (0.74e12 * 67.0) - flops / (0.74e12 * 989.4)) and "fp32 peak" in words
+    assert math_attention(fused.workload, fused.platform.peak_tflops) == (0.0, "")
+    measured = json.loads((ATTN_RUNS / "01-llama-440m-attention-math.json").read_text())["metrics"]["step_time_s"]["value"]
+    got = predict(math_, calibrate([], math_, [])).step_time_s
+    assert (got - measured) / measured * 100 == pytest.approx(-10.9, abs=0.3)
+    assert _micro_s(math_) > _micro_s(fused) + extra_s     # the scores' traffic on top of the products
