@@ -7,13 +7,22 @@ next mechanism (issue 28: computation at the uncalibrated efficiency is what the
    harness builds it) under torch.profiler: device time per kernel class (GEMM, attention,
    elementwise/norm, softmax/cross-entropy, other) and the micro-step's wall time;
 2. each of the model's GEMM shapes alone (tokens x in x out, forward and the two backward GEMMs):
-   achieved TFLOP/s, against the declared peak and a plateau 8192^3 GEMM.
+   achieved TFLOP/s, against the declared peak and a plateau 8192^3 GEMM;
+3. on a GPU, its SM clock and power while the micro-steps run (nvidia-smi, sampled every 0.2 s): the
+   same GEMM kernels ran 8-9 % slower in an H100's compiled micro-step than in its eager one, which the
+   clocks under a denser load would explain (docs/performance-model.md, "The training stack").
+--compile: the model under torch.compile; --attention: the SDPA backend (auto: PyTorch's choice; math:
+the backend that computes bf16 in float32, whose step the model explains only in part).
 Runs on cpu too (tiny sizes, to check the script); on cpu the figures mean nothing.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import statistics
+import subprocess
+import threading
 import time
 
 import torch
@@ -39,6 +48,51 @@ def classify(name: str) -> str:
     return "other"
 
 
+class Clocks:
+    """The GPU's SM clock (MHz) and power draw (W) sampled every `every` s by nvidia-smi while in use:
+    {sm_mhz: {min, median, max}, power_w: {...}, samples}; {} where nvidia-smi is missing."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self.rows, self._stop = every, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                line = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=clocks.sm,power.draw",
+                                       "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                                      timeout=5).stdout.strip().splitlines()[0]
+                self.rows.append([float(x) for x in line.split(",")[:2]])
+            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+                return
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> "Clocks":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def summary(self) -> dict:
+        if not self.rows:
+            return {}
+        def stats(xs):
+            return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+        return {"sm_mhz": stats([r[0] for r in self.rows]), "power_w": stats([r[1] for r in self.rows]),
+                "samples": len(self.rows)}
+
+
+def sdpa_backend(name: str):
+    """The context that pins SDPA to one backend (auto: none)."""
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                        "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name])
+
+
 def timed(fn, reps: int, sync) -> float:
     for _ in range(2):
         fn()
@@ -62,6 +116,8 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor): the compiled "
                     "micro-step's kernels, for the model's compiled roofline and host cost")
+    ap.add_argument("--attention", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"],
+                    help="the SDPA backend the micro-steps run under (auto: PyTorch's choice)")
     a = ap.parse_args()
     from transformers import LlamaConfig, LlamaForCausalLM
     cuda = torch.cuda.is_available()
@@ -76,19 +132,25 @@ def main() -> int:
     if a.compile:
         started = time.perf_counter()
         model = torch.compile(model)
-        model(input_ids=ids, labels=ids).loss.backward()
+        with sdpa_backend(a.attention):
+            model(input_ids=ids, labels=ids).loss.backward()
         sync()
         compile_s = time.perf_counter() - started
 
     def step():
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
+        with sdpa_backend(a.attention):
+            out = model(input_ids=ids, labels=ids)
+            out.loss.backward()
 
-    wall = timed(step, 5, sync)
+    clocks = Clocks() if cuda else contextlib.nullcontext()
+    with clocks:
+        wall = timed(step, 5, sync)
     out = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "args": vars(a),
            "micro_step_wall_ms": wall * 1e3, "compiled": a.compile}
     if a.compile:
         out["compile_s"] = compile_s
+    if cuda:
+        out["clocks_while_timed"] = clocks.summary()
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(3):

@@ -46,6 +46,29 @@ def test_the_compute_breakdown_runs_on_cpu_at_a_tiny_size(tmp_path):
     d = json.loads(out.read_text())
     assert d["device"] == "cpu" and d["micro_step_wall_ms"] > 0 and d["device_ms_by_class"]
     assert set(d["gemm"]) == {"qkv/o", "gate/up", "down", "lm_head", "plateau"}
+    assert d["args"]["attention"] == "auto" and "clocks_while_timed" not in d     # clocks: a GPU's alone
+
+
+def test_the_compute_breakdown_pins_the_sdpa_backend_it_is_given(tmp_path):
+    """--attention math: the micro-steps run under SDPA's math backend (on cpu too), for the math step the
+    model explains only in part; the clocks' sampler reads nothing without nvidia-smi."""
+    import json
+    import sys
+    out = tmp_path / "cb.json"
+    subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "gpu" / "compute_breakdown.py"), "--mb", "2", "--seq", "16",
+                    "--layers", "1", "--hidden", "64", "--ffn", "176", "--heads", "2", "--vocab", "256",
+                    "--attention", "math", "--out", str(out)], check=True, capture_output=True, timeout=300)
+    d = json.loads(out.read_text())
+    assert d["args"]["attention"] == "math" and d["micro_step_wall_ms"] > 0
+    assert not any("flash" in k for _, k in d["top_kernels_ms"])      # auto runs flash on cpu: math did not
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "gpu"))
+    try:
+        from compute_breakdown import Clocks
+    finally:
+        sys.path.pop(0)
+    with Clocks(every=0.01) as c:
+        pass
+    assert isinstance(c.summary(), dict)
 
 
 # --- every one-call script, run through on this box with the node's commands stood in for --------------
@@ -112,7 +135,7 @@ def test_each_node_script_parses_and_names_suites_and_scripts_that_exist(script)
         assert (REPO_ROOT / "conf" / "suite" / f"{suite}.yaml").is_file(), (script.name, suite)
     for path in re.findall(r"(tests/gpu/[\w.]+\.(?:py|sh))", text):
         assert (REPO_ROOT / path).is_file(), (script.name, path)
-    assert "history=none" in text    # the node has no store
+    assert "history=none" in text or "-m harness" not in text    # the node has no store
 
 
 @pytest.mark.parametrize("platform", ["h200", "h100"])
@@ -215,3 +238,19 @@ def test_the_compile_host_script_runs_the_runs_asked_for(tmp_path):
                        DC_FAILS="1")
     (_, step), = harness_steps(calls)
     assert "only=[c-z3-L12-mb8,c-z3-L6-mb8]" in step     # DeepCompile's runs dropped: its op did not build
+
+
+def test_the_breakdown_script_profiles_eager_compiled_and_math_each_bounded(tmp_path):
+    """Two model questions of 2026-12-04 on one node: the compiled GEMMs' clocks, and what attention=math costs."""
+    calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "breakdown_node.sh", tmp_path, "h100")
+    steps = harness_steps(calls)
+    assert [s for _, s in steps] == [
+        f"tests/gpu/compute_breakdown.py {args}--out /tmp/breakdown/compute_breakdown_{what}_mb128.json"
+        for what, args in (("eager", ""), ("compiled", "--compile "), ("math", "--attention math "))]
+    assert [b for b, _ in steps] == [90, 150, 90] and all(f"{w} exit 0" in session for w in ("eager", "compiled", "math"))
+    (tmp_path / "short").mkdir()      # each bound within what is left (the stand-ins take no time)
+    calls, _ = dry_run(REPO_ROOT / "tests" / "gpu" / "breakdown_node.sh", tmp_path / "short", "h100", BUDGET_S="100")
+    assert [b for b, _ in harness_steps(calls)] == [85, 85, 85]
+    (tmp_path / "none").mkdir()
+    calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "breakdown_node.sh", tmp_path / "none", "h100", BUDGET_S="40")
+    assert harness_steps(calls) == [] and "math skipped" in session
