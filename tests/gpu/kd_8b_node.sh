@@ -16,7 +16,8 @@
 # Expected (memory model, harness/model/memory.py and offload.py; performance model for throughput):
 #   kd   (H100) 426 samples/s against z1's 709 (z1 measured 711, MFU 22.8 %): MFU 13.7 % of the
 #        student's FLOPs, 25.2 % with the teacher's forward; peak 36.0 GiB (z1 34.1): the teacher's
-#        parameters 2.05 GiB (teacher_mem_gib), its logits 0.98. On an H200 532 samples/s.
+#        parameters 2.05 GiB (teacher_mem_gib), its logits 0.98. On an H200 532 samples/s. Since the
+#        H200's kd run (446, the distillation loss measured there): 377 on an H100.
 #   l8b  (H200) llama-8b seq 512, mb 8 x ga 2, 8 of 16 optimizer sub-groups on the host:
 #        GPU 107.5 of 124.5 GiB, host 86.8 of 113.3 (MemAvailable falls by about 83 GiB: the run's
 #        runtime is counted at 4).
