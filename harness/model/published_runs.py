@@ -361,5 +361,6 @@ def format_cells(rows: list[CellPrediction]) -> list[str]:
                   f"{TARGETS['median_pct']:g} % (issue 28)",
                   f"  [{'ok' if not off else 'MISSED'}] none off by more than {TARGETS['max_ratio']:g}x (issue 28)",
                   "  (not part of --validate's exit status until the model's mechanisms meet them; the efficiency: "
-                  + "; ".join(sorted({p.efficiency_source for p in done})) + ")"]
+                  + "; ".join(f"{src} [{', '.join(sorted({p.cell.gpu_model for p in done if p.efficiency_source == src}))}]"
+                              for src in sorted({p.efficiency_source for p in done})) + ")"]
     return lines
