@@ -46,7 +46,7 @@ def test_the_roofline_carries_the_teacher_and_the_loss_measured_apart(composed):
     kd, alone = composed([*Z1, "workload=llama-440m-kd"]), composed([*Z1, "workload=llama-440m"])
     ga = kd.workload.grad_acc_steps
     extra = (predict(kd, Calibration()).compute_s - predict(alone, Calibration()).compute_s) / ga
-    assert extra == pytest.approx(0.0867 + 0.0435, rel=0.06)
+    assert extra == pytest.approx(0.0867 + 0.0435, rel=0.05)       # 136.1 ms: the teacher 92.5 against 86.7
     without = predict(kd, Calibration(), params=dataclasses.replace(PARAMS, distill_loss_bytes=0.0))
     assert (predict(kd, Calibration()).compute_s - without.compute_s) / ga == pytest.approx(0.0435, rel=0.01)
     on_cpu = composed(["workload=llama-tiny-kd"])                 # no roofline: the teacher at the student's efficiency
