@@ -41,6 +41,11 @@ their own bench's probe fp32 figure (docs/measurement.md, "A machine that change
 from the GPU nodes' records (`tests/perf/gpu_noise.py`): 17 training runs on two H100 nodes (6
 benches, eager, compiled, FP8, Liger, 8B-shaped) read 0.997-1.014x their own bench's probe fp32
 figure, 1.4 % off at most; so 3 %, about 2x that. (The H200's records predate the pulse.)"""
+HOST_DISPATCH_PCT = 15.0
+"""How far the probe's host_dispatch figure (million torch ops a second, one thread) may move before a
+"what changed" names it. Not part of comparability: a GPU-bound run does not feel its host's pace.
+Measured on the 2-core EPYC VM: best of 5 within 0.859-0.864 over five probes (under 1 %); GPU nodes'
+hosts: not measured yet (their records predate the figure), so 15 %, the cpu pace noise's."""
 FLAG_WORDS = {"avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX (bf16 tiles)"}
 UNIT_WORDS = {"cpu": "GFLOP/s per core", "cuda": "GFLOP/s"}
 DTYPE_ORDER = ("fp32", "bf16", "fp16")
@@ -75,7 +80,7 @@ def best_figure(probe: dict[str, Any], *path: str) -> Optional[float]:
 def _named_figures(probe: dict[str, Any]) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
     """A probe's figure dicts by their path (("matmul", "fp32"), ("triad",)): what best_figure reads."""
     out = [(("matmul", d), f) for d, f in (probe.get("matmul") or {}).items() if isinstance(f, dict)]
-    return out + ([(("triad",), probe["triad"])] if isinstance(probe.get("triad"), dict) else [])
+    return out + [((k,), probe[k]) for k in ("triad", "host_dispatch") if isinstance(probe.get(k), dict)]
 
 
 def pooled(env: Optional[dict[str, Any]], envs: list[Optional[dict[str, Any]]]) -> Optional[dict[str, Any]]:
@@ -186,6 +191,9 @@ def probe_diff(reference_env: Optional[dict[str, Any]], current_env: Optional[di
     if (a.get("isa") or {}).get("class") != (b.get("isa") or {}).get("class"):
         out["probe.isa"] = [(a.get("isa") or {}).get("class"), (b.get("isa") or {}).get("class")]
     out.update({f"probe.{name}_{'gbps' if name == 'triad' else 'gflops'}": [x, y] for name, x, y in moved(a, b)})
+    x, y = best_figure(a, "host_dispatch"), best_figure(b, "host_dispatch")
+    if x and y and abs(y / x - 1) * 100 > HOST_DISPATCH_PCT:     # the host's pace: what a host-bound step moves with
+        out["probe.host_dispatch_mops"] = [x, y]
     if b.get("device") == "cuda":
         words = state_differences(a.get("gpus") or [], b.get("gpus") or [])
         if words:
@@ -276,7 +284,7 @@ def mix_apart(reference_env: Optional[dict[str, Any]], current_env: Optional[dic
 
 def summary_line(env: Optional[dict[str, Any]]) -> Optional[str]:
     """The probe in one line: 'probe (vm, 3.3 s): AVX2; fp32 matmul 80, bf16 1.2 GFLOP/s per core
-    (spread 3 %, 2 %); triad 30 GB/s'."""
+    (spread 3 %, 2 %); triad 30 GB/s; host dispatch 0.86 Mop/s' (the last where the probe has it)."""
     probes = node_probes(env)
     if not probes:
         return None
@@ -289,5 +297,7 @@ def summary_line(env: Optional[dict[str, Any]]) -> Optional[str]:
     triad = best_figure(p, "triad")
     more = f" (+{len(probes) - 1} node(s))" if len(probes) > 1 else ""
     took = max(x.get("took_s") or 0 for x in probes)
+    host = best_figure(p, "host_dispatch")
     return (f"probe ({p.get('host')}{more}, {took:.1f} s a node): {head}; matmul {rates} "
-            f"{UNIT_WORDS.get(device, 'GFLOP/s')} (spread {spreads}); triad {_num(triad or 0)} GB/s")
+            f"{UNIT_WORDS.get(device, 'GFLOP/s')} (spread {spreads}); triad {_num(triad or 0)} GB/s"
+            + (f"; host dispatch {host:.2f} Mop/s" if host else ""))

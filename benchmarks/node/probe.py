@@ -11,6 +11,10 @@ at x8 carries the same name as a healthy one. The probe records:
   figure compared), median and spread ((max - min) / median);
 - memory bandwidth: a STREAM-like triad a = b + s*c (3 arrays of TRIAD_BYTES; on cpu one thread,
   as a busy neighbour on another core moves an all-core triad 4x), best of REPEATS;
+- the host's pace at issuing work (host_dispatch): torch ops on 8-element CPU tensors a second, one
+  thread, on every device: what sets the pace of a step the GPU waits on (ZeRO-3's hooks, small
+  micro-batches); two one-GPU nodes of one CPU name took ZeRO-1 mb 8's forward phase in 38.1 and
+  23.5 ms (docs/performance-model.md, "The H200 runs"), and no other figure told their hosts apart;
 - on cpu, the ISA that picks torch's kernels: torch's CPU capability (ATEN_CPU_CAPABILITY lowers
   it), the avx2 / avx512f / avx512_bf16 / amx flags of /proc/cpuinfo, and the frequency governor;
 - on cuda, the node's GPUs as `nvidia-smi -q` describes them (benchmarks/node/gpu_state.py: clocks,
@@ -60,6 +64,10 @@ PULSE_TRIAD_BYTES = {"cpu": 32 * 2**20, "cuda": 256 * 2**20}
 """A memory pulse's arrays: the probe's on cpu (so that the two compare), a quarter of the probe's on a GPU
 (3 x 256 MiB, far beyond its L2 cache, beside a loaded model)."""
 DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
+DISPATCH_OPS = 200
+"""torch.add calls a timed call of host_dispatch makes (a few hundred microseconds on the 2-core EPYC)."""
+DISPATCH_S = 0.05
+"""Each repeat of host_dispatch runs for at least this long: REPEATS of them, about 0.25 s a probe."""
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 QUIET_CPUS = 0.25
 """A cpu figure measured while other work on the machine took more than this many CPUs' worth is
@@ -213,6 +221,30 @@ def _one_thread(device: str, rate: Callable[[], float]) -> Optional[float]:
         return None
 
 
+def host_dispatch() -> dict[str, Any]:
+    """Million torch ops a second the host issues on one thread (torch.add of two 8-element CPU tensors:
+    the Python call and ATen's dispatch, no arithmetic to speak of), best of REPEATS: on a GPU node the
+    host's share of every kernel launch and of ZeRO-3's per-module hooks. The 2-core EPYC VM read
+    0.86-0.87 (1.15-1.16 us an op) over five rounds."""
+    import torch
+
+    a, b = torch.ones(8), torch.ones(8)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def batch() -> None:
+            for _ in range(DISPATCH_OPS):
+                torch.add(a, b)
+        batch()
+        rates = []
+        for _ in range(REPEATS):
+            calls, dt = _timed(batch, lambda: None, DISPATCH_S)
+            rates.append(DISPATCH_OPS * calls / dt / 1e6)
+    finally:
+        torch.set_num_threads(threads)
+    return _figure(rates, "Mop/s", op="torch.add, 8-element CPU tensors, 1 thread")
+
+
 def triad(device: str) -> dict[str, Any]:
     """GB/s of a = b + s*c over three float32 arrays (STREAM's triad: 3 x bytes moved per pass)."""
     rates = _triad_rates(device, TRIAD_BYTES[device] // 4, REPEATS, REPEAT_S[device])
@@ -289,6 +321,7 @@ def measure(device: str) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
     out["triad_threads"] = 1 if device == "cpu" else None
+    out["host_dispatch"] = quiet(host_dispatch, deadline) if device == "cpu" else host_dispatch()
     out["other_cpus"], out["steal_cpus"] = _taken(start)
     out["took_s"] = round(time.monotonic() - t0, 2)
     return out

@@ -250,7 +250,8 @@ def test_the_breakdown_script_profiles_eager_compiled_and_math_each_bounded(tmp_
     assert [b for b, _ in steps] == [90, 150, 90] and all(f"{w} exit 0" in session for w in ("eager", "compiled", "math"))
     (tmp_path / "short").mkdir()      # each bound within what is left (the stand-ins take no time)
     calls, _ = dry_run(REPO_ROOT / "tests" / "gpu" / "breakdown_node.sh", tmp_path / "short", "h100", BUDGET_S="100")
-    assert [b for b, _ in harness_steps(calls)] == [85, 85, 85]
+    bounds = [b for b, _ in harness_steps(calls)]
+    assert len(bounds) == 3 and all(75 <= b <= 85 for b in bounds)     # 100 s less the 15 kept, less what went by
     (tmp_path / "none").mkdir()
     calls, session = dry_run(REPO_ROOT / "tests" / "gpu" / "breakdown_node.sh", tmp_path / "none", "h100", BUDGET_S="40")
     assert harness_steps(calls) == [] and "math skipped" in session

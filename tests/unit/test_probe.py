@@ -185,6 +185,26 @@ def test_the_summary_line_says_the_isa_rates_and_time():
     assert line == ("probe (vm, 3.3 s a node): AVX2; matmul fp32 80, bf16 1.2 GFLOP/s per core (spread 3 %, 2 %); "
                     "triad 30 GB/s")
     assert summary_line(env_with(None)) is None and summary_line(env_with({"error": "boom"})) is None
+    hosted = {**probe(), "host_dispatch": {"best": 0.862, "median": 0.85, "spread_pct": 1.4, "unit": "Mop/s"}}
+    assert summary_line(env_with(hosted)).endswith("; triad 30 GB/s; host dispatch 0.86 Mop/s")
+
+
+def test_the_probe_measures_the_hosts_pace_at_issuing_work():
+    """host_dispatch: million torch ops a second on one thread, what a host-bound GPU step moves with (the
+    two one-GPU nodes' ZeRO-1 mb-8 forward phases, 38.1 and 23.5 ms, had no figure that told their hosts
+    apart). A "what changed" names it where it moved beyond HOST_DISPATCH_PCT; it never parts two machines,
+    and it is pooled over a night's probes like the other figures."""
+    from benchmarks.node.probe import host_dispatch
+    from harness.probe import HOST_DISPATCH_PCT, pooled
+    fig = host_dispatch()
+    assert fig["unit"] == "Mop/s" and fig["repeats"] == 5 and 0.01 < fig["best"] < 100 and fig["median"] <= fig["best"]
+    fast, slow = ({**probe(), "host_dispatch": {"best": x, "median": x, "unit": "Mop/s"}} for x in (0.86, 0.60))
+    assert probe_diff(env_with(fast), env_with(slow))["probe.host_dispatch_mops"] == [0.86, 0.60]
+    near = {**probe(), "host_dispatch": {"best": 0.86 * (1 - HOST_DISPATCH_PCT / 200), "unit": "Mop/s"}}
+    assert "probe.host_dispatch_mops" not in probe_diff(env_with(fast), env_with(near))
+    assert differences(fast, slow) == [] and not_comparable(env_with(fast), env_with(slow)) is None
+    night = pooled(env_with(slow), [env_with(slow), env_with(fast)])
+    assert night["machine"]["probe"]["host_dispatch"]["best"] == 0.86
 
 
 def test_the_efficiency_weighs_each_part_by_its_own_dtype_rate():
