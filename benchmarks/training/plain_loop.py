@@ -36,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     limit_cpu_memory(spec.cpu_mem_limit_gib)
-    engine, device, _, _ = setup(spec)
+    engine, device, _, stack = setup(spec)
+    pass_steps = stack.get("pass_steps", ())   # DeepCompile's: the warm-up reaches past them, as the harness's does
     batches = make_batches(spec, rank, world_size, device)
     since_reset = reset_peak_mem(spec.device)  # as benchmarks.training.train counts it
     sync = synchronizer(spec.device)
     step_times = []
-    plan = warmup_plan(spec)[:-spec.profile_steps or None]   # throughput steps only; the same warm-up rule
+    plan = warmup_plan(spec, pass_steps)[:-spec.profile_steps or None]   # throughput steps only; the same warm-up rule
     # a compiled run's bare loop loads what its harness run compiled (harness/gpu_check.py plain_loop)
     watch, index = CompileWatch(spec.stack.compile != "none", "its harness run's caches"), 0
     while index < len(plan):
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         step_times.append(time.perf_counter() - start)
         if plan[index][1]:
-            grow_warmup(plan, index, watch.compiled_since_last()[0], spec)
+            grow_warmup(plan, index, watch.compiled_since_last()[0], spec, pass_steps)
         index += 1
     warmup = sum(1 for _, w in plan if w)
 
