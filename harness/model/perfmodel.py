@@ -220,10 +220,10 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
     kept = w.num_layers * layer_bytes_per_token(w) * tokens * (1 + recompute_fraction(w) / 3)
     fraction, how = traffic_fraction(w, params)
     kept *= fraction
-    if w.distill is not None:       # the teacher's forward, and the loss over both models' logits
+    loss = params.distill_loss_bytes * tokens * w.vocab_size if w.distill is not None else 0.0   # over both models' logits
+    if w.distill is not None:       # the teacher's forward
         t = teacher_workload(w)
-        kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3 + \
-            params.distill_loss_bytes * tokens * w.vocab_size / params.activation_passes
+        kept += t.num_layers * layer_bytes_per_token(t) * tokens / 3
     fp8 = fp8_linear_flops_per_token(w) * tokens
     if fp8:
         bf16 = p.peak_tflops.get("bf16", peak / 2 / 1e12) * 1e12
@@ -233,7 +233,7 @@ def roofline_efficiency(cfg: BenchConfig, params: ModelParams = PARAMS) -> Optio
         gemm, casts = flops / (peak * params.gemm_efficiency), 0.0
     share, on_die = params.on_die_traffic.get(p.gpu_model or "", (0.0, hbm))
     math_s, math_words = math_attention(w, p.peak_tflops, params)
-    seconds = gemm + math_s + params.activation_passes * kept * ((1 - share) / hbm + share / on_die) / 1e9 + casts / (hbm * 1e9)
+    seconds = gemm + math_s + (params.activation_passes * kept + loss) * ((1 - share) / hbm + share / on_die) / 1e9 + casts / (hbm * 1e9)
     text = (f"roofline, nothing measured: FLOPs at {params.gemm_efficiency:g} of peak + {params.activation_passes:g} x "
             "the activation bytes kept, at the GPU's HBM bandwidth (params.py; measured on an H200)")
     if share:
