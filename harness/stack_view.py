@@ -16,26 +16,27 @@ def stack_of(stack: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     return {k: v for k, v in stack.items() if k != "warmup_steps_run"}
 
 
+def steady_step_s(steps: list[dict[str, Any]]) -> Optional[float]:
+    """The measured throughput steps' median step time (None without any): what a warm-up step is held against."""
+    timed = [s["step_time_s"] for s in steps if s.get("mode") == "throughput" and not s.get("warmup")]
+    return statistics.median(timed) if timed else None
+
+
 def compile_seconds(steps: list[dict[str, Any]]) -> Optional[float]:
     """The warm-up's time beyond what its steps take at the steady state: the compilation (first
     compile, recompilations, autotuning) as a user waits for it. None without warm-up or measured steps."""
-    warm = [s["step_time_s"] for s in steps if s.get("warmup")]
-    timed = [s["step_time_s"] for s in steps if s.get("mode") == "throughput" and not s.get("warmup")]
-    if not warm or not timed:
-        return None
-    return max(0.0, sum(warm) - len(warm) * statistics.median(timed))
+    warm, steady = [s["step_time_s"] for s in steps if s.get("warmup")], steady_step_s(steps)
+    return None if not warm or steady is None else max(0.0, sum(warm) - len(warm) * steady)
 
 
 def compile_by_step(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each warm-up step that compiled (frames_compiled > 0): its index, the seconds it took beyond the
-    steady-state median, the frames. A compile in two parts, e.g. DeepCompile's first compile and its
+    steady state (steady_step_s), the frames. A compile in two parts, e.g. DeepCompile's first compile and its
     passes' recompilation at a later step, is thus shown apart; [] for a record without the counts."""
-    timed = [s["step_time_s"] for s in steps if s.get("mode") == "throughput" and not s.get("warmup")]
-    if not timed:
-        return []
-    steady = statistics.median(timed)
-    return [{"step": s.get("index"), "s": round(max(0.0, s["step_time_s"] - steady), 3), "frames": s["frames_compiled"]}
-            for s in steps if s.get("warmup") and s.get("frames_compiled")]
+    steady = steady_step_s(steps)
+    return [] if steady is None else [
+        {"step": s.get("index"), "s": round(max(0.0, s["step_time_s"] - steady), 3), "frames": s["frames_compiled"]}
+        for s in steps if s.get("warmup") and s.get("frames_compiled")]
 
 
 def cache_hits(cache: dict[str, Any]) -> int:
