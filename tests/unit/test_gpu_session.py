@@ -5,6 +5,7 @@ commands it gives, in its order, each under a positive bound, and its fallbacks.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 
@@ -61,14 +62,36 @@ def test_the_compute_breakdown_pins_the_sdpa_backend_it_is_given(tmp_path):
     d = json.loads(out.read_text())
     assert d["args"]["attention"] == "math" and d["micro_step_wall_ms"] > 0
     assert not any("flash" in k for _, k in d["top_kernels_ms"])      # auto runs flash on cpu: math did not
+
+
+def test_the_compute_breakdown_samples_the_gpus_clock_and_power(tmp_path, monkeypatch):
+    """Clocks reads nvidia-smi's `clocks.sm, power.draw` every interval while the micro-steps are timed (a
+    stand-in nvidia-smi here, its readings given in turn); without nvidia-smi it says nothing."""
+    import sys
+    import time
     sys.path.insert(0, str(REPO_ROOT / "tests" / "gpu"))
     try:
         from compute_breakdown import Clocks
     finally:
         sys.path.pop(0)
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "nvidia-smi").write_text('#!/bin/bash\nn=$(cat "$COUNT" 2>/dev/null || echo 0); echo $((n + 1)) >"$COUNT"\n'
+                                         'case $n in 0) echo "1980, 650.5" ;; 1) echo "1755, 700.1" ;; *) echo "1830, 690.0" ;; esac\n')
+    (stand_in / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in}:{os.environ['PATH']}")
+    monkeypatch.setenv("COUNT", str(tmp_path / "count"))
     with Clocks(every=0.01) as c:
-        pass
-    assert isinstance(c.summary(), dict)
+        deadline = time.monotonic() + 20
+        while len(c.rows) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    got = c.summary()
+    assert got["sm_mhz"]["min"] == 1755 and got["sm_mhz"]["max"] == 1980 and got["power_w"]["max"] == 700.1
+    assert got["samples"] >= 3
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with Clocks(every=0.01) as none:
+        time.sleep(0.05)
+    assert none.summary() == {}
 
 
 # --- every one-call script, run through on this box with the node's commands stood in for --------------
