@@ -7,6 +7,9 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
 """The dtypes a sweep (collective.dtype) takes: torch's names."""
 REDOPS = ("sum", "prod", "max", "min", "avg")
+SMALL_BYTES = 64 * 1024
+"""The sizes whose time is the collective's latency, not its bandwidth: up to 64 KiB, where NCCL's LL and LL128
+protocols carry a message and a ring's time is its hops' latency (nccl-tests' busbw there is a few GB/s at most)."""
 NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
               "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8", "float": "float",
               "half": "half", "double": "double", "uint32": "uint32", "uint64": "uint64"}

@@ -151,6 +151,7 @@ class CollectiveSpec:
     check: bool
     in_place: bool
     kind: str = "collective"
+    small_iters: int = 0         # timed iterations per size up to SMALL_BYTES; 0: iters
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -14,10 +14,11 @@ no bandwidth (algbw and busbw None, never 0).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from contract.collectives import OPS
+from contract.collectives import OPS, SMALL_BYTES
 
 SMOKE_REASON = "one rank: no bus bandwidth can be measured"
 _PREFIXES = ("", "K", "M", "G", "T", "P")
@@ -49,12 +50,22 @@ class Placement:
     """None in a smoke run (one rank): no bandwidth is claimed."""
     num_wrong: Optional[int]
     """Elements that failed the correctness check; None when the check was off (nccl-tests 'N/A')."""
+    median_us: Optional[float] = None
+    """The slowest rank's median time of one call, each timed on its own: where a call returns when it is done
+    (the built-in sweep on cpu); None elsewhere (a GPU's calls are timed together, as nccl-tests times them)."""
 
     @classmethod
     def measured(cls, op: str, size_bytes: int, time_us: float, num_ranks: int,
-                 num_wrong: Optional[int]) -> "Placement":
+                 num_wrong: Optional[int], median_us: Optional[float] = None) -> "Placement":
         alg = algbw_gbps(size_bytes, time_us)
-        return cls(time_us, alg, alg * busbw_factor(op, num_ranks), num_wrong)
+        return cls(time_us, alg, alg * busbw_factor(op, num_ranks), num_wrong, median_us)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields, median_us only where it was measured."""
+        d = asdict(self)
+        if self.median_us is None:
+            del d["median_us"]
+        return d
 
     @classmethod
     def smoke(cls, time_us: float, num_wrong: Optional[int]) -> "Placement":
@@ -73,7 +84,10 @@ class Row:
     in_place: Optional[Placement]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["out_of_place"] = self.out_of_place.to_dict()
+        d["in_place"] = self.in_place.to_dict() if self.in_place else None
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Row":
@@ -90,9 +104,6 @@ def avg_busbw_gbps(rows: list[Row]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-SMALL_BYTES = 64 * 1024
-"""The sizes whose time is the collective's latency, not its bandwidth: up to 64 KiB, where NCCL's LL and LL128
-protocols carry a message and a ring's time is its hops' latency (nccl-tests' busbw there is a few GB/s at most)."""
 
 
 def small_time_us(rows: list[Row]) -> Optional[float]:
@@ -102,6 +113,19 @@ def small_time_us(rows: list[Row]) -> Optional[float]:
     values = [p.time_us for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in (r.out_of_place, r.in_place)
               if p is not None and p.busbw_gbps is not None]
     return sum(values) / len(values) if values else None
+
+
+def small_median_us(rows: list[Row]) -> Optional[float]:
+    """The median, over the placements small_time_us takes, of each one's median call (Placement.median_us): the
+    small sizes' latency without the heavy tail a busy or virtual host adds to some calls, and to all calls of
+    a placement now and then (a 2-core VM's 4 ms scheduler ticks: one placement's median read 2.4 ms among
+    others' 0.4-0.5). A change of one size alone moves small_time_us, not this. None unless every such
+    placement has a median."""
+    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in (r.out_of_place, r.in_place)
+                  if p is not None and p.busbw_gbps is not None]
+    if not placements or any(p.median_us is None for p in placements):
+        return None
+    return statistics.median(p.median_us for p in placements)
 
 
 def _placement_cols(p: Optional[Placement]) -> str:

@@ -27,7 +27,7 @@ from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR,
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
-from .collectives import SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, small_time_us
+from .collectives import SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, small_median_us, small_time_us
 from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
@@ -373,6 +373,10 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         if small is not None:   # the latency-bound sizes' time (harness/collectives.py SMALL_BYTES)
             metrics["small_time_us"] = measured("small_time_us", small, "throughput",
                                                 n=sum(1 for r in parsed if 0 < r.size_bytes <= SMALL_BYTES))
+        median = small_median_us(parsed)
+        if median is not None:   # the same sizes' median call, where each call was timed (the built-in sweep on cpu)
+            metrics["small_median_us"] = measured("small_median_us", median, "throughput",
+                                                  n=metrics["small_time_us"]["n"])
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run_id, kind="collective", benchmark=benchmark,
         platform=platform, status=status, reason=reason, config=config, overrides=overrides,
@@ -394,7 +398,8 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
             continue
         v, n = e["value"], e["value"]["num_ranks"]
         measured = {k: Placement.smoke(v[k]["time_us"], v[k]["num_wrong"]) if smoke else
-                    Placement.measured(v["op"], v["size_bytes"], v[k]["time_us"], n, v[k]["num_wrong"])
+                    Placement.measured(v["op"], v["size_bytes"], v[k]["time_us"], n, v[k]["num_wrong"],
+                                       v[k].get("median_us"))
                     for k in ("out_of_place", "in_place") if v[k] is not None}
         by_op[v["op"]].append(Row(v["size_bytes"], v["count"], v["dtype"], v["redop"], v["root"],
                                   measured["out_of_place"], measured.get("in_place")).to_dict())

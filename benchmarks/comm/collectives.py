@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ import torch.distributed as dist
 
 from contract import events as ev
 from contract.collectives import DTYPES as VOCABULARY_DTYPES
-from contract.collectives import NCCL_TYPES
+from contract.collectives import NCCL_TYPES, SMALL_BYTES
 from contract.spec import SPEC_FILE, CollectiveSpec
 
 from benchmarks.node.environment import announce, first_on_kernel
@@ -239,26 +240,38 @@ def total_over_ranks(value: int, device: torch.device) -> int:
     return int(t.item())
 
 
-def time_case(case: Case, spec: CollectiveSpec) -> float:
-    """Average microseconds per iteration on the slowest rank."""
+def iterations(size: int, spec: CollectiveSpec) -> int:
+    """Timed iterations at `size`: spec.small_iters up to SMALL_BYTES where set, else spec.iters."""
+    return spec.small_iters if spec.small_iters and size <= SMALL_BYTES else spec.iters
+
+
+def time_case(case: Case, spec: CollectiveSpec, size: int) -> tuple[float, Optional[float]]:
+    """(average, median) microseconds per iteration on the slowest rank. The average is nccl-tests' (the
+    iterations back to back, timed together). The median is of each call timed on its own, taken only where a
+    call returns when it is done (gloo on cpu), so that no synchronisation is added between calls: None on a GPU."""
     for _ in range(spec.warmup_iters):
         case.call()
     synchronize(case.device)
     dist.barrier()
+    iters, calls = iterations(size, spec), []
+    per_call = case.device.type == "cpu"
     start = time.perf_counter()
-    for _ in range(spec.iters):
+    for _ in range(iters):
         case.call()
+        if per_call:
+            calls.append(time.perf_counter())
     synchronize(case.device)
-    elapsed = (time.perf_counter() - start) / spec.iters
-    return slowest(elapsed, case.device) * 1e6
+    elapsed = (time.perf_counter() - start) / iters
+    median = statistics.median(b - a for a, b in zip([start] + calls, calls)) if per_call else None
+    return slowest(elapsed, case.device) * 1e6, slowest(median, case.device) * 1e6 if per_call else None
 
 
 def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int, n: int,
             device: torch.device) -> dict:
     case = Case(op, size, spec, in_place, rank, n, device)
-    time_us = time_case(case, spec)
+    time_us, median_us = time_case(case, spec, size)
     wrong = total_over_ranks(case.check(), device) if spec.check else None
-    return {"time_us": time_us, "num_wrong": wrong}
+    return {"time_us": time_us, "num_wrong": wrong, **({"median_us": median_us} if median_us is not None else {})}
 
 
 def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path) -> None:

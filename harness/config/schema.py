@@ -280,6 +280,10 @@ class CollectiveConfig:
     """Untimed iterations per size (nccl-tests -w)."""
     iters: int = 20
     """Timed iterations per size (nccl-tests -n); time = slowest rank's average."""
+    small_iters: int = 0
+    """Timed iterations per size up to 64 KiB (harness/collectives.py SMALL_BYTES, the latency-bound sizes); 0:
+    iters. Where each call blocks (gloo on cpu), each is timed too and their median kept beside the average
+    (median_us; small_median_us): a small call's time there is heavy-tailed, its median needs tens of calls."""
     dtype: CollectiveDtype = CollectiveDtype.float32
     """float32, float16, bfloat16, float64, int32, int64, int8, uint8 (nccl-tests -d)."""
     redop: CollectiveRedop = CollectiveRedop.sum

@@ -271,6 +271,7 @@ def validate_collective(cfg: BenchConfig) -> None:
            "must be > 1 when step_bytes is 0")
     _check(c.iters >= 1, "collective.iters", c.iters, "must be >= 1")
     _check(c.warmup_iters >= 0, "collective.warmup_iters", c.warmup_iters, "must be >= 0")
+    _check(c.small_iters >= 0, "collective.small_iters", c.small_iters, "must be >= 0 (0: collective.iters)")
     _check(0 <= c.root < cfg.platform.world_size, "collective.root", c.root,
            f"must be a rank in 0..{cfg.platform.world_size - 1}")
     if cfg.kind == RunKind.collective:

@@ -31,6 +31,9 @@ SHARED = "shared_busbw_gbps"
 AVERAGE = "avg_busbw_gbps"
 SMALL = "small_time_us"
 """The small sizes' time, keyed by the sweep's range as the average (harness/collectives.py small_time_us)."""
+SMALL_MEDIAN = "small_median_us"
+"""The small sizes' median call, keyed by the sweep's range too; no by-size counterpart (another range's reference
+judges no median)."""
 SHARED_SMALL = "shared_small_time_us"
 """SMALL over the sizes up to SMALL_BYTES a run shares with a by-size reference of each run's time per size."""
 BY_SIZE = {SHARED: AVERAGE, SHARED_SMALL: SMALL}

@@ -44,7 +44,7 @@ from ..errors import HarnessError
 from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace, taken
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
-from .by_size import AVERAGE, BY_SIZE, SHARED, SMALL, restrict, sizeless
+from .by_size import AVERAGE, BY_SIZE, SHARED, SMALL, SMALL_MEDIAN, restrict, sizeless
 from .explained import at_balance, at_busy_host, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
@@ -57,7 +57,7 @@ VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status chang
             "not comparable")
 BOOTSTRAP_ROUNDS = 2000
 ACROSS_MACHINES = ("matmul_eff_pct",)
-RANGED = (AVERAGE, SMALL)
+RANGED = (AVERAGE, SMALL, SMALL_MEDIAN)
 """A collective's metrics keyed by its sweep's size range: judged against a sweep of the same range only."""
 """Metrics judged even between machines that are not comparable (said so in the reason): the
 efficiency against each machine's own measured matmul rate, where a software slowdown still shows;
@@ -400,7 +400,8 @@ def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) 
     the range's (avg_busbw_gbps, small_time_us) where a reference of its own size range applies (a by-size
     reference of it is then used up silently); else the by-size one (shared_busbw_gbps, shared_small_time_us)
     where it applies (the range's has no counterpart: no 'new' row for it); neither by-size metric otherwise.
-    Another range's references without a by-size time (made before it) judge no small time, nor call it new."""
+    Another range's references without a by-size time (made before it) judge no small time, nor call it new; nor
+    the small sizes' median (small_median_us), which only a reference of the run's own range judges."""
     have = {r.metric for r in applicable}
     drop = set()
     for shared, own in BY_SIZE.items():
@@ -409,8 +410,8 @@ def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) 
             drop.add(shared)
         else:
             drop.add(own if shared in have else shared)
-    if SHARED in have and AVERAGE not in have:
-        drop.add(SMALL)
+    if SHARED in have and AVERAGE not in have:   # only another range's: its sizes judge, no median of its own
+        drop.update((SMALL, SMALL_MEDIAN))
     return [m for m in metrics if m not in drop]
 
 

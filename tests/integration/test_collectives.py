@@ -2,6 +2,8 @@
 rank is a smoke run (every op through gloo, checked, no bandwidth claimed)."""
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from contract.collectives import OPS
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.integration
 def test_every_collective_on_two_gloo_ranks(tmp_path):
     run = run_bench(tmp_path / "out", "suite=single", "kind=collective", "collective=all",
                     "collective.min_bytes=8", "collective.max_bytes=65536", "collective.step_factor=8",
-                    "collective.warmup_iters=1", "collective.iters=3")
+                    "collective.warmup_iters=1", "collective.iters=3", "collective.small_iters=9")
     assert run.returncode == 0, run.stderr[-3000:]
     records = run.records()
     assert {r["benchmark"] for r in records.values()} == set(OPS)
@@ -24,6 +26,11 @@ def test_every_collective_on_two_gloo_ranks(tmp_path):
         assert validate_record(rec) == [], run_id
         assert rec["kind"] == "collective" and rec["status"] == "ok", (run_id, rec["reason"])
         assert rec["smoke"] is None and rec["metrics"]["avg_busbw_gbps"]["value"] > 0  # not a smoke
+        # each call timed on its own (gloo on cpu): the median call beside nccl-tests' average, and their metric
+        medians = [p["median_us"] for row in rec["rows"] if row["size_bytes"] <= 65536
+                   for p in (row["out_of_place"], row["in_place"]) if p]
+        assert medians and all(m > 0 for m in medians)
+        assert rec["metrics"]["small_median_us"]["value"] == pytest.approx(statistics.median(medians))
         assert [row["size_bytes"] for row in rec["rows"]] == [8, 64, 512, 4096, 32768]
         for row in rec["rows"]:
             oop, ip = row["out_of_place"], row["in_place"]

@@ -1,12 +1,15 @@
 """nccl-tests semantics of the built-in sweep: bandwidth formulas, sizes, expected results."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+import torch.distributed as dist
 
 import benchmarks.comm.collectives as bc
 from benchmarks.comm.collectives import Case, count_wrong, expected_values, input_values, nccl_count
-from contract.collectives import OPS
+from contract.collectives import OPS, SMALL_BYTES
 from contract.spec import CollectiveSpec
 from harness.collectives import Placement, Row, avg_busbw_gbps, busbw_factor, format_table, sizes
 
@@ -253,3 +256,29 @@ def test_a_sweep_without_multirun_is_refused():
 
     with pytest.raises(HarnessError, match="add -m"):
         expand(["zero=stage1,stage2"], multirun=False)
+
+
+def test_the_small_sizes_take_their_own_iterations_and_each_call_is_timed_on_cpu(monkeypatch):
+    """collective.small_iters: the sizes up to 64 KiB run that many timed calls (0: iters), each timed on its own
+    where it blocks (cpu): time_case returns nccl-tests' average and the median call (one gloo rank here)."""
+    s = dataclasses.replace(spec(), iters=3, small_iters=7, warmup_iters=1)
+    assert [bc.iterations(n, s) for n in (8, SMALL_BYTES, SMALL_BYTES + 1)] == [7, 7, 3]
+    assert bc.iterations(8, dataclasses.replace(s, small_iters=0)) == 3
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        calls = []
+        for size, expected in ((1024, 1 + 7), (1 << 20, 1 + 3)):
+            case = Case("all_reduce", size, s, False, 0, 1, torch.device("cpu"))
+            real = case.call
+            monkeypatch.setattr(case, "call", lambda: calls.append(1) or real())
+            avg, median = bc.time_case(case, s, size)
+            assert len(calls) == expected and avg > 0 and 0 < median, (size, avg, median)
+            calls.clear()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_negative_small_iters_is_refused():
+    with pytest.raises(ConfigError) as err:
+        compose(["kind=collective", "collective.small_iters=-1"])
+    assert "collective.small_iters" in str(err.value) and "must be >= 0" in str(err.value)
