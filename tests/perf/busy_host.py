@@ -33,7 +33,9 @@ LEVELS = (0.0, 0.5, 1.0, 1.5)
 SPINNER = ("import sys, time\nduty = float(sys.argv[1])\nwhile True:\n    t0 = time.perf_counter()\n"
            "    while time.perf_counter() - t0 < duty * 0.01:\n        pass\n"
            "    if duty < 1:\n        time.sleep((1 - duty) * 0.01)\n")
-METRICS = ("avg_busbw_gbps", "small_time_us")
+METRICS = ("avg_busbw_gbps", "small_time_us", "small_median_us")
+"""The sweep's figures read against the quiet benches' (small_median_us where the records carry it)."""
+SLOWER_IS_LOWER = ("small_time_us", "small_median_us")
 
 
 def bench(out: Path, level: float) -> None:
@@ -75,10 +77,11 @@ def speeds(recs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]
     if not quiet:
         least = min((r for r in recs if r["_level"] == 0), key=lambda r: load(r, "steal_cpus"))
         quiet = [r for r in recs if r["_bench"] == least["_bench"]]
-    base = {(r["benchmark"], m): [] for r in quiet for m in (*METRICS, "run_cpus")}
+    base = {(r["benchmark"], m): [] for r in quiet for m in (*METRICS, "run_cpus") if m in r["metrics"] or m == "run_cpus"}
     for r in quiet:
         for m in METRICS:
-            base[(r["benchmark"], m)].append(r["metrics"][m]["value"])
+            if m in r["metrics"]:
+                base[(r["benchmark"], m)].append(r["metrics"][m]["value"])
         base[(r["benchmark"], "run_cpus")].append(load(r, "run_cpus"))
     mid = {k: statistics.median(v) for k, v in base.items()}
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -87,8 +90,9 @@ def speeds(recs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]
         if (op, "run_cpus") not in mid:
             continue
         bench = out.setdefault(r["_bench"], {})
-        bench[op] = {"avg_busbw_gbps": r["metrics"]["avg_busbw_gbps"]["value"] / mid[(op, "avg_busbw_gbps")],
-                     "small_time_us": mid[(op, "small_time_us")] / r["metrics"]["small_time_us"]["value"]}
+        bench[op] = {m: (mid[(op, m)] / r["metrics"][m]["value"] if m in SLOWER_IS_LOWER else
+                         r["metrics"][m]["value"] / mid[(op, m)])
+                     for m in METRICS if m in r["metrics"] and (op, m) in mid}
         bench["share"] = {"run_cpus": load(r, "run_cpus") / mid[(op, "run_cpus")]}
     return out
 
@@ -112,12 +116,12 @@ def report(recs: list[dict[str, Any]]) -> None:
     by_bench = {r["_bench"]: r for r in recs}
     ops = sorted({r["benchmark"] for r in recs})
     print(f"{len(recs)} records of {len(table)} benches; speeds against the quiet benches' median "
-          f"(bus bandwidth now/quiet, small sizes' time quiet/now)")
+          f"(bus bandwidth now/quiet, small sizes' time quiet/now, their median call quiet/now where measured)")
     print(f"{'bench':<10}{'neighbour':>10}{'steal':>7}{'other':>7}{'ranks':>7}{'share':>7}  "
           + "".join(f"{op:>16}" for op in ops))
     for bench in sorted(table, key=lambda b: (by_bench[b]["_level"], b)):
         rec = by_bench[bench]
-        cells = "".join(f"{table[bench][op]['avg_busbw_gbps']:>9.2f}/{table[bench][op]['small_time_us']:.2f}"
+        cells = "".join(f"{'/'.join(f'{table[bench][op][m]:.2f}' for m in METRICS if m in table[bench][op]):>16}"
                         if op in table[bench] else f"{'-':>16}" for op in ops)
         print(f"{bench:<10}{rec['_level']:>10.1f}{load(rec, 'steal_cpus'):>7.2f}{load(rec, 'other_cpus'):>7.2f}"
               f"{load(rec, 'run_cpus'):>7.2f}{table[bench]['share']['run_cpus']:>7.2f}  {cells}")

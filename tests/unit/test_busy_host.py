@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from contract.metrics import tolerances_for
 from harness.pace import taken
 from harness.verdict.ab import references_of
 from harness.verdict.compare import compare
@@ -136,3 +137,29 @@ def test_the_measuring_script_reads_the_kept_records(capsys):
     assert "48 records of 12 benches" in out
     assert "beside other work or steal of 0.2 CPUs or more: 0.13-2.50x the quiet speed" in out
     assert busy_host.main(["--from", str(GRADED / "nothing")]) == 1
+
+
+MEDIAN = REPO_ROOT / "tests" / "data" / "neighbour_collectives" / "median"
+"""tests/perf/busy_host.py again (2026-12-04, the same box kind), the sweep timing each small call (small_median_us)."""
+
+
+def test_the_small_sizes_median_call_hardly_moves_beside_a_neighbour():
+    """Beside 0.5-1.5 CPUs of neighbour the small sizes' mean read 0.41-0.98x its quiet speed (the spinners shift
+    which calls wait on a tick), their median call 0.74-1.14x: within its own 60 % before any pace rule, and the
+    quiet benches' median itself spread 0.86-1.25x."""
+    recs = busy_host.records(MEDIAN)
+    table, level = busy_host.speeds(recs), {r["_bench"]: r["_level"] for r in recs}
+
+    def read(metric: str, loaded: bool) -> list[float]:
+        return [f[metric] for bench, ops in table.items() if (level[bench] > 0) == loaded
+                for op, f in ops.items() if op != "share"]
+
+    assert len(read("small_median_us", True)) == 36 and len(read("small_median_us", False)) == 12
+    assert (min(read("small_median_us", True)), max(read("small_median_us", True))) == (
+        pytest.approx(0.740, abs=0.001), pytest.approx(1.143, abs=0.001))
+    assert (min(read("small_time_us", True)), max(read("small_time_us", True))) == (
+        pytest.approx(0.409, abs=0.001), pytest.approx(0.979, abs=0.001))
+    tolerance = 1 + tolerances_for("cpu")["small_median_us"] / 100
+    assert all(1 / tolerance <= s <= tolerance for s in read("small_median_us", True) + read("small_median_us", False))
+    lo, hi = busy_host.under_load(recs)      # every figure of the sweep: still what BUSY_HOST_SWEEP allows
+    assert BUSY_HOST_SWEEP[0] <= lo and hi <= BUSY_HOST_SWEEP[1]
