@@ -2,7 +2,8 @@
 CI boxes are 2-core EPYCs of two kinds, AVX2 only and AVX-512, which the capability probe tells apart, so each
 keeps its own references in cpu.json; submit adds the second machine's beside the first's, and compare judges
 a run by the one whose machine can judge it. Real records: the AVX-512 EPYC's three default-cpu suites of
-2026-12-03 (reference_results/sources/cpu-avx512-epyc/), the AVX2 EPYC's references of 2026-11-26."""
+2026-12-03 and its three collective sweeps of 2026-12-04, the first to time each small call
+(reference_results/sources/cpu-avx512-epyc/), the AVX2 EPYC's references of 2026-11-26."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,8 @@ from harness.verdict.references import Reference, load_references, validate_refe
 
 SHIPPED = REPO_ROOT / "reference_results" / "cpu.json"
 RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-avx512-epyc" / "2026-12-03"
+SWEEPS = [RUNS.parent / "2026-12-04-collectives" / r for r in ("r1", "r2", "r3")]
+"""The collective sweeps that replaced the 2026-12-03 suites' collective entries and added small_median_us."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
 
 
@@ -28,6 +31,13 @@ def shipped() -> list[Reference]:
 def records(suite: str = "s3") -> list[ResultRecord]:
     return [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
             for p in sorted((RUNS / suite).glob("*.json")) if p.name != "suite.json"]
+
+
+def current(suite: str = "s3") -> list[ResultRecord]:
+    """A default-cpu suite as the suite measures it now: the suite's training records, the last sweep's."""
+    sweep = [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
+             for p in sorted(SWEEPS[-1].glob("00-collectives-*.json"))]
+    return [r for r in records(suite) if r.kind == "training"] + sweep
 
 
 def avx2_table(tmp_path: Path) -> Path:
@@ -47,7 +57,7 @@ def test_the_shipped_table_keeps_each_keys_reference_of_both_epycs():
     assert sorted(by_machine) == [AVX2, AVX512]
     assert by_machine[AVX2] < by_machine[AVX512]   # every AVX2 key, and the collectives' newer metrics
     assert {k[3] for k in by_machine[AVX512] - by_machine[AVX2]} == {
-        "small_time_us", "shared_busbw_gbps", "shared_small_time_us"}
+        "small_time_us", "shared_busbw_gbps", "shared_small_time_us", "small_median_us"}
     assert validate_reference_file(json.loads(SHIPPED.read_text(encoding="utf-8"))) == []
 
 
@@ -70,7 +80,7 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
     after = json.loads(table.read_text())
     assert validate_reference_file(after) == []
     got = {Reference.from_dict(e).identity() for e in after["references"]}
-    assert got == {r.identity() for r in shipped()}   # what cpu.json holds
+    assert got == {r.identity() for r in shipped() if r.metric != "small_median_us"}   # what cpu.json held then
     assert all(e == before[Reference.from_dict(e).identity()] for e in after["references"]
                if Reference.from_dict(e).machine() == AVX2)   # the first machine's untouched
     text = table.read_text()
@@ -85,9 +95,27 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
                if Reference.from_dict(e).machine() == AVX2)   # --replace replaces that machine's alone
 
 
+def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_entries_alone(tmp_path, capsys):
+    """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace: cpu.json as shipped, entry for entry."""
+    table = avx2_table(tmp_path)
+    assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
+                 "--submitter", "suite maintainers"]) == 0
+    assert main(["submit", *map(str, SWEEPS), "--reference-file", str(table), "--submitter", "suite maintainers",
+                 "--replace", "--reason", "the small calls timed one by one"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "20 references of 8 configurations (16 replaced, 4 added; 4 beside another machine's" in out, out
+    strip = ("date", "reason", "replaces", "note")
+    def comparable(e: dict) -> tuple:
+        prov = {k: v for k, v in e.get("provenance", {}).items() if k not in strip}
+        return json.dumps({**{k: v for k, v in e.items() if k not in ("provenance", "note")}, "provenance": prov},
+                          sort_keys=True)
+    made = sorted(comparable(e) for e in json.loads(table.read_text())["references"])
+    assert made == sorted(comparable(e) for e in json.loads(SHIPPED.read_text(encoding="utf-8"))["references"])
+
+
 def test_a_run_is_judged_by_its_own_machines_reference_and_the_others_are_not_missing():
     refs = shipped()
-    verdicts = compare(records(), refs)
+    verdicts = compare(current(), refs)
     assert verdicts and not [v for v in verdicts if v.verdict in ("not comparable", "missing", "new")], \
         [(v.metric, v.verdict, v.reason) for v in verdicts if v.verdict != "pass"]
     own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value for r in refs if r.machine() == AVX512}
