@@ -79,8 +79,8 @@ _ALL = (
 METRICS = {m.name: m for m in _ALL}
 
 NOISY_PLATFORM_TOLERANCES = {"cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "small_time_us": 150.0,
-                                     "small_median_us": 60.0, "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0, "peak_mem_gib": 10.0,
-                                     "matmul_eff_pct": 35.0}}
+                                     "small_median_us": 60.0, "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0,
+                                     "peak_mem_gib": 10.0, "matmul_eff_pct": 35.0}}
 """Tolerances of references made on a noisy platform: two plain rounds of one run differ by up to 23%
 in samples/s on a shared 2-core box; matmul_eff_pct carries its probe's noise too: over 3 default-cpu
 suites back to back on an idle 2-core EPYC, each configuration's efficiency lay within 29 % of its

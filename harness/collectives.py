@@ -5,7 +5,8 @@ Definitions follow nccl-tests (doc/PERFORMANCE.md):
   an all-gather's output, a reduce-scatter's input).
 - busbw = algbw x factor: 2(n-1)/n for all_reduce; (n-1)/n for all_gather, reduce_scatter and
   all_to_all; 1 for broadcast, reduce and sendrecv (n ranks).
-- time is the slowest rank's average time per iteration, in microseconds.
+- time is the slowest rank's average time per iteration, in microseconds. Where each call blocks (the
+  built-in sweep on cpu) the slowest rank's median call is kept beside it (median_us; nccl-tests has none).
 - "Avg bus bandwidth" is the mean busbw over every row and placement reported.
 
 On one rank there is no bus: a built-in sweep there is a smoke run (SMOKE_REASON), every op once
@@ -102,8 +103,6 @@ def avg_busbw_gbps(rows: list[Row]) -> float:
     values = [p.busbw_gbps for r in rows for p in (r.out_of_place, r.in_place)
               if p is not None and p.busbw_gbps is not None]
     return sum(values) / len(values) if values else 0.0
-
-
 
 
 def small_time_us(rows: list[Row]) -> Optional[float]:

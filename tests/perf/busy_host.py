@@ -77,7 +77,8 @@ def speeds(recs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]
     if not quiet:
         least = min((r for r in recs if r["_level"] == 0), key=lambda r: load(r, "steal_cpus"))
         quiet = [r for r in recs if r["_bench"] == least["_bench"]]
-    base = {(r["benchmark"], m): [] for r in quiet for m in (*METRICS, "run_cpus") if m in r["metrics"] or m == "run_cpus"}
+    base = {(r["benchmark"], m): [] for r in quiet for m in (*METRICS, "run_cpus")
+            if m in r["metrics"] or m == "run_cpus"}
     for r in quiet:
         for m in METRICS:
             if m in r["metrics"]:
