@@ -357,11 +357,14 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
                       reason: Optional[str], rows: list[dict[str, Any]], config: dict[str, Any],
                       overrides: list[str], environment: dict[str, Any], complete: bool = True,
                       source: str = "builtin", wall_s: float = 0.0,
-                      smoke_reason: Optional[str] = None) -> ResultRecord:
+                      smoke_reason: Optional[str] = None, one_host: bool = True) -> ResultRecord:
     """A record of kind 'collective': nccl-tests rows (harness.collectives.Row.to_dict()) and the
     avg_busbw_gbps metric. `complete` is False when the output was cut short (rows kept are only
     the complete ones; none is invented or repaired). With `smoke_reason` (a one-rank sweep) the
-    rows, which carry no bandwidth, go under `smoke` and the record has no rows and no metric."""
+    rows, which carry no bandwidth, go under `smoke` and the record has no rows and no metric.
+    small_median_us only where every rank ran on one host (`one_host`): across the emulated cluster's
+    shaped links a small call's median is no steadier than its mean (docs/collectives.md); the rows keep
+    each placement's median all the same."""
     smoke = None
     if smoke_reason is not None:
         smoke, rows, metrics = {"reason": smoke_reason, "rows": rows}, None, {}
@@ -373,7 +376,7 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         if small is not None:   # the latency-bound sizes' time (harness/collectives.py SMALL_BYTES)
             metrics["small_time_us"] = measured("small_time_us", small, "throughput",
                                                 n=sum(1 for r in parsed if 0 < r.size_bytes <= SMALL_BYTES))
-        median = small_median_us(parsed)
+        median = small_median_us(parsed) if one_host else None
         if median is not None:   # the same sizes' median call, where each call was timed (the built-in sweep on cpu)
             metrics["small_median_us"] = measured("small_median_us", median, "throughput",
                                                   n=metrics["small_time_us"]["n"])
@@ -417,5 +420,5 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
             run_id=record_id, name=f"{run.name} {op}", benchmark=op, platform=cfg.platform.name,
             status=op_status, reason=op_reason, rows=rows, config=run.config, overrides=run.overrides,
             environment=env, complete=complete, source="builtin", wall_s=launch.wall_s,
-            smoke_reason=SMOKE_REASON if smoke else None))
+            smoke_reason=SMOKE_REASON if smoke else None, one_host=cfg.platform.nodes == 1))
     return records
