@@ -149,7 +149,7 @@ def test_another_ranges_reference_judges_no_median():
 
 def test_a_sweep_across_nodes_keeps_its_medians_in_the_rows_and_judges_none():
     """On the emulated cluster (2 nodes, links shaped by tc tbf) a small call's median was bimodal, 0.5 or 3 ms
-    a placement (the shaper releases on the host's ticks): the metric read 0.62-3.52x its median over 7 sweeps,
+    a placement (likely the shaper releasing on the host's ticks): the metric read 0.62-3.52x its median over 7 sweeps,
     no steadier than the mean. So a sweep across nodes records no small_median_us; its rows keep median_us."""
     (rec,) = sweep(480.0)
     made = collective_record(run_id="x", name="x", benchmark="all_reduce", platform="cpu-cluster", status="ok",
