@@ -1,0 +1,78 @@
+"""cpu-cluster's tolerances against the nights they were measured from (tests/data/cluster_nights/: 13 quiet
+nights of its nightly and two with the link slowed, 3 runs each, on the emulated 2-node cluster): every quiet
+night judged against every other passes its collectives within them (at the default 10 % some were
+regressions), and a link at half its rate is still a regression, named."""
+from __future__ import annotations
+
+import collections
+import gzip
+import itertools
+import json
+
+import pytest
+from unit_helpers import REPO_ROOT
+
+from contract.metrics import tolerances_for
+from harness.nightly import baseline_references
+from harness.record import ResultRecord
+from harness.verdict.compare import compare
+from harness.verdict.references import references_from_records
+
+NIGHTS = REPO_ROOT / "tests" / "data" / "cluster_nights" / "nights.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def nights() -> dict[str, list[ResultRecord]]:
+    out: dict[str, list[ResultRecord]] = collections.defaultdict(list)
+    for line in gzip.decompress(NIGHTS.read_bytes()).decode("utf-8").splitlines():
+        row = json.loads(line)
+        out[row["night"]].append(ResultRecord.from_dict(row["record"]))
+    return dict(out)
+
+
+def refs(records: list[ResultRecord], tolerance: dict[str, float]):
+    return references_from_records(records, source="a night", submitter="test", date="2026-12-05",
+                                   system="cpu-cluster", tolerance_pct=tolerance)
+
+
+def quiet(nights) -> list[str]:
+    return sorted(n for n in nights if n.startswith("n"))
+
+
+def test_the_kept_nights_are_what_the_tolerances_were_measured_from(nights):
+    assert len(quiet(nights)) == 13 and sorted(set(nights) - set(quiet(nights))) == ["s500mbit", "s750mbit"]
+    for records in nights.values():
+        assert len(records) == 12 and {r.platform for r in records} == {"cpu-cluster"}
+        assert {r.status for r in records} == {"ok"}
+
+
+def test_no_quiet_night_against_another_is_a_regression_at_the_clusters_tolerances(nights):
+    """Each night's 3 sweeps of each op against references made of another night's 3 (a bench against one
+    submission; the training runs are judged against the nightly's baseline below)."""
+    sweeps = {n: [r for r in nights[n] if r.kind == "collective"] for n in quiet(nights)}
+    found = {}
+    for label, tolerance in (("cluster", tolerances_for("cpu-cluster")), ("default", tolerances_for("h100"))):
+        counts = collections.Counter()
+        made = {n: refs(sweeps[n], tolerance) for n in quiet(nights)}
+        for a, b in itertools.permutations(quiet(nights), 2):
+            counts.update((v.metric, v.verdict) for v in compare(sweeps[a], made[b]))
+        found[label] = counts
+    assert sum(found["cluster"].values()) == 13 * 12 * 2 * 2
+    assert not [k for k in found["cluster"] if k[1] in ("regression", "improvement")], found["cluster"]
+    # what the 10 % they replaced made of the same nights: the measurement behind the change
+    assert found["default"][("small_time_us", "regression")] + found["default"][("avg_busbw_gbps", "regression")] == 22
+
+
+def test_the_nightly_baseline_of_quiet_nights_passes_and_a_halved_link_is_a_regression_named(nights):
+    names = quiet(nights)
+    for i, night in enumerate(names[1:], start=1):
+        earlier = [(n, r) for n in names[max(0, i - 7):i] for r in nights[n]]
+        verdicts = compare(nights[night], baseline_references(earlier, "cpu-cluster", names[max(0, i - 7):i]))
+        assert not [v for v in verdicts if v.verdict in ("regression", "improvement")], night
+    earlier = [(n, r) for n in names[-7:] for r in nights[n]]
+    verdicts = compare(nights["s500mbit"], baseline_references(earlier, "cpu-cluster", names[-7:]))
+    regressed = {(v.benchmark, v.metric) for v in verdicts if v.verdict == "regression"}
+    assert {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps"),
+            ("llama-tiny", "samples_per_s")} <= regressed, regressed
+    busbw = [v for v in verdicts if v.metric == "avg_busbw_gbps"]
+    assert all(v.environment_diff.get("links.node1/eth0") == [1.0, 0.5] for v in busbw), busbw[0].environment_diff
