@@ -1,0 +1,60 @@
+"""reference_results/cpu-cluster.json: the emulated 2-node cluster's references (three default-cpu-cluster
+suites on the 2-core AVX-512 EPYC, reference_results/sources/cpu-cluster-avx512-epyc/), made again from the kept
+records entry for entry, and judging that day's nightly (tests/data/cluster_nights/) as its tolerances say."""
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+from pathlib import Path
+
+from unit_helpers import REPO_ROOT
+
+from contract.metrics import tolerances_for
+from harness.__main__ import main
+from harness.record import ResultRecord
+from harness.verdict.compare import compare
+from harness.verdict.references import load_references
+
+SHIPPED = REPO_ROOT / "reference_results" / "cpu-cluster.json"
+RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-cluster-avx512-epyc" / "2026-12-05"
+NIGHTS = REPO_ROOT / "tests" / "data" / "cluster_nights" / "nights.jsonl.gz"
+
+
+def comparable(e: dict) -> str:
+    prov = {k: v for k, v in e.get("provenance", {}).items() if k != "date"}   # the day it was made
+    return json.dumps({**{k: v for k, v in e.items() if k != "provenance"}, "provenance": prov}, sort_keys=True)
+
+
+def test_the_table_is_the_kept_suites_submitted(tmp_path: Path, capsys):
+    table = tmp_path / "cpu-cluster.json"
+    assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
+                 "--submitter", "suite maintainers"]) == 0
+    assert "34 references of 11 configurations" in " ".join(capsys.readouterr().out.split())
+    made = sorted(comparable(e) for e in json.loads(table.read_text(encoding="utf-8"))["references"])
+    assert made == sorted(comparable(e) for e in json.loads(SHIPPED.read_text(encoding="utf-8"))["references"])
+
+
+def test_its_tolerances_are_the_platforms_measured_ones():
+    tolerance = tolerances_for("cpu-cluster")
+    for ref in load_references([SHIPPED]):
+        assert ref.platform == "cpu-cluster" and ref.num_samples == 3
+        assert ref.tolerance_pct == tolerance.get(ref.metric, tolerance["default"]), ref.metric
+
+
+def night(name: str) -> list[ResultRecord]:
+    rows = [json.loads(line) for line in gzip.decompress(NIGHTS.read_bytes()).decode("utf-8").splitlines()]
+    return [ResultRecord.from_dict(r["record"]) for r in rows if r["night"] == name]
+
+
+def test_that_days_nightly_is_judged_by_it_and_a_halved_link_regresses():
+    """The nightly's sweeps and runs share the default suite's keys (its fewer steps are no part of one); what it does
+    not run (ZeRO-3, broadcast, reduce_scatter) is 'missing', which the nightly lists apart."""
+    refs = load_references([SHIPPED])
+    for name in ("n01", "n07", "n13"):
+        counts = collections.Counter(v.verdict for v in compare(night(name), refs) if v.verdict != "missing")
+        assert counts["pass"] >= 14 and not counts.keys() - {"pass", "insufficient data"}, (name, counts)
+    slowed = compare(night("s500mbit"), refs)
+    regressed = {(v.benchmark, v.metric) for v in slowed if v.verdict == "regression"}
+    assert {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps"), ("llama-tiny", "samples_per_s")} <= regressed
+    assert all(v.environment_diff.get("links.node1/eth0") == [1.0, 0.5] for v in slowed if v.verdict == "regression")
