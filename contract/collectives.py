@@ -10,6 +10,10 @@ REDOPS = ("sum", "prod", "max", "min", "avg")
 SMALL_BYTES = 64 * 1024
 """The sizes whose time is the collective's latency, not its bandwidth: up to 64 KiB, where NCCL's LL and LL128
 protocols carry a message and a ring's time is its hops' latency (nccl-tests' busbw there is a few GB/s at most)."""
+LARGE_SPAN = 8
+"""The sweep's largest sizes, from an eighth of its largest up (at 4x steps the top two, at 2x the top four): where a
+fabric's bandwidth, not its latency, sets the time. Their busbw is the link's (large_busbw_gbps); nccl-tests'
+average over every size also carries the latency-bound ones."""
 NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
               "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8", "float": "float",
               "half": "half", "double": "double", "uint32": "uint32", "uint64": "uint64"}

@@ -27,7 +27,8 @@ from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR,
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
-from .collectives import SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, small_median_us, small_time_us
+from .collectives import (SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, large_busbw_gbps, large_rows,
+                          small_median_us, small_time_us)
 from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
@@ -372,6 +373,9 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         parsed = [Row.from_dict(r) for r in rows]
         metrics = {"avg_busbw_gbps": measured("avg_busbw_gbps", avg_busbw_gbps(parsed), "throughput",
                                             n=len(parsed))} if parsed else {}
+        large = large_busbw_gbps(parsed)
+        if large is not None:   # the largest sizes' busbw (contract/collectives.py LARGE_SPAN): the link's
+            metrics["large_busbw_gbps"] = measured("large_busbw_gbps", large, "throughput", n=len(large_rows(parsed)))
         small = small_time_us(parsed)
         if small is not None:   # the latency-bound sizes' time (harness/collectives.py SMALL_BYTES)
             metrics["small_time_us"] = measured("small_time_us", small, "throughput",

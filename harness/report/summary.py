@@ -71,7 +71,7 @@ def text_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str
 
 
 def collective_table(records: list[ResultRecord], markdown: bool = False) -> str:
-    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "time <=64K us",
+    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "top sizes GB/s", "time <=64K us",
                "median <=64K us", "#wrong"]
     rows = []
     for r in records:
@@ -80,7 +80,8 @@ def collective_table(records: list[ResultRecord], markdown: bool = False) -> str
                     for p in (row["out_of_place"], row["in_place"]) if p)
         span = f"{r.rows[0]['size_bytes']}..{r.rows[-1]['size_bytes']}" if r.rows else "-"
         rows.append([r.run_id, r.status, r.benchmark, span, fmt(max(busbw) if busbw else None, 3),
-                     fmt(_metric(r, "avg_busbw_gbps"), 3), fmt(_metric(r, "small_time_us"), 1),
+                     fmt(_metric(r, "avg_busbw_gbps"), 3), fmt(_metric(r, "large_busbw_gbps"), 3),
+                     fmt(_metric(r, "small_time_us"), 1),
                      fmt(_metric(r, "small_median_us"), 1), str(wrong)])
     return text_table(headers, rows, markdown)
 

@@ -29,6 +29,9 @@ from ..record import ResultRecord
 
 SHARED = "shared_busbw_gbps"
 AVERAGE = "avg_busbw_gbps"
+LARGE = "large_busbw_gbps"
+"""The largest sizes' busbw, keyed by the sweep's range as the average (harness/collectives.py large_busbw_gbps); no
+by-size counterpart of its own: another range's reference judges the sizes both ran (shared_busbw_gbps)."""
 SMALL = "small_time_us"
 """The small sizes' time, keyed by the sweep's range as the average (harness/collectives.py small_time_us)."""
 SMALL_MEDIAN = "small_median_us"

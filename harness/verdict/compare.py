@@ -44,7 +44,7 @@ from ..errors import HarnessError
 from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace, taken
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
-from .by_size import AVERAGE, BY_SIZE, SHARED, SMALL, SMALL_MEDIAN, restrict, sizeless
+from .by_size import AVERAGE, BY_SIZE, LARGE, SHARED, SMALL, SMALL_MEDIAN, restrict, sizeless
 from .explained import at_balance, at_busy_host, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
@@ -57,7 +57,7 @@ VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status chang
             "not comparable")
 BOOTSTRAP_ROUNDS = 2000
 ACROSS_MACHINES = ("matmul_eff_pct",)
-RANGED = (AVERAGE, SMALL, SMALL_MEDIAN)
+RANGED = (AVERAGE, LARGE, SMALL, SMALL_MEDIAN)
 """A collective's metrics keyed by its sweep's size range: judged against a sweep of the same range only."""
 """Metrics judged even between machines that are not comparable (said so in the reason): the
 efficiency against each machine's own measured matmul rate, where a software slowdown still shows;
@@ -411,7 +411,7 @@ def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) 
         else:
             drop.add(own if shared in have else shared)
     if SHARED in have and AVERAGE not in have:   # only another range's: its sizes judge, no median of its own
-        drop.update((SMALL, SMALL_MEDIAN))
+        drop.update((LARGE, SMALL, SMALL_MEDIAN))
     return [m for m in metrics if m not in drop]
 
 

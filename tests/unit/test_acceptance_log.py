@@ -57,7 +57,7 @@ def test_an_acceptance_log_becomes_the_reference_and_tonights_range_is_judged_by
     rc, out, _ = submit(capsys, log, "--reference-file", str(table), "--min-repeats", "1")
     assert rc == 0, out
     refs = load_references([table])
-    assert sorted(r.metric for r in refs) == [AVERAGE, SHARED, SHARED_SMALL, SMALL]
+    assert sorted(r.metric for r in refs) == [AVERAGE, "large_busbw_gbps", SHARED, SHARED_SMALL, SMALL]
     (shared,) = [r for r in refs if r.metric == SHARED]
     assert shared.provenance.source == "imported nccl-tests output"
     assert shared.provenance.system == ("8 x NVIDIA H100 80GB HBM3 on h100-node-01, NCCL 2.18.5: "

@@ -14,7 +14,7 @@ from unit_helpers import REPO_ROOT
 
 from contract.metrics import tolerances_for
 from harness.nightly import baseline_references
-from harness.record import ResultRecord
+from harness.record import ResultRecord, collective_record
 from harness.verdict.compare import compare
 from harness.verdict.references import references_from_records
 
@@ -28,6 +28,17 @@ def nights() -> dict[str, list[ResultRecord]]:
         row = json.loads(line)
         out[row["night"]].append(ResultRecord.from_dict(row["record"]))
     return dict(out)
+
+
+def rederived(rec: ResultRecord) -> ResultRecord:
+    """A kept sweep's record made again from its rows by today's code: its metrics as a sweep records them now
+    (large_busbw_gbps came after these nights; a metric is a function of the rows)."""
+    if rec.kind != "collective":
+        return rec
+    return collective_record(run_id=rec.run_id, name=rec.name, benchmark=rec.benchmark, platform=rec.platform,
+                             status=rec.status, reason=rec.reason, rows=rec.rows, config=rec.config,
+                             overrides=rec.overrides, environment=rec.environment, complete=rec.complete,
+                             source=rec.source, wall_s=rec.wall_s, one_host=False)
 
 
 def refs(records: list[ResultRecord], tolerance: dict[str, float]):
@@ -76,3 +87,25 @@ def test_the_nightly_baseline_of_quiet_nights_passes_and_a_halved_link_is_a_regr
             ("llama-tiny", "samples_per_s")} <= regressed, regressed
     busbw = [v for v in verdicts if v.metric == "avg_busbw_gbps"]
     assert all(v.environment_diff.get("links.node1/eth0") == [1.0, 0.5] for v in busbw), busbw[0].environment_diff
+
+
+def test_the_largest_sizes_busbw_holds_at_10_percent_and_sees_a_link_at_three_quarters(nights):
+    """nccl-tests' average carries the latency-bound sizes; the largest sizes' busbw (large_busbw_gbps) is the
+    link's: within the default 10 % on every quiet pair, and a regression at 750 Mbit/s where the average is not."""
+    names = quiet(nights)
+    sweeps = {n: [rederived(r) for r in nights[n] if r.kind == "collective"] for n in nights}
+    tolerance = tolerances_for("cpu-cluster")
+    assert tolerance.get("large_busbw_gbps", tolerance["default"]) == 10.0
+    made = {n: refs(sweeps[n], tolerance) for n in names}
+    verdicts = [v for a, b in itertools.permutations(names, 2) for v in compare(sweeps[a], made[b])
+                if v.metric == "large_busbw_gbps"]
+    assert len(verdicts) == 13 * 12 * 2 and {v.verdict for v in verdicts} == {"pass"}
+    assert max(abs(v.worse_pct) for v in verdicts) < 5.0
+    earlier = [(n, r) for n in names[-7:] for r in sweeps[n]]
+    slowed = compare(sweeps["s750mbit"], baseline_references(earlier, "cpu-cluster", names[-7:]))
+    got = {(v.benchmark, v.metric): v for v in slowed}
+    for op in ("all_reduce", "all_gather"):
+        large = got[(op, "large_busbw_gbps")]
+        assert large.verdict == "regression" and 0.72 < large.value / large.reference < 0.78, large.reason
+        assert large.environment_diff.get("links.node1/eth0") == [1.0, 0.75]
+        assert got[(op, "avg_busbw_gbps")].verdict != "regression"

@@ -39,8 +39,9 @@ def test_an_imported_record_has_the_key_of_the_sweep_it_ran(tmp_path, name, key)
     assert got["source"] == "nccl-tests"   # a -J output too: the binary a bench sweep of nccl-tests runs
     verdicts = compare([rec], [])
     assert {v.verdict for v in verdicts} == {"new"}
-    # the average busbw, and the small sizes' time where the sweep has sizes up to 64 KiB
-    assert sorted(v.metric for v in verdicts) == ["avg_busbw_gbps"] + (["small_time_us"] if got["min_bytes"] <= 65536 else [])
+    # the average busbw, the largest sizes', and the small sizes' time where the sweep has sizes up to 64 KiB
+    assert sorted(v.metric for v in verdicts) == (["avg_busbw_gbps", "large_busbw_gbps"]
+                                                  + (["small_time_us"] if got["min_bytes"] <= 65536 else []))
 
 
 def test_an_imported_output_pairs_with_the_same_sweep_run_by_bench(tmp_path):
@@ -53,7 +54,8 @@ def test_an_imported_output_pairs_with_the_same_sweep_run_by_bench(tmp_path):
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "bench.json").write_text(json.dumps(new), encoding="utf-8")
     verdicts, unmatched = against([str(tmp_path / "new")], [str(tmp_path / "old")], min_samples=1)
-    assert [(v.metric, v.verdict) for v in verdicts] == [("avg_busbw_gbps", "regression"), ("small_time_us", "pass")]
+    assert [(v.metric, v.verdict) for v in verdicts] == [("avg_busbw_gbps", "regression"), ("large_busbw_gbps", "pass"),
+                                                             ("small_time_us", "pass")]
     assert unmatched == ""
 
 

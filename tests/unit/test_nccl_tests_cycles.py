@@ -72,8 +72,8 @@ def test_the_cycles_are_a_submission_of_three_runs_and_judge_a_later_run_with_th
     table = tmp_path / "h100.json"
     assert main(["submit", str(recs), "--reference-file", str(table), "--submitter", "ops"]) == 0   # 3 runs
     refs = load_references([table])
-    assert {r.metric: r.num_samples for r in refs} == {"avg_busbw_gbps": 3, "small_time_us": 3, SHARED: 3,
-                                                      "shared_small_time_us": 3}
+    assert {r.metric: r.num_samples for r in refs} == {"avg_busbw_gbps": 3, "large_busbw_gbps": 3, "small_time_us": 3,
+                                                      SHARED: 3, "shared_small_time_us": 3}
     later = tmp_path / "later"
     import_files([str(DATA / "new_all_reduce.txt")], later, "h100")
     verdicts = compare(load_records([str(later)]), refs, min_samples=1)

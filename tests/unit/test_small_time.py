@@ -11,7 +11,7 @@ from unit_helpers import REPO_ROOT
 
 from contract.metrics import METRICS, tolerances_for
 from harness.__main__ import main
-from harness.collectives import SMALL_BYTES, Placement, Row, small_median_us, small_time_us
+from harness.collectives import SMALL_BYTES, Placement, Row, large_busbw_gbps, small_median_us, small_time_us
 from harness.record import collective_record
 from harness.verdict.ab import against, references_of
 from harness.verdict.compare import compare
@@ -157,3 +157,25 @@ def test_a_sweep_across_nodes_keeps_its_medians_in_the_rows_and_judges_none():
                              environment=rec["environment"], one_host=False)
     assert "small_median_us" not in made.metrics and "small_time_us" in made.metrics
     assert all("median_us" in row["out_of_place"] for row in made.rows)
+
+
+def test_the_largest_sizes_busbw_is_the_mean_over_the_top_eighth_of_the_range():
+    """From an eighth of the largest size up: at 4x steps the top two sizes, at 2x the top four; a size without a
+    bandwidth (a smoke run's) is neither averaged nor the largest."""
+    by4 = [row(1 << k, 1.0, busbw=float(k)) for k in range(10, 25, 2)]           # 1K .. 16M by 4x
+    assert large_busbw_gbps(by4) == pytest.approx((22 + 24) / 2)
+    by2 = [row(1 << k, 1.0, busbw=float(k)) for k in range(3, 31)]                # 8 B .. 1G by 2x
+    assert large_busbw_gbps(by2) == pytest.approx((27 + 28 + 29 + 30) / 4)
+    assert large_busbw_gbps([row(1 << 20, 1.0, busbw=3.0)]) == 3.0               # one size: its own
+    smoke = Row(1 << 30, 1 << 28, "float", "sum", -1, Placement.smoke(9.0, 0), None)
+    assert large_busbw_gbps(by4 + [smoke]) == pytest.approx(23.0) and large_busbw_gbps([smoke]) is None
+    assert METRICS["large_busbw_gbps"].direction == "higher" and METRICS["large_busbw_gbps"].reference_kind == "collective"
+    assert tolerances_for("cpu")["large_busbw_gbps"] == 50.0
+    assert "large_busbw_gbps" not in tolerances_for("cpu-cluster")   # the default 10 %: the link's, steady
+
+
+def test_another_ranges_reference_judges_no_largest_sizes_busbw():
+    """A sweep of another range is judged over the sizes both ran (shared_busbw_gbps), not on its own figures."""
+    verdicts = compare(typed(sweep(960.0, min_bytes=4096)), references_of(typed(sweep(480.0))), min_samples=1)
+    metrics = {v.metric for v in verdicts}
+    assert "large_busbw_gbps" not in metrics and "shared_busbw_gbps" in metrics, sorted(metrics)
