@@ -15,14 +15,17 @@ from harness.__main__ import main
 from harness.record import ResultRecord
 from harness.verdict.compare import compare
 from harness.verdict.references import load_references
+from test_cluster_tolerances import rederived
 
 SHIPPED = REPO_ROOT / "reference_results" / "cpu-cluster.json"
 RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-cluster-avx512-epyc" / "2026-12-05"
+SWEEPS = [RUNS.parent / "2026-12-05-sweeps" / w for w in ("w1", "w2", "w3")]
+"""The sweeps that replaced the suites' collective entries and added large_busbw_gbps."""
 NIGHTS = REPO_ROOT / "tests" / "data" / "cluster_nights" / "nights.jsonl.gz"
 
 
 def comparable(e: dict) -> str:
-    prov = {k: v for k, v in e.get("provenance", {}).items() if k != "date"}   # the day it was made
+    prov = {k: v for k, v in e.get("provenance", {}).items() if k not in ("date", "note")}   # the day, the --reason
     return json.dumps({**{k: v for k, v in e.items() if k != "provenance"}, "provenance": prov}, sort_keys=True)
 
 
@@ -31,6 +34,9 @@ def test_the_table_is_the_kept_suites_submitted(tmp_path: Path, capsys):
     assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
                  "--submitter", "suite maintainers"]) == 0
     assert "34 references of 11 configurations" in " ".join(capsys.readouterr().out.split())
+    assert main(["submit", *map(str, SWEEPS), "--reference-file", str(table), "--submitter", "suite maintainers",
+                 "--replace", "--reason", "the largest sizes' busbw"]) == 0
+    assert "20 references of 8 configurations (16 replaced, 4 added)" in " ".join(capsys.readouterr().out.split())
     made = sorted(comparable(e) for e in json.loads(table.read_text(encoding="utf-8"))["references"])
     assert made == sorted(comparable(e) for e in json.loads(SHIPPED.read_text(encoding="utf-8"))["references"])
 
@@ -38,16 +44,16 @@ def test_the_table_is_the_kept_suites_submitted(tmp_path: Path, capsys):
 def test_its_tolerances_are_the_platforms_measured_ones():
     tolerance = tolerances_for("cpu-cluster")
     for ref in load_references([SHIPPED]):
-        assert ref.platform == "cpu-cluster" and ref.num_samples == 3
+        assert ref.platform == "cpu-cluster" and ref.num_samples == 3 and ref.status == "ok"
         assert ref.tolerance_pct == tolerance.get(ref.metric, tolerance["default"]), ref.metric
 
 
 def night(name: str) -> list[ResultRecord]:
     rows = [json.loads(line) for line in gzip.decompress(NIGHTS.read_bytes()).decode("utf-8").splitlines()]
-    return [ResultRecord.from_dict(r["record"]) for r in rows if r["night"] == name]
+    return [rederived(ResultRecord.from_dict(r["record"])) for r in rows if r["night"] == name]
 
 
-def test_that_days_nightly_is_judged_by_it_and_a_halved_link_regresses():
+def test_that_days_nightly_is_judged_by_it_and_a_slower_link_regresses():
     """The nightly's sweeps and runs share the default suite's keys (its fewer steps are no part of one); what it does
     not run (ZeRO-3, broadcast, reduce_scatter) is 'missing', which the nightly lists apart."""
     refs = load_references([SHIPPED])
@@ -58,3 +64,7 @@ def test_that_days_nightly_is_judged_by_it_and_a_halved_link_regresses():
     regressed = {(v.benchmark, v.metric) for v in slowed if v.verdict == "regression"}
     assert {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps"), ("llama-tiny", "samples_per_s")} <= regressed
     assert all(v.environment_diff.get("links.node1/eth0") == [1.0, 0.5] for v in slowed if v.verdict == "regression")
+    three_quarters = compare(night("s750mbit"), refs)
+    regressed = {(v.benchmark, v.metric) for v in three_quarters if v.verdict == "regression"}
+    assert {("all_reduce", "large_busbw_gbps"), ("all_gather", "large_busbw_gbps")} <= regressed, regressed
+    assert not {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps")} & regressed

@@ -21,6 +21,8 @@ SHIPPED = REPO_ROOT / "reference_results" / "cpu.json"
 RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-avx512-epyc" / "2026-12-03"
 SWEEPS = [RUNS.parent / "2026-12-04-collectives" / r for r in ("r1", "r2", "r3")]
 """The collective sweeps that replaced the 2026-12-03 suites' collective entries and added small_median_us."""
+LARGE = [RUNS.parent / "2026-12-05-collectives" / r for r in ("r1", "r2", "r3")]
+"""The sweeps that replaced those again and added large_busbw_gbps."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
 
 
@@ -36,7 +38,7 @@ def records(suite: str = "s3") -> list[ResultRecord]:
 def current(suite: str = "s3") -> list[ResultRecord]:
     """A default-cpu suite as the suite measures it now: the suite's training records, the last sweep's."""
     sweep = [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
-             for p in sorted(SWEEPS[-1].glob("00-collectives-*.json"))]
+             for p in sorted(LARGE[-1].glob("00-collectives-*.json"))]
     return [r for r in records(suite) if r.kind == "training"] + sweep
 
 
@@ -57,7 +59,7 @@ def test_the_shipped_table_keeps_each_keys_reference_of_both_epycs():
     assert sorted(by_machine) == [AVX2, AVX512]
     assert by_machine[AVX2] < by_machine[AVX512]   # every AVX2 key, and the collectives' newer metrics
     assert {k[3] for k in by_machine[AVX512] - by_machine[AVX2]} == {
-        "small_time_us", "shared_busbw_gbps", "shared_small_time_us", "small_median_us"}
+        "small_time_us", "shared_busbw_gbps", "shared_small_time_us", "small_median_us", "large_busbw_gbps"}
     assert validate_reference_file(json.loads(SHIPPED.read_text(encoding="utf-8"))) == []
 
 
@@ -80,7 +82,7 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
     after = json.loads(table.read_text())
     assert validate_reference_file(after) == []
     got = {Reference.from_dict(e).identity() for e in after["references"]}
-    assert got == {r.identity() for r in shipped() if r.metric != "small_median_us"}   # what cpu.json held then
+    assert got == {r.identity() for r in shipped() if r.metric not in ("small_median_us", "large_busbw_gbps")}
     assert all(e == before[Reference.from_dict(e).identity()] for e in after["references"]
                if Reference.from_dict(e).machine() == AVX2)   # the first machine's untouched
     text = table.read_text()
@@ -96,7 +98,8 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
 
 
 def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_entries_alone(tmp_path, capsys):
-    """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace: cpu.json as shipped, entry for entry."""
+    """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace, then the 2026-12-05 ones: cpu.json as
+    shipped, entry for entry."""
     table = avx2_table(tmp_path)
     assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
                  "--submitter", "suite maintainers"]) == 0
@@ -104,6 +107,10 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
                  "--replace", "--reason", "the small calls timed one by one"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "20 references of 8 configurations (16 replaced, 4 added; 4 beside another machine's" in out, out
+    assert main(["submit", *map(str, LARGE), "--reference-file", str(table), "--submitter", "suite maintainers",
+                 "--replace", "--reason", "the largest sizes' busbw"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "24 references of 8 configurations (20 replaced, 4 added; 4 beside another machine's" in out, out
     strip = ("date", "note")   # the day it was made, and the note that carries the --reason given
 
     def comparable(e: dict) -> str:
