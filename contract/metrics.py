@@ -82,8 +82,9 @@ _ALL = (
 METRICS = {m.name: m for m in _ALL}
 
 NOISY_PLATFORM_TOLERANCES = {
-    "cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "large_busbw_gbps": 50.0, "small_time_us": 150.0, "small_median_us": 60.0,
-            "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0, "peak_mem_gib": 10.0, "matmul_eff_pct": 35.0},
+    "cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "large_busbw_gbps": 50.0, "small_time_us": 150.0,
+            "small_median_us": 60.0, "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0, "peak_mem_gib": 10.0,
+            "matmul_eff_pct": 35.0},
     "cpu-cluster": {"avg_busbw_gbps": 25.0, "shared_busbw_gbps": 25.0,
                     "small_time_us": 40.0, "shared_small_time_us": 40.0},
 }
@@ -93,14 +94,16 @@ NOISY_PLATFORM_TOLERANCES = {
   configuration's efficiency lay within 29 % of its median (ZeRO-3 mb 2 x ga 4: 24.8, 25.5, 32.8 %). The small
   sizes' times, over 16 quiet cpu-short sweeps (2-core AVX-512 EPYC, 2026-12-04; docs/collectives.md): of two
   sweeps the slower read small_time_us up to 4.2x the other's with 5 calls a size (p99 4.1x), and
-  small_median_us (50 calls a size) up to 1.60x (p99 1.52x).
+  small_median_us (50 calls a size) up to 1.60x (p99 1.52x). large_busbw_gbps as the average: one host's large
+  sizes move through its memory (24 quiet cpu-short sweeps of 2026-12-04: pairs up to 2.74x, the average's 2.42x).
 - cpu-cluster (2 nodes over a 1 Gbit/s shaped link on the 2-core AVX-512 EPYC; 13 quiet nights of its nightly,
   3 runs each, 2026-12-05; tests/data/cluster_nights/, docs/emulated-cluster.md): its training stays at 10 %
   (a night's samples/s within 3.3 % of its rolling baseline), its collectives do not. Of two nights' 3 runs
   the median avg_busbw_gbps differed by up to 1.53x (all_gather: nccl-tests' average carries the sizes gloo's
   latency bounds) and small_time_us by up to 1.84x; at 10 % 22 of the 624 collective verdicts of every
   night against every other were regressions. At 25 % and 40 % none is, and a link at half its rate is
-  still a regression of both sweeps' busbw (25 of 26 verdicts against each quiet night; training: 26 of 26)."""
+  still a regression of both sweeps' busbw (25 of 26 verdicts against each quiet night; training: 26 of 26).
+  large_busbw_gbps keeps the default 10 %: the link's own figure, its 39 quiet sweeps' pairs up to 1.05x apart."""
 
 
 def tolerances_for(platform: str) -> dict[str, float]:

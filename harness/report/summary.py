@@ -71,8 +71,8 @@ def text_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str
 
 
 def collective_table(records: list[ResultRecord], markdown: bool = False) -> str:
-    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "top sizes GB/s", "time <=64K us",
-               "median <=64K us", "#wrong"]
+    headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "top sizes GB/s",
+               "time <=64K us", "median <=64K us", "#wrong"]
     rows = []
     for r in records:
         busbw = [p["busbw_gbps"] for row in (r.rows or []) for p in (row["out_of_place"], row["in_place"]) if p]

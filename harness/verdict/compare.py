@@ -410,7 +410,7 @@ def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) 
             drop.add(shared)
         else:
             drop.add(own if shared in have else shared)
-    if SHARED in have and AVERAGE not in have:   # only another range's: its sizes judge, no median of its own
+    if SHARED in have and AVERAGE not in have:   # only another range's: its sizes judge, no figure of its own range
         drop.update((LARGE, SMALL, SMALL_MEDIAN))
     return [m for m in metrics if m not in drop]
 

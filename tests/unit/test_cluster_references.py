@@ -62,7 +62,8 @@ def test_that_days_nightly_is_judged_by_it_and_a_slower_link_regresses():
         assert counts["pass"] >= 14 and not counts.keys() - {"pass", "insufficient data"}, (name, counts)
     slowed = compare(night("s500mbit"), refs)
     regressed = {(v.benchmark, v.metric) for v in slowed if v.verdict == "regression"}
-    assert {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps"), ("llama-tiny", "samples_per_s")} <= regressed
+    assert {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps"),
+            ("llama-tiny", "samples_per_s")} <= regressed
     assert all(v.environment_diff.get("links.node1/eth0") == [1.0, 0.5] for v in slowed if v.verdict == "regression")
     three_quarters = compare(night("s750mbit"), refs)
     regressed = {(v.benchmark, v.metric) for v in three_quarters if v.verdict == "regression"}

@@ -169,7 +169,8 @@ def test_the_largest_sizes_busbw_is_the_mean_over_the_top_eighth_of_the_range():
     assert large_busbw_gbps([row(1 << 20, 1.0, busbw=3.0)]) == 3.0               # one size: its own
     smoke = Row(1 << 30, 1 << 28, "float", "sum", -1, Placement.smoke(9.0, 0), None)
     assert large_busbw_gbps(by4 + [smoke]) == pytest.approx(23.0) and large_busbw_gbps([smoke]) is None
-    assert METRICS["large_busbw_gbps"].direction == "higher" and METRICS["large_busbw_gbps"].reference_kind == "collective"
+    large = METRICS["large_busbw_gbps"]
+    assert large.direction == "higher" and large.reference_kind == "collective" and large.host_paced
     assert tolerances_for("cpu")["large_busbw_gbps"] == 50.0
     assert "large_busbw_gbps" not in tolerances_for("cpu-cluster")   # the default 10 %: the link's, steady
 
