@@ -97,11 +97,15 @@ class Row:
                    Placement(**d["out_of_place"]), Placement(**ip) if ip else None)
 
 
+def measured_placements(r: Row) -> list[Placement]:
+    """A row's placements that carry a bandwidth (a smoke run's have none): what every figure below averages."""
+    return [p for p in (r.out_of_place, r.in_place) if p is not None and p.busbw_gbps is not None]
+
+
 def avg_busbw_gbps(rows: list[Row]) -> float:
     """nccl-tests' "Avg bus bandwidth": mean busbw over every row and placement (placements without
     a bandwidth, a smoke run's, are not averaged)."""
-    values = [p.busbw_gbps for r in rows for p in (r.out_of_place, r.in_place)
-              if p is not None and p.busbw_gbps is not None]
+    values = [p.busbw_gbps for r in rows for p in measured_placements(r)]
     return sum(values) / len(values) if values else 0.0
 
 
@@ -110,14 +114,13 @@ def large_busbw_gbps(rows: list[Row]) -> Optional[float]:
     have a bandwidth: what the link carries. Across the emulated cluster's shaped link it held within 1.08x over 13
     sweeps where the average spread 1.54x, and a link at 3/4 of its rate read 0.75x (docs/collectives.md).
     None where no row has a bandwidth."""
-    values = [p.busbw_gbps for r in large_rows(rows) for p in (r.out_of_place, r.in_place)
-              if p is not None and p.busbw_gbps is not None]
+    values = [p.busbw_gbps for r in large_rows(rows) for p in measured_placements(r)]
     return sum(values) / len(values) if values else None
 
 
 def large_rows(rows: list[Row]) -> list[Row]:
     """The rows large_busbw_gbps averages: those with a bandwidth, from 1/LARGE_SPAN of the largest such size up."""
-    sized = [r for r in rows if any(p is not None and p.busbw_gbps is not None for p in (r.out_of_place, r.in_place))]
+    sized = [r for r in rows if measured_placements(r)]
     top = max((r.size_bytes for r in sized), default=0)
     return [r for r in sized if r.size_bytes * LARGE_SPAN >= top]
 
@@ -126,8 +129,7 @@ def small_time_us(rows: list[Row]) -> Optional[float]:
     """The mean time per call, us, over the placements of the sweep's sizes from 1 B to SMALL_BYTES that have a
     bandwidth (a smoke run's have none): the latency the average busbw cannot show, since it weighs the
     bandwidth-bound sizes (a protocol turned off, a slower launch path). None where the sweep has no such size."""
-    values = [p.time_us for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in (r.out_of_place, r.in_place)
-              if p is not None and p.busbw_gbps is not None]
+    values = [p.time_us for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
     return sum(values) / len(values) if values else None
 
 
@@ -137,8 +139,7 @@ def small_median_us(rows: list[Row]) -> Optional[float]:
     a placement now and then (a 2-core VM's 4 ms scheduler ticks: one placement's median read 2.4 ms among
     others' 0.4-0.5). A change of one size alone moves small_time_us, not this. None unless every such
     placement has a median."""
-    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in (r.out_of_place, r.in_place)
-                  if p is not None and p.busbw_gbps is not None]
+    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
     if not placements or any(p.median_us is None for p in placements):
         return None
     return statistics.median(p.median_us for p in placements)

@@ -4,10 +4,10 @@ records entry for entry, and judging that day's nightly (tests/data/cluster_nigh
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 from pathlib import Path
 
+from cluster_nights import nights, rederived
 from unit_helpers import REPO_ROOT
 
 from contract.metrics import tolerances_for
@@ -15,13 +15,11 @@ from harness.__main__ import main
 from harness.record import ResultRecord
 from harness.verdict.compare import compare
 from harness.verdict.references import load_references
-from test_cluster_tolerances import rederived
 
 SHIPPED = REPO_ROOT / "reference_results" / "cpu-cluster.json"
 RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-cluster-avx512-epyc" / "2026-12-05"
 SWEEPS = [RUNS.parent / "2026-12-05-sweeps" / w for w in ("w1", "w2", "w3")]
 """The sweeps that replaced the suites' collective entries and added large_busbw_gbps."""
-NIGHTS = REPO_ROOT / "tests" / "data" / "cluster_nights" / "nights.jsonl.gz"
 
 
 def comparable(e: dict) -> str:
@@ -49,8 +47,8 @@ def test_its_tolerances_are_the_platforms_measured_ones():
 
 
 def night(name: str) -> list[ResultRecord]:
-    rows = [json.loads(line) for line in gzip.decompress(NIGHTS.read_bytes()).decode("utf-8").splitlines()]
-    return [rederived(ResultRecord.from_dict(r["record"])) for r in rows if r["night"] == name]
+    """A kept night, its sweeps made again from their rows (so that they carry large_busbw_gbps)."""
+    return [rederived(r) for r in nights()[name]]
 
 
 def test_that_days_nightly_is_judged_by_it_and_a_slower_link_regresses():

@@ -5,40 +5,21 @@ regressions), and a link at half its rate is still a regression, named."""
 from __future__ import annotations
 
 import collections
-import gzip
 import itertools
-import json
 
 import pytest
-from unit_helpers import REPO_ROOT
+from cluster_nights import nights as kept_nights
+from cluster_nights import rederived
 
 from contract.metrics import tolerances_for
 from harness.nightly import baseline_references
-from harness.record import ResultRecord, collective_record
+from harness.record import ResultRecord
 from harness.verdict.compare import compare
 from harness.verdict.references import references_from_records
 
-NIGHTS = REPO_ROOT / "tests" / "data" / "cluster_nights" / "nights.jsonl.gz"
-
-
 @pytest.fixture(scope="module")
 def nights() -> dict[str, list[ResultRecord]]:
-    out: dict[str, list[ResultRecord]] = collections.defaultdict(list)
-    for line in gzip.decompress(NIGHTS.read_bytes()).decode("utf-8").splitlines():
-        row = json.loads(line)
-        out[row["night"]].append(ResultRecord.from_dict(row["record"]))
-    return dict(out)
-
-
-def rederived(rec: ResultRecord) -> ResultRecord:
-    """A kept sweep's record made again from its rows by today's code: its metrics as a sweep records them now
-    (large_busbw_gbps came after these nights; a metric is a function of the rows)."""
-    if rec.kind != "collective":
-        return rec
-    return collective_record(run_id=rec.run_id, name=rec.name, benchmark=rec.benchmark, platform=rec.platform,
-                             status=rec.status, reason=rec.reason, rows=rec.rows, config=rec.config,
-                             overrides=rec.overrides, environment=rec.environment, complete=rec.complete,
-                             source=rec.source, wall_s=rec.wall_s, one_host=False)
+    return kept_nights()
 
 
 def refs(records: list[ResultRecord], tolerance: dict[str, float]):
