@@ -45,9 +45,10 @@ def links(nodes: list[dict[str, Any]]) -> dict[str, float]:
 def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = None) -> Optional[dict[str, Any]]:
     """How busy the machines were while the run measured (each rank's LOAD window): per kernel
     (boot_id; the emulated cluster's nodes share one), the machine's busy CPUs (the median over the
-    ranks that read it), this run's ranks' own CPUs (their sum), the other work (the difference) and
+    ranks that read it), this run's ranks' own CPUs (their sum), the other work (the difference),
     on a virtual machine the CPUs' worth its hypervisor took (steal, the median; None where no rank
-    read it: a record from before); the record keeps the busiest kernel's figures (other work and
+    read it: a record from before) and the CPUs' worth of time the ranks were ready to run and waited
+    for a CPU (wait_cpus, their sum; None unless every rank read it); the record keeps the busiest kernel's figures (other work and
     steal together), the 1-minute load averages before and after, the hosts, and the slowest node's
     pace (pulse_fp32, pulse_of) and memory pace (pulse_triad). None when no rank reported (a failed run, a record from before)."""
     windows = [w for w in windows or [] if isinstance(w, dict)]
@@ -61,17 +62,19 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
         busy = [w["busy_cpus"] for w in ranks if isinstance(w.get("busy_cpus"), (int, float))]
         own = [w["own_cpus"] for w in ranks if isinstance(w.get("own_cpus"), (int, float))]
         steal = [w["steal_cpus"] for w in ranks if isinstance(w.get("steal_cpus"), (int, float))]
+        wait = [w["wait_cpus"] for w in ranks if isinstance(w.get("wait_cpus"), (int, float))]
         if busy and len(own) == len(ranks):
             b = statistics.median(busy)
             figures.append({"busy_cpus": round(b, 2), "run_cpus": round(sum(own), 2),
                             "other_cpus": round(max(b - sum(own), 0.0), 2),
-                            "steal_cpus": round(statistics.median(steal), 2) if steal else None})
+                            "steal_cpus": round(statistics.median(steal), 2) if steal else None,
+                            "wait_cpus": round(sum(wait), 2) if len(wait) == len(ranks) else None})
     first = min(windows, key=lambda w: w.get("rank", 0))
     worst = max(figures, key=lambda f: f["other_cpus"] + (f["steal_cpus"] or 0.0)) if figures else {}
     paces = [p for p in (pulse_of(w) for w in windows) if p is not None]
     memory = [p for p in (pulse_of(w, "triad") for w in windows) if p is not None]
     return {"window_s": first.get("wall_s"),
-            **{k: worst.get(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus")},
+            **{k: worst.get(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus", "wait_cpus")},
             "load_avg_before": before, "load_avg_after": first.get("load_avg_1_5_15"),
             "kernels": len(kernels), "hosts": sorted({str(w.get("host")) for w in windows}),
             "pulse_fp32": round(min(paces), 3) if paces else None,

@@ -98,20 +98,39 @@ def own_cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def run_delay_s() -> Optional[float]:
+    """Seconds this process's threads have spent runnable but waiting for a CPU (the second of the three
+    figures in /proc/self/task/<tid>/schedstat: on-CPU ns, run-queue wait ns, timeslices), summed over
+    its live threads (a thread that ended takes its wait along); None where the kernel keeps no schedstat. A rank that sleeps on a socket or
+    a lock does not wait on a run queue: only other runnable work on its CPUs makes it wait."""
+    total, seen = 0, False
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        fields = (_read(task / "schedstat") or "").split()
+        if len(fields) >= 2 and fields[1].isdigit():
+            total, seen = total + int(fields[1]), True
+    return total / 1e9 if seen else None
+
+
 class LoadWindow:
     """How busy the machine was while a rank measured: opened when the measured part starts,
     closed after it. Per rank: the whole machine's busy CPUs and this rank's own, in CPUs' worth
     over the window; the harness subtracts every rank on the same kernel (boot_id) from the
     machine's busy CPUs to get the other work (harness/nodes.py load_during). On a virtual machine,
     the CPUs' worth its hypervisor took (steal) beside them: no process here did that work, and it
-    slows the ranks as a busy neighbour does."""
+    slows the ranks as a busy neighbour does. And the CPUs' worth of time this rank's threads were
+    ready to run while another task held the CPU (wait_cpus, run_delay_s): what other work took from
+    it, which a rank waiting on the network or its peer never counts."""
 
     def __init__(self) -> None:
-        self.start = (time.monotonic(), busy_cpu_s(), steal_cpu_s(), own_cpu_s())
+        self.start = (time.monotonic(), busy_cpu_s(), steal_cpu_s(), own_cpu_s(), run_delay_s())
 
     def close(self) -> dict[str, Any]:
-        t0, busy0, steal0, own0 = self.start
-        wall, busy1, steal1 = time.monotonic() - t0, busy_cpu_s(), steal_cpu_s()
+        t0, busy0, steal0, own0, wait0 = self.start
+        wall, busy1, steal1, wait1 = time.monotonic() - t0, busy_cpu_s(), steal_cpu_s(), run_delay_s()
         try:
             load = [round(x, 2) for x in os.getloadavg()]
         except OSError:
@@ -120,7 +139,8 @@ class LoadWindow:
         return {"boot_id": _read(Path("/proc/sys/kernel/random/boot_id")), "wall_s": round(wall, 3),
                 "busy_cpus": None if busy0 is None or busy1 is None else rate(busy1 - busy0),
                 "steal_cpus": None if steal0 is None or steal1 is None else rate(steal1 - steal0),
-                "own_cpus": rate(own_cpu_s() - own0), "load_avg_1_5_15": load}
+                "own_cpus": rate(own_cpu_s() - own0), "load_avg_1_5_15": load,
+                "wait_cpus": None if wait0 is None or wait1 is None else rate(max(wait1 - wait0, 0.0))}
 
 
 def parse_gpu_query(csv: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from benchmarks.node.machine import LoadWindow, busy_cpu_s, steal_cpu_s
+from benchmarks.node.machine import LoadWindow, busy_cpu_s, run_delay_s, steal_cpu_s
 from harness.verdict.compare import commits_between, environment_diff
 from harness.config.schema import REPO_ROOT
 from harness.nodes import load_during
@@ -45,15 +45,54 @@ def test_a_window_measures_this_process_and_the_machine():
     assert len(w["load_avg_1_5_15"]) == 3
 
 
+SPIN = "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@pytest.mark.skipif(run_delay_s() is None, reason="this kernel keeps no schedstat")
+def test_a_window_counts_the_time_this_process_waited_for_a_cpu_another_task_held():
+    """Pinned to one CPU beside a spinner pinned there too, this process is ready to run about half the time
+    the other holds the CPU: its wait_cpus (run-queue delay over the window) is that half. Sleeping (as a rank
+    waiting on the network does) is no wait."""
+    os = __import__("os")
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        window = LoadWindow()
+        time.sleep(0.3)
+        asleep = window.close()
+        spinner = subprocess.Popen(["python3", "-c", SPIN])
+        try:
+            time.sleep(0.2)   # the spinner starts (it inherits this one CPU)
+            window, end = LoadWindow(), time.monotonic() + 1.0
+            while time.monotonic() < end:
+                pass
+            shared = window.close()
+        finally:
+            spinner.kill()
+            spinner.wait()
+    finally:
+        os.sched_setaffinity(0, before)
+    assert asleep["wait_cpus"] is not None and asleep["wait_cpus"] < 0.05, asleep
+    # CFS gives two runnable tasks on one CPU half of it each: about 0.5 CPUs of waiting, whatever else runs
+    assert 0.25 <= shared["wait_cpus"] <= 0.8 and shared["own_cpus"] <= 0.75, shared
+
+
 def _window(rank, host, boot, busy, own, steal=None):
     return {"rank": rank, "host": host, "boot_id": boot, "wall_s": 10.0, "busy_cpus": busy, "own_cpus": own,
             "load_avg_1_5_15": [1.5 + rank, 1.0, 0.5], **({} if steal is None else {"steal_cpus": steal})}
 
 
+def test_the_ranks_waits_on_one_kernel_add_up_and_a_rank_without_one_leaves_none():
+    waits = [{**_window(0, "node1", "k", 1.7, 0.45), "wait_cpus": 0.3}, {**_window(1, "node2", "k", 1.7, 0.45), "wait_cpus": 0.25}]
+    assert load_during(waits)["wait_cpus"] == 0.55
+    assert load_during([waits[0], _window(1, "node2", "k", 1.7, 0.45)])["wait_cpus"] is None
+
+
 def test_other_work_is_the_machine_busy_time_less_every_rank_on_the_same_kernel():
     one = load_during([_window(0, "vm", "k", 2.0, 0.9), _window(1, "vm", "k", 2.0, 0.8)], [0.1, 0.2, 0.3])
     assert one == {"window_s": 10.0, "busy_cpus": 2.0, "run_cpus": 1.7, "other_cpus": 0.3, "steal_cpus": None,
-                   "load_avg_before": [0.1, 0.2, 0.3], "load_avg_after": [1.5, 1.0, 0.5], "kernels": 1,
+                   "wait_cpus": None, "load_avg_before": [0.1, 0.2, 0.3], "load_avg_after": [1.5, 1.0, 0.5], "kernels": 1,
                    "hosts": ["vm"], "pulse_fp32": None, "pulse_triad": None}
     # the emulated cluster: two hosts, one kernel: each node's ranks are not the other's "other work"
     shared = load_during([_window(0, "node1", "k", 1.9, 0.95), _window(1, "node2", "k", 1.9, 0.95)])
