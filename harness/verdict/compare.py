@@ -366,7 +366,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
                                     num_samples=len(samples), reason=caches))
             continue
         verdict, reason, figures = decide(samples, ref, min_samples)
-        host = metric in METRICS and METRICS[metric].host_paced and one_cpu_host(ref.config, ref_env, env)
+        host = metric in METRICS and METRICS[metric].host_paced and one_cpu_host(ref.config, ref_env, env, metric)
         paced = metric in METRICS and METRICS[metric].paced or host
         # the other work first where it explains the change: it names the cause, the pace only that the machine slowed
         explained = ((at_busy_host(verdict, figures, ref, taken(ref_env, [r.environment for r in ok])) if host else None)

@@ -131,7 +131,10 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     it times one core while the node's other ranks wait, and one busy neighbour on a 2-core box leaves
     that core free. Measured on the 2-core AVX2 EPYC with a unit-test run beside a default-cpu bench:
     other work 0.63-0.78 CPUs, the ranks 1.19-1.32 CPUs against the references' 1.82-1.89, the runs at
-    0.64-0.82x their samples/s, the pulses at 1.1x the references' probe."""
+    0.64-0.82x their samples/s, the pulses at 1.1x the references' probe. The same on the emulated 2-node
+    cluster's training runs (tests/data/cluster_nights/neighbour), whose machine stayed under saturation
+    while their ranks waited for a CPU (pace.WAITED_CPUS): beside a neighbour of one CPU the ranks got
+    0.72-0.78x the CPU time of quiet nights and ran at 0.73-0.82x their samples/s."""
     if share is None:
         return None
     ratio = share.now / share.then
@@ -141,8 +144,10 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     what, change = explained
     return (f"not comparable: {_takers(share)} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
             f"run measured (the reference's {share.other_then:.2f}), and its ranks got {ratio:.2f}x the reference's "
-            f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs); at that share the {what} is a change of "
-            f"{change}, within the tolerance {ref.tolerance_pct:g} %")
+            f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs"
+            + (f"; they waited {share.waited[0]:.2f} CPUs' worth for a CPU, the reference's {share.waited[1]:.2f}"
+               if share.waited else "")
+            + f"); at that share the {what} is a change of {change}, within the tolerance {ref.tolerance_pct:g} %")
 
 
 def at_balance(verdict: str, figures: dict[str, Any], ref: Reference, bal: Optional[Balance]) -> Optional[str]:

@@ -1,5 +1,5 @@
-"""The cpu-cluster nightly's kept nights (tests/data/cluster_nights/: 13 quiet, two with the link slowed), read once,
-for the tests of the platform's tolerances and references."""
+"""The cpu-cluster nightly's kept nights (tests/data/cluster_nights/: 13 quiet, two with the link slowed; and the
+nights beside a neighbour), read once, for the tests of the platform's tolerances, references and load."""
 from __future__ import annotations
 
 import collections
@@ -11,19 +11,21 @@ from unit_helpers import REPO_ROOT
 
 from harness.record import ResultRecord, collective_record
 
-NIGHTS = REPO_ROOT / "tests" / "data" / "cluster_nights" / "nights.jsonl.gz"
+KEPT = REPO_ROOT / "tests" / "data" / "cluster_nights"
+NIGHTS = KEPT / "nights.jsonl.gz"
+NEIGHBOUR = KEPT / "neighbour.jsonl.gz"
 
 
-@functools.lru_cache(maxsize=1)
-def _kept() -> tuple[tuple[str, dict], ...]:
-    rows = (json.loads(line) for line in gzip.decompress(NIGHTS.read_bytes()).decode("utf-8").splitlines())
-    return tuple((row["night"], row["record"]) for row in rows)
+@functools.lru_cache(maxsize=2)
+def _kept(path: str) -> tuple[tuple[str, dict], ...]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return tuple((row["night"], row["record"]) for row in map(json.loads, f))
 
 
-def nights() -> dict[str, list[ResultRecord]]:
-    """{night: its 12 records} as kept (a fresh copy each call: tests may edit them)."""
+def nights(path=NIGHTS) -> dict[str, list[ResultRecord]]:
+    """{night: its 12 records} as kept in `path` (a fresh copy each call: tests may edit them)."""
     out: dict[str, list[ResultRecord]] = collections.defaultdict(list)
-    for night, record in _kept():
+    for night, record in _kept(str(path)):
         out[night].append(ResultRecord.from_dict(json.loads(json.dumps(record))))
     return dict(out)
 

@@ -30,10 +30,19 @@ def judged(new: list[dict], old: list[dict], benchmark: str = "broadcast"):
 
 
 def test_the_sweeps_bandwidth_is_paced_on_one_host_only():
+    """On one host; across the kernels of real nodes the bytes cross a network no pulse reads. On nodes that
+    ran on one kernel (the emulated cluster: load.kernels 1 on both sides) the small sizes' time only: the
+    larger sizes move at the link's rate."""
     assert METRICS["avg_busbw_gbps"].host_paced and METRICS["shared_busbw_gbps"].host_paced
     assert not METRICS["avg_busbw_gbps"].paced                     # not a machine's speed everywhere
     env = loaded("q1-broadcast")["environment"]
+    apart = {**env, "load": {**env["load"], "kernels": 2}}
     assert one_cpu_host({"nodes": 1}, env, env) and not one_cpu_host({"nodes": 2}, env, env)
+    assert one_cpu_host({"nodes": 1}, apart, apart), "one node is one host, whatever its records say"
+    for metric in ("small_time_us", "shared_small_time_us", "small_median_us"):
+        assert one_cpu_host({"nodes": 2}, env, env, metric)
+        assert not one_cpu_host({"nodes": 2}, apart, env, metric) and not one_cpu_host({"nodes": 2}, env, apart, metric)
+    assert not any(one_cpu_host({"nodes": 2}, env, env, m) for m in ("avg_busbw_gbps", "large_busbw_gbps"))
 
 
 def test_every_sweep_read_the_machines_pace():
@@ -55,10 +64,12 @@ def test_the_neighbour_explains_the_broadcast_it_slowed():
 
 
 def test_across_nodes_the_same_slowdown_stays_the_networks():
-    """The same figures as a two-node sweep: its bytes crossed a link the host's share does not speed."""
+    """The same figures as a sweep across two real nodes (two kernels): its bytes crossed a link the host's
+    share does not speed."""
     def two_nodes(rec: dict) -> dict:
         out = copy.deepcopy(rec)
         out["config"]["platform"]["nodes"] = 2
+        out["environment"]["load"]["kernels"] = 2
         return out
     v = judged([two_nodes(loaded(n)) for n in ("n1-broadcast", "n2-broadcast")],
                [two_nodes(loaded(n)) for n in ("q1-broadcast", "q2-broadcast")])
