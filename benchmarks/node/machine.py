@@ -101,8 +101,9 @@ def own_cpu_s() -> float:
 def run_delay_s() -> Optional[float]:
     """Seconds this process's threads have spent runnable but waiting for a CPU (the second of the three
     figures in /proc/self/task/<tid>/schedstat: on-CPU ns, run-queue wait ns, timeslices), summed over
-    its live threads (a thread that ended takes its wait along); None where the kernel keeps no schedstat. A rank that sleeps on a socket or
-    a lock does not wait on a run queue: only other runnable work on its CPUs makes it wait."""
+    its live threads (a thread that ended takes its wait along); None where the kernel keeps no
+    schedstat. A rank that sleeps on a socket or a lock does not wait on a run queue: only other
+    runnable work on its CPUs makes it wait."""
     total, seen = 0, False
     try:
         tasks = list(Path("/proc/self/task").iterdir())

@@ -134,7 +134,7 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     0.64-0.82x their samples/s, the pulses at 1.1x the references' probe. The same on the emulated 2-node
     cluster's training runs (tests/data/cluster_nights/neighbour), whose machine stayed under saturation
     while their ranks waited for a CPU (pace.WAITED_CPUS): beside a neighbour of one CPU the ranks got
-    0.72-0.78x the CPU time of quiet nights and ran at 0.73-0.82x their samples/s."""
+    0.72-0.78x the CPU time of quiet nights and ran at 0.71-0.81x their samples/s (a night's median of 3)."""
     if share is None:
         return None
     ratio = share.now / share.then
