@@ -49,8 +49,9 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     on a virtual machine the CPUs' worth its hypervisor took (steal, the median; None where no rank
     read it: a record from before) and the CPUs' worth of time the ranks were ready to run and waited
     for a CPU (wait_cpus, their sum; None unless every rank read it); the record keeps the busiest
-    kernel's figures (other work and steal together), the 1-minute load averages before and after, the hosts, and the slowest node's
-    pace (pulse_fp32, pulse_of) and memory pace (pulse_triad). None when no rank reported (a failed run, a record from before)."""
+    kernel's figures (other work and steal together), the 1-minute load averages before and after, the
+    hosts, and the slowest node's pace (pulse_fp32, pulse_of) and memory pace (pulse_triad). None when
+    no rank reported (a failed run, a record from before)."""
     windows = [w for w in windows or [] if isinstance(w, dict)]
     if not windows:
         return None
