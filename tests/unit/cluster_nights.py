@@ -10,6 +10,7 @@ import json
 from unit_helpers import REPO_ROOT
 
 from harness.record import ResultRecord, collective_record
+from harness.verdict.references import references_from_records
 
 KEPT = REPO_ROOT / "tests" / "data" / "cluster_nights"
 NIGHTS = KEPT / "nights.jsonl.gz"
@@ -39,3 +40,9 @@ def rederived(rec: ResultRecord) -> ResultRecord:
                              status=rec.status, reason=rec.reason, rows=rec.rows, config=rec.config,
                              overrides=rec.overrides, environment=rec.environment, complete=rec.complete,
                              source=rec.source, wall_s=rec.wall_s, one_host=False)
+
+
+def night_references(records: list[ResultRecord], tolerance: dict[str, float]):
+    """References made of one night's (or several nights') records at `tolerance`, as a submission of them would be."""
+    return references_from_records(records, source="a night", submitter="test", date="2026-12-05",
+                                   system="cpu-cluster", tolerance_pct=tolerance)

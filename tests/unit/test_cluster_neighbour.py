@@ -10,14 +10,13 @@ import collections
 import copy
 
 import pytest
-from cluster_nights import NEIGHBOUR
+from cluster_nights import NEIGHBOUR, night_references
 from cluster_nights import nights as kept_nights
 
 from contract.metrics import tolerances_for
 from harness.pace import WAITED_CPUS
 from harness.record import ResultRecord
 from harness.verdict.compare import compare
-from harness.verdict.references import references_from_records
 
 WAITED = ("q06", "q07", "q08")
 """The quiet nights that read the ranks' wait (made after it was recorded); q01-q05 came before."""
@@ -30,10 +29,8 @@ def nights() -> dict[str, list[ResultRecord]]:
 
 def judged(records: list[ResultRecord], reference: list[ResultRecord]) -> dict[tuple[str, str], list]:
     """{(run, metric): verdicts} of records against references made of one quiet night, at cpu-cluster's tolerances."""
-    refs = references_from_records(reference, source="a quiet night", submitter="test", date="2026-12-05",
-                                   system="cpu-cluster", tolerance_pct=tolerances_for("cpu-cluster"))
     out = collections.defaultdict(list)
-    for v in compare(records, refs):
+    for v in compare(records, night_references(reference, tolerances_for("cpu-cluster"))):
         out[(v.benchmark if v.benchmark != "llama-tiny" else v.run_ids[0].split("-")[1], v.metric)].append(v)
     return out
 

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 from cluster_nights import nights as kept_nights
-from cluster_nights import rederived
+from cluster_nights import night_references, rederived
 
 from contract.metrics import tolerances_for
 from harness.nightly import baseline_references
@@ -22,9 +22,7 @@ def nights() -> dict[str, list[ResultRecord]]:
     return kept_nights()
 
 
-def refs(records: list[ResultRecord], tolerance: dict[str, float]):
-    return references_from_records(records, source="a night", submitter="test", date="2026-12-05",
-                                   system="cpu-cluster", tolerance_pct=tolerance)
+refs = night_references
 
 
 def quiet(nights) -> list[str]:

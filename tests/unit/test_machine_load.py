@@ -4,7 +4,9 @@ hardware, load, settings outside the configuration key, the suite's own commit."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -22,7 +24,7 @@ STAT = "cpu  100 5 50 1000 20 3 2 40 7 0\ncpu0 50 2 25 500 10 1 1 20 0 0\n"
 def test_busy_time_is_everything_but_idle_iowait_and_steal_with_guest_counted_once():
     # user 100 + nice 5 + system 50 + irq 3 + softirq 2 (guest 7 is inside user) = 160 ticks; steal 40 is
     # the hypervisor running another guest: no work of this machine's, counted apart
-    tick = __import__("os").sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
     assert busy_cpu_s(STAT) == pytest.approx(160 / tick)
     assert steal_cpu_s(STAT) == pytest.approx(40 / tick)
     assert steal_cpu_s("cpu  100 5 50 1000 20 3 2\n") == 0.0, "a kernel without the steal column: none"
@@ -41,7 +43,7 @@ def test_a_window_measures_this_process_and_the_machine():
     # what this process used, as the process itself counts it: whatever else the box is running
     assert abs(w["own_cpus"] - own) <= 0.1 and w["own_cpus"] <= 1.05, (w, own)
     assert w["busy_cpus"] >= w["own_cpus"] - 0.1, "the machine is at least as busy as this process"
-    assert 0.0 <= w["steal_cpus"] <= 2 * (__import__("os").cpu_count() or 1)
+    assert 0.0 <= w["steal_cpus"] <= 2 * (os.cpu_count() or 1)
     assert len(w["load_avg_1_5_15"]) == 3
 
 
@@ -53,7 +55,6 @@ def test_a_window_counts_the_time_this_process_waited_for_a_cpu_another_task_hel
     """Pinned to one CPU beside a spinner pinned there too, this process is ready to run about half the time
     the other holds the CPU: its wait_cpus (run-queue delay over the window) is that half. Sleeping (as a rank
     waiting on the network does) is no wait."""
-    os = __import__("os")
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
@@ -61,7 +62,7 @@ def test_a_window_counts_the_time_this_process_waited_for_a_cpu_another_task_hel
         window = LoadWindow()
         time.sleep(0.3)
         asleep = window.close()
-        spinner = subprocess.Popen(["python3", "-c", SPIN])
+        spinner = subprocess.Popen([sys.executable, "-c", SPIN])
         try:
             time.sleep(0.2)   # the spinner starts (it inherits this one CPU)
             window, end = LoadWindow(), time.monotonic() + 1.0
