@@ -15,7 +15,6 @@ from contract.metrics import tolerances_for
 from harness.nightly import baseline_references
 from harness.record import ResultRecord
 from harness.verdict.compare import compare
-from harness.verdict.references import references_from_records
 
 @pytest.fixture(scope="module")
 def nights() -> dict[str, list[ResultRecord]]:
