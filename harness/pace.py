@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Collection, NamedTuple, Optional
 
+from contract.metrics import METRICS
+
 from .probe import DTYPE_ORDER, UNIT_WORDS, best_figure, node_probes
 
 MEMORY_PACE_NOISE_PCT = {"cpu": 25.0, "cuda": 5.0}
@@ -161,11 +163,6 @@ def taken(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[d
     return Share(run_now, then[0], other_now + steal_now, then[1] + then[3], _cpus(cur[0]), steal_now, then[3])
 
 
-LATENCY_BOUND = ("small_time_us", "shared_small_time_us", "small_median_us")
-"""A sweep's figures of its small sizes, which gloo's latency bounds: on nodes that share one kernel these wait
-on the ranks' wake-ups as on one host, while the larger sizes move at the link's rate."""
-
-
 def one_cpu_host(config: dict[str, Any], reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
                  metric: Optional[str] = None) -> bool:
     """Whether a configuration ran on one cpu host on both sides (config nodes 1, both probes on cpu), where a
@@ -176,13 +173,13 @@ def one_cpu_host(config: dict[str, Any], reference_env: Optional[dict[str, Any]]
     their quiet CPU time and all_gather, broadcast and reduce_scatter read 0.4-0.7x their quiet average bus
     bandwidth, all_reduce 0.9-1.0x (tests/data/neighbour_collectives); with 0.79 CPUs stolen, 0.14-0.40x
     (tests/perf/busy_host.py). Across nodes the bytes cross the network, which no pulse reads: not paced.
-    Except a `metric` of the small sizes (LATENCY_BOUND) where every node ran on one kernel on both sides
+    Except a `metric` of the small sizes (contract.metrics latency_bound) where every node ran on one kernel on both sides
     (load.kernels 1: the emulated cluster's nodes, network namespaces of one machine): beside a neighbour of
     one CPU all_gather's small sizes' time read 1.40-1.62x its quiet nights' (a night's median of 3) while
     the largest sizes' busbw, the link's, held at 0.99-1.00x (tests/data/cluster_nights/neighbour.jsonl.gz)."""
     if not (_on_cpu(reference_env) and _on_cpu(current_env)):
         return False
-    return config.get("nodes") == 1 or (metric in LATENCY_BOUND and all(
+    return config.get("nodes") == 1 or (metric in METRICS and METRICS[metric].latency_bound and all(
         ((e or {}).get("load") or {}).get("kernels") == 1 for e in (reference_env, current_env)))
 
 
