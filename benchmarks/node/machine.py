@@ -41,6 +41,43 @@ def cpu_model(cpuinfo: Optional[str] = None) -> Optional[str]:
     return None
 
 
+CPU_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping",
+                 "microcode": "microcode", "CPU implementer": "vendor", "CPU architecture": "family",
+                 "CPU part": "model", "CPU variant": "stepping", "CPU revision": "revision"}
+"""/proc/cpuinfo's fields (x86's, then Arm's) that say which silicon and firmware the model name stands for:
+a cloud VM's 'AMD EPYC' is a Zen 4 (family 25) on one host and a Zen 5 (family 26) on another, 1.4x apart in
+fp32 matmul per core with the same ISA class (measured: docs/measurement.md, "Which CPU")."""
+
+
+def cpu_id(cpuinfo: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """The first processor's identity from /proc/cpuinfo: {vendor, family, model, stepping, microcode} on x86
+    ('AuthenticAMD', 26, 2, 1, '0x1000065'; numbers as integers), the implementer, architecture, part,
+    variant and revision on Arm; None where the file says none of them."""
+    text = _read(Path("/proc/cpuinfo")) if cpuinfo is None else cpuinfo
+    out: dict[str, Any] = {}
+    for line in (text or "").split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        field, value = CPU_ID_FIELDS.get(key.strip()), value.strip()
+        if field and value and field not in out:
+            out[field] = int(value) if value.isdigit() else value
+    return out or None
+
+
+def cpu_kind(cpu_fields: Optional[dict[str, Any]]) -> Optional[str]:
+    """The CPU's kind from a machine's cpu fields (cpu() above): 'family 26 model 2' (x86), 'implementer 0x41
+    part 0xd4f' (Arm): what parts two machines of one model name; None where the record has no id (written
+    before it was kept). The stepping and the microcode are not the kind: a "what changed" names them
+    (harness/verdict/changes.py hardware)."""
+    ident = (cpu_fields or {}).get("id") if isinstance(cpu_fields, dict) else None
+    if not isinstance(ident, dict):
+        return None
+    if ident.get("family") is not None and ident.get("model") is not None and "revision" not in ident:
+        return f"family {ident['family']} model {ident['model']}"
+    if ident.get("model") is not None:
+        return f"implementer {ident.get('vendor')} part {ident['model']}"
+    return None
+
+
 def mem_total_gib(meminfo: Optional[str] = None) -> Optional[float]:
     text = _read(Path("/proc/meminfo")) if meminfo is None else meminfo
     m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text or "", re.M)
@@ -58,7 +95,7 @@ def cpu() -> dict[str, Any]:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
-    return {"model": cpu_model(), "logical_cpus": os.cpu_count(),
+    return {"model": cpu_model(), "id": cpu_id(), "logical_cpus": os.cpu_count(),
             "usable_cpus": usable_cpus(),
             "mem_total_gib": mem_total_gib(), "load_avg_1_5_15": load}
 

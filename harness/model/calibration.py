@@ -45,6 +45,7 @@ from ..config.schema import BenchConfig
 from ..config.split import with_split
 from ..errors import HarnessError
 from ..record import ResultRecord
+from ..verdict.cross_machine import names_agree
 from .calibration_inputs import (above_peak, busbw_curves, efficiency_by_mb, host_bound, load_records,  # noqa: F401 (API)
                                  calibrating, num_ranks, own_shape, profile_efficiency,
                                  record_efficiency, record_variant, same_place, stack_matches, stage_and_micro_batch,
@@ -271,7 +272,8 @@ def of_machine(entries: list, machine: Optional[str]) -> tuple[list, str]:
     machines = sorted({r.machine() for r in entries})
     if len(machines) < 2:
         return entries, ""
-    mine = [r for r in entries if r.machine() == machine]
+    mine = ([r for r in entries if r.machine() == machine]   # its own name, else one kept before the CPU's kind
+            or [r for r in entries if machine and names_agree(r.machine(), machine)])
     if mine:
         return mine, f" of this machine, {machine} (one of the table's {len(machines)})"
     return entries, (f" pooled over {len(machines)} machines ({'; '.join(machines)})"

@@ -1,20 +1,21 @@
-"""What changed between a reference's environment fingerprint and a run's (a verdict's
-environment_diff, `{key: [reference, now]}`), the machine first and the suite's commit last: each
-node's hardware (CPU model, cores, memory, GPU count and model; never load or clocks), the probe's
-moved figures (harness/probe.py), the machine's fields of contract/fingerprint.py COMPARED, each node
-interface's link rate (`links.node2/eth0: [1.0, 0.25]`), other work on the machine during the run when
-it differs materially (`load.other_cpus`), the software of COMPARED (driver, CUDA, NCCL, PyTorch,
-DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages that moved from the
-lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`), the
-recorded variables (`env.TORCHINDUCTOR_DEBUG_COMPILE`), the settings outside the configuration key
-(`measure.inject_delay_s`), and the suite's own commit with the commits between (or the content hash
-of a copy of the suite that was not its git checkout, harness/provenance.py suite_identity)."""
+"""What changed between a reference's environment fingerprint and a run's (a verdict's environment_diff,
+`{key: [reference, now]}`), the machine first and the suite's commit last: each node's hardware (CPU
+model, its kind, stepping and microcode where kept, cores, memory, GPU count and model; never load or
+clocks), the probe's moved figures (harness/probe.py), the machine's fields of contract/fingerprint.py
+COMPARED, each node interface's link rate (`links.node2/eth0: [1.0, 0.25]`), other work on the machine
+during the run when it differs materially (`load.other_cpus`), the software of COMPARED (driver, CUDA,
+NCCL, PyTorch, DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages that moved
+from the lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`),
+the recorded variables (`env.TORCHINDUCTOR_DEBUG_COMPILE`), the settings outside the configuration key
+(`measure.inject_delay_s`), and the suite's own commit with the commits between (or the content hash of a
+copy of the suite that was not its git checkout, harness/provenance.py suite_identity)."""
 from __future__ import annotations
 
 import functools
 import subprocess
 from typing import Any, Optional
 
+from benchmarks.node.machine import cpu_kind
 from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
@@ -155,10 +156,14 @@ def hardware(machine: dict[str, Any]) -> dict[str, Any]:
     that set performance and stay put between runs; never load, current clocks or free memory."""
     cpu, gpus = machine.get("cpu") or {}, machine.get("gpus")
     mem = cpu.get("mem_total_gib")
-    return {"cpu_model": cpu.get("model"), "logical_cpus": cpu.get("logical_cpus"),
-            "mem_total_gib": round(mem) if isinstance(mem, (int, float)) else None,   # kernels move it by MiBs
-            "gpu_count": len(gpus) if isinstance(gpus, list) else None,
-            "gpu_model": ", ".join(sorted({str(g.get("name")) for g in gpus})) if gpus else None}
+    out = {"cpu_model": cpu.get("model"), "logical_cpus": cpu.get("logical_cpus"),
+           "mem_total_gib": round(mem) if isinstance(mem, (int, float)) else None,   # kernels move it by MiBs
+           "gpu_count": len(gpus) if isinstance(gpus, list) else None,
+           "gpu_model": ", ".join(sorted({str(g.get("name")) for g in gpus})) if gpus else None}
+    ident = cpu.get("id")
+    if isinstance(ident, dict):   # only where kept: a record from before says nothing of them (_by_node)
+        out.update({"cpu_kind": cpu_kind(cpu), **{f"cpu_{k}": ident.get(k) for k in ("stepping", "microcode")}})
+    return out
 
 
 def _node_machines(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -181,8 +186,8 @@ def _by_node(prefix: str, sep: str, ref: dict[str, dict[str, Any]], cur: dict[st
     """{f"{prefix}.{host}{sep}{field}": [reference, now]} for each value that differs. On other
     hosts than the reference's (another allocation) host is '*' and the values are the distinct
     values over the nodes, so that identical nodes under new names are no change."""
-    if set(ref) == set(cur):
-        keys = sorted({(h, f) for side in (ref, cur) for h in side for f in side[h]})
+    if set(ref) == set(cur):   # a field one side never kept (the CPU's id before it was read) says nothing
+        keys = sorted({(h, f) for h in ref for f in ref[h] if f in cur[h]})
         return {f"{prefix}.{h}{sep}{f}": [ref[h].get(f), cur[h].get(f)] for h, f in keys
                 if ref[h].get(f) != cur[h].get(f)}
 
@@ -190,6 +195,6 @@ def _by_node(prefix: str, sep: str, ref: dict[str, dict[str, Any]], cur: dict[st
         return sorted({values.get(f) for values in side.values()},
                       key=lambda v: (v is None, type(v).__name__, 0 if v is None else v))
 
-    fields = sorted({f for side in (ref, cur) for values in side.values() for f in values})
+    fields = sorted({f for values in ref.values() for f in values} & {f for values in cur.values() for f in values})
     spreads = {f: [spread(ref, f), spread(cur, f)] for f in fields}
     return {f"{prefix}.*{sep}{f}": pair for f, pair in spreads.items() if pair[0] != pair[1]}

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Optional
 
-from benchmarks.node.machine import cpu   # the probe's own readers: what a record of a run here would say
+from benchmarks.node.machine import cpu, cpu_kind   # the probe's own readers: what a run here would record
 from benchmarks.node.probe import isa
 from contract.fingerprint import OUTPUT_MACHINE
 from contract.metrics import METRICS
@@ -59,6 +59,9 @@ def machines_apart(reference_env: Optional[dict[str, Any]], current_env: dict[st
     taken_on, run_on = machine_of(reference_env), machine_of(current_env)
     named = (f"reference taken on {taken_on}, this run on {run_on}"
              if taken_on and run_on and taken_on != run_on else None)
+    kinds = kind_of(reference_env), kind_of(current_env)
+    if not named and all(kinds) and kinds[0] != kinds[1]:   # one CPU name over two kinds of silicon
+        named = f"reference taken on {taken_on or 'a CPU'} of {kinds[0]}, this run on {kinds[1]}"
     measured = not_comparable(reference_env, current_env, dtypes) if node_probes(current_env) else None
     if measured and named_only(reference_env, current_env, dtypes):
         measured = None
@@ -102,13 +105,43 @@ def machine_name(env: Optional[dict[str, Any]], platform: str) -> str:
 
 
 def with_isa(name: str, env: Optional[dict[str, Any]]) -> str:
-    """A CPU machine's name with its probe's ISA class: 'AMD EPYC (2 CPUs, AVX2)' ('AMD EPYC (2 CPUs, AVX512
-    +avx512_bf16)' is another machine with the same CPU name); a GPU node's, or one without a probe, as it is."""
+    """A CPU machine's name with its probe's ISA class and its CPU's kind where the record keeps it: 'AMD EPYC
+    (2 CPUs, AVX2)', 'AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2)' (the same CPU name, another
+    machine each: KIND_SEP starts the kind, without_kind drops it); a GPU node's name as it is."""
     probes = node_probes(env)
     isa = (probes[0].get("isa") or {}).get("class") if probes and probes[0].get("device") == "cpu" else None
     if isa:
         name = name[:-1] + f", {isa})" if name.endswith(" CPUs)") else f"{name} ({isa})"
+    kind = kind_of(env)
+    if kind:
+        name = name[:-1] + f"{KIND_SEP}{kind})" if name.endswith(")") else f"{name} ({kind})"
     return name
+
+
+KIND_SEP = "; "
+"""Where a CPU machine's name (with_isa) gives its kind: 'AMD EPYC (2 CPUs, AVX2; family 23 model 49)'."""
+
+
+def kind_of(env: Optional[dict[str, Any]]) -> Optional[str]:
+    """The kind of a CPU machine's CPU (benchmarks/node/machine.py cpu_kind: 'family 26 model 2') from its
+    fingerprint's machine (rank 0's node); None for a GPU node (its GPUs name it) or a record from before the
+    CPU's id was kept, which then proves nothing either way."""
+    machine = (env or {}).get("machine") if isinstance(env, dict) else None
+    if not isinstance(machine, dict) or machine.get("gpus") or not isinstance(machine.get("cpu"), dict):
+        return None
+    return cpu_kind(machine["cpu"])
+
+
+def without_kind(name: str) -> str:
+    """A machine's name (with_isa) without its CPU's kind: what a name written before the kind was kept reads."""
+    return re.sub(rf"{re.escape(KIND_SEP)}[^;()]*\)$", ")", name)
+
+
+def names_agree(name: str, other: str) -> bool:
+    """Whether two machine names (with_isa) may be one machine: the same, or the same but for a kind that one
+    of them (written before the CPU's id was kept) lacks."""
+    return name == other or (without_kind(name) == without_kind(other)
+                             and (without_kind(name) == name or without_kind(other) == other))
 
 
 def this_machine(platform: str, device: str, launcher: str = "local") -> Optional[str]:
