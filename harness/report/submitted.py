@@ -1,7 +1,7 @@
 """What a submission did, as a person reads it: one line saying where the references went, how many, of how many
 configurations and runs, measured on which machine; then a row per reference (its action, its configuration's
 label, metric, value and unit, the runs it is the median of, and the machine whose reference of the same key
-the table keeps beside it), the configurations said once below, as the verdict tables do (report/legend.py).
+the table keeps beside it, m1, m2, ... named below where there are several), the configurations said once below, as the verdict tables do (report/legend.py).
 Three default-cpu suites submitted to a table of another machine's were 59 lines of 200-400 characters, each
 repeating its configuration, machine and file."""
 from __future__ import annotations
@@ -34,14 +34,18 @@ def submitted_table(changes: Sequence[Any]) -> str:
             f"configuration{'s' if len(labels) != 1 else ''} ({counts}), each the median of "
             f"{' or '.join(map(str, runs))} runs, measured on {'; '.join(machines)}")
     beside = any(c.beside for c in changes)
+    others = sorted({m for c in changes for m in c.beside})   # more than one: each a label, named below
+    short = {m: f"m{n}" for n, m in enumerate(others, start=1)} if len(others) > 1 else {m: m for m in others}
     headers = ["action", "cfg", "metric", "value", "unit", "n", *(["beside the reference of"] if beside else [])]
     rows = [[changes[i].action, labels[keys[i]], refs[i].metric, value_text(refs[i].value, refs[i].unit),
-             refs[i].unit or "-", str(refs[i].num_samples), *([", ".join(changes[i].beside) or "-"] if beside else [])]
+             refs[i].unit or "-", str(refs[i].num_samples),
+             *([", ".join(short[m] for m in changes[i].beside) or "-"] if beside else [])]
             for i in order]
     varying, common = distinguishing_keys([r.config or {} for r in refs])
     texts = {k: f"{r.platform}/{r.benchmark} {config_label(r.config or {}, varying)}".strip() for k, r in zip(keys, refs)}
     lines = legend_lines(labels, texts, " ".join(f"{k}={v}" for k, v in common.items()), False)
     if beside:
+        lines += [line for m in others if short[m] != m for line in item(f"{short[m]}: {m}", False)]
         lines += item("beside: the table keeps that machine's reference of the same key too, and each machine's "
                       "judges its own runs; -: a key the table had no reference of on any machine", False)
     return "\n".join([*wrap(head, "", "    "), "", text_table(headers, rows, False), "", *lines])

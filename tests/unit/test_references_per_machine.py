@@ -23,7 +23,10 @@ SWEEPS = [RUNS.parent / "2026-12-04-collectives" / r for r in ("r1", "r2", "r3")
 """The collective sweeps that replaced the 2026-12-03 suites' collective entries and added small_median_us."""
 LARGE = [RUNS.parent / "2026-12-05-collectives" / r for r in ("r1", "r2", "r3")]
 """The sweeps that replaced those again and added large_busbw_gbps."""
+ZEN5_RUNS = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "2026-12-05" / s for s in ("s1", "s2", "s3")]
+"""The Zen 5's three default-cpu suites: the same CPU name and ISA class as the AVX-512 box, its kind kept."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
+ZEN5 = "AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2)"
 
 
 def shipped() -> list[Reference]:
@@ -51,12 +54,13 @@ def avx2_table(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_shipped_table_keeps_each_keys_reference_of_both_epycs():
+def test_the_shipped_table_keeps_each_keys_reference_of_the_three_epycs():
     refs = shipped()
     by_machine: dict[str, set] = {}
     for r in refs:
         by_machine.setdefault(r.machine(), set()).add(r.key())
-    assert sorted(by_machine) == [AVX2, AVX512]
+    assert sorted(by_machine) == [AVX2, AVX512, ZEN5]
+    assert by_machine[ZEN5] == by_machine[AVX512]   # the same suite, every key beside the AVX-512 box's
     assert by_machine[AVX2] < by_machine[AVX512]   # every AVX2 key, and the collectives' newer metrics
     assert {k[3] for k in by_machine[AVX512] - by_machine[AVX2]} == {
         "small_time_us", "shared_busbw_gbps", "shared_small_time_us", "small_median_us", "large_busbw_gbps"}
@@ -82,7 +86,8 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
     after = json.loads(table.read_text())
     assert validate_reference_file(after) == []
     got = {Reference.from_dict(e).identity() for e in after["references"]}
-    assert got == {r.identity() for r in shipped() if r.metric not in ("small_median_us", "large_busbw_gbps")}
+    assert got == {r.identity() for r in shipped()
+                   if r.metric not in ("small_median_us", "large_busbw_gbps") and r.machine() != ZEN5}
     assert all(e == before[Reference.from_dict(e).identity()] for e in after["references"]
                if Reference.from_dict(e).machine() == AVX2)   # the first machine's untouched
     text = table.read_text()
@@ -98,8 +103,8 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
 
 
 def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_entries_alone(tmp_path, capsys):
-    """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace, then the 2026-12-05 ones: cpu.json as
-    shipped, entry for entry."""
+    """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace, then the 2026-12-05 ones, then the Zen
+    5's suites: cpu.json as shipped, entry for entry."""
     table = avx2_table(tmp_path)
     assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
                  "--submitter", "suite maintainers"]) == 0
@@ -111,6 +116,13 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
                  "--replace", "--reason", "the largest sizes' busbw"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "24 references of 8 configurations (20 replaced, 4 added; 4 beside another machine's" in out, out
+    assert main(["submit", *map(str, ZEN5_RUNS), "--reference-file", str(table), "--submitter", "suite maintainers"]) == 0
+    out = capsys.readouterr().out
+    assert "67 references of 15 configurations (67 added; 67 beside another machine's" in " ".join(out.split()), out
+    rows = [" ".join(line.split()) for line in out.splitlines()]
+    assert "added c7 samples_per_s 46.858 samples/s 3 m1, m2" in rows and "added c1 small_median_us 193.510 us 3 m2" in rows
+    assert f"  m1: {AVX2}" in out.splitlines() and f"  m2: {AVX512}" in out.splitlines()   # the machines beside, once
+    assert all(len(line) <= 120 for line in out.splitlines())
     strip = ("date", "note")   # the day it was made, and the note that carries the --reason given
 
     def comparable(e: dict) -> str:
@@ -156,3 +168,35 @@ def test_each_submitted_suite_is_whole_and_of_one_commit(suite):
     recs = records(suite)
     assert len(recs) == 11 and all(r.status == "ok" for r in recs)
     assert {r.environment["suite_commit"] for r in recs} == {"210421681eb0156eb42c208422f0b8c2b4516f04-dirty"}
+
+
+def zen5_records(suite: int = 0) -> list[ResultRecord]:
+    return [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
+            for p in sorted(ZEN5_RUNS[suite].glob("*.json")) if p.name != "suite.json"]
+
+
+def test_the_zen5s_runs_are_judged_by_its_own_entries_and_before_them_were_not_comparable():
+    """Its first suite against the table: every verdict by the Zen 5's entry of its key, none by the AVX-512
+    box's of the same name and ISA class. Against the table as it was before them (measured, 2026-12-05): the
+    training runs 1.3-1.6x faster, which their pulses explained as the machine's pace, the collectives apart
+    by the probes' triad."""
+    refs = shipped()
+    verdicts = [v for v in compare(zen5_records(), refs) if v.verdict != "missing"]
+    own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value for r in refs if r.machine() == ZEN5}
+    assert len(verdicts) == 59 and all(v.verdict in ("pass", "insufficient data") for v in verdicts), \
+        [(v.metric, v.verdict, v.reason) for v in verdicts if v.verdict != "pass"]
+    assert all(v.reference == own[(v.benchmark, json.dumps(v.config, sort_keys=True), v.metric)] for v in verdicts)
+    before = [v for v in compare(zen5_records(), [r for r in refs if r.machine() != ZEN5]) if v.verdict != "missing"]
+    speed = [v for v in before if v.metric == "samples_per_s"]
+    assert len(speed) == 7 and all(v.verdict == "not comparable" and "faster during this run" in v.reason
+                                   for v in speed), [v.reason for v in speed]
+    assert all(v.verdict == "not comparable" and "triad" in v.reason for v in before if v.metric == "avg_busbw_gbps")
+
+
+def test_the_zen5s_suites_keep_the_cpus_id_and_are_of_one_clean_commit():
+    for suite in range(3):
+        recs = zen5_records(suite)
+        assert len(recs) == 11 and all(r.status == "ok" for r in recs)
+        assert {r.environment["suite_commit"] for r in recs} == {"3bfa08f80551820f4f4acbe51547adebdbb678cc"}
+        assert {json.dumps(r.environment["machine"]["cpu"]["id"], sort_keys=True) for r in recs} == {json.dumps(
+            {"family": 26, "microcode": "0x1000065", "model": 2, "stepping": 1, "vendor": "AuthenticAMD"})}
