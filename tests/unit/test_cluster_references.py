@@ -1,6 +1,7 @@
 """reference_results/cpu-cluster.json: the emulated 2-node cluster's references (three default-cpu-cluster
-suites on the 2-core AVX-512 EPYC, reference_results/sources/cpu-cluster-avx512-epyc/), made again from the kept
-records entry for entry, and judging that day's nightly (tests/data/cluster_nights/) as its tolerances say."""
+suites on the 2-core AVX-512 EPYC, reference_results/sources/cpu-cluster-avx512-epyc/, and three on the Zen 5 of
+the same CPU name and ISA class, sources/cpu-cluster-zen5-epyc/), made again from the kept records entry for
+entry, and judging that day's nightly (tests/data/cluster_nights/) as its tolerances say."""
 from __future__ import annotations
 
 import collections
@@ -20,6 +21,8 @@ SHIPPED = REPO_ROOT / "reference_results" / "cpu-cluster.json"
 RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-cluster-avx512-epyc" / "2026-12-05"
 SWEEPS = [RUNS.parent / "2026-12-05-sweeps" / w for w in ("w1", "w2", "w3")]
 """The sweeps that replaced the suites' collective entries and added large_busbw_gbps."""
+ZEN5 = [REPO_ROOT / "reference_results" / "sources" / "cpu-cluster-zen5-epyc" / "2026-12-05" / s for s in ("s1", "s2", "s3")]
+"""The Zen 5's three suites (the CPU's kind kept), each key beside the AVX-512 box's."""
 
 
 def comparable(e: dict) -> str:
@@ -35,6 +38,9 @@ def test_the_table_is_the_kept_suites_submitted(tmp_path: Path, capsys):
     assert main(["submit", *map(str, SWEEPS), "--reference-file", str(table), "--submitter", "suite maintainers",
                  "--replace", "--reason", "the largest sizes' busbw"]) == 0
     assert "20 references of 8 configurations (16 replaced, 4 added)" in " ".join(capsys.readouterr().out.split())
+    assert main(["submit", *map(str, ZEN5), "--reference-file", str(table), "--submitter", "suite maintainers"]) == 0
+    assert "38 references of 11 configurations (38 added; 38 beside another machine's reference of its key, 0 not)" \
+        in " ".join(capsys.readouterr().out.split())
     made = sorted(comparable(e) for e in json.loads(table.read_text(encoding="utf-8"))["references"])
     assert made == sorted(comparable(e) for e in json.loads(SHIPPED.read_text(encoding="utf-8"))["references"])
 
@@ -67,3 +73,18 @@ def test_that_days_nightly_is_judged_by_it_and_a_slower_link_regresses():
     regressed = {(v.benchmark, v.metric) for v in three_quarters if v.verdict == "regression"}
     assert {("all_reduce", "large_busbw_gbps"), ("all_gather", "large_busbw_gbps")} <= regressed, regressed
     assert not {("all_reduce", "avg_busbw_gbps"), ("all_gather", "avg_busbw_gbps")} & regressed
+
+
+def test_the_zen5s_suites_are_judged_by_its_own_entries():
+    """Each of its suites against the table: by the Zen 5's entry of its key, never the AVX-512 box's (before its
+    own, a suite of it read 20 of 30 verdicts not comparable: the probes' triad, 51.6 against 31.6 GB/s)."""
+    refs = load_references([SHIPPED])
+    own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value
+           for r in refs if "family 26 model 2" in r.machine()}
+    assert len(own) == 38
+    for folder in ZEN5:
+        recs = [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
+                for p in sorted(folder.glob("0*.json"))]
+        verdicts = [v for v in compare(recs, refs) if v.verdict != "missing"]
+        assert len(verdicts) == 30 and not {v.verdict for v in verdicts} - {"pass", "insufficient data"}
+        assert all(v.reference == own[(v.benchmark, json.dumps(v.config, sort_keys=True), v.metric)] for v in verdicts)
