@@ -136,3 +136,17 @@ def test_a_run_is_judged_by_its_own_kinds_reference_where_the_table_also_holds_o
         assert judged_by(with_id(faster), refs) == faster["metrics"]["samples_per_s"]["value"]
         assert judged_by(zen4, refs) == avx512_record()["metrics"]["samples_per_s"]["value"]   # the Zen 5's is apart
         assert judged_by(avx512_record(), refs) == avx512_record()["metrics"]["samples_per_s"]["value"]
+
+
+def test_a_gpu_nodes_host_cpu_is_named_in_what_changed_and_never_parts_the_gpus():
+    """The one-GPU nodes' hosts read 'Intel(R) Xeon(R) Processor' whatever their generation, and two such
+    hosts ran ZeRO-1 mb 8's forward phase in 38.1 and 23.5 ms beside equal GPU figures: the host's kind is
+    named in "what changed" (a real H100 gpu-check record, its host's id laid in), the GPUs name the machine."""
+    rec = json.loads((REPO_ROOT / "reference_results" / "sources" / "gpu-runs" / "2026-11-27-h100" / "gpu-check"
+                      / "02-z1.json").read_text(encoding="utf-8"))
+    spr = with_id(rec, vendor="GenuineIntel", family=6, model=143, stepping=8, microcode="0x2b000603")
+    emr = with_id(rec, vendor="GenuineIntel", family=6, model=207, stepping=2, microcode="0x21000283")
+    diff = environment_diff(spr["environment"], emr["environment"])
+    assert diff["machine.vm.cpu_kind"] == ["family 6 model 143", "family 6 model 207"]
+    assert machines_apart(spr["environment"], emr["environment"]) is None
+    assert machine_name(emr["environment"], "h100") == machine_name(rec["environment"], "h100") == "H100 80GB HBM3"
