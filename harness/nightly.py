@@ -7,7 +7,7 @@
 Runs the nightly suite (`suite=nightly-<platform>` unless overridden) `--repeats` times, keeps
 every run in the history store (SQLite by default; PostgreSQL for a team's shared one), compares
 this night's runs with the reference table and with a rolling baseline (the runs of the last
-`--baseline-nights` finished nights; `--reference` picks the reference tables, default every
+`--baseline-nights` finished nights of tonight's machine, machine_nights; `--reference` picks the reference tables, default every
 reference_results/*.json, `none` for the baseline alone), and writes nightly.md, nightly.html
 (harness/report/nightly_page.py) and junit.xml into OUT. A night is identified by `--night`
 (default: today's date); running the same night again resumes it: runs already stored are not
@@ -29,7 +29,9 @@ from typing import Optional
 from contract.metrics import tolerances_for
 
 from .bench import PlannedRun, checked_images, execute, plan_suite
+from .verdict.baseline import machine_key
 from .verdict.compare import VERDICTS, compare, outside_runs, parse_fail_on
+from .verdict.cross_machine import names_agree
 from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
@@ -45,11 +47,14 @@ from .report.nightly_page import series_label
 from .report.verdicts import OUTSIDE_SUITE, environment_text, unrun_line, verdict_text
 
 
-def baseline_references(earlier: list[tuple[str, ResultRecord]], platform: str, nights: list[str]):
+def baseline_references(earlier: list[tuple[str, ResultRecord]], platform: str, nights: list[str],
+                        left_out: str = ""):
     """The rolling baseline: earlier nights' runs aggregated like a submission (median, samples);
-    its fingerprint is the last good night's, so a regression shows what changed since then."""
+    its fingerprint is the last good night's, so a regression shows what changed since then. `left_out`:
+    the nights of another machine the baseline passed over (machine_nights), said in its source."""
     records = [rec for _, rec in earlier]
-    return references_from_records(list(reversed(records)), source=f"rolling baseline: nights {', '.join(nights)}",
+    return references_from_records(list(reversed(records)), source=f"rolling baseline: nights {', '.join(nights)}"
+                                   + (f" ({left_out})" if left_out else ""),
                                    submitter="nightly", date=nights[-1][:10] if nights else "1970-01-01",
                                    system=platform, tolerance_pct=tolerances_for(platform)) if records else []
 
@@ -142,16 +147,49 @@ def store_url(url: str) -> str:
     return url
 
 
+LOOKBACK = 4
+"""How far back, in multiples of --baseline-nights, the rolling baseline looks for nights of tonight's machine."""
+
+
+def machine_nights(store: History, platform: str, night: str, tonight: list[ResultRecord],
+                   count: int) -> tuple[list[str], str]:
+    """(the last `count` earlier nights that ran on tonight's machine, oldest first; what was left out, in
+    words). A platform's nightly host may change under one name: a cloud VM of one CPU name is a Zen 5 on one
+    night and another EPYC the next (docs/measurement.md, "Which CPU"), 1.4-1.6x apart, and a baseline
+    pooling both reads neither. A night's machine is its records' (baseline.machine_key: the CPU's ISA class
+    and kind, a GPU node's GPUs); one that agrees but for a kind it did not keep counts as tonight's
+    (cross_machine.names_agree). Looks back LOOKBACK x count nights at most; all of them where tonight's
+    records name no machine."""
+    here = machine_key(tonight)
+    candidates = store.earlier_nights(platform, night, count * LOOKBACK)
+    if here is None:
+        return candidates[-count:], ""
+    by_night: dict[str, list[ResultRecord]] = {}
+    for n, rec in store.records(platform, candidates):
+        by_night.setdefault(n, []).append(rec)
+    theirs = {n: machine_key(by_night.get(n, [])) for n in candidates}
+    same = [n for n in candidates if theirs[n] is None or names_agree(theirs[n], here)][-count:]
+    other = [n for n in candidates if n > (same[0] if same else "") and n not in same]
+    if not other:
+        return same, ""
+    machines = sorted({theirs[n] for n in other})
+    return same, (f"of this machine, {here}; {len(other)} earlier night{'s' if len(other) != 1 else ''} of "
+                  f"{'; '.join(machines)} left out: {', '.join(other)}")
+
+
 def judge(store: History, platform: str, night: str, refs: list, baseline_nights: int):
     """(the night's records, {"references"|"baseline": verdicts}, the baseline's nights, their records,
-    the references' 'missing' verdicts of configurations the nightly's suite does not run: one line)."""
+    the references' 'missing' verdicts of configurations the nightly's suite does not run: one line, the
+    baseline in words). The baseline's nights are the last ones of tonight's machine (machine_nights)."""
     tonight = [rec for _, rec in store.records(platform, [night])]
-    earlier_nights = store.earlier_nights(platform, night, baseline_nights)
+    earlier_nights, left_out = machine_nights(store, platform, night, tonight, baseline_nights)
     earlier = store.records(platform, earlier_nights)
     judged, outside = outside_runs(compare(tonight, refs), tonight + [rec for _, rec in earlier])
     verdicts = {"references": judged,
-                "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights))}
-    return tonight, verdicts, earlier_nights, earlier, outside
+                "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights, left_out))}
+    words = (f"rolling baseline: night{'s' if len(earlier_nights) != 1 else ''} {', '.join(earlier_nights)}"
+             if earlier_nights else "rolling baseline: no earlier night") + (f" ({left_out})" if left_out else "")
+    return tonight, verdicts, earlier_nights, earlier, outside, words
 
 
 def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Path:
@@ -159,7 +197,7 @@ def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Pa
     (harness/report/overview.py); a line per platform printed."""
     rows = []
     for platform, night, out_dir, finished in store.last_nights():
-        tonight, verdicts, _, _, _ = judge(store, platform, night, refs, baseline_nights)
+        tonight, verdicts, _, _, _, _ = judge(store, platform, night, refs, baseline_nights)
         rows.append(OverviewRow(platform, night, Path(out_dir), finished, tonight, verdicts))
         print(overview_line(rows[-1]))
     if not rows:
@@ -216,7 +254,8 @@ def cli(args: list[str]) -> int:
     make_folder(out)
     run_night([o for o in overrides if not o.startswith("out=")], night=ns.night, repeats=ns.repeats,
               store=store, out=out)
-    tonight, verdicts, earlier_nights, earlier, outside = judge(store, platform, ns.night, refs, ns.baseline_nights)
+    tonight, verdicts, earlier_nights, earlier, outside, baseline = judge(store, platform, ns.night, refs,
+                                                                          ns.baseline_nights)
     store.finish_night(ns.night, platform)
     previous: dict[str, tuple[str, ResultRecord]] = {}
     for night, rec in earlier:                 # the last earlier night's run of each run id (its first repeat)
@@ -224,11 +263,12 @@ def cli(args: list[str]) -> int:
             previous.setdefault(rec.run_id, (night, rec))
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,
                           history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous,
-                          unrun=outside)
+                          unrun=outside, baseline=baseline)
     failing = {k: [v for v in vs if v.verdict in fail_on] for k, vs in verdicts.items()}
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})
         print(f"night {ns.night} vs {kind}: {counts}")
+    print(f"  {baseline}")
     if outside:
         print(f"  {unrun_line(outside, OUTSIDE_SUITE)}")
     for kind, vs in failing.items():   # what changed once, under the verdicts that share it

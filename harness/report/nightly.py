@@ -45,14 +45,17 @@ def _failed(records: list[ResultRecord]) -> list[ResultRecord]:
 # ----------------------------------------------------------------------------- documents
 
 def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict]],
-                     records: list[ResultRecord], unrun: Optional[list[Verdict]] = None) -> str:
-    """unrun: the references of configurations the nightly's suite does not run (one line under their table)."""
+                     records: list[ResultRecord], unrun: Optional[list[Verdict]] = None, baseline: str = "") -> str:
+    """unrun: the references of configurations the nightly's suite does not run (one line under their table);
+    baseline: which nights the rolling baseline is (harness/nightly.py judge), a line under its table."""
     parts = [f"# Nightly report: {platform}, {night}",
              "\n".join(f"- {summary_line(name, vs)}" for name, vs in verdicts.items())]
     for name, vs in verdicts.items():
         table = verdict_table(vs, markdown=True) if vs else "none"
         if name == "references" and unrun:
             table += f"\n- {unrun_line(unrun, OUTSIDE_SUITE)}"
+        if name == "baseline" and baseline:
+            table += f"\n- {baseline}"
         parts += [f"## Verdicts {COMPARISONS.get(name, name)}", under_table(table, vs, "then")]
     failed = _failed(records)
     parts.append("## Failed runs")
@@ -85,17 +88,19 @@ def junit_xml(platform: str, verdicts: dict[str, list[Verdict]]) -> bytes:
 def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[str, list[Verdict]],
                   records: list[ResultRecord], history: dict[str, list[tuple[str, float]]],
                   previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
-                  unrun: Optional[list[Verdict]] = None) -> dict[str, Path]:
+                  unrun: Optional[list[Verdict]] = None, baseline: str = "") -> dict[str, Path]:
     """Write nightly.md, nightly.html (harness/report/nightly_page.py) and junit.xml into out_dir;
     {"markdown"|"html"|"junit": path}. previous: {run_id: (night, record)} of the last earlier night,
     whose micro-steps the page shows beside a regressed run's. unrun: the references of configurations
-    the nightly's suite does not run (harness/verdict/compare.py outside_runs), one line in each report."""
+    the nightly's suite does not run (harness/verdict/compare.py outside_runs), one line in each report; baseline:
+    which nights the rolling baseline is, one line under its table."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return {
         "markdown": write_bytes_atomic(out_dir / "nightly.md",
-                                  nightly_markdown(platform, night, verdicts, records, unrun).encode("utf-8")),
+                                  nightly_markdown(platform, night, verdicts, records, unrun, baseline).encode("utf-8")),
         "html": write_bytes_atomic(out_dir / "nightly.html",
-                              nightly_page(platform, night, verdicts, records, history, previous, unrun).encode("utf-8")),
+                              nightly_page(platform, night, verdicts, records, history, previous, unrun,
+                                           baseline).encode("utf-8")),
         "junit": write_bytes_atomic(out_dir / "junit.xml", junit_xml(platform, verdicts)),
     }

@@ -278,7 +278,7 @@ def _microsteps(verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
 def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
                  history: dict[str, list[tuple[str, float]]],
                  previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
-                 unrun: Optional[list[Verdict]] = None) -> str:
+                 unrun: Optional[list[Verdict]] = None, baseline: str = "") -> str:
     esc = html.escape
     title = esc(f"Nightly report: {platform}, {night}")
     labels = Labels([v for vs in verdicts.values() for v in vs])
@@ -303,6 +303,8 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
                   for pair in machine_pairs(vs, ACROSS_MACHINES)]
         if name == "references" and unrun:
             parts.append(f"<p>{esc(unrun_line(unrun, OUTSIDE_SUITE))}</p>")
+        if name == "baseline" and baseline:
+            parts.append(f"<p>{esc(baseline)}</p>")
         parts += [_sizes(v, labels) for v in shown(vs, CHANGED)]   # which sizes moved
     parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night),
               "<h2>Micro-step breakdown</h2>", _microsteps(verdicts, records, previous or {}, night),
