@@ -20,7 +20,7 @@ from typing import Any, Optional
 from contract.metrics import tolerances_for
 
 from .compare import Verdict, compare, machine_of
-from .cross_machine import with_isa
+from .cross_machine import with_isa, without_kind
 from ..errors import HarnessError
 from .history import History
 from ..record import ResultRecord
@@ -43,9 +43,10 @@ def store_url(history: str, out: Path) -> Optional[str]:
 
 
 def machine_key(records: list[ResultRecord]) -> Optional[str]:
-    """The machine the records ran on (the first that says), with its probe's ISA class on a cpu machine (hosts
-    of one cloud VM type share a CPU name with AVX-512 on some and AVX2 on others: each kind its own baseline),
-    else 'host <name>'."""
+    """The machine the records ran on (the first that says), with its probe's ISA class and its CPU's kind on a
+    cpu machine (hosts of one cloud VM type share a CPU name with AVX-512 on some and AVX2 on others, and a Zen 5
+    on some: each kind its own baseline), else 'host <name>'. A box's benches kept before the CPU's kind was
+    (under the key without_kind gives) stay its baseline: judge reads both keys."""
     for rec in records:
         env = rec.environment
         if env.get("machine"):
@@ -85,8 +86,10 @@ def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, ou
     try:
         store = History(url, remedy=STORE_REMEDY)
         platform = records[0].platform
-        kept = [(d, rec) for d, rec in store.bench_records(machine, platform, BASELINE_RUNS + 1)
+        kept = [(d, rec) for key in dict.fromkeys([machine, without_kind(machine)])   # its benches kept before
+                for d, rec in store.bench_records(key, platform, BASELINE_RUNS + 1)     # the CPU's kind: this box's
                 if d != str(Path(out).resolve())]                        # a folder collected again is not its own baseline
+        kept.sort(key=lambda k: str(k[1].created_utc or ""))   # the two keys' benches, oldest first
         folders = list(dict.fromkeys(d for d, _ in kept))[-BASELINE_RUNS:]
         earlier = [rec for d, rec in kept if d in folders]
         if todo and earlier:

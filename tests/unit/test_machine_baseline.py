@@ -118,3 +118,25 @@ def test_the_history_key_is_checked():
 @pytest.mark.parametrize("now,verdict", [([19.5], "pass"), ([15.0], "insufficient data")])
 def test_one_sample_on_each_side_passes_within_the_tolerance_only(now, verdict):
     assert decide(now, reference([20.0]))[0] == verdict
+
+
+def test_benches_kept_before_the_cpus_kind_stay_the_boxs_baseline_and_another_kind_keeps_its_own(tmp_path):
+    """A record that keeps its CPU's kind has another key ('...; family 6 model 140)'); the box's benches kept
+    under the key without it are still its baseline (they may be either kind's), and a box of another kind under
+    the same name never reads this kind's."""
+    tiger = copy.deepcopy(LAPTOP)
+    tiger["machine"]["cpu"]["id"] = {"vendor": "GenuineIntel", "family": 6, "model": 140, "stepping": 1}
+    other = copy.deepcopy(LAPTOP)
+    other["machine"]["cpu"]["id"] = {"vendor": "GenuineIntel", "family": 6, "model": 186, "stepping": 3}
+
+    def bench_on(env: dict, n: int, value: float):
+        out = tmp_path / f"bench{n}"
+        out.mkdir()
+        records = typed([run(value, n, env)])
+        return judge(records, compare(records, []), "auto", out)
+    assert bench_on(LAPTOP, 1, 20.0).earlier_runs == 0
+    assert machine_key(typed([run(20.0, 2, tiger)])) == "Intel Core i7-1185G7 (8 CPUs; family 6 model 140)"
+    second = bench_on(tiger, 2, 19.0)
+    assert second.earlier_runs == 1 and {v.metric: v.verdict for v in second.verdicts}["samples_per_s"] == "pass"
+    assert bench_on(other, 3, 30.0).earlier_runs == 1, "the kind-less bench only, not the other kind's"
+    assert bench_on(tiger, 4, 19.5).earlier_runs == 2   # the kind-less bench and its own, not the other kind's
