@@ -4,16 +4,16 @@
                               [--reference FILE|none ...] [--fail-on VERDICTS] [overrides ...]
     python -m harness nightly --overview FILE [--store URL] [--reference ...] [--baseline-nights N]
 
-Runs the nightly suite (`suite=nightly-<platform>` unless overridden) `--repeats` times, keeps
-every run in the history store (SQLite by default; PostgreSQL for a team's shared one), compares
-this night's runs with the reference table and with a rolling baseline (the runs of the last
-`--baseline-nights` finished nights of tonight's machine, machine_nights; `--reference` picks the reference tables, default every
+Runs the nightly suite (`suite=nightly-<platform>` unless overridden) `--repeats` times, keeps every run
+in the history store (SQLite by default; PostgreSQL for a team's shared one), compares this night's runs
+with the reference table and with a rolling baseline (the runs of the last `--baseline-nights` finished
+nights of tonight's machine, machine_nights; `--reference` picks the reference tables, default every
 reference_results/*.json, `none` for the baseline alone), and writes nightly.md, nightly.html
-(harness/report/nightly_page.py) and junit.xml into OUT. A night is identified by `--night`
-(default: today's date); running the same night again resumes it: runs already stored are not
-redone, runs written to disk but not stored are stored from their files. Exit status 1 when a
-comparison finds a verdict in --fail-on (default: regression, status changed). --overview runs
-nothing: one page of every platform's last night in the store (harness/report/overview.py).
+(harness/report/nightly_page.py) and junit.xml into OUT. A night is identified by `--night` (default:
+today's date); running the same night again resumes it: runs already stored are not redone, runs written
+to disk but not stored are stored from their files. Exit status 1 when a comparison finds a verdict in
+--fail-on (default: regression, status changed). --overview runs nothing: one page of every platform's
+last night in the store (harness/report/overview.py).
 """
 from __future__ import annotations
 

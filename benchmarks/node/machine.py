@@ -45,8 +45,8 @@ CPU_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model"
                  "microcode": "microcode", "CPU implementer": "vendor", "CPU architecture": "family",
                  "CPU part": "model", "CPU variant": "stepping", "CPU revision": "revision"}
 """/proc/cpuinfo's fields (x86's, then Arm's) that say which silicon and firmware the model name stands for:
-a cloud VM's 'AMD EPYC' is a Zen 4 (family 25) on one host and a Zen 5 (family 26) on another, 1.4x apart in
-fp32 matmul per core with the same ISA class (measured: docs/measurement.md, "Which CPU")."""
+a cloud VM's 'AMD EPYC' is one EPYC generation on one host and a Zen 5 (family 26) on another, 1.3-1.4x apart
+in fp32 matmul per core with the same ISA class (measured: docs/measurement.md, "Which CPU")."""
 
 
 def cpu_id(cpuinfo: Optional[str] = None) -> Optional[dict[str, Any]]:

@@ -1,9 +1,9 @@
 """What a submission did, as a person reads it: one line saying where the references went, how many, of how many
-configurations and runs, measured on which machine; then a row per reference (its action, its configuration's
-label, metric, value and unit, the runs it is the median of, and the machine whose reference of the same key
-the table keeps beside it, m1, m2, ... named below where there are several), the configurations said once below, as the verdict tables do (report/legend.py).
-Three default-cpu suites submitted to a table of another machine's were 59 lines of 200-400 characters, each
-repeating its configuration, machine and file."""
+configurations and runs, measured on which machine; then a row per reference (its action, its configuration's label,
+metric, value and unit, the runs it is the median of, and the machine whose reference of the same key the table
+keeps beside it, m1, m2, ... named below where there are several), the configurations said once below, as the
+verdict tables do (report/legend.py). Three default-cpu suites submitted to a table of another machine's were 59
+lines of 200-400 characters, each repeating its configuration, machine and file."""
 from __future__ import annotations
 
 from collections import Counter
