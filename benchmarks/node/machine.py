@@ -42,8 +42,8 @@ def cpu_model(cpuinfo: Optional[str] = None) -> Optional[str]:
 
 
 CPU_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping",
-                 "microcode": "microcode", "CPU implementer": "vendor", "CPU architecture": "family",
-                 "CPU part": "model", "CPU variant": "stepping", "CPU revision": "revision"}
+                 "microcode": "microcode", "CPU implementer": "implementer", "CPU architecture": "architecture",
+                 "CPU part": "part", "CPU variant": "variant", "CPU revision": "revision"}
 """/proc/cpuinfo's fields (x86's, then Arm's) that say which silicon and firmware the model name stands for:
 a cloud VM's 'AMD EPYC' is one EPYC generation on one host and a Zen 5 (family 26) on another, 1.3-1.4x apart
 in fp32 matmul per core with the same ISA class (measured: docs/measurement.md, "Which CPU")."""
@@ -71,10 +71,10 @@ def cpu_kind(cpu_fields: Optional[dict[str, Any]]) -> Optional[str]:
     ident = (cpu_fields or {}).get("id") if isinstance(cpu_fields, dict) else None
     if not isinstance(ident, dict):
         return None
-    if ident.get("family") is not None and ident.get("model") is not None and "revision" not in ident:
+    if ident.get("family") is not None and ident.get("model") is not None:
         return f"family {ident['family']} model {ident['model']}"
-    if ident.get("model") is not None:
-        return f"implementer {ident.get('vendor')} part {ident['model']}"
+    if ident.get("part") is not None:
+        return f"implementer {ident.get('implementer')} part {ident['part']}"
     return None
 
 

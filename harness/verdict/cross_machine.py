@@ -113,8 +113,8 @@ def with_isa(name: str, env: Optional[dict[str, Any]]) -> str:
     if isa:
         name = name[:-1] + f", {isa})" if name.endswith(" CPUs)") else f"{name} ({isa})"
     kind = kind_of(env)
-    if kind:
-        name = name[:-1] + f"{KIND_SEP}{kind})" if name.endswith(")") else f"{name} ({kind})"
+    if kind and name.endswith(")"):   # a CPU machine's name always does: machine_of's '(N CPUs)'
+        name = name[:-1] + f"{KIND_SEP}{kind})"
     return name
 
 

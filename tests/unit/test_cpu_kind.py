@@ -57,7 +57,7 @@ def test_the_cpus_id_is_read_from_the_first_processor_of_cpuinfo():
                             "microcode": "0x1000065"}
     assert cpu_kind({"id": cpu_id(ZEN5)}) == "family 26 model 2"
     arm = cpu_id(NEOVERSE)
-    assert arm == {"vendor": "0x41", "family": 8, "stepping": "0x0", "model": "0xd4f", "revision": 0}
+    assert arm == {"implementer": "0x41", "architecture": 8, "variant": "0x0", "part": "0xd4f", "revision": 0}
     assert cpu_kind({"id": arm}) == "implementer 0x41 part 0xd4f"   # the second processor's implementer unread
     assert cpu_id("processor : 0\nmodel name : QEMU Virtual CPU\n") is None
     assert cpu_kind({"model": "AMD EPYC"}) is None and cpu_kind(None) is None   # a record from before
