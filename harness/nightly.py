@@ -151,23 +151,22 @@ LOOKBACK = 4
 """How far back, in multiples of --baseline-nights, the rolling baseline looks for nights of tonight's machine."""
 
 
-def machine_nights(store: History, platform: str, night: str, tonight: list[ResultRecord],
+def machine_nights(earlier: list[tuple[str, ResultRecord]], tonight: list[ResultRecord],
                    count: int) -> tuple[list[str], str]:
-    """(the last `count` earlier nights that ran on tonight's machine, oldest first; what was left out, in
-    words). A platform's nightly host may change under one name: a cloud VM of one CPU name is a Zen 5 on one
-    night and another EPYC the next (docs/measurement.md, "Which CPU"), 1.4-1.6x apart, and a baseline
-    pooling both reads neither. A night's machine is its records' (baseline.machine_key: the CPU's ISA class
-    and kind, a GPU node's GPUs); one that agrees but for a kind it did not keep counts as tonight's
-    (cross_machine.names_agree). Looks back LOOKBACK x count nights at most; all of them where tonight's
-    records name no machine."""
-    here = machine_key(tonight)
-    candidates = store.earlier_nights(platform, night, count * LOOKBACK)
+    """(the last `count` of the `earlier` nights, (night, record) oldest first, that ran on tonight's machine;
+    what was left out, in words). A platform's nightly host may change under one name: a cloud VM of one CPU
+    name is a Zen 5 on one night and another EPYC the next (docs/measurement.md, "Which CPU"), 1.4-1.6x apart,
+    and a baseline pooling both reads neither. A night's machine is its records' (baseline.machine_key: the
+    CPU's ISA class and kind, a GPU node's GPUs); one that agrees but for a kind it did not keep counts as
+    tonight's (cross_machine.names_agree); the last `count` of them all where tonight's records name no
+    machine."""
+    by_night: dict[str, list[ResultRecord]] = {}
+    for n, rec in earlier:
+        by_night.setdefault(n, []).append(rec)
+    candidates, here = sorted(by_night), machine_key(tonight)
     if here is None:
         return candidates[-count:], ""
-    by_night: dict[str, list[ResultRecord]] = {}
-    for n, rec in store.records(platform, candidates):
-        by_night.setdefault(n, []).append(rec)
-    theirs = {n: machine_key(by_night.get(n, [])) for n in candidates}
+    theirs = {n: machine_key(recs) for n, recs in by_night.items()}
     same = [n for n in candidates if theirs[n] is None or names_agree(theirs[n], here)][-count:]
     other = [n for n in candidates if n > (same[0] if same else "") and n not in same]
     if not other:
@@ -180,10 +179,12 @@ def machine_nights(store: History, platform: str, night: str, tonight: list[Resu
 def judge(store: History, platform: str, night: str, refs: list, baseline_nights: int):
     """(the night's records, {"references"|"baseline": verdicts}, the baseline's nights, their records,
     the references' 'missing' verdicts of configurations the nightly's suite does not run: one line, the
-    baseline in words). The baseline's nights are the last ones of tonight's machine (machine_nights)."""
+    baseline in words). The baseline's nights are the last ones of tonight's machine (machine_nights) among
+    the last LOOKBACK x baseline_nights nights, read from the store once."""
     tonight = [rec for _, rec in store.records(platform, [night])]
-    earlier_nights, left_out = machine_nights(store, platform, night, tonight, baseline_nights)
-    earlier = store.records(platform, earlier_nights)
+    looked = store.records(platform, store.earlier_nights(platform, night, baseline_nights * LOOKBACK))
+    earlier_nights, left_out = machine_nights(looked, tonight, baseline_nights)
+    earlier = [(n, rec) for n, rec in looked if n in earlier_nights]
     judged, outside = outside_runs(compare(tonight, refs), tonight + [rec for _, rec in earlier])
     verdicts = {"references": judged,
                 "baseline": compare(tonight, baseline_references(earlier, platform, earlier_nights, left_out))}

@@ -51,11 +51,16 @@ def store_of(tmp_path, nights: list[tuple[str, list[ResultRecord]]]) -> History:
     return store
 
 
+def before(store: History, night: str) -> list[tuple[str, ResultRecord]]:
+    """(night, record) of the store's nights before `night`, as the nightly reads them (harness/nightly.py judge)."""
+    return store.records("cpu", store.earlier_nights("cpu", night, 28))
+
+
 def test_the_baseline_takes_tonights_machines_nights_and_names_those_it_left_out(tmp_path):
     store = store_of(tmp_path, [("2026-12-01", other_epyc(1)), ("2026-12-02", zen5(1)), ("2026-12-03", other_epyc(2)),
                                 ("2026-12-04", zen5(2)), ("2026-12-05", zen5(3))])
     tonight = [rec for _, rec in store.records("cpu", ["2026-12-05"])]
-    nights, left_out = machine_nights(store, "cpu", "2026-12-05", tonight, 7)
+    nights, left_out = machine_nights(before(store, "2026-12-05"), tonight, 7)
     assert nights == ["2026-12-02", "2026-12-04"]
     assert left_out == ("of this machine, AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2); 1 earlier "
                         "night of AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 25 model 17) left out: 2026-12-03")
@@ -102,8 +107,8 @@ def test_a_night_of_the_other_kind_is_judged_by_its_own_and_nights_kept_before_t
     store = store_of(tmp_path, [("2026-12-01", other_epyc(1, keep_kind=False)), ("2026-12-02", zen5(1)),
                                 ("2026-12-03", other_epyc(2)), ("2026-12-04", zen5(2)), ("2026-12-05", other_epyc(3))])
     tonight = [rec for _, rec in store.records("cpu", ["2026-12-05"])]
-    assert machine_nights(store, "cpu", "2026-12-05", tonight, 7)[0] == ["2026-12-01", "2026-12-03"]
+    assert machine_nights(before(store, "2026-12-05"), tonight, 7)[0] == ["2026-12-01", "2026-12-03"]
     zen5_night = [rec for _, rec in store.records("cpu", ["2026-12-04"])]
-    assert machine_nights(store, "cpu", "2026-12-04", zen5_night, 7)[0] == ["2026-12-01", "2026-12-02"]
-    nights, left_out = machine_nights(store, "cpu", "2026-12-05", tonight, 1)   # its machine's last night, and
+    assert machine_nights(before(store, "2026-12-04"), zen5_night, 7)[0] == ["2026-12-01", "2026-12-02"]
+    nights, left_out = machine_nights(before(store, "2026-12-05"), tonight, 1)   # its machine's last night, and
     assert nights == ["2026-12-03"] and left_out.endswith("left out: 2026-12-04")  # the night since, of another
