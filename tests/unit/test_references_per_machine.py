@@ -27,6 +27,15 @@ ZEN5_RUNS = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "20
 """The Zen 5's three default-cpu suites: the same CPU name and ISA class as the AVX-512 box, its kind kept."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
 ZEN5 = "AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2)"
+NOT_KEPT = ("all_reduce", "small_median_us")
+"""The Zen 5's entry taken out of cpu.json after its submission (reference_results/sources/cpu-zen5-epyc/README.md):
+all_reduce's small calls' median is bimodal on that box, 308-368 us in 8 of 10 sweeps and 992-1,083 in 2, which
+three samples cannot stand for; its runs' figure is judged against the AVX-512 box's, not comparable there."""
+
+
+def not_kept(e: dict) -> bool:
+    ref = Reference.from_dict(e)
+    return (ref.benchmark, ref.metric) == NOT_KEPT and ref.machine() == ZEN5
 
 
 def shipped() -> list[Reference]:
@@ -60,7 +69,7 @@ def test_the_shipped_table_keeps_each_keys_reference_of_the_three_epycs():
     for r in refs:
         by_machine.setdefault(r.machine(), set()).add(r.key())
     assert sorted(by_machine) == [AVX2, AVX512, ZEN5]
-    assert by_machine[ZEN5] == by_machine[AVX512]   # the same suite, every key beside the AVX-512 box's
+    assert by_machine[ZEN5] == {k for k in by_machine[AVX512] if (k[1], k[3]) != NOT_KEPT}   # the same suite
     assert by_machine[AVX2] < by_machine[AVX512]   # every AVX2 key, and the collectives' newer metrics
     assert {k[3] for k in by_machine[AVX512] - by_machine[AVX2]} == {
         "small_time_us", "shared_busbw_gbps", "shared_small_time_us", "small_median_us", "large_busbw_gbps"}
@@ -129,7 +138,7 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
         prov = {k: v for k, v in e.get("provenance", {}).items() if k not in strip}
         return json.dumps({**{k: v for k, v in e.items() if k != "provenance"}, "provenance": prov},
                           sort_keys=True)
-    made = sorted(comparable(e) for e in json.loads(table.read_text())["references"])
+    made = sorted(comparable(e) for e in json.loads(table.read_text())["references"] if not not_kept(e))
     assert made == sorted(comparable(e) for e in json.loads(SHIPPED.read_text(encoding="utf-8"))["references"])
 
 
@@ -183,7 +192,10 @@ def test_the_zen5s_runs_are_judged_by_its_own_entries_and_before_them_were_not_c
     refs = shipped()
     verdicts = [v for v in compare(zen5_records(), refs) if v.verdict != "missing"]
     own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value for r in refs if r.machine() == ZEN5}
-    assert len(verdicts) == 59 and all(v.verdict in ("pass", "insufficient data") for v in verdicts), \
+    dropped = [v for v in verdicts if (v.benchmark, v.metric) == NOT_KEPT]   # by the AVX-512 box's, apart
+    assert len(dropped) == 1 and dropped[0].verdict == "not comparable" and "triad" in dropped[0].reason
+    verdicts = [v for v in verdicts if v not in dropped]
+    assert len(verdicts) == 58 and all(v.verdict in ("pass", "insufficient data") for v in verdicts), \
         [(v.metric, v.verdict, v.reason) for v in verdicts if v.verdict != "pass"]
     assert all(v.reference == own[(v.benchmark, json.dumps(v.config, sort_keys=True), v.metric)] for v in verdicts)
     before = [v for v in compare(zen5_records(), [r for r in refs if r.machine() != ZEN5]) if v.verdict != "missing"]
