@@ -152,6 +152,7 @@ class CollectiveSpec:
     in_place: bool
     kind: str = "collective"
     small_iters: int = 0         # timed iterations per size up to SMALL_BYTES; 0: iters
+    bind_ranks: bool = False     # on cpu, each rank's threads bound to its own share of the CPUs
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

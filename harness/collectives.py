@@ -6,7 +6,8 @@ Definitions follow nccl-tests (doc/PERFORMANCE.md):
 - busbw = algbw x factor: 2(n-1)/n for all_reduce; (n-1)/n for all_gather, reduce_scatter and
   all_to_all; 1 for broadcast, reduce and sendrecv (n ranks).
 - time is the slowest rank's average time per iteration, in microseconds. Where each call blocks (the
-  built-in sweep on cpu) the slowest rank's median call is kept beside it (median_us; nccl-tests has none).
+  built-in sweep on cpu) the slowest rank's median call, lower quartile and share of calls held up are kept
+  beside it (median_us, p25_us, stalled_pct: contract/collectives.py call_figures; nccl-tests has none).
 - "Avg bus bandwidth" is the mean busbw over every row and placement reported.
 
 On one rank there is no bus: a built-in sweep there is a smoke run (SMOKE_REASON), every op once
@@ -41,6 +42,10 @@ def algbw_gbps(size_bytes: int, time_us: float) -> float:
     return size_bytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
 
 
+PER_CALL = ("median_us", "p25_us", "stalled_pct")
+"""A placement's figures of its calls timed one by one, where a call blocks (the built-in sweep on cpu)."""
+
+
 @dataclass
 class Placement:
     """One placement (out-of-place or in-place) of one size: nccl-tests' time/algbw/busbw/#wrong."""
@@ -54,18 +59,26 @@ class Placement:
     median_us: Optional[float] = None
     """The slowest rank's median time of one call, each timed on its own: where a call returns when it is done
     (the built-in sweep on cpu); None elsewhere (a GPU's calls are timed together, as nccl-tests times them)."""
+    p25_us: Optional[float] = None
+    """The slowest rank's lower quartile of the same calls: a call the scheduler did not hold up while fewer than
+    three in four were (contract/collectives.py call_figures). None where median_us is, and in records made before."""
+    stalled_pct: Optional[float] = None
+    """The largest share, over the ranks, of those calls held up (over STALL_FACTOR times the rank's lower
+    quartile), %. None where p25_us is."""
 
     @classmethod
     def measured(cls, op: str, size_bytes: int, time_us: float, num_ranks: int,
-                 num_wrong: Optional[int], median_us: Optional[float] = None) -> "Placement":
+                 num_wrong: Optional[int], median_us: Optional[float] = None, p25_us: Optional[float] = None,
+                 stalled_pct: Optional[float] = None) -> "Placement":
         alg = algbw_gbps(size_bytes, time_us)
-        return cls(time_us, alg, alg * busbw_factor(op, num_ranks), num_wrong, median_us)
+        return cls(time_us, alg, alg * busbw_factor(op, num_ranks), num_wrong, median_us, p25_us, stalled_pct)
 
     def to_dict(self) -> dict[str, Any]:
-        """Its fields, median_us only where it was measured."""
+        """Its fields, the per-call figures only where they were measured."""
         d = asdict(self)
-        if self.median_us is None:
-            del d["median_us"]
+        for key in PER_CALL:
+            if d[key] is None:
+                del d[key]
         return d
 
     @classmethod
@@ -143,6 +156,28 @@ def small_median_us(rows: list[Row]) -> Optional[float]:
     if not placements or any(p.median_us is None for p in placements):
         return None
     return statistics.median(p.median_us for p in placements)
+
+
+def small_p25_us(rows: list[Row]) -> Optional[float]:
+    """The median, over the placements small_time_us takes, of each one's lower quartile (Placement.p25_us): the
+    small sizes' latency of a call the host did not hold up. Where gloo's event loop holds a call up for a
+    scheduler tick in 11-46 % of a sweep's small calls (up to 62 % of one placement's), the median flips to the
+    held-up mode: over 10 sweeps on the Zen 5 box all_reduce's small_median_us read 266-1,786 us (6.7x), this
+    219-307 (1.40x); the other ops' 1.43-1.46x and 1.46-1.67x (docs/collectives.md). None unless every such
+    placement has one (records made before it, a GPU's)."""
+    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
+    if not placements or any(p.p25_us is None for p in placements):
+        return None
+    return statistics.median(p.p25_us for p in placements)
+
+
+def small_stalled_pct(rows: list[Row]) -> Optional[float]:
+    """The mean, over the same placements, of each one's share of calls held up (Placement.stalled_pct), %: how often
+    this host held a small call up, which small_time_us carries and small_p25_us leaves out. None as small_p25_us."""
+    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
+    if not placements or any(p.stalled_pct is None for p in placements):
+        return None
+    return sum(p.stalled_pct for p in placements) / len(placements)
 
 
 def _placement_cols(p: Optional[Placement]) -> str:

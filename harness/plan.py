@@ -235,7 +235,7 @@ def collective_spec(cfg: BenchConfig, run_id: str) -> CollectiveSpec:
         ops=[op.value for op in c.ops], sizes=sizes(c.min_bytes, c.max_bytes, c.step_factor, c.step_bytes,
                                                     DTYPE_BYTES[c.dtype.value], p.world_size),
         dtype=c.dtype.value, redop=c.redop.value, root=c.root, warmup_iters=c.warmup_iters, iters=c.iters,
-        small_iters=c.small_iters, check=c.check, in_place=c.in_place)
+        small_iters=c.small_iters, check=c.check, in_place=c.in_place, bind_ranks=c.bind_ranks)
 
 
 COLD_CACHE = "compile-cache"

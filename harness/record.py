@@ -27,8 +27,8 @@ from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR,
 from contract.metrics import unit_of
 
 from .atomic import write_bytes_atomic
-from .collectives import (SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, large_busbw_gbps, large_rows,
-                          small_median_us, small_time_us)
+from .collectives import (PER_CALL, SMALL_BYTES, SMOKE_REASON, Placement, Row, avg_busbw_gbps, large_busbw_gbps,
+                          large_rows, small_median_us, small_p25_us, small_stalled_pct, small_time_us)
 from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
@@ -175,6 +175,10 @@ def environment(run: RunSpec, cfg: BenchConfig, events: list[dict], ranks: list[
     loads = [e["value"] for e in events if e["key"] == ev.LOAD]
     before = ((env.get("machine") or {}).get("cpu") or {}).get("load_avg_1_5_15")
     env["load"] = load_during(loads[0] if loads else [], before)
+    bound = sorted((w for w in (loads[0] if loads else []) if isinstance(w, dict) and w.get("cpus")),
+                   key=lambda w: w.get("rank", 0))
+    if bound:   # the CPUs each rank's threads were bound to (collective.bind_ranks), in rank order
+        env["rank_cpus"] = {str(w.get("rank")): w["cpus"] for w in bound}
     env["controller_host"] = socket.gethostname()
     env["hardware_mismatch"] = hardware_mismatches(cfg.platform, env)
     return env
@@ -384,6 +388,11 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         if median is not None:   # the same sizes' median call, where each call was timed (the built-in sweep on cpu)
             metrics["small_median_us"] = measured("small_median_us", median, "throughput",
                                                   n=metrics["small_time_us"]["n"])
+        quartile = small_p25_us(parsed) if one_host else None
+        if quartile is not None:   # their lower quartile call, and the share of calls held up (information)
+            metrics["small_p25_us"] = measured("small_p25_us", quartile, "throughput", n=metrics["small_time_us"]["n"])
+            metrics["small_stalled_pct"] = measured("small_stalled_pct", small_stalled_pct(parsed), "throughput",
+                                                    n=metrics["small_time_us"]["n"])
     return ResultRecord(
         schema_version=SCHEMA_VERSION, run_id=run_id, kind="collective", benchmark=benchmark,
         platform=platform, status=status, reason=reason, config=config, overrides=overrides,
@@ -406,7 +415,7 @@ def build_collective_records(run: RunSpec, cfg: BenchConfig, launch: LaunchResul
         v, n = e["value"], e["value"]["num_ranks"]
         measured = {k: Placement.smoke(v[k]["time_us"], v[k]["num_wrong"]) if smoke else
                     Placement.measured(v["op"], v["size_bytes"], v[k]["time_us"], n, v[k]["num_wrong"],
-                                       v[k].get("median_us"))
+                                       **{f: v[k].get(f) for f in PER_CALL})
                     for k in ("out_of_place", "in_place") if v[k] is not None}
         by_op[v["op"]].append(Row(v["size_bytes"], v["count"], v["dtype"], v["redop"], v["root"],
                                   measured["out_of_place"], measured.get("in_place")).to_dict())

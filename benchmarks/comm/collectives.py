@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import socket
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,10 +30,10 @@ import torch.distributed as dist
 
 from contract import events as ev
 from contract.collectives import DTYPES as VOCABULARY_DTYPES
-from contract.collectives import NCCL_TYPES, SMALL_BYTES
+from contract.collectives import NCCL_TYPES, SMALL_BYTES, call_figures
 from contract.spec import SPEC_FILE, CollectiveSpec
 
-from benchmarks.node.environment import announce, first_on_kernel
+from benchmarks.node.environment import announce, bind_rank, first_on_kernel
 from benchmarks.failure import run_rank
 from benchmarks.node.machine import LoadWindow
 from benchmarks.node.probe import Pulses
@@ -245,10 +244,11 @@ def iterations(size: int, spec: CollectiveSpec) -> int:
     return spec.small_iters if spec.small_iters and size <= SMALL_BYTES else spec.iters
 
 
-def time_case(case: Case, spec: CollectiveSpec, size: int) -> tuple[float, Optional[float]]:
-    """(average, median) microseconds per iteration on the slowest rank. The average is nccl-tests' (the
-    iterations back to back, timed together). The median is of each call timed on its own, taken only where a
-    call returns when it is done (gloo on cpu), so that no synchronisation is added between calls: None on a GPU."""
+def time_case(case: Case, spec: CollectiveSpec, size: int) -> tuple[float, dict[str, float]]:
+    """(average, figures of the calls) in microseconds on the slowest rank. The average is nccl-tests' (the
+    iterations back to back, timed together). The figures (contract/collectives.py call_figures: median_us, p25_us,
+    stalled_pct, each the slowest rank's) are of each call timed on its own, taken only where a call returns when it
+    is done (gloo on cpu), so that no synchronisation is added between calls: none on a GPU."""
     for _ in range(spec.warmup_iters):
         case.call()
     synchronize(case.device)
@@ -262,16 +262,16 @@ def time_case(case: Case, spec: CollectiveSpec, size: int) -> tuple[float, Optio
             calls.append(time.perf_counter())
     synchronize(case.device)
     elapsed = (time.perf_counter() - start) / iters
-    median = statistics.median(b - a for a, b in zip([start] + calls, calls)) if per_call else None
-    return slowest(elapsed, case.device) * 1e6, slowest(median, case.device) * 1e6 if per_call else None
+    figures = call_figures([(b - a) * 1e6 for a, b in zip([start] + calls, calls)]) if per_call else {}
+    return slowest(elapsed, case.device) * 1e6, {k: slowest(v, case.device) for k, v in figures.items()}
 
 
 def measure(op: str, size: int, spec: CollectiveSpec, in_place: bool, rank: int, n: int,
             device: torch.device) -> dict:
     case = Case(op, size, spec, in_place, rank, n, device)
-    time_us, median_us = time_case(case, spec, size)
+    time_us, figures = time_case(case, spec, size)
     wrong = total_over_ranks(case.check(), device) if spec.check else None
-    return {"time_us": time_us, "num_wrong": wrong, **({"median_us": median_us} if median_us is not None else {})}
+    return {"time_us": time_us, "num_wrong": wrong, **figures}
 
 
 def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path) -> None:
@@ -285,6 +285,9 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
         device = torch.device("cpu")
         dist.init_process_group(backend=spec.dist_backend)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    # on cpu, each rank's threads on its own CPUs (collective.bind_ranks): gloo's event loop then holds no other
+    # rank's call up, and the scheduler no longer moves the ranks between sweeps (docs/collectives.md)
+    cpus = bind_rank(rank) if spec.bind_ranks and spec.device == "cpu" else None
     # on cpu, the machine's pace before and after the sweep (benchmarks/node/probe.py Pulses), read by the first rank
     # on each machine while the others wait: gloo on one host moves its bytes through the host's memory on its
     # CPUs, so a night the box's memory or CPUs ran slower is known as such (harness/pace.py one_cpu_host). A
@@ -313,7 +316,8 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
     if pulses:
         load["pulse"] = pulses.window()
     everyone: list = [None] * n
-    dist.all_gather_object(everyone, {"rank": rank, "host": socket.gethostname(), **load})
+    dist.all_gather_object(everyone, {"rank": rank, "host": socket.gethostname(), **load,
+                                      **({"cpus": cpus} if cpus is not None else {})})
     if rank == 0:
         log.emit(ev.LOAD, everyone)
         log.emit(ev.RUN_STOP, status="success")

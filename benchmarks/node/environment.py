@@ -81,12 +81,48 @@ def first_on_kernel(rank: int) -> bool:
     cluster's nodes share one box, where two nodes' memory pulses at once read each other's traffic (a
     ZeRO-3 run's triad 0.57x its probe's, the other runs' 0.86-0.89x) and the pace of one is the box's.
     Where the boot_id cannot be read, first_on_node()."""
+    peers = kernel_peers(rank)
+    return first_on_node() if peers is None else peers[0] == 0
+
+
+def kernel_peers(rank: int) -> Optional[tuple[int, int]]:
+    """(this rank's place among the ranks on its kernel, how many they are), by /proc's boot_id and an all-gather
+    every rank joins; None where this rank cannot read its boot_id."""
     import torch.distributed as dist
 
     boot = read_stripped(Path("/proc/sys/kernel/random/boot_id"))
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, boot)
-    return first_on_node() if boot is None else everyone.index(boot) == rank
+    if boot is None:
+        return None
+    mine = [r for r, b in enumerate(everyone) if b == boot]
+    return mine.index(rank), len(mine)
+
+
+def cpu_share(allowed: set[int], place: int, count: int) -> Optional[list[int]]:
+    """The CPUs of the place-th of `count` ranks that share the `allowed` CPUs: each an equal run of them in order
+    (2 ranks on 2 CPUs: one each); None where there are fewer CPUs than ranks (no rank is given none)."""
+    cpus = sorted(allowed)
+    per = len(cpus) // count if count > 0 else 0
+    if per == 0 or not 0 <= place < count:
+        return None
+    return cpus[place * per:(place + 1) * per]
+
+
+def bind_rank(rank: int) -> Optional[list[int]]:
+    """Bind every thread of this rank's process (its own and gloo's, made at init_process_group) to its share of the
+    CPUs it may use (cpu_share, among the ranks on its kernel: the emulated cluster's nodes split one box's). Returns
+    the CPUs, or None where nothing was bound (fewer CPUs than ranks, no boot_id, a thread that refused)."""
+    peers = kernel_peers(rank)
+    share = cpu_share(os.sched_getaffinity(0), *peers) if peers else None
+    if share is None:
+        return None
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), share)
+    except OSError:
+        return None
+    return share
 
 
 def node_view(probe: Optional[dict[str, Any]] = None) -> dict[str, Any]:

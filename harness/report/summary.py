@@ -72,7 +72,7 @@ def text_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str
 
 def collective_table(records: list[ResultRecord], markdown: bool = False) -> str:
     headers = ["run", "status", "op", "sizes (B)", "peak busbw GB/s", "avg busbw GB/s", "top sizes GB/s",
-               "time <=64K us", "median <=64K us", "#wrong"]
+               "time <=64K us", "median <=64K us", "p25 <=64K us", "held up <=64K %", "#wrong"]
     rows = []
     for r in records:
         busbw = [p["busbw_gbps"] for row in (r.rows or []) for p in (row["out_of_place"], row["in_place"]) if p]
@@ -82,7 +82,8 @@ def collective_table(records: list[ResultRecord], markdown: bool = False) -> str
         rows.append([r.run_id, r.status, r.benchmark, span, fmt(max(busbw) if busbw else None, 3),
                      fmt(_metric(r, "avg_busbw_gbps"), 3), fmt(_metric(r, "large_busbw_gbps"), 3),
                      fmt(_metric(r, "small_time_us"), 1),
-                     fmt(_metric(r, "small_median_us"), 1), str(wrong)])
+                     fmt(_metric(r, "small_median_us"), 1), fmt(_metric(r, "small_p25_us"), 1),
+                     fmt(_metric(r, "small_stalled_pct"), 0), str(wrong)])
     return text_table(headers, rows, markdown)
 
 

@@ -37,6 +37,8 @@ SMALL = "small_time_us"
 SMALL_MEDIAN = "small_median_us"
 """The small sizes' median call, keyed by the sweep's range too; no by-size counterpart (another range's reference
 judges no median)."""
+SMALL_P25 = "small_p25_us"
+"""Their lower quartile call, keyed by the sweep's range as the median; no by-size counterpart either."""
 SHARED_SMALL = "shared_small_time_us"
 """SMALL over the sizes up to SMALL_BYTES a run shares with a by-size reference of each run's time per size."""
 BY_SIZE = {SHARED: AVERAGE, SHARED_SMALL: SMALL}

@@ -44,7 +44,7 @@ from ..errors import HarnessError
 from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace, taken
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
-from .by_size import AVERAGE, BY_SIZE, LARGE, SHARED, SMALL, SMALL_MEDIAN, restrict, sizeless
+from .by_size import AVERAGE, BY_SIZE, LARGE, SHARED, SMALL, SMALL_MEDIAN, SMALL_P25, restrict, sizeless
 from .explained import at_balance, at_busy_host, at_cpu_share, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
@@ -52,13 +52,13 @@ from .cross_machine import (apart, machine_name, machine_of, machines_apart,  # 
                             named_only, names_agree)                         # from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records, none_found
-from .references import NCCL_KEY, REFERENCE_METRICS, STACK_KEYS, Reference, record_config
+from .references import NCCL_KEY, REFERENCE_METRICS, STACK_KEYS, SWEEP_KEYS, Reference, record_config
 
 VERDICTS = ("pass", "regression", "improvement", "new", "missing", "status changed", "insufficient data",
             "not comparable")
 BOOTSTRAP_ROUNDS = 2000
 ACROSS_MACHINES = ("matmul_eff_pct",)
-RANGED = (AVERAGE, LARGE, SMALL, SMALL_MEDIAN)
+RANGED = (AVERAGE, LARGE, SMALL, SMALL_MEDIAN, SMALL_P25)
 """A collective's metrics keyed by its sweep's size range: judged against a sweep of the same range only."""
 """Metrics judged even between machines that are not comparable (said so in the reason): the
 efficiency against each machine's own measured matmul rate, where a software slowdown still shows;
@@ -136,12 +136,13 @@ def same_configuration(ref: Reference, group: Group) -> bool:
     """Every entry of the reference's configuration is the group's too (workload, ZeRO stage, micro
     batch x grad accumulation, sequence, precision, nodes and ranks, ...), and the group's training
     stack is the reference's: a stack key (compile, kernels, attention, ...) the reference lacks means
-    it ran eager, as every reference made before the key existed did. The platform is not asked, nor the
+    it ran eager, as every reference made before the key existed did; likewise a sweep's setting (SWEEP_KEYS: an
+    unbound sweep's reference judges no bound sweep). The platform is not asked, nor the
     run's own NCCL variables (NCCL_KEY): a run with other NCCL settings is judged against the reference,
     and what changed names them (`env.NCCL_ALGO: None -> Tree`), as around an upgrade."""
     return (ref.benchmark == group.benchmark
             and all(group.config.get(k) == v for k, v in ref.config.items() if k != NCCL_KEY)
-            and all(k in ref.config for k in STACK_KEYS if k in group.config))
+            and all(k in ref.config for k in (*STACK_KEYS, *SWEEP_KEYS) if k in group.config))
 
 
 def matches(ref: Reference, group: Group) -> bool:
@@ -409,7 +410,8 @@ def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) 
     reference of it is then used up silently); else the by-size one (shared_busbw_gbps, shared_small_time_us)
     where it applies (the range's has no counterpart: no 'new' row for it); neither by-size metric otherwise.
     Another range's references without a by-size time (made before it) judge no small time, nor call it new; nor
-    the small sizes' median (small_median_us), which only a reference of the run's own range judges."""
+    the small sizes' median and lower quartile (small_median_us, small_p25_us), which only a reference of the run's
+    own range judges."""
     have = {r.metric for r in applicable}
     drop = set()
     for shared, own in BY_SIZE.items():
@@ -419,7 +421,7 @@ def by_range(metrics: list[str], applicable: list[Reference], used: set[tuple]) 
         else:
             drop.add(own if shared in have else shared)
     if SHARED in have and AVERAGE not in have:   # only another range's: its sizes judge, no figure of its own range
-        drop.update((LARGE, SMALL, SMALL_MEDIAN))
+        drop.update((LARGE, SMALL, SMALL_MEDIAN, SMALL_P25))
     return [m for m in metrics if m not in drop]
 
 

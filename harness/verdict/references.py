@@ -258,6 +258,9 @@ STACK_DEFAULTS = {"compile": "none", "compile_mode": "default", "kernels": "eage
 away from them is another configuration (a compiled run is never judged against an eager reference).
 fp8_recipe joins the key with precision fp8 only."""
 STACK_KEYS = (*STACK_DEFAULTS, "fp8_recipe")
+SWEEP_KEYS = ("bind_ranks",)
+"""A collective sweep's settings that join its key only where set (collective.bind_ranks): a reference without one
+ran at the default, every reference made before it, and judges no sweep set away from it (compare.same_configuration)."""
 NCCL_KEY = "nccl_env"
 """The key of a run's own NCCL variables (config `nccl_env`, over the platform's): it parts groups of
 repeats, and never keeps a reference from judging a run (compare.same_configuration, compare._best)."""
@@ -304,6 +307,8 @@ def record_config(record: ResultRecord) -> dict[str, Any]:
         c = cfg["collective"]
         key.update(min_bytes=c["min_bytes"], max_bytes=c["max_bytes"], dtype=c["dtype"], redop=c["redop"],
                    source=record.source)
+        if c.get("bind_ranks"):   # only when set: an unbound sweep's key (every one made before it) stays the same
+            key["bind_ranks"] = True
     return key
 
 

@@ -31,6 +31,11 @@ def test_every_collective_on_two_gloo_ranks(tmp_path):
                    for p in (row["out_of_place"], row["in_place"]) if p]
         assert medians and all(m > 0 for m in medians)
         assert rec["metrics"]["small_median_us"]["value"] == pytest.approx(statistics.median(medians))
+        # and the same calls' lower quartile and share held up (contract/collectives.py call_figures)
+        small = [p for row in rec["rows"] if row["size_bytes"] <= 65536 for p in (row["out_of_place"], row["in_place"]) if p]
+        assert all(0 < p["p25_us"] and 0 <= p["stalled_pct"] <= 100 for p in small)
+        assert rec["metrics"]["small_p25_us"]["value"] == pytest.approx(statistics.median(p["p25_us"] for p in small))
+        assert rec["metrics"]["small_stalled_pct"]["value"] == pytest.approx(statistics.mean(p["stalled_pct"] for p in small))
         assert [row["size_bytes"] for row in rec["rows"]] == [8, 64, 512, 4096, 32768]
         for row in rec["rows"]:
             oop, ip = row["out_of_place"], row["in_place"]

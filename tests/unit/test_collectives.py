@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch.distributed as dist
 
 import benchmarks.comm.collectives as bc
 from benchmarks.comm.collectives import Case, count_wrong, expected_values, input_values, nccl_count
+from benchmarks.node.environment import bind_rank, cpu_share
 from contract.collectives import OPS, SMALL_BYTES
 from contract.spec import CollectiveSpec
 from harness.collectives import Placement, Row, avg_busbw_gbps, busbw_factor, format_table, sizes
@@ -271,11 +273,27 @@ def test_the_small_sizes_take_their_own_iterations_and_each_call_is_timed_on_cpu
             case = Case("all_reduce", size, s, False, 0, 1, torch.device("cpu"))
             real = case.call
             monkeypatch.setattr(case, "call", lambda: calls.append(1) or real())
-            avg, median = bc.time_case(case, s, size)
-            assert len(calls) == expected and avg > 0 and 0 < median, (size, avg, median)
+            avg, figures = bc.time_case(case, s, size)
+            assert len(calls) == expected and avg > 0, (size, avg, figures)
+            assert 0 < figures["p25_us"] <= figures["median_us"] and 0 <= figures["stalled_pct"] <= 100, figures
             calls.clear()
+        # collective.bind_ranks: one rank alone on its kernel takes every CPU it may use, each of its threads bound
+        allowed = os.sched_getaffinity(0)
+        try:
+            assert bind_rank(0) == sorted(allowed)
+            assert all(os.sched_getaffinity(int(t)) == allowed for t in os.listdir("/proc/self/task"))
+        finally:
+            os.sched_setaffinity(0, allowed)
     finally:
         dist.destroy_process_group()
+
+
+def test_the_ranks_on_one_kernel_split_its_cpus_in_order_and_none_is_left_without():
+    assert [cpu_share({0, 1}, place, 2) for place in (0, 1)] == [[0], [1]]
+    assert [cpu_share(set(range(16)), place, 3) for place in range(3)] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9],
+                                                                           [10, 11, 12, 13, 14]]
+    assert cpu_share({4, 2}, 1, 2) == [4]          # a restricted set (a container, a Slurm step): its CPUs in order
+    assert cpu_share({0, 1}, 0, 4) is None and cpu_share({0, 1}, 2, 2) is None    # fewer CPUs than ranks: unbound
 
 
 def test_a_negative_small_iters_is_refused():
