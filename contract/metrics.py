@@ -94,7 +94,7 @@ METRICS = {m.name: m for m in _ALL}
 
 NOISY_PLATFORM_TOLERANCES = {
     "cpu": {"default": 25.0, "avg_busbw_gbps": 50.0, "large_busbw_gbps": 50.0, "small_time_us": 150.0,
-            "small_median_us": 60.0, "small_p25_us": 40.0, "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0, "peak_mem_gib": 10.0,
+            "small_median_us": 60.0, "small_p25_us": 60.0, "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0, "peak_mem_gib": 10.0,
             "matmul_eff_pct": 35.0},
     "cpu-cluster": {"avg_busbw_gbps": 25.0, "shared_busbw_gbps": 25.0,
                     "small_time_us": 40.0, "shared_small_time_us": 40.0},
@@ -105,10 +105,11 @@ NOISY_PLATFORM_TOLERANCES = {
   configuration's efficiency lay within 29 % of its median (ZeRO-3 mb 2 x ga 4: 24.8, 25.5, 32.8 %). The small
   sizes' times, over 16 quiet cpu-short sweeps (2-core AVX-512 EPYC, 2026-12-04; docs/collectives.md): of two
   sweeps the slower read small_time_us up to 4.2x the other's with 5 calls a size (p99 4.1x), and
-  small_median_us (50 calls a size) up to 1.60x (p99 1.52x). small_p25_us, the same calls' lower quartile, over 20
+  small_median_us (50 calls a size) up to 1.60x (p99 1.52x). small_p25_us, the same calls' lower quartile, over 38
   cpu-short sweeps with each rank bound to its own CPU (collective.bind_ranks; 2-core Zen 5 EPYC, 2026-12-06): pairs
-  up to 1.33x (p50 1.04x, p99 1.26x over 760), where 27 unbound sweeps' read up to 2.93x and their median up to
-  10.4x (p99 8.68x: a sweep whose placements' calls were mostly held up for a scheduler tick). large_busbw_gbps as the average: one host's large
+  up to 1.84x (p50 1.06x, p99 1.65x), where 27 unbound sweeps' median read up to 10.4x (p99 8.68x: a sweep whose
+  placements' calls were mostly held up for a scheduler tick). Against the 3 bound sweeps submitted, the 35 others
+  read no regression of it at 60 % (1 insufficient data of 140), 3 at 40 %. large_busbw_gbps as the average: one host's large
   sizes move through its memory (24 quiet cpu-short sweeps of 2026-12-04: pairs up to 2.74x, the average's 2.42x).
 - cpu-cluster (2 nodes over a 1 Gbit/s shaped link on the 2-core AVX-512 EPYC; 13 quiet nights of its nightly,
   3 runs each, 2026-12-05; tests/data/cluster_nights/, docs/emulated-cluster.md): its training stays at 10 %

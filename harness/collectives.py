@@ -163,8 +163,8 @@ def small_p25_us(rows: list[Row]) -> Optional[float]:
     small sizes' latency of a call the host did not hold up. Where gloo's event loop holds a call up for a
     scheduler tick in 11-46 % of a sweep's small calls (up to 62 % of one placement's), the median flips to the
     held-up mode: over 10 sweeps on the Zen 5 box all_reduce's small_median_us read 266-1,786 us (6.7x), this
-    219-307 (1.40x); the other ops' 1.43-1.46x and 1.46-1.67x (docs/collectives.md). None unless every such
-    placement has one (records made before it, a GPU's)."""
+    219-307 (1.40x) (docs/collectives.md). None unless every such placement has one (records made before it, a
+    GPU's)."""
     placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
     if not placements or any(p.p25_us is None for p in placements):
         return None

@@ -17,9 +17,11 @@ from contract.metrics import METRICS, tolerances_for
 from harness.collectives import Placement, Row, small_median_us, small_p25_us, small_stalled_pct
 from harness.config.schema import REPO_ROOT
 from harness.record import collective_record
-from harness.verdict.references import REFERENCE_METRICS
+from harness.verdict.compare import decide
+from harness.verdict.references import REFERENCE_METRICS, Reference
 
 CALLS = REPO_ROOT / "tests" / "data" / "held_up_calls" / "zen5-2026-12-06.json"
+SUBMITTED = REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "2026-12-06-bound"
 
 
 def sweeps() -> list[dict]:
@@ -72,7 +74,7 @@ def test_over_10_sweeps_the_lower_quartile_holds_where_the_median_flips():
         spread[op] = (max(medians) / min(medians), max(quartiles) / min(quartiles), max(shares))
     median_spread, quartile_spread, most_held = spread["all_reduce"]
     assert median_spread > 5 and quartile_spread < 1.5 and most_held > 30   # 6.7x, 1.40x; 46 % in one sweep
-    # unbound, every op's quartile within 1.7x of each other sweep's; bound, within 1.33x (contract/metrics.py)
+    # unbound, every op's quartile within 1.7x of each other sweep's
     assert all(q < 1.7 for _, q, _ in spread.values()), spread
     assert spread["broadcast"][2] < 15                # broadcast's calls are seldom held up: one message, no reply
 
@@ -98,7 +100,7 @@ def test_a_record_carries_the_quartile_judged_and_the_share_as_information():
     # the quartile is judged against references as the median is; the share held up never is
     assert "small_p25_us" in REFERENCE_METRICS["collective"] and "small_stalled_pct" not in REFERENCE_METRICS["collective"]
     assert METRICS["small_p25_us"].host_paced and METRICS["small_p25_us"].latency_bound
-    assert tolerances_for("cpu")["small_p25_us"] == 40.0 < tolerances_for("cpu")["small_median_us"] == 60.0
+    assert tolerances_for("cpu")["small_p25_us"] == tolerances_for("cpu")["small_median_us"] == 60.0
     assert statistics.median([1.0, 2.0]) == 1.5   # call_figures' median is statistics.median's
     assert call_figures([1.0, 2.0])["median_us"] == 1.5
 
@@ -108,18 +110,39 @@ def pair_ratios(rows: list[dict], metric: str) -> list[float]:
                   for op in rows[0] for i, a in enumerate(rows) for b in rows[i + 1:])
 
 
-def test_bound_ranks_keep_the_quartile_within_its_tolerance_where_unbound_neither_figure_holds():
-    """collective.bind_ranks, on 47 real sweeps' metrics: bound, two sweeps' lower quartile at most 1.33x apart (cpu's
-    40 % judges 1.4x); unbound, 2.93x, and the median 10.4x (a sweep whose calls were mostly held up)."""
+def test_bound_sweeps_pass_the_submitted_references_where_unbound_medians_flip():
+    """collective.bind_ranks, on the metrics of 62 real sweeps of the Zen 5 box: the 35 bound ones against the 3 bound
+    sweeps submitted to cpu.json (their median, cpu's 60 %) read no regression of the lower quartile; the 27 unbound
+    ones' median flips, 10.4x between two sweeps, and their unheld calls are 2-3x slower than bound ones'."""
     data = json.loads((CALLS.parent / "sweeps-2026-12-06.json").read_text())
     bound, unbound = data["bound"], data["unbound"]
-    assert len(bound) == 20 and len(unbound) == 27
-    limit = 1 + tolerances_for("cpu")["small_p25_us"] / 100
-    assert pair_ratios(bound, "small_p25_us")[-1] < 1.35 < limit
-    assert pair_ratios(bound, "small_median_us")[-1] < 1 + tolerances_for("cpu")["small_median_us"] / 100
-    assert pair_ratios(unbound, "small_p25_us")[-1] > 2.5 and pair_ratios(unbound, "small_median_us")[-1] > 8
-    # bound, a rank's own CPU: its small calls 2-3x faster unheld, and held up as often from sweep to sweep
-    for op in ("all_reduce", "reduce_scatter"):
-        assert max(s[op]["small_p25_us"] for s in bound) * 1.8 < statistics.median(s[op]["small_p25_us"] for s in unbound)
+    assert len(bound) == 35 and len(unbound) == 27
+    refs: dict[tuple[str, str], list[float]] = {}
+    for suite in ("s1", "s2", "s3"):
+        for path in (SUBMITTED / suite).glob("00-collectives-*.json"):
+            rec = json.loads(path.read_text())
+            assert rec["config"]["collective"]["bind_ranks"] and rec["environment"]["rank_cpus"] == {"0": [0], "1": [1]}
+            for metric, m in rec["metrics"].items():
+                refs.setdefault((rec["benchmark"], metric), []).append(m["value"])
+
+    def verdicts(sweeps: list[dict], metric: str, tolerance: float) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for sweep in sweeps:
+            for op, figures in sweep.items():
+                samples = refs[(op, metric)]
+                ref = Reference(platform="cpu", benchmark=op, config={}, metric=metric, value=statistics.median(samples),
+                                unit="us", direction="lower", tolerance_pct=tolerance, samples=tuple(samples))
+                verdict = decide([figures[metric]], ref)[0]
+                counts[verdict] = counts.get(verdict, 0) + 1
+        return counts
+
+    assert tolerances_for("cpu")["small_p25_us"] == 60.0
+    assert verdicts(bound, "small_p25_us", 60.0) == {"pass": 139, "insufficient data": 1}
+    assert verdicts(bound, "small_p25_us", 40.0).get("regression") == 3    # why not 40 %
+    assert max(pair_ratios(bound, "small_p25_us")) < 1.9                    # two bound sweeps: up to 1.84x
+    assert max(pair_ratios(unbound, "small_median_us")) > 8                 # unbound, the median flips: 10.4x
+    for op in ("all_reduce", "reduce_scatter"):   # unheld calls: bound 2-3x faster, held up as often
+        assert statistics.median(s[op]["small_p25_us"] for s in bound) * 1.8 < \
+            statistics.median(s[op]["small_p25_us"] for s in unbound)
         shares = [s[op]["small_stalled_pct"] for s in bound]
         assert 15 < min(shares) and max(shares) < 45

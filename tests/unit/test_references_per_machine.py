@@ -14,7 +14,7 @@ from unit_helpers import REPO_ROOT
 
 from harness.__main__ import main
 from harness.record import ResultRecord
-from harness.verdict.compare import compare
+from harness.verdict.compare import compare, outside_runs
 from harness.verdict.references import Reference, load_references, validate_reference_file
 
 SHIPPED = REPO_ROOT / "reference_results" / "cpu.json"
@@ -25,6 +25,9 @@ LARGE = [RUNS.parent / "2026-12-05-collectives" / r for r in ("r1", "r2", "r3")]
 """The sweeps that replaced those again and added large_busbw_gbps."""
 ZEN5_RUNS = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "2026-12-05" / s for s in ("s1", "s2", "s3")]
 """The Zen 5's three default-cpu suites: the same CPU name and ISA class as the AVX-512 box, its kind kept."""
+ZEN5_BOUND = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "2026-12-06-bound" / s
+              for s in ("s1", "s2", "s3")]
+"""Its three default-cpu suites whose collective sweep binds each rank to its own CPU: their collective records."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
 ZEN5 = "AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2)"
 NOT_KEPT = ("all_reduce", "small_median_us")
@@ -35,7 +38,7 @@ three samples cannot stand for; its runs' figure is judged against the AVX-512 b
 
 def not_kept(e: dict) -> bool:
     ref = Reference.from_dict(e)
-    return (ref.benchmark, ref.metric) == NOT_KEPT and ref.machine() == ZEN5
+    return (ref.benchmark, ref.metric) == NOT_KEPT and ref.machine() == ZEN5 and not ref.config.get("bind_ranks")
 
 
 def shipped() -> list[Reference]:
@@ -69,7 +72,11 @@ def test_the_shipped_table_keeps_each_keys_reference_of_the_three_epycs():
     for r in refs:
         by_machine.setdefault(r.machine(), set()).add(r.key())
     assert sorted(by_machine) == [AVX2, AVX512, ZEN5]
-    assert by_machine[ZEN5] == {k for k in by_machine[AVX512] if (k[1], k[3]) != NOT_KEPT}   # the same suite
+    bound = {r.key() for r in refs if r.config.get("bind_ranks")}
+    assert len(bound) == 28 and bound <= by_machine[ZEN5]   # the bound sweep's: the Zen 5's alone
+    assert {k[3] for k in bound} == {"avg_busbw_gbps", "large_busbw_gbps", "small_time_us", "small_median_us",
+                                     "small_p25_us", "shared_busbw_gbps", "shared_small_time_us"}
+    assert by_machine[ZEN5] - bound == {k for k in by_machine[AVX512] if (k[1], k[3]) != NOT_KEPT}   # the same suite
     assert by_machine[AVX2] < by_machine[AVX512]   # every AVX2 key, and the collectives' newer metrics
     assert {k[3] for k in by_machine[AVX512] - by_machine[AVX2]} == {
         "small_time_us", "shared_busbw_gbps", "shared_small_time_us", "small_median_us", "large_busbw_gbps"}
@@ -132,6 +139,10 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
     assert "added c7 samples_per_s 46.858 samples/s 3 m1, m2" in rows and "added c1 small_median_us 193.510 us 3 m2" in rows
     assert f"  m1: {AVX2}" in out.splitlines() and f"  m2: {AVX512}" in out.splitlines()   # the machines beside, once
     assert all(len(line) <= 120 for line in out.splitlines())
+    assert main(["submit", *(str(p) for s in ZEN5_BOUND for p in sorted(s.glob("00-collectives-*.json"))),
+                 "--reference-file", str(table), "--submitter", "suite maintainers"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "28 references of 8 configurations (28 added" in out and "beside" not in out, out   # no other machine's
     strip = ("date", "note")   # the day it was made, and the note that carries the --reason given
 
     def comparable(e: dict) -> str:
@@ -144,7 +155,8 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
 
 def test_a_run_is_judged_by_its_own_machines_reference_and_the_others_are_not_missing():
     refs = shipped()
-    verdicts = compare(current(), refs)
+    verdicts, outside = outside_runs(compare(current(), refs), current())
+    assert {v.config.get("bind_ranks") for v in outside} == {True}   # the bound sweep's, which no run here made
     assert verdicts and not [v for v in verdicts if v.verdict in ("not comparable", "missing", "new")], \
         [(v.metric, v.verdict, v.reason) for v in verdicts if v.verdict != "pass"]
     own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value for r in refs if r.machine() == AVX512}
