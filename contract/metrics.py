@@ -109,7 +109,8 @@ NOISY_PLATFORM_TOLERANCES = {
   cpu-short sweeps with each rank bound to its own CPU (collective.bind_ranks; 2-core Zen 5 EPYC, 2026-12-06): pairs
   up to 1.84x (p50 1.06x, p99 1.65x), where 27 unbound sweeps' median read up to 10.4x (p99 8.68x: a sweep whose
   placements' calls were mostly held up for a scheduler tick). Against the 3 bound sweeps submitted, the 35 others
-  read no regression of it at 60 % (1 insufficient data of 140), 3 at 40 %. large_busbw_gbps as the average: one host's large
+  read 1 regression of it in 140 verdicts at 60 % (a sweep whose unheld calls all ran 1.7x slower), 3 at 40 %.
+  large_busbw_gbps as the average: one host's large
   sizes move through its memory (24 quiet cpu-short sweeps of 2026-12-04: pairs up to 2.74x, the average's 2.42x).
 - cpu-cluster (2 nodes over a 1 Gbit/s shaped link on the 2-core AVX-512 EPYC; 13 quiet nights of its nightly,
   3 runs each, 2026-12-05; tests/data/cluster_nights/, docs/emulated-cluster.md): its training stays at 10 %

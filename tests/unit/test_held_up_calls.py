@@ -112,8 +112,9 @@ def pair_ratios(rows: list[dict], metric: str) -> list[float]:
 
 def test_bound_sweeps_pass_the_submitted_references_where_unbound_medians_flip():
     """collective.bind_ranks, on the metrics of 62 real sweeps of the Zen 5 box: the 35 bound ones against the 3 bound
-    sweeps submitted to cpu.json (their median, cpu's 60 %) read no regression of the lower quartile; the 27 unbound
-    ones' median flips, 10.4x between two sweeps, and their unheld calls are 2-3x slower than bound ones'."""
+    sweeps submitted to cpu.json (their median, cpu's 60 %) read one regression of the lower quartile in 140 (a sweep
+    whose unheld calls all ran 1.7x slower, 165 us against 95: not the tick), three at 40 %; the 27 unbound ones'
+    median flips, 10.4x between two sweeps, and their unheld calls are 2-3x slower than bound ones'."""
     data = json.loads((CALLS.parent / "sweeps-2026-12-06.json").read_text())
     bound, unbound = data["bound"], data["unbound"]
     assert len(bound) == 35 and len(unbound) == 27
@@ -137,7 +138,7 @@ def test_bound_sweeps_pass_the_submitted_references_where_unbound_medians_flip()
         return counts
 
     assert tolerances_for("cpu")["small_p25_us"] == 60.0
-    assert verdicts(bound, "small_p25_us", 60.0) == {"pass": 139, "insufficient data": 1}
+    assert verdicts(bound, "small_p25_us", 60.0) == {"pass": 138, "insufficient data": 1, "regression": 1}
     assert verdicts(bound, "small_p25_us", 40.0).get("regression") == 3    # why not 40 %
     assert max(pair_ratios(bound, "small_p25_us")) < 1.9                    # two bound sweeps: up to 1.84x
     assert max(pair_ratios(unbound, "small_median_us")) > 8                 # unbound, the median flips: 10.4x
