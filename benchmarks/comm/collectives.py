@@ -285,8 +285,8 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
         device = torch.device("cpu")
         dist.init_process_group(backend=spec.dist_backend)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    # on cpu, each rank's threads on its own CPUs (collective.bind_ranks): gloo's event loop then holds no other
-    # rank's call up, and the scheduler no longer moves the ranks between sweeps (docs/collectives.md)
+    # on cpu, each rank's threads on its own CPUs (collective.bind_ranks): the ranks no longer share a CPU nor land
+    # on the CPUs differently from one sweep to the next; a call is held up as often (docs/collectives.md)
     cpus = bind_rank(rank) if spec.bind_ranks and spec.device == "cpu" else None
     # on cpu, the machine's pace before and after the sweep (benchmarks/node/probe.py Pulses), read by the first rank
     # on each machine while the others wait: gloo on one host moves its bytes through the host's memory on its

@@ -112,15 +112,26 @@ def cpu_share(allowed: set[int], place: int, count: int) -> Optional[list[int]]:
 def bind_rank(rank: int) -> Optional[list[int]]:
     """Bind every thread of this rank's process (its own and gloo's, made at init_process_group) to its share of the
     CPUs it may use (cpu_share, among the ranks on its kernel: the emulated cluster's nodes split one box's). Returns
-    the CPUs, or None where nothing was bound (fewer CPUs than ranks, no boot_id, a thread that refused)."""
+    the CPUs, or None where nothing was bound (fewer CPUs than ranks, no boot_id, a thread that refused: then every
+    thread is given back the CPUs it had). A thread that ended meanwhile is passed over."""
     peers = kernel_peers(rank)
-    share = cpu_share(os.sched_getaffinity(0), *peers) if peers else None
+    allowed = os.sched_getaffinity(0)
+    share = cpu_share(allowed, *peers) if peers else None
     if share is None:
         return None
+    threads = [int(tid) for tid in os.listdir("/proc/self/task")]
     try:
-        for tid in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(tid), share)
+        for tid in threads:
+            try:
+                os.sched_setaffinity(tid, share)
+            except ProcessLookupError:
+                continue
     except OSError:
+        for tid in threads:
+            try:
+                os.sched_setaffinity(tid, allowed)
+            except OSError:
+                pass
         return None
     return share
 

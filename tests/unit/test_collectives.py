@@ -300,3 +300,24 @@ def test_a_negative_small_iters_is_refused():
     with pytest.raises(ConfigError) as err:
         compose(["kind=collective", "collective.small_iters=-1"])
     assert "collective.small_iters" in str(err.value) and "must be >= 0" in str(err.value)
+
+
+def test_a_refused_binding_gives_every_thread_its_cpus_back(monkeypatch):
+    """bind_rank where the kernel refuses a thread's new CPUs (EINVAL, EPERM): nothing stays bound, None is returned;
+    a thread that ended meanwhile (ESRCH) is passed over."""
+    import benchmarks.node.environment as env
+
+    allowed, calls = os.sched_getaffinity(0), []
+    monkeypatch.setattr(env, "kernel_peers", lambda rank: (0, 1))
+
+    def refuse_second(tid, cpus):
+        calls.append(set(cpus))
+        if len(calls) == 2:
+            raise PermissionError("refused")
+    monkeypatch.setattr(env.os, "sched_setaffinity", refuse_second)
+    assert env.bind_rank(0) is None and calls[-1] == allowed
+
+    def gone(tid, cpus):
+        raise ProcessLookupError("ended")
+    monkeypatch.setattr(env.os, "sched_setaffinity", gone)
+    assert env.bind_rank(0) == sorted(allowed)
