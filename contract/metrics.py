@@ -108,7 +108,7 @@ NOISY_PLATFORM_TOLERANCES = {
   small_median_us (50 calls a size) up to 1.60x (p99 1.52x). small_p25_us, the same calls' lower quartile, over 38
   cpu-short sweeps with each rank bound to its own CPU (collective.bind_ranks; 2-core Zen 5 EPYC, 2026-12-06): pairs
   up to 1.84x (p50 1.06x, p99 1.65x), where 27 unbound sweeps' median read up to 10.4x (p99 8.68x: a sweep whose
-  placements' calls were mostly held up for a scheduler tick). Against the 3 bound sweeps submitted, the 35 others
+  placements' calls were mostly held up for a scheduler tick). Against 3 bound sweeps as references, the 35 others
   read 1 regression of it in 140 verdicts at 60 % (a sweep whose unheld calls all ran 1.7x slower), 3 at 40 %.
   large_busbw_gbps as the average: one host's large
   sizes move through its memory (24 quiet cpu-short sweeps of 2026-12-04: pairs up to 2.74x, the average's 2.42x).
