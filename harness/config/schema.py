@@ -290,8 +290,8 @@ class CollectiveConfig:
     ranks. No effect on a GPU. Unbound, gloo's event loop thread of one rank spins while a worker it waits for sits
     behind it on the same CPU until the scheduler's tick, and the ranks' threads land on the CPUs differently from
     one sweep to the next: on the 2-core Zen 5 box bound, the small calls unheld are 2-3x faster and the small sizes'
-    median no longer flips to the held-up mode (docs/collectives.md). Part of a sweep's reference key: an unbound
-    sweep's references judge no bound sweep. cpu-short sets it."""
+    median no longer flips to the held-up mode (docs/collectives.md). Part of a sweep's reference key where the ranks
+    were bound (environment.rank_cpus): an unbound sweep's references judge no bound sweep. cpu-short sets it."""
     dtype: CollectiveDtype = CollectiveDtype.float32
     """float32, float16, bfloat16, float64, int32, int64, int8, uint8 (nccl-tests -d)."""
     redop: CollectiveRedop = CollectiveRedop.sum

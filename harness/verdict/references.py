@@ -259,8 +259,9 @@ away from them is another configuration (a compiled run is never judged against 
 fp8_recipe joins the key with precision fp8 only."""
 STACK_KEYS = (*STACK_DEFAULTS, "fp8_recipe")
 SWEEP_KEYS = ("bind_ranks",)
-"""A collective sweep's settings that join its key only where set (collective.bind_ranks): a reference without one
-ran at the default, every reference made before it, and judges no sweep set away from it (compare.same_configuration)."""
+"""A collective sweep's settings that join its key only where they took effect (collective.bind_ranks: the ranks'
+CPUs recorded in environment.rank_cpus): a reference without one ran at the default, every reference made before
+it, and judges no sweep away from it (compare.same_configuration)."""
 NCCL_KEY = "nccl_env"
 """The key of a run's own NCCL variables (config `nccl_env`, over the platform's): it parts groups of
 repeats, and never keeps a reference from judging a run (compare.same_configuration, compare._best)."""
@@ -307,7 +308,9 @@ def record_config(record: ResultRecord) -> dict[str, Any]:
         c = cfg["collective"]
         key.update(min_bytes=c["min_bytes"], max_bytes=c["max_bytes"], dtype=c["dtype"], redop=c["redop"],
                    source=record.source)
-        if c.get("bind_ranks"):   # only when set: an unbound sweep's key (every one made before it) stays the same
+        if c.get("bind_ranks") and record.environment.get("rank_cpus"):
+            # only where the ranks were bound (asked, on cpu, with a CPU for each): an unbound sweep's key (every one
+            # made before it, a GPU's, one on fewer CPUs than ranks) stays the same
             key["bind_ranks"] = True
     return key
 

@@ -170,3 +170,16 @@ def test_twenty_calls_a_large_size_steady_its_busbw():
         assert p90(twenty, op) < 1.65 < 1.75 < p90(five, op), op
     assert verdicts(twenty, "large_busbw_gbps", 50.0) == {"pass": 38, "insufficient data": 2}
     assert verdicts(five, "large_busbw_gbps", 50.0)["improvement"] == 18
+
+
+def test_the_binding_joins_the_key_only_where_it_took_effect():
+    """A sweep that asked for bound ranks and got none (a GPU, fewer CPUs than ranks) is keyed as unbound: the
+    unbound references judge it; one whose ranks' CPUs are recorded is keyed bound."""
+    from harness.record import ResultRecord
+    from harness.verdict.references import record_config
+
+    path = SUBMITTED / "s1" / "00-collectives-all_reduce.json"
+    bound = json.loads(path.read_text())
+    assert record_config(ResultRecord.from_dict(bound))["bind_ranks"] is True
+    unbound = {**bound, "environment": {k: v for k, v in bound["environment"].items() if k != "rank_cpus"}}
+    assert bound["config"]["collective"]["bind_ranks"] and "bind_ranks" not in record_config(ResultRecord.from_dict(unbound))
