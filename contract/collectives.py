@@ -3,6 +3,8 @@
 harness validates and records with it; the ranks (benchmarks/comm/collectives.py) map it onto torch."""
 from __future__ import annotations
 
+import statistics
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
 """The dtypes a sweep (collective.dtype) takes: torch's names."""
@@ -47,9 +49,6 @@ def call_figures(times_us: list[float]) -> dict[str, float]:
     four were), and the share of calls held up (stalled_pct: over STALL_FACTOR times the lower quartile)."""
     if not times_us:
         raise ValueError("call_figures needs at least one call's time")
-    ordered = sorted(times_us)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    p25 = lower_quartile(ordered)
-    held = sum(1 for t in ordered if t > STALL_FACTOR * p25)
-    return {"median_us": median, "p25_us": p25, "stalled_pct": 100.0 * held / len(ordered)}
+    p25 = lower_quartile(times_us)
+    held = sum(1 for t in times_us if t > STALL_FACTOR * p25)
+    return {"median_us": statistics.median(times_us), "p25_us": p25, "stalled_pct": 100.0 * held / len(times_us)}

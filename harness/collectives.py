@@ -142,8 +142,20 @@ def small_time_us(rows: list[Row]) -> Optional[float]:
     """The mean time per call, us, over the placements of the sweep's sizes from 1 B to SMALL_BYTES that have a
     bandwidth (a smoke run's have none): the latency the average busbw cannot show, since it weighs the
     bandwidth-bound sizes (a protocol turned off, a slower launch path). None where the sweep has no such size."""
-    values = [p.time_us for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
+    values = [p.time_us for p in small_placements(rows)]
     return sum(values) / len(values) if values else None
+
+
+def small_placements(rows: list[Row]) -> list[Placement]:
+    """The placements of the sweep's sizes from 1 B to SMALL_BYTES that have a bandwidth: what each small_* figure
+    takes."""
+    return [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
+
+
+def _per_call(rows: list[Row], field: str) -> Optional[list[float]]:
+    """Each small placement's per-call figure `field` (PER_CALL); None unless every one has it."""
+    values = [getattr(p, field) for p in small_placements(rows)]
+    return values if values and None not in values else None
 
 
 def small_median_us(rows: list[Row]) -> Optional[float]:
@@ -152,10 +164,8 @@ def small_median_us(rows: list[Row]) -> Optional[float]:
     a placement now and then (a 2-core VM's 4 ms scheduler ticks: one placement's median read 2.4 ms among
     others' 0.4-0.5). A change of one size alone moves small_time_us, not this. None unless every such
     placement has a median."""
-    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
-    if not placements or any(p.median_us is None for p in placements):
-        return None
-    return statistics.median(p.median_us for p in placements)
+    values = _per_call(rows, "median_us")
+    return statistics.median(values) if values else None
 
 
 def small_p25_us(rows: list[Row]) -> Optional[float]:
@@ -165,19 +175,15 @@ def small_p25_us(rows: list[Row]) -> Optional[float]:
     held-up mode: over 10 sweeps on the Zen 5 box all_reduce's small_median_us read 266-1,786 us (6.7x), this
     219-307 (1.40x) (docs/collectives.md). None unless every such placement has one (records made before it, a
     GPU's)."""
-    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
-    if not placements or any(p.p25_us is None for p in placements):
-        return None
-    return statistics.median(p.p25_us for p in placements)
+    values = _per_call(rows, "p25_us")
+    return statistics.median(values) if values else None
 
 
 def small_stalled_pct(rows: list[Row]) -> Optional[float]:
     """The mean, over the same placements, of each one's share of calls held up (Placement.stalled_pct), %: how often
     this host held a small call up, which small_time_us carries and small_p25_us leaves out. None as small_p25_us."""
-    placements = [p for r in rows if 0 < r.size_bytes <= SMALL_BYTES for p in measured_placements(r)]
-    if not placements or any(p.stalled_pct is None for p in placements):
-        return None
-    return sum(p.stalled_pct for p in placements) / len(placements)
+    values = _per_call(rows, "stalled_pct")
+    return sum(values) / len(values) if values else None
 
 
 def _placement_cols(p: Optional[Placement]) -> str:

@@ -33,7 +33,7 @@ from contract.collectives import DTYPES as VOCABULARY_DTYPES
 from contract.collectives import NCCL_TYPES, SMALL_BYTES, call_figures
 from contract.spec import SPEC_FILE, CollectiveSpec
 
-from benchmarks.node.environment import announce, bind_rank, first_on_kernel
+from benchmarks.node.environment import announce, bind_rank, first_of, kernel_peers
 from benchmarks.failure import run_rank
 from benchmarks.node.machine import LoadWindow
 from benchmarks.node.probe import Pulses
@@ -287,12 +287,13 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     # on cpu, each rank's threads on its own CPUs (collective.bind_ranks): the ranks no longer share a CPU nor land
     # on the CPUs differently from one sweep to the next; a call is held up as often (docs/collectives.md)
-    cpus = bind_rank(rank) if spec.bind_ranks and spec.device == "cpu" else None
+    peers = kernel_peers(rank) if spec.device == "cpu" else None   # gathered once, for the binding and the pulses
+    cpus = bind_rank(peers) if spec.bind_ranks and spec.device == "cpu" else None
     # on cpu, the machine's pace before and after the sweep (benchmarks/node/probe.py Pulses), read by the first rank
     # on each machine while the others wait: gloo on one host moves its bytes through the host's memory on its
     # CPUs, so a night the box's memory or CPUs ran slower is known as such (harness/pace.py one_cpu_host). A
     # GPU's busbw is its links', which no pulse reads.
-    pulses = Pulses(spec.device) if spec.device == "cpu" and first_on_kernel(rank) else None
+    pulses = Pulses(spec.device) if spec.device == "cpu" and first_of(peers) else None
     if pulses:
         pulses.start()
     dist.barrier()

@@ -81,7 +81,11 @@ def first_on_kernel(rank: int) -> bool:
     cluster's nodes share one box, where two nodes' memory pulses at once read each other's traffic (a
     ZeRO-3 run's triad 0.57x its probe's, the other runs' 0.86-0.89x) and the pace of one is the box's.
     Where the boot_id cannot be read, first_on_node()."""
-    peers = kernel_peers(rank)
+    return first_of(kernel_peers(rank))
+
+
+def first_of(peers: Optional[tuple[int, int]]) -> bool:
+    """first_on_kernel from kernel_peers' answer already gathered."""
     return first_on_node() if peers is None else peers[0] == 0
 
 
@@ -109,31 +113,35 @@ def cpu_share(allowed: set[int], place: int, count: int) -> Optional[list[int]]:
     return cpus[place * per:(place + 1) * per]
 
 
-def bind_rank(rank: int) -> Optional[list[int]]:
+def bind_rank(peers: Optional[tuple[int, int]]) -> Optional[list[int]]:
     """Bind every thread of this rank's process (its own and gloo's, made at init_process_group) to its share of the
-    CPUs it may use (cpu_share, among the ranks on its kernel: the emulated cluster's nodes split one box's). Returns
-    the CPUs, or None where nothing was bound (fewer CPUs than ranks, no boot_id, a thread that refused: then every
-    thread is given back the CPUs it had). A thread that ended meanwhile is passed over."""
-    peers = kernel_peers(rank)
+    CPUs it may use (cpu_share, among the ranks on its kernel, `peers` as kernel_peers gives them: the emulated
+    cluster's nodes split one box's). Returns the CPUs, or None where nothing was bound (fewer CPUs than ranks, no
+    boot_id, a thread that refused: then every thread is given back the CPUs it had). A thread that ended meanwhile
+    is passed over."""
     allowed = os.sched_getaffinity(0)
     share = cpu_share(allowed, *peers) if peers else None
     if share is None:
         return None
     threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    try:
-        for tid in threads:
-            try:
-                os.sched_setaffinity(tid, share)
-            except ProcessLookupError:
-                continue
-    except OSError:
-        for tid in threads:
-            try:
-                os.sched_setaffinity(tid, allowed)
-            except OSError:
-                pass
-        return None
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, share)
+        except ProcessLookupError:
+            continue
+        except OSError:
+            _set_affinity(threads, allowed)
+            return None
     return share
+
+
+def _set_affinity(threads: list[int], cpus: set[int]) -> None:
+    """Every one of the threads that still runs on `cpus`."""
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass
 
 
 def node_view(probe: Optional[dict[str, Any]] = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 import benchmarks.comm.collectives as bc
 from benchmarks.comm.collectives import Case, count_wrong, expected_values, input_values, nccl_count
-from benchmarks.node.environment import bind_rank, cpu_share
+from benchmarks.node.environment import bind_rank, cpu_share, kernel_peers
 from contract.collectives import OPS, SMALL_BYTES
 from contract.spec import CollectiveSpec
 from harness.collectives import Placement, Row, avg_busbw_gbps, busbw_factor, format_table, sizes
@@ -280,7 +280,7 @@ def test_the_small_sizes_take_their_own_iterations_and_each_call_is_timed_on_cpu
         # collective.bind_ranks: one rank alone on its kernel takes every CPU it may use, each of its threads bound
         allowed = os.sched_getaffinity(0)
         try:
-            assert bind_rank(0) == sorted(allowed)
+            assert bind_rank(kernel_peers(0)) == sorted(allowed)
             assert all(os.sched_getaffinity(int(t)) == allowed for t in os.listdir("/proc/self/task"))
         finally:
             os.sched_setaffinity(0, allowed)
@@ -308,16 +308,15 @@ def test_a_refused_binding_gives_every_thread_its_cpus_back(monkeypatch):
     import benchmarks.node.environment as env
 
     allowed, calls = os.sched_getaffinity(0), []
-    monkeypatch.setattr(env, "kernel_peers", lambda rank: (0, 1))
 
     def refuse_second(tid, cpus):
         calls.append(set(cpus))
         if len(calls) == 2:
             raise PermissionError("refused")
     monkeypatch.setattr(env.os, "sched_setaffinity", refuse_second)
-    assert env.bind_rank(0) is None and calls[-1] == allowed
+    assert env.bind_rank((0, 1)) is None and calls[-1] == allowed
 
     def gone(tid, cpus):
         raise ProcessLookupError("ended")
     monkeypatch.setattr(env.os, "sched_setaffinity", gone)
-    assert env.bind_rank(0) == sorted(allowed)
+    assert env.bind_rank((0, 1)) == sorted(allowed)
