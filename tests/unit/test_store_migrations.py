@@ -104,3 +104,32 @@ def test_a_store_at_the_head_is_opened_without_importing_alembic(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, f"sqlite:///{store}"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2], check=True).stdout
     assert out.strip() == "None []"
+
+
+def test_a_migration_that_fails_midway_leaves_the_store_as_it_was_and_a_later_opening_upgrades_it(tmp_path,
+                                                                                                monkeypatch):
+    """SQLite's driver commits each CREATE on its own unless a transaction was begun explicitly: a migration
+    stopped after its first index (a full disk, a killed nightly) must leave no index behind, or every later
+    opening fails on 'index already exists'. The same holds two suites apart: the other one must never see
+    a half-made schema (tables, no alembic_version), or it stamps and migrates it a second time."""
+    from alembic.operations import Operations
+
+    store = tmp_path / "history.sqlite"
+    shutil.copy(FIXTURE, store)
+    digest = hashlib.sha256(store.read_bytes()).hexdigest()
+    made = []
+    real = Operations.create_index
+
+    def second_index_fails(self, name, *args, **kwargs):
+        made.append(name)
+        if len(made) == 2:
+            raise OSError("disk full (injected)")
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Operations, "create_index", second_index_fails)
+    with pytest.raises(OSError, match="injected"):
+        History(f"sqlite:///{store}")
+    assert made == ["ix_runs_platform_night", "ix_nights_platform_night"]
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == digest      # not stamped, no index: as it was
+    monkeypatch.setattr(Operations, "create_index", real)
+    assert History(f"sqlite:///{store}").upgraded == f"history store {store}: schema {BASELINE} -> {HEAD}, every row kept"

@@ -83,12 +83,26 @@ def upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
     return None
 
 
-def _upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
-    with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":     # one migrating suite at a time; the others then
-            import sqlalchemy as sa                      # find the store at HEAD (released at commit)
+def _take_the_store(connection: Any) -> None:
+    """One migrating suite at a time, and its work one transaction: the others wait, then find the store at
+    HEAD. PostgreSQL: an advisory lock, released at commit. SQLite: its driver begins a transaction only
+    before a row is written and commits each CREATE on its own, so a migration stopped midway would leave
+    half a schema, and a suite opening the store meanwhile would see tables without `alembic_version` and
+    migrate them again; BEGIN IMMEDIATE makes the whole migration one transaction under the write lock."""
+    import sqlalchemy as sa
 
-            connection.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+    elif connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _upgrade(engine: Any, name: str, remedy: str) -> Optional[str]:
+    with engine.connect() as connection:                 # at HEAD (every opening but the first): no lock
+        if revision_of(connection) == HEAD:
+            return None
+    with engine.begin() as connection:
+        _take_the_store(connection)
         current = revision_of(connection)
         if current == HEAD:
             return None
