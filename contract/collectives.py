@@ -4,6 +4,8 @@ harness validates and records with it; the ranks (benchmarks/comm/collectives.py
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
+from typing import Hashable, Sequence
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
@@ -52,3 +54,15 @@ def call_figures(times_us: list[float]) -> dict[str, float]:
     p25 = lower_quartile(times_us)
     held = sum(1 for t in times_us if t > STALL_FACTOR * p25)
     return {"median_us": statistics.median(times_us), "p25_us": p25, "stalled_pct": 100.0 * held / len(times_us)}
+
+
+def held_up_excess(calls: Sequence[tuple[Hashable, float]]) -> list[float]:
+    """Of calls each timed on its own, given as (kind, time) in any unit (a training run's profiled collectives, kind
+    = op and bytes), each call's time beyond its kind's lower quartile where it was held up (over STALL_FACTOR times
+    that quartile, as `call_figures` counts them), else 0; in the calls' order. What a held-up call adds is waiting,
+    not data moving: for the scheduler's tick on a busy host, or for a peer that came to the call later."""
+    by_kind: dict = defaultdict(list)
+    for kind, t in calls:
+        by_kind[kind].append(t)
+    p25 = {kind: lower_quartile(times) for kind, times in by_kind.items()}
+    return [t - p25[kind] if t > STALL_FACTOR * p25[kind] else 0.0 for kind, t in calls]

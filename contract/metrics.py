@@ -48,6 +48,9 @@ _ALL = (
     Metric("instrumentation_overhead_pct", "%", "lower"),
     Metric("comm_time_s", "s", "lower", paced=True),
     Metric("comm_fraction_pct", "%", "lower"),
+    # of that communication, the share that was waiting: calls held up over 3x their kind's usual time, for the host
+    # or a peer (harness/held_up.py); information, never judged
+    Metric("comm_held_up_pct", "%", "lower", (0, 100, True)),
     Metric("teacher_mem_gib", "GiB", "lower"),
     Metric("final_loss", "nats", "lower"),
     # a compiled run's (workload.compile): the compilation as the warm-up paid for it, TorchDynamo's counts

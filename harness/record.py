@@ -33,6 +33,7 @@ from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
 from .hardware import hardware_mismatches
+from .held_up import comm_held_up_pct
 from .launch.local import LaunchResult
 from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
@@ -290,6 +291,9 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
         comm = [sum(m["comm_s"] for m in s["microsteps"]) for s in steps if s["mode"] == "profile"]
         out["comm_time_s"] = measured("comm_time_s", statistics.median(comm), "profile", n=len(comm))
         out["comm_fraction_pct"] = measured("comm_fraction_pct", 100.0 * statistics.median(comm) / pmed, "profile")
+        held = comm_held_up_pct([s["microsteps"] for s in steps if s["mode"] == "profile"])
+        if held is not None:   # of that communication, the waiting (harness/held_up.py)
+            out["comm_held_up_pct"] = measured("comm_held_up_pct", held, "profile")
     if ranks:
         out["peak_mem_gib"] = measured("peak_mem_gib", max(r["peak_mem_gib"] for r in ranks), "throughput",
                                      source=ranks[0]["mem_source"])

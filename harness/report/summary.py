@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from contract import events as ev
 
 from ..record import ResultRecord
+from ..held_up import held_up_s
 from ..probe import summary_line
 from ..stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
 
@@ -121,20 +122,23 @@ def _collectives_summary(collectives: list[dict]) -> str:
 
 
 def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
-    """Median over profiled steps of each micro-step's total/compute/comm, with its collectives."""
+    """Median over profiled steps of each micro-step's total/compute/comm, the part of its comm that was waiting
+    (harness/held_up.py), with its collectives."""
     if not rec.microsteps:
         return "(no profiled steps)"
     num = len(rec.microsteps[0])
     teacher = any("teacher" in m.get("phase_s", {}) for step in rec.microsteps for m in step)
+    waits = held_up_s(rec.microsteps)
     rows = []
     for i in range(num):
         same = [step[i] for step in rec.microsteps if len(step) > i]
         med = {k: statistics.median(m[k] for m in same) * 1e3 for k in ("total_s", "compute_s", "comm_s")}
-        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}"]
+        held = statistics.median(w[i] for w in waits if len(w) > i) * 1e3
+        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}", f"{held:.1f}"]
         if teacher:
             row.append(f"{statistics.median(m.get('phase_s', {}).get('teacher', 0.0) for m in same) * 1e3:.1f}")
         rows.append(row + [_collectives_summary(same[-1]["collectives"])])
-    headers = ["micro-step", "total ms", "compute ms", "comm ms"] + (["teacher fwd ms"] if teacher else [])
+    headers = ["micro-step", "total ms", "compute ms", "comm ms", "held up ms"] + (["teacher fwd ms"] if teacher else [])
     return text_table(headers + ["collectives (last profiled step)"], rows, markdown)
 
 
@@ -179,7 +183,8 @@ def summary(records: list[ResultRecord], markdown: bool = False) -> str:
     for r in failed:
         parts.append(f"{'- ' if markdown else '  '}{r.run_id}: {r.status}: {r.reason}")
     parts += stack_section(records, markdown)
-    parts.append(f"{h}Micro-step breakdown (mode: profile, each collective serialised and timed)")
+    parts.append(f"{h}Micro-step breakdown (mode: profile, each collective serialised and timed; held up: calls over 3x "
+                 "the lower quartile of their op and size, their time beyond it: waiting, not data moving)")
     for r in records:
         if r.status == "ok":
             z = r.config["zero"]["stage"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from contract.metrics import METRICS
+from harness.held_up import comm_held_up_pct
 from harness.probe import PACE_NOISE_PCT, best_figure
 from harness.verdict.explained import STEAL_NAMED_CPUS
 from harness.record import validate_record
@@ -138,11 +139,18 @@ def test_microstep_times_add_up(default_suite):
                 assert abs(ms["comm_s"] - sum(c["time_s"] for c in ms["collectives"])) < 1e-6
 
 
+def test_the_waiting_in_the_measured_communication_is_recorded_from_the_runs_own_calls(default_suite):
+    for run_id, rec in training(default_suite).items():
+        held = rec["metrics"]["comm_held_up_pct"]
+        assert held["mode"] == "profile" and 0 <= held["value"] < 100, run_id
+        assert held["value"] == comm_held_up_pct(rec["microsteps"]), run_id
+
+
 def test_terminal_and_markdown_summary(default_suite):
     out = default_suite.stdout
     assert "step 1/5 (warm-up)" in out
     assert "samples/s" in out and "MFU %" in out
-    assert "Micro-step breakdown" in out and "comm ms" in out
+    assert "Micro-step breakdown" in out and "comm ms" in out and "held up ms" in out
     for run_id in default_suite.records():
         assert run_id in out
     assert "# Avg bus bandwidth" in out and "Collectives (nccl-tests semantics" in out

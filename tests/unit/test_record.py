@@ -77,6 +77,7 @@ def test_compute_metrics_from_step_events(tiny_cfg, gpus_per_node):
         "instrumentation_overhead_pct": (100.0, "%", "profile"),
         "comm_time_s": (0.4, "s", "profile"),
         "comm_fraction_pct": (10.0, "%", "profile"),
+        "comm_held_up_pct": (0.0, "%", "profile"),      # every call alike: none held up
     }
     assert set(metrics) == set(expected)
     for name, (value, unit, mode) in expected.items():

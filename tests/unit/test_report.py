@@ -80,6 +80,7 @@ def test_summary_shows_every_run_the_failure_and_the_microstep_table(records, ma
         assert cells[0] == str(i)
         assert cells[1] == f"{20.0 + i:.1f}"  # median of (10+i) and (30+i) ms
         assert cells[3] == "4.0"               # comm ms
+        assert cells[4] == "0.0"               # held up ms: every call of a kind alike
         assert "all_gather x1 2.00 MB" in row and "reduce_scatter x1 1.00 MB" in row
     # a failed run has no micro-step breakdown
     assert text.count("ZeRO-3, mb 2 x ga 3") == 1
@@ -129,7 +130,7 @@ def test_a_distillation_run_gets_teacher_columns_and_its_teacher_collectives_apa
     assert "07-kd-z3-mb4-ga2 (ZeRO-3, mb 2 x ga 3, teacher sharded by ZeRO-3)" in text
     rows = table_rows(text, "micro-step", markdown=False)
     assert len(rows) == 2
-    assert rows[0].split()[4] == "20.0"  # teacher fwd ms
+    assert rows[0].split()[5] == "20.0"  # teacher fwd ms, after held up ms
     assert "teacher all_gather x1 1.00 MB" in rows[0] and "all_gather x1 2.00 MB" in rows[0]
 
 
