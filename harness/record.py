@@ -373,7 +373,8 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
     rows, which carry no bandwidth, go under `smoke` and the record has no rows and no metric.
     small_median_us only where every rank ran on one host (`one_host`): across the emulated cluster's
     shaped links a small call's median is no steadier than its mean (docs/collectives.md); the rows keep
-    each placement's median all the same."""
+    each placement's median all the same. The lower quartile (small_p25_us) wherever the calls were timed one
+    by one: there it is steady on one host and across the links alike."""
     smoke = None
     if smoke_reason is not None:
         smoke, rows, metrics = {"reason": smoke_reason, "rows": rows}, None, {}
@@ -392,7 +393,7 @@ def collective_record(*, run_id: str, name: str, benchmark: str, platform: str, 
         if median is not None:   # the same sizes' median call, where each call was timed (the built-in sweep on cpu)
             metrics["small_median_us"] = measured("small_median_us", median, "throughput",
                                                   n=metrics["small_time_us"]["n"])
-        quartile = small_p25_us(parsed) if one_host else None
+        quartile = small_p25_us(parsed)
         if quartile is not None:   # their lower quartile call, and the share of calls held up (information)
             metrics["small_p25_us"] = measured("small_p25_us", quartile, "throughput", n=metrics["small_time_us"]["n"])
             metrics["small_stalled_pct"] = measured("small_stalled_pct", small_stalled_pct(parsed), "throughput",

@@ -172,9 +172,11 @@ def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluste
     payload_gbytes = emulated_cluster.payload_gbps / 8
     first = cluster_suite.records()["00-collectives-all_reduce"]
     sweeps = [(_readings(first), _stolen(first))]
-    # across the shaped link each small call is timed (its placements' medians kept) but no median is judged
-    assert not {"small_median_us", "small_p25_us", "small_stalled_pct"} & set(first["metrics"])
-    assert "small_time_us" in first["metrics"]
+    # across the shaped link each small call is timed (its placements' medians kept) but no median is judged; their
+    # lower quartile is, with the share held up beside it
+    assert "small_median_us" not in first["metrics"]
+    assert {"small_time_us", "small_p25_us", "small_stalled_pct"} <= set(first["metrics"])
+    assert 0 < first["metrics"]["small_p25_us"]["value"] <= first["metrics"]["small_time_us"]["value"]
     assert all({"median_us", "p25_us", "stalled_pct"} <= set(row["out_of_place"]) for row in first["rows"])
 
     def low() -> dict[tuple[int, str], str]:

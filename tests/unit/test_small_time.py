@@ -149,8 +149,9 @@ def test_another_ranges_reference_judges_no_median():
 
 def test_a_sweep_across_nodes_keeps_its_medians_in_the_rows_and_judges_none():
     """On the emulated cluster (2 nodes, links shaped by tc tbf) a small call's median was bimodal, 0.5 or 3 ms
-    a placement (likely the shaper releasing on the host's ticks): the metric read 0.62-3.52x its median over 7 sweeps,
-    no steadier than the mean. So a sweep across nodes records no small_median_us; its rows keep median_us."""
+    a placement (the calls held up for the scheduler's tick: docs/collectives.md): the metric read 0.62-3.52x its
+    median over 7 sweeps, no steadier than the mean. So a sweep across nodes records no small_median_us; its rows keep
+    median_us (and its lower quartile, small_p25_us, is recorded: tests/unit/test_held_up_calls.py)."""
     (rec,) = sweep(480.0)
     made = collective_record(run_id="x", name="x", benchmark="all_reduce", platform="cpu-cluster", status="ok",
                              reason=None, rows=rec["rows"], config=rec["config"], overrides=[],
