@@ -100,7 +100,8 @@ NOISY_PLATFORM_TOLERANCES = {
             "small_median_us": 60.0, "small_p25_us": 60.0, "shared_busbw_gbps": 50.0, "shared_small_time_us": 150.0, "peak_mem_gib": 10.0,
             "matmul_eff_pct": 35.0},
     "cpu-cluster": {"avg_busbw_gbps": 25.0, "shared_busbw_gbps": 25.0,
-                    "small_time_us": 40.0, "shared_small_time_us": 40.0, "small_p25_us": 40.0},
+                    "small_time_us": 40.0, "shared_small_time_us": 40.0,
+                    "small_p25_us": 60.0},
 }
 """Tolerances of references made on a noisy platform, over the defaults (10 %, a metric's own), measured:
 - cpu: two plain rounds of one run differ by up to 23% in samples/s on a shared 2-core box; matmul_eff_pct
@@ -123,9 +124,10 @@ NOISY_PLATFORM_TOLERANCES = {
   night against every other were regressions. At 25 % and 40 % none is, and a link at half its rate is
   still a regression of both sweeps' busbw (25 of 26 verdicts against each quiet night; training: 26 of 26).
   large_busbw_gbps keeps the default 10 %: the link's own figure, its 39 quiet sweeps' pairs up to 1.05x apart.
-  small_p25_us (the small calls' lower quartile; its median is not kept there) at 40 %, as small_time_us: over
-  4 unbound sweeps on the Zen 5 EPYC (2026-12-06) its pairs read up to 1.08-1.22x per op where small_time_us's read
-  1.51-2.25x (docs/collectives.md, "Calls held up")."""
+  small_p25_us (the small calls' lower quartile; its median is not kept there) at 60 %, as on cpu: over 8
+  unbound sweeps on the Zen 5 EPYC (2026-12-06) its pairs read up to 1.13-1.57x per op where small_time_us's read
+  1.87-2.59x; against 3 of them as references the other 5 read 0.66-1.18x (broadcast's references were its three
+  slowest: at 40 % five improvements of nothing; docs/collectives.md, "Calls held up")."""
 
 
 def tolerances_for(platform: str) -> dict[str, float]:

@@ -89,13 +89,13 @@ def test_a_record_carries_the_quartile_judged_and_the_share_as_information():
     assert made.metrics["small_p25_us"]["unit"] == "us" and made.metrics["small_stalled_pct"]["unit"] == "%"
     assert {"p25_us", "stalled_pct"} <= set(rows[0]["out_of_place"]) and Row.from_dict(rows[0]) == parsed[0]
     # across nodes (the emulated cluster) no median (it flips there unbound and bound alike), but the quartile, steady
-    # there too (4 sweeps: pairs up to 1.22x, the mean's 2.25x); records made before them have none
+    # there too (8 sweeps: pairs up to 1.57x, the mean's 2.59x); records made before them have none
     across = collective_record(run_id="c", name="c", benchmark="all_reduce", platform="cpu-cluster", status="ok",
                                reason=None, rows=rows, config={}, overrides=[], environment={}, one_host=False)
     assert "small_median_us" not in across.metrics
     assert across.metrics["small_p25_us"] == made.metrics["small_p25_us"]
     assert across.metrics["small_stalled_pct"] == made.metrics["small_stalled_pct"]
-    assert tolerances_for("cpu-cluster")["small_p25_us"] == tolerances_for("cpu-cluster")["small_time_us"] == 40.0
+    assert tolerances_for("cpu-cluster")["small_p25_us"] == tolerances_for("cpu")["small_p25_us"] == 60.0
     before = [{**r, "out_of_place": {k: v for k, v in r["out_of_place"].items() if k not in ("p25_us", "stalled_pct")},
                "in_place": {k: v for k, v in r["in_place"].items() if k not in ("p25_us", "stalled_pct")}} for r in rows]
     old = collective_record(run_id="c", name="c", benchmark="all_reduce", platform="cpu", status="ok", reason=None,
