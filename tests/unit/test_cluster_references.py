@@ -1,6 +1,6 @@
 """reference_results/cpu-cluster.json: the emulated 2-node cluster's references (three default-cpu-cluster
 suites on the 2-core AVX-512 EPYC, reference_results/sources/cpu-cluster-avx512-epyc/, and three on the Zen 5 of
-the same CPU name and ISA class, sources/cpu-cluster-zen5-epyc/), made again from the kept records entry for
+the same CPU name and ISA class, sources/cpu-cluster-zen5-epyc/, taken again there on 2026-12-06), made again from the kept records entry for
 entry, and judging that day's nightly (tests/data/cluster_nights/) as its tolerances say."""
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ SWEEPS = [RUNS.parent / "2026-12-05-sweeps" / w for w in ("w1", "w2", "w3")]
 """The sweeps that replaced the suites' collective entries and added large_busbw_gbps."""
 ZEN5 = [REPO_ROOT / "reference_results" / "sources" / "cpu-cluster-zen5-epyc" / "2026-12-05" / s for s in ("s1", "s2", "s3")]
 """The Zen 5's three suites (the CPU's kind kept), each key beside the AVX-512 box's."""
+ZEN5_AGAIN = [ZEN5[0].parent.parent / "2026-12-06" / s for s in ("s1", "s2", "s3")]
+"""The Zen 5's entries taken again, with the small calls' lower quartile (kept across nodes from fe8e602 on)."""
+ZEN5_CHECK = ZEN5_AGAIN[0].parent / "s4"
+"""The suite after them, not submitted."""
 
 
 def comparable(e: dict) -> str:
@@ -41,6 +45,9 @@ def test_the_table_is_the_kept_suites_submitted(tmp_path: Path, capsys):
     assert main(["submit", *map(str, ZEN5), "--reference-file", str(table), "--submitter", "suite maintainers"]) == 0
     assert "38 references of 11 configurations (38 added; 38 beside another machine's reference of its key, 0 not)" \
         in " ".join(capsys.readouterr().out.split())
+    assert main(["submit", *map(str, ZEN5_AGAIN), "--reference-file", str(table), "--submitter", "suite maintainers",
+                 "--replace", "--reason", "retaken with the small calls' lower quartile"]) == 0
+    assert "42 references of 11 configurations (38 replaced, 4 added" in " ".join(capsys.readouterr().out.split())
     made = sorted(comparable(e) for e in json.loads(table.read_text(encoding="utf-8"))["references"])
     assert made == sorted(comparable(e) for e in json.loads(SHIPPED.read_text(encoding="utf-8"))["references"])
 
@@ -81,10 +88,10 @@ def test_the_zen5s_suites_are_judged_by_its_own_entries():
     refs = load_references([SHIPPED])
     own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value
            for r in refs if "family 26 model 2" in r.machine()}
-    assert len(own) == 38
-    for folder in ZEN5:
+    assert len(own) == 42 and sum(1 for key in own if key[2] == "small_p25_us") == 4
+    for folder in [*ZEN5_AGAIN, ZEN5_CHECK]:
         recs = [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8")))
                 for p in sorted(folder.glob("0*.json"))]
         verdicts = [v for v in compare(recs, refs) if v.verdict != "missing"]
-        assert len(verdicts) == 30 and not {v.verdict for v in verdicts} - {"pass", "insufficient data"}
+        assert len(verdicts) == 34 and not {v.verdict for v in verdicts} - {"pass", "insufficient data"}
         assert all(v.reference == own[(v.benchmark, json.dumps(v.config, sort_keys=True), v.metric)] for v in verdicts)
