@@ -133,3 +133,38 @@ def test_a_migration_that_fails_midway_leaves_the_store_as_it_was_and_a_later_op
     assert hashlib.sha256(store.read_bytes()).hexdigest() == digest      # not stamped, no index: as it was
     monkeypatch.setattr(Operations, "create_index", real)
     assert History(f"sqlite:///{store}").upgraded == f"history store {store}: schema {BASELINE} -> {HEAD}, every row kept"
+
+
+def test_a_suite_opening_a_store_while_another_creates_it_waits_and_finds_it_at_the_head(tmp_path):
+    """The race behind the once-seen failure of the test above, made certain: one suite creates the store and is held
+    inside its first migration (0.4 s after each table it makes), and a second opens the store meanwhile. The second
+    must wait for the first's one transaction, then find the store at the head. Before BEGIN IMMEDIATE it saw the
+    first table alone (SQLite's driver had committed it), took the store for empty, failed to create that table
+    three times over and gave up."""
+    import subprocess
+    import sys
+    import time
+
+    store, marker = tmp_path / "shared.sqlite", tmp_path / "migrating"
+    repo = str(Path(__file__).resolve().parents[2])
+    slow = ("import sys, time, pathlib; sys.path.insert(0, sys.argv[1]); from alembic.operations import Operations; "
+            "real = Operations.create_table\n"
+            "def held(self, *a, **k):\n    made = real(self, *a, **k); pathlib.Path(sys.argv[3]).touch(); time.sleep(0.4)\n"
+            "    return made\n"
+            "Operations.create_table = held\n"
+            "from harness.verdict.history import History; History(sys.argv[2]); print('ok')")
+    opener = ("import sys; sys.path.insert(0, sys.argv[1]); from harness.verdict.history import History; "
+              "print(History(sys.argv[2]).upgraded)")
+    first = subprocess.Popen([sys.executable, "-c", slow, repo, f"sqlite:///{store}", str(marker)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), first.communicate()
+    second = subprocess.run([sys.executable, "-c", opener, repo, f"sqlite:///{store}"], capture_output=True,
+                            text=True, timeout=120)
+    out, err = first.communicate(timeout=120)
+    assert (first.returncode, out.strip()) == (0, "ok"), err
+    assert (second.returncode, second.stdout.strip()) == (0, "None"), second.stderr    # nothing left to upgrade
+    with sqlite3.connect(store) as c:
+        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
