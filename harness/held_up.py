@@ -4,8 +4,8 @@ and bytes, over every profiled micro-step of the run) was held up, for the host'
 computing, and its time beyond that quartile is waiting, not data moving (contract/collectives.py held_up_excess).
 
 On the 2-core Zen 5 box 24 llama-tiny ZeRO-3 runs spent 17-56 % of their profiled communication time so (18-51 % of
-their calls held up, most for 2-6 ms: the scheduler's tick; docs/measurement.md, "Held-up communication");
-32 ZeRO-1/2 runs, with a few large calls a step, 0-22 %."""
+their calls held up, most for 2-6 ms; about half of it for the other rank to reach the call, half after both had:
+docs/measurement.md, "Held-up communication"); 32 ZeRO-1/2 runs, with a few large calls a step, 0-22 %."""
 from __future__ import annotations
 
 from typing import Any, Optional
