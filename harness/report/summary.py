@@ -9,9 +9,9 @@ from typing import Any, TextIO
 
 from contract import events as ev
 
-from ..record import ResultRecord
 from ..held_up import held_up_s
 from ..probe import summary_line
+from ..record import ResultRecord
 from ..stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
 
 
