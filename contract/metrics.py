@@ -51,6 +51,8 @@ _ALL = (
     # of that communication, the share that was waiting: calls held up over 3x their kind's usual time, for the host
     # or a peer (harness/held_up.py); information, never judged
     Metric("comm_held_up_pct", "%", "lower", (0, 100, True)),
+    # of it, the waiting for a later peer (benchmarks/training/arrivals.py); the rest was the host's
+    Metric("comm_held_up_for_peer_pct", "%", "lower", (0, 100, True)),
     Metric("teacher_mem_gib", "GiB", "lower"),
     Metric("final_loss", "nats", "lower"),
     # a compiled run's (workload.compile): the compilation as the warm-up paid for it, TorchDynamo's counts

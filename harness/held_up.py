@@ -3,9 +3,16 @@
 and bytes, over every profiled micro-step of the run) was held up, for the host's scheduler or for a peer still
 computing, and its time beyond that quartile is waiting, not data moving (contract/collectives.py held_up_excess).
 
-On the 2-core Zen 5 box 24 llama-tiny ZeRO-3 runs spent 17-56 % of their profiled communication time so (18-51 % of
-their calls held up, most for 2-6 ms; about half of it for the other rank to reach the call, half after both had:
-docs/measurement.md, "Held-up communication"); 32 ZeRO-1/2 runs, with a few large calls a step, 0-22 %."""
+On the 2-core Zen 5 box, by that rule on whole calls, 24 llama-tiny ZeRO-3 runs spent 17-56 % of their profiled
+communication time so (18-51 % of their calls held up, most for 2-6 ms); 32 ZeRO-1/2 runs, with a few large calls a
+step, 0-22 %. With the peer's wait measured (below), 12 ZeRO-3 runs 32-57 %, 11-35 % for the other rank; 16 ZeRO-1/2
+runs 1-37 % (docs/measurement.md, "Held-up communication").
+
+Where the ranks' calls were matched (benchmarks/training/arrivals.py), each call carries `peer_wait_s`, the time it
+waited for the latest rank to reach it, measured, not inferred: that is waiting for a peer (rank skew, a straggler),
+whether or not the call passed the quartile rule (a rank late to every micro-step makes every call of a kind slow
+alike, and their quartile with them). The rule then looks only at the rest of each call, from the last arrival to
+its exit, for the host's stalls (a thread not run, a copy slowed by a neighbour); the waiting is the two together."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -13,16 +20,68 @@ from typing import Any, Optional
 from contract.collectives import held_up_excess
 
 
-def held_up_s(microsteps: list[list[dict[str, Any]]]) -> list[list[float]]:
+Steps = list[list[dict[str, Any]]]
+
+
+def _calls(microsteps: Steps) -> list[dict[str, Any]]:
+    return [c for step in microsteps for m in step for c in m["collectives"]]
+
+
+def _per_microstep(microsteps: Steps, values: list[float]) -> list[list[float]]:
+    each = iter(values)
+    return [[sum(next(each) for _ in m["collectives"]) for m in step] for step in microsteps]
+
+
+def _waits(microsteps: Steps) -> tuple[Optional[list[float]], list[float]]:
+    """Per call in order: (its wait for a peer, or None for all where a call lacks peer_wait_s; its host stall)."""
+    calls = _calls(microsteps)
+    if calls and all("peer_wait_s" in c for c in calls):
+        peer = [min(c["peer_wait_s"], c["time_s"]) for c in calls]
+        return peer, held_up_excess([((c["op"], c["bytes"]), c["time_s"] - w) for c, w in zip(calls, peer)])
+    return None, held_up_excess([((c["op"], c["bytes"]), c["time_s"]) for c in calls])
+
+
+def held_up_s(microsteps: Steps) -> list[list[float]]:
     """Seconds of waiting in each micro-step of each profiled step (the record's `microsteps`, same shape)."""
-    flat = [((c["op"], c["bytes"]), c["time_s"]) for step in microsteps for m in step for c in m["collectives"]]
-    excess = iter(held_up_excess(flat))
-    return [[sum(next(excess) for _ in m["collectives"]) for m in step] for step in microsteps]
+    peer, host = _waits(microsteps)
+    return _per_microstep(microsteps, host if peer is None else [p + h for p, h in zip(peer, host)])
 
 
-def comm_held_up_pct(microsteps: list[list[dict[str, Any]]]) -> Optional[float]:
+def for_peer_s(microsteps: Steps) -> Optional[list[list[float]]]:
+    """Of held_up_s, the seconds spent waiting for a peer to reach the call (the rest was the host's); None where a
+    call carries no peer_wait_s (a single rank, calls not matched, a record from before it was measured)."""
+    peer, _ = _waits(microsteps)
+    return None if peer is None else _per_microstep(microsteps, peer)
+
+
+def comm_held_up_pct(microsteps: Steps) -> Optional[float]:
     """The share of the profiled steps' communication time that was waiting; None without a timed collective."""
     total = sum(c["time_s"] for step in microsteps for m in step for c in m["collectives"])
     if total <= 0:
         return None
     return 100.0 * sum(sum(step) for step in held_up_s(microsteps)) / total
+
+
+def comm_held_up_for_peer_pct(microsteps: Steps) -> Optional[float]:
+    """The share of the profiled steps' communication time spent waiting for a later peer (part of
+    comm_held_up_pct); None where it was not told apart."""
+    total = sum(c["time_s"] for c in _calls(microsteps))
+    peer = for_peer_s(microsteps)
+    if peer is None or total <= 0:
+        return None
+    return 100.0 * sum(sum(step) for step in peer) / total
+
+
+def stragglers(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank over the profiled steps whose calls were matched (the record's `steps`, their `arrivals`): how many
+    calls it came last to, of how many, and the seconds it held the others back; the most held back first."""
+    per: dict[int, dict[str, Any]] = {}
+    calls = 0
+    for s in steps:
+        came = s.get("arrivals") or {}
+        calls += came.get("calls", 0)
+        for r in came.get("ranks", ()):
+            one = per.setdefault(r["rank"], {"rank": r["rank"], "host": r["host"], "last_calls": 0, "held_back_s": 0.0})
+            one["last_calls"] += r["last_calls"]
+            one["held_back_s"] += r["held_back_s"]
+    return sorted(({**one, "calls": calls} for one in per.values()), key=lambda one: -one["held_back_s"])

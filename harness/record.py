@@ -33,7 +33,7 @@ from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
 from .hardware import hardware_mismatches
-from .held_up import comm_held_up_pct
+from .held_up import comm_held_up_for_peer_pct, comm_held_up_pct
 from .launch.local import LaunchResult
 from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
@@ -136,7 +136,8 @@ def controller_environment() -> dict[str, Any]:
                  datasets=_version("datasets"), **stack_versions(), gpu_count=0, env={}, host=socket.gethostname())
 
 
-SETTINGS = ("measure.inject_delay_s", "measure.warmup_steps", "measure.steps", "platform.launcher")
+SETTINGS = ("measure.inject_delay_s", "measure.inject_delay_rank", "measure.warmup_steps", "measure.steps",
+            "platform.launcher")
 """Settings outside a reference's configuration key that change what a run measures; the record
 keeps them (environment.settings) so that a comparison can name them as what changed."""
 
@@ -291,9 +292,11 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
         comm = [sum(m["comm_s"] for m in s["microsteps"]) for s in steps if s["mode"] == "profile"]
         out["comm_time_s"] = measured("comm_time_s", statistics.median(comm), "profile", n=len(comm))
         out["comm_fraction_pct"] = measured("comm_fraction_pct", 100.0 * statistics.median(comm) / pmed, "profile")
-        held = comm_held_up_pct([s["microsteps"] for s in steps if s["mode"] == "profile"])
-        if held is not None:   # of that communication, the waiting (harness/held_up.py)
-            out["comm_held_up_pct"] = measured("comm_held_up_pct", held, "profile")
+        prof = [s["microsteps"] for s in steps if s["mode"] == "profile"]
+        for name, share in (("comm_held_up_pct", comm_held_up_pct(prof)),
+                            ("comm_held_up_for_peer_pct", comm_held_up_for_peer_pct(prof))):
+            if share is not None:   # of that communication, the waiting; of it, for a peer (harness/held_up.py)
+                out[name] = measured(name, share, "profile")
     if ranks:
         out["peak_mem_gib"] = measured("peak_mem_gib", max(r["peak_mem_gib"] for r in ranks), "throughput",
                                      source=ranks[0]["mem_source"])
@@ -331,7 +334,7 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), flops=flops,
         steps=[{"index": s["index"], "mode": s["mode"], "warmup": s["warmup"],
                 "step_time_s": s["step_time_s"], "loss": _finite(s["loss"]),
-                **({"frames_compiled": s["frames_compiled"]} if "frames_compiled" in s else {}),
+                **{k: s[k] for k in ("frames_compiled", "arrivals") if k in s},
                 **{k: _finite(s[k]) for k in ("ce_loss", "kl_loss") if k in s}} for s in steps],
         ranks=ranks, wall_s=launch.wall_s)
 

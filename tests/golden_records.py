@@ -21,6 +21,8 @@ GOLDEN = Path(__file__).resolve().parent / "data" / "golden" / "default_suite"
 # a key that names a time, a rate, a bandwidth, a share of time or a memory peak: its floats vary
 VARYING_KEY = re.compile(r"(_s|_us|_gbps|_pct|_gib|_per_s|_per_device)$")
 VARYING_TOP = {"created_utc", "wall_s"}
+# counts that vary from run to run: how many of a profiled step's calls a rank came last to (its `arrivals`)
+VARYING_COUNT = {"last_calls"}
 # fields named like timings that a configuration fixes (the platform's peak TFLOP/s)
 FIXED_TOP = {"flops"}
 # what the environment holds that is the same for one configuration on any machine
@@ -44,7 +46,8 @@ def _mask(value: Any) -> str:
 
 def _walk(value: Any, varying: bool = False) -> Any:
     if isinstance(value, dict):
-        return {k: _walk(v, varying or bool(VARYING_KEY.search(k))) for k, v in value.items()}
+        return {k: _mask(v) if k in VARYING_COUNT else _walk(v, varying or bool(VARYING_KEY.search(k)))
+                for k, v in value.items()}
     if isinstance(value, list):
         return [_walk(v, varying) for v in value]
     if varying and isinstance(value, float):

@@ -96,6 +96,8 @@ class CommTracer:
         self.synchronize = synchronize
         self.phase = "forward"
         self.sink: Optional[list[Collective]] = None
+        self.stamps: list[tuple[float, float]] = []
+        """(entry, exit) of each call filed in a sink, on the host's monotonic clock (benchmarks/training/arrivals.py)."""
         self._originals: dict[str, Callable] = {}
 
     def install(self) -> None:
@@ -122,8 +124,9 @@ class CommTracer:
             if result is not None and hasattr(result, "wait"):  # async_op=True: a work handle
                 result.wait()
             self.synchronize()
-            elapsed = time.perf_counter() - start
-            self.sink.append(Collective(op=op, bytes=size, time_s=elapsed, api=api, phase=self.phase))
+            leave = time.perf_counter()
+            self.sink.append(Collective(op=op, bytes=size, time_s=leave - start, api=api, phase=self.phase))
+            self.stamps.append((start, leave))
             return result
 
         return traced
@@ -136,6 +139,11 @@ class MicrostepClock:
         self.tracer = tracer
         self.microsteps: list[Microstep] = []
         self._start = 0.0
+        tracer.stamps = []
+
+    def calls(self) -> tuple[list[tuple[str, int]], list[tuple[float, float]]]:
+        """Every call of the step in the order issued, (op, bytes), and its (entry, exit) stamps."""
+        return [(c.op, c.bytes) for m in self.microsteps for c in m.collectives], self.tracer.stamps
 
     def begin(self, index: int, phase: str = "forward") -> None:
         self.tracer.synchronize()

@@ -21,6 +21,7 @@ from typing import Iterator, NoReturn, Sequence
 from contract import events as ev
 from contract.spec import HOST_THREADS_VAR, SPEC_FILE, TrainSpec
 
+from benchmarks.training import arrivals
 from benchmarks.training.checkpoint_policy import selective_context
 from benchmarks.node.environment import announce, first_on_kernel
 from benchmarks.failure import run_rank
@@ -320,7 +321,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
             if clock and i == ga - 1:
                 clock.phase("step")
             engine.step()
-            if spec.inject_delay_s:
+            if spec.inject_delay_s and spec.inject_delay_rank in (None, rank):
                 time.sleep(spec.inject_delay_s)
             if clock:
                 clock.end()
@@ -356,6 +357,8 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         sync()
         step_time_s = time.perf_counter() - start
         tracer.uninstall()
+        # whom each profiled call waited for: every rank's stamps, gathered after the timing (arrivals.py)
+        came = arrivals.gather(rank, world_size, *clock.calls()) if clock and world_size > 1 else None
         compiled, recompiled = watch.compiled_since_last()
         if warmup:
             warmup_times.append(step_time_s)
@@ -371,6 +374,9 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
                 value["ce_loss"], value["kl_loss"] = loss_parts
             if clock:
                 value["microsteps"] = [m.to_dict() for m in clock.microsteps]
+            if came:
+                arrivals.annotate(value["microsteps"], came)
+                value["arrivals"] = {k: v for k, v in came.items() if k != "peer_wait_s"}
             log.emit(ev.TRAIN_STEP, value)
         index += 1
     if rank == 0:

@@ -343,6 +343,9 @@ class MeasureConfig:
     inject_delay_s: float = 0.0
     """Sleep added to every micro-step: a deliberate slowdown to check that regression detection
     (compare, nightly) catches it. 0 in every real run."""
+    inject_delay_rank: Optional[int] = None
+    """With inject_delay_s: only this rank sleeps (a straggler the others wait for, which the record's arrivals
+    name: benchmarks/training/arrivals.py); unset: every rank."""
 
 
 @dataclass

@@ -139,8 +139,11 @@ def validate(cfg: BenchConfig) -> None:
     _check(m.steps >= 1, "measure.steps", m.steps, "must be >= 1")
     _check(m.profile_steps >= 0, "measure.profile_steps", m.profile_steps, "must be >= 0")
     _check(0 <= m.inject_delay_s < 60, "measure.inject_delay_s", m.inject_delay_s, "seconds in [0, 60)")
+    _check(m.inject_delay_rank is None or 0 <= m.inject_delay_rank < cfg.platform.world_size,
+           "measure.inject_delay_rank", m.inject_delay_rank, f"must be a rank in 0..{cfg.platform.world_size - 1}")
     if m.inject_delay_s:
-        warnings.warn(f"measure.inject_delay_s={m.inject_delay_s}: every micro-step is slowed on purpose",
+        who = "every" if m.inject_delay_rank is None else f"rank {m.inject_delay_rank}'s"
+        warnings.warn(f"measure.inject_delay_s={m.inject_delay_s}: {who} micro-step is slowed on purpose",
                       stacklevel=2)
     _check(math.isfinite(m.timeout_s) and m.timeout_s > 0, "measure.timeout_s", m.timeout_s,
            "must be a positive number of seconds")

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from contract import events as ev
 
-from ..held_up import held_up_s
+from ..held_up import for_peer_s, held_up_s, stragglers
 from ..probe import summary_line
 from ..record import ResultRecord
 from ..stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
@@ -128,18 +128,32 @@ def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
         return "(no profiled steps)"
     num = len(rec.microsteps[0])
     teacher = any("teacher" in m.get("phase_s", {}) for step in rec.microsteps for m in step)
-    waits = held_up_s(rec.microsteps)
+    waits, peer = held_up_s(rec.microsteps), for_peer_s(rec.microsteps)
     rows = []
     for i in range(num):
         same = [step[i] for step in rec.microsteps if len(step) > i]
         med = {k: statistics.median(m[k] for m in same) * 1e3 for k in ("total_s", "compute_s", "comm_s")}
-        held = statistics.median(w[i] for w in waits if len(w) > i) * 1e3
-        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}", f"{held:.1f}"]
+        row = [str(i), f"{med['total_s']:.1f}", f"{med['compute_s']:.1f}", f"{med['comm_s']:.1f}"]
+        row += [f"{statistics.median(w[i] for w in each if len(w) > i) * 1e3:.1f}" for each in (waits, peer) if each]
         if teacher:
             row.append(f"{statistics.median(m.get('phase_s', {}).get('teacher', 0.0) for m in same) * 1e3:.1f}")
         rows.append(row + [_collectives_summary(same[-1]["collectives"])])
-    headers = ["micro-step", "total ms", "compute ms", "comm ms", "held up ms"] + (["teacher fwd ms"] if teacher else [])
-    return text_table(headers + ["collectives (last profiled step)"], rows, markdown)
+    headers = (["micro-step", "total ms", "compute ms", "comm ms", "held up ms"] + (["for a peer ms"] if peer else [])
+               + (["teacher fwd ms"] if teacher else []))
+    table = text_table(headers + ["collectives (last profiled step)"], rows, markdown)
+    return "\n".join([table, *("\n" * markdown + line for line in straggler_lines(rec, markdown))])
+
+
+def straggler_lines(rec: ResultRecord, markdown: bool = False) -> list[str]:
+    """Which rank came last to the profiled calls and how long it held the others back (harness/held_up.py
+    stragglers): the slowest ranks first, at most four."""
+    ranks = stragglers(rec.steps)
+    if not ranks or not ranks[0]["calls"]:
+        return []
+    each = [f"rank {r['rank']} ({r['host']}) {100 * r['last_calls'] / r['calls']:.0f} % of calls, "
+            f"{r['held_back_s'] * 1e3:.1f} ms" for r in ranks[:4]]
+    return [f"{'- ' if markdown else '  '}last to reach the profiled calls ({ranks[0]['calls']}), and how long it "
+            f"held the others back: " + "; ".join(each) + (f"; {len(ranks) - 4} more ranks" if len(ranks) > 4 else "")]
 
 
 def probe_lines(records: list[ResultRecord]) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contract.metrics import METRICS
-from harness.held_up import comm_held_up_pct
+from harness.held_up import comm_held_up_for_peer_pct, comm_held_up_pct
 from harness.probe import PACE_NOISE_PCT, best_figure
 from harness.verdict.explained import STEAL_NAMED_CPUS
 from harness.record import validate_record
@@ -144,13 +144,24 @@ def test_the_waiting_in_the_measured_communication_is_recorded_from_the_runs_own
         held = rec["metrics"]["comm_held_up_pct"]
         assert held["mode"] == "profile" and 0 <= held["value"] < 100, run_id
         assert held["value"] == comm_held_up_pct(rec["microsteps"]), run_id
+        # of it, the waiting for the other rank: every call matched with the other rank's, its wait within the call
+        peer = rec["metrics"]["comm_held_up_for_peer_pct"]
+        assert peer["value"] == comm_held_up_for_peer_pct(rec["microsteps"]) <= held["value"], run_id
+        calls = [c for step in rec["microsteps"] for m in step for c in m["collectives"]]
+        assert calls and all(0 <= c["peer_wait_s"] <= c["time_s"] for c in calls), run_id
+        came = [s["arrivals"] for s in rec["steps"] if s["mode"] == "profile"]
+        assert len(came) == len(rec["microsteps"]), run_id
+        for one, step in zip(came, rec["microsteps"]):
+            assert one["calls"] == sum(len(m["collectives"]) for m in step), run_id
+            assert [r["rank"] for r in one["ranks"]] == [0, 1] and "clock_offset_s" not in one, run_id  # one kernel
 
 
 def test_terminal_and_markdown_summary(default_suite):
     out = default_suite.stdout
     assert "step 1/5 (warm-up)" in out
     assert "samples/s" in out and "MFU %" in out
-    assert "Micro-step breakdown" in out and "comm ms" in out and "held up ms" in out
+    assert "Micro-step breakdown" in out and "comm ms" in out and "held up ms" in out and "for a peer ms" in out
+    assert out.count("last to reach the profiled calls") == 7
     for run_id in default_suite.records():
         assert run_id in out
     assert "# Avg bus bandwidth" in out and "Collectives (nccl-tests semantics" in out

@@ -39,3 +39,12 @@ def test_fp32_noise_in_a_loss_passes_and_a_real_change_does_not():
     assert differences(kl(0.02555309794843197), kl(0.02555302530527115)) == []     # an AVX2-only box against the golden one
     assert differences(kl(0.02555309794843197), kl(0.0255631)) == [".steps[0].kl_loss: 0.0255631 != 0.02555309794843197"]
     assert differences(golden({"loss": 4.235226631164551}), golden({"loss": 4.2352366})) != []   # 2e-6 relative
+
+
+def test_which_rank_came_last_is_masked_but_the_number_of_calls_is_not():
+    def came(last, calls=10):
+        return golden({"steps": [{"mode": "profile", "arrivals": {"calls": calls, "ranks": [
+            {"rank": 0, "host": "vm", "last_calls": last, "held_back_s": 0.01 * last}]}}]})
+
+    assert differences(came(3), came(7)) == []
+    assert differences(came(3), came(3, calls=12)) == [".steps[0].arrivals.calls: 12 != 10"]

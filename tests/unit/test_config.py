@@ -239,6 +239,8 @@ BAD_VALUES = [
                  id="precision=int8"),
     pytest.param(["measure.steps=0"], "measure.steps", "0", [">= 1"], id="steps=0"),
     pytest.param(["measure.timeout_s=-1"], "measure.timeout_s", "-1", ["positive"], id="timeout_s=-1"),
+    pytest.param(["measure.inject_delay_rank=2"], "measure.inject_delay_rank", "2", ["a rank in 0..1"],
+                 id="straggler-beyond-the-ranks"),
     pytest.param(["workload.num_kv_heads=3"], "workload.num_kv_heads", "3", ["divide num_heads=4"],
                  id="num_kv_heads=3"),
     pytest.param(["data.source=corpus"], "data.corpus_path", "None",

@@ -146,6 +146,13 @@ def test_a_microstep_splits_into_comm_and_compute(traced):
     assert d["phase_s"] == first.phase_s
     assert d["collectives"][0] == {"op": "all_gather", "bytes": 32, "time_s": first.collectives[0].time_s,
                                    "api": "all_gather_into_tensor", "phase": "forward"}
+    # each call's entry and exit on the host's clock, in the order issued, for the ranks' matching (arrivals.py)
+    calls, stamps = clock.calls()
+    assert calls == [("all_gather", 32), ("reduce_scatter", 32), ("all_reduce", 4), ("all_reduce", 200)]
+    assert [b - a for a, b in stamps] == pytest.approx([c.time_s for m in clock.microsteps for c in m.collectives])
+    assert all(b <= c for (_, b), (c, _) in zip(stamps, stamps[1:]))
+    assert stamps[1][0] - stamps[0][1] >= 0.03                        # the compute between them
+    assert MicrostepClock(tracer).calls() == ([], [])                 # a new step's clock starts empty
 
 
 def test_calls_outside_a_microstep_are_passed_through_but_not_recorded(traced):

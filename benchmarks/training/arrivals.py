@@ -1,0 +1,108 @@
+"""Whom a profiled collective waited for. A call timed on its own (benchmarks/training/instrument.py) lasts from
+its rank's arrival until the data has moved; if a peer reached the same call later, the first part of it was spent
+waiting for that peer (rank skew: a rank still computing, a straggler), not moving data. Each rank stamps its
+profiled calls with their entry and exit on its host's monotonic clock (time.perf_counter); after the profiled step
+(outside its timing) the first rank gathers every rank's stamps and matches them call by call: the ranks of one
+data-parallel group issue the same collectives in the same order, so the i-th call of each is one collective.
+For each of the first rank's calls that gives `peer_wait_s`, the latest rank's arrival minus its own (at most the
+call's time), which harness/held_up.py sets against the call's held-up time: the rest of it was the host's. For each
+rank it gives how often it came last and by how much it held the others back (its arrival minus the next latest),
+which names a straggler.
+
+Clocks: ranks on one kernel (/proc's boot_id; the emulated cluster's nodes share one) read the same
+CLOCK_MONOTONIC. A rank on another kernel is put on the first rank's clock by the median, over the step's calls, of
+the difference of their exits: a collective completes on every rank within about a message's latency of the others,
+while an arrival may lag by a compute phase, so the median of the exits is the clocks' offset to about that latency.
+
+Nothing is told apart where the ranks' calls do not match (another process group's calls, a rank that issued more):
+the step then says why, and its calls carry no peer_wait_s."""
+from __future__ import annotations
+
+import socket
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks.node.network import read_stripped
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def call_log(rank: int, calls: list[tuple[str, int]], stamps: list[tuple[float, float]]) -> dict[str, Any]:
+    """One rank's profiled calls of a step: [(op, bytes)] with their [(entry, exit)] in the same order."""
+    return {"rank": rank, "host": socket.gethostname(), "kernel": read_stripped(BOOT_ID),
+            "calls": [[op, nbytes, entry, leave] for (op, nbytes), (entry, leave) in zip(calls, stamps)]}
+
+
+def unmatched(logs: list[dict[str, Any]]) -> Optional[str]:
+    """Why the ranks' calls cannot be matched one to one, or None when they can."""
+    first = logs[0]
+    for log in logs[1:]:
+        if len(log["calls"]) != len(first["calls"]):
+            return (f"rank {log['rank']} issued {len(log['calls'])} profiled calls, rank {first['rank']} "
+                    f"{len(first['calls'])}")
+        for i, (a, b) in enumerate(zip(first["calls"], log["calls"])):
+            if a[:2] != b[:2]:
+                return (f"call {i}: rank {first['rank']} issued {a[0]} of {a[1]} bytes, rank {log['rank']} "
+                        f"{b[0]} of {b[1]} bytes")
+    return None
+
+
+def clock_offsets(logs: list[dict[str, Any]]) -> list[float]:
+    """Each rank's clock minus the first rank's: 0 on the first rank's kernel, else the median exit difference."""
+    first = logs[0]
+    out = []
+    for log in logs:
+        same = log["kernel"] is not None and log["kernel"] == first["kernel"]
+        out.append(0.0 if same or not log["calls"] else
+                   statistics.median(b[3] - a[3] for a, b in zip(first["calls"], log["calls"])))
+    return out
+
+
+def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
+    """From every rank's call_log of one profiled step (in rank order, the first rank's first): the first rank's
+    `peer_wait_s` per call, and per rank how many calls it came last to and how long it held the others back;
+    {"unmatched": why} where the calls cannot be matched."""
+    why = unmatched(logs) if len(logs) > 1 else "a single rank"
+    if why:
+        return {"unmatched": why}
+    offsets = clock_offsets(logs)
+    waits = []
+    last_calls = [0] * len(logs)
+    held_back = [0.0] * len(logs)
+    for i, mine in enumerate(logs[0]["calls"]):
+        arrived = [log["calls"][i][2] - off for log, off in zip(logs, offsets)]
+        latest = max(arrived)
+        waits.append(min(max(latest - arrived[0], 0.0), mine[3] - mine[2]))
+        order = sorted(range(len(logs)), key=arrived.__getitem__)
+        lag = latest - arrived[order[-2]]
+        if lag > 0:
+            last_calls[order[-1]] += 1
+            held_back[order[-1]] += lag
+    out: dict[str, Any] = {
+        "peer_wait_s": waits, "calls": len(waits),
+        "ranks": [{"rank": log["rank"], "host": log["host"], "last_calls": n, "held_back_s": s}
+                  for log, n, s in zip(logs, last_calls, held_back)]}
+    if any(offsets):
+        out["clock_offset_s"] = {str(log["rank"]): off for log, off in zip(logs, offsets) if off}
+    return out
+
+
+def gather(rank: int, world_size: int, calls: list[tuple[str, int]],
+           stamps: list[tuple[float, float]]) -> Optional[dict[str, Any]]:
+    """Every rank joins: the first rank gets arrivals() of the step, the others None."""
+    import torch.distributed as dist
+
+    everyone: Optional[list] = [None] * world_size if rank == 0 else None
+    dist.gather_object(call_log(rank, calls, stamps), everyone, dst=0)
+    return arrivals(sorted(everyone, key=lambda log: log["rank"])) if everyone else None
+
+
+def annotate(microsteps: list[dict[str, Any]], found: dict[str, Any]) -> None:
+    """Write each call's peer_wait_s into the first rank's micro-steps (their collectives in the order issued)."""
+    if "peer_wait_s" not in found:
+        return
+    waits = iter(found["peer_wait_s"])
+    for m in microsteps:
+        for c in m["collectives"]:
+            c["peer_wait_s"] = next(waits)

@@ -1,0 +1,42 @@
+"""A straggler named: one rank of two sleeps 0.15 s at the end of each micro-step (measure.inject_delay_rank), so
+the other reaches the next micro-step's first collective that long before it. The record must say that the first
+rank's calls waited for a peer (comm_held_up_for_peer_pct, each call's peer_wait_s), and name the late rank with how
+long it held the others back (benchmarks/training/arrivals.py, harness/held_up.py stragglers)."""
+from __future__ import annotations
+
+import pytest
+
+from harness.held_up import for_peer_s, held_up_s, stragglers
+from harness.record import validate_record
+
+from .conftest import run_bench
+
+pytestmark = pytest.mark.integration
+
+DELAY_S = 0.15
+GA = 4
+
+
+def test_the_rank_that_came_late_is_named_and_the_others_wait_is_counted_as_for_a_peer(tmp_path):
+    run = run_bench(tmp_path / "out", "suite=single", "workload=llama-tiny", "zero=stage3",
+                    "workload.micro_batch_size=2", f"workload.grad_acc_steps={GA}", "measure.warmup_steps=1",
+                    "measure.steps=1", "measure.profile_steps=2", f"measure.inject_delay_s={DELAY_S}",
+                    "measure.inject_delay_rank=1", timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (rec,) = run.records().values()
+    assert rec["status"] == "ok" and not validate_record(rec)
+    assert rec["environment"]["settings"]["measure.inject_delay_rank"] == 1
+
+    # micro-steps 1..GA-1 of each profiled step begin with rank 0 waiting DELAY_S for rank 1 (its sleep at the end
+    # of the micro-step before); its first micro-step follows the gather of the step before, which both ranks join
+    for waits, peer in zip(held_up_s(rec["microsteps"]), for_peer_s(rec["microsteps"])):
+        for i in range(1, GA):
+            assert peer[i] >= 0.7 * DELAY_S, (i, peer)
+            assert peer[i] <= waits[i] + 1e-9
+    assert rec["metrics"]["comm_held_up_for_peer_pct"]["value"] >= 50
+
+    late, other = stragglers(rec["steps"])
+    assert late["rank"] == 1 and other["rank"] == 0
+    assert late["held_back_s"] >= 0.7 * DELAY_S * (GA - 1) * 2 > 10 * other["held_back_s"]
+    assert "last to reach the profiled calls" in run.stdout and "rank 1 (" in run.stdout
+    assert "rank 1's micro-step is slowed on purpose" in run.stderr + run.stdout

@@ -1,0 +1,136 @@
+"""Whom a profiled collective waited for (benchmarks/training/arrivals.py): every rank's calls matched one to one,
+the first rank's wait for the latest arrival, the rank that came last and how long it held the others back, clocks of
+another kernel put on the first rank's; then the record's split of the held-up time (harness/held_up.py) and the
+summary's straggler line."""
+from __future__ import annotations
+
+import pytest
+import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
+
+from benchmarks.training.arrivals import annotate, arrivals, call_log, unmatched
+from contract.metrics import METRICS
+from harness.held_up import comm_held_up_for_peer_pct, comm_held_up_pct, for_peer_s, held_up_s, stragglers
+from harness.record import ResultRecord
+from harness.report.summary import microstep_table
+
+
+def log(rank, calls, kernel="boot-a", host=None, shift=0.0):
+    """calls: [(op, bytes, entry, exit)] on this rank's clock, `shift` ahead of the first rank's."""
+    return {"rank": rank, "host": host or f"node{rank}", "kernel": kernel,
+            "calls": [[op, n, entry + shift, leave + shift] for op, n, entry, leave in calls]}
+
+
+# two ranks, three calls: rank 1 arrives 40 ms after rank 0 at the first, rank 0 5 ms after rank 1 at the second;
+# the third they reach together
+RANK0 = [("all_gather", 1000, 0.000, 0.045), ("reduce_scatter", 2000, 0.100, 0.103), ("all_reduce", 4, 0.200, 0.201)]
+RANK1 = [("all_gather", 1000, 0.040, 0.045), ("reduce_scatter", 2000, 0.095, 0.103), ("all_reduce", 4, 0.200, 0.201)]
+
+
+def test_the_first_ranks_wait_for_the_latest_arrival_and_the_rank_that_held_the_others_back():
+    found = arrivals([log(0, RANK0), log(1, RANK1)])
+    assert found["calls"] == 3
+    assert found["peer_wait_s"] == pytest.approx([0.040, 0.0, 0.0])
+    r0, r1 = found["ranks"]
+    assert (r1["rank"], r1["last_calls"], r1["held_back_s"]) == (1, 1, pytest.approx(0.040))
+    assert (r0["rank"], r0["last_calls"], r0["held_back_s"]) == (0, 1, pytest.approx(0.005))   # a tie is nobody's
+    assert "clock_offset_s" not in found                                                       # one kernel
+
+
+def test_a_wait_never_exceeds_the_call_and_three_ranks_credit_only_the_latest_beyond_the_next():
+    late = [("all_gather", 8, 0.5, 0.6)]
+    found = arrivals([log(0, [("all_gather", 8, 0.0, 0.1)]), log(1, [("all_gather", 8, 0.3, 0.6)]), log(2, late)])
+    assert found["peer_wait_s"] == [pytest.approx(0.1)]        # at most the call's own 0.1 s
+    assert [r["held_back_s"] for r in found["ranks"]] == [0.0, 0.0, pytest.approx(0.2)]   # 0.5 - 0.3
+
+
+def test_a_rank_on_another_kernel_is_put_on_the_first_ranks_clock_by_the_median_of_the_exits():
+    shifted = log(1, RANK1, kernel="boot-b", shift=1234.5)
+    found = arrivals([log(0, RANK0), shifted])
+    assert found["peer_wait_s"] == pytest.approx([0.040, 0.0, 0.0])
+    assert found["clock_offset_s"] == {"1": pytest.approx(1234.5)}
+    # the same clocks read as one kernel's would make rank 1 twenty minutes late
+    assert arrivals([log(0, RANK0), log(1, RANK1, shift=1234.5)])["peer_wait_s"][0] == pytest.approx(0.045)
+
+
+def test_calls_that_do_not_match_are_not_told_apart_and_say_why():
+    assert unmatched([log(0, RANK0), log(1, RANK1[:2])]) == "rank 1 issued 2 profiled calls, rank 0 3"
+    other = [RANK1[0], ("all_gather", 999, 0.095, 0.103), RANK1[2]]
+    assert arrivals([log(0, RANK0), log(1, other)]) == {
+        "unmatched": "call 1: rank 0 issued reduce_scatter of 2000 bytes, rank 1 all_gather of 999 bytes"}
+    assert arrivals([log(0, RANK0)]) == {"unmatched": "a single rank"}
+    steps = [[{"collectives": [{"op": "all_gather"}]}]]
+    annotate(steps[0], {"unmatched": "a single rank"})
+    assert "peer_wait_s" not in steps[0][0]["collectives"][0]
+
+
+def test_a_ranks_log_pairs_each_call_with_its_stamps():
+    mine = call_log(1, [("all_gather", 8), ("all_reduce", 4)], [(1.0, 1.5), (2.0, 2.25)])
+    assert mine["rank"] == 1 and mine["host"] and "kernel" in mine
+    assert mine["calls"] == [["all_gather", 8, 1.0, 1.5], ["all_reduce", 4, 2.0, 2.25]]
+
+
+def call(op, nbytes, time_s, peer=None):
+    return {"op": op, "bytes": nbytes, "time_s": time_s, "phase": "backward",
+            **({} if peer is None else {"peer_wait_s": peer})}
+
+
+def step(rs_s, rs_peer):
+    """Two micro-steps of two gathers (1 ms each) and a reduce-scatter; the last reduce-scatter took rs_s, of which
+    rs_peer waiting for the other rank."""
+    out = []
+    for i in range(2):
+        calls = [call("all_gather", 100, 0.001, 0.0), call("all_gather", 100, 0.001, 0.0005),
+                 call("reduce_scatter", 200, rs_s if i else 0.002, rs_peer if i else 0.0)]
+        comm = sum(c["time_s"] for c in calls)
+        out.append({"index": i, "total_s": 0.02 + comm, "compute_s": 0.02, "comm_s": comm, "collectives": calls})
+    return out
+
+
+def test_the_waiting_is_a_later_peers_as_measured_plus_the_hosts_stalls_after_the_last_arrival():
+    # every call's peer wait counts; the quartile rule then looks at the rest of each call: the reduce-scatters'
+    # rests are 2, 21, 2 and 4 ms, so the 21 ms one (over 3 x 2 ms) stalled 19 ms after both ranks had arrived
+    profiled = [step(0.030, 0.009), step(0.024, 0.020)]
+    assert for_peer_s(profiled) == [[pytest.approx(0.0005), pytest.approx(0.0095)],
+                                    [pytest.approx(0.0005), pytest.approx(0.0205)]]
+    assert held_up_s(profiled) == [[pytest.approx(0.0005), pytest.approx(0.0095 + 0.019)],
+                                   [pytest.approx(0.0005), pytest.approx(0.0205)]]
+    total = 0.036 + 0.030
+    assert comm_held_up_for_peer_pct(profiled) == pytest.approx(100 * 0.031 / total)
+    assert comm_held_up_pct(profiled) == pytest.approx(100 * (0.031 + 0.019) / total)
+    # a straggler late to every micro-step slows every call of a kind alike: the quartile rule alone sees nothing
+    late = [step(0.052, 0.050), step(0.052, 0.050)]
+    for s in late:
+        s[0]["collectives"][2].update(time_s=0.052, peer_wait_s=0.050)
+    assert comm_held_up_for_peer_pct(late) > 70 and comm_held_up_pct(late) == comm_held_up_for_peer_pct(late)
+    # a call without its wait (a single rank, calls not matched, an older record): not told apart, the rule on
+    # the whole call as before
+    profiled[1][0]["collectives"][0].pop("peer_wait_s")
+    assert for_peer_s(profiled) is None and comm_held_up_for_peer_pct(profiled) is None
+    assert held_up_s(profiled) == [[0.0, pytest.approx(0.030 - 0.002)], [0.0, pytest.approx(0.024 - 0.002)]]
+    spec = METRICS["comm_held_up_for_peer_pct"]
+    assert spec.reference_kind is None and not spec.paced        # information: never judged, never submitted
+
+
+def came(calls, *ranks):
+    return {"mode": "profile", "arrivals": {"calls": calls, "ranks": [
+        {"rank": r, "host": f"node{r}", "last_calls": n, "held_back_s": s} for r, n, s in ranks]}}
+
+
+def test_the_straggler_is_named_over_the_profiled_steps_in_the_summary():
+    steps = [{"mode": "throughput"}, came(10, (0, 3, 0.004), (1, 7, 0.30)), came(10, (0, 4, 0.006), (1, 6, 0.25)),
+             {"mode": "profile", "arrivals": {"unmatched": "a single rank"}}]
+    assert stragglers(steps) == [
+        {"rank": 1, "host": "node1", "last_calls": 13, "held_back_s": pytest.approx(0.55), "calls": 20},
+        {"rank": 0, "host": "node0", "last_calls": 7, "held_back_s": pytest.approx(0.010), "calls": 20}]
+    assert stragglers([{"mode": "profile"}]) == []
+
+    rec = ResultRecord(schema_version="1.0", run_id="00-z3", kind="training", benchmark="llama-tiny", platform="cpu",
+                       status="ok", reason=None, config={}, overrides=[], environment={}, metrics={},
+                       microsteps=[step(0.014, 0.009)], steps=steps)
+    lines = microstep_table(rec).splitlines()
+    assert "for a peer ms" in lines[0]
+    assert [row.split()[4:6] for row in lines[2:4]] == [["0.5", "0.5"], ["9.5", "9.5"]]
+    assert lines[-1].strip() == ("last to reach the profiled calls (20), and how long it held the others back: "
+                                 "rank 1 (node1) 65 % of calls, 550.0 ms; rank 0 (node0) 35 % of calls, 10.0 ms")
+    md = microstep_table(rec, markdown=True).splitlines()
+    assert md[-2] == "" and md[-1].startswith("- last to reach")
