@@ -115,6 +115,10 @@ def test_the_default_suite_runs_on_both_nodes_as_slurm_jobs(cluster_suite):
         assert env["num_nodes"] == 2 and env["num_ranks"] == 2
         assert env["slurm"]["job_id"] and env["slurm"]["nodelist"] == "node[1-2]", name
         assert env["slurm"]["state"] == "COMPLETED"
+        # each profiled call matched across the nodes (one kernel: one clock), the ranks named by their node
+        for came in (s["arrivals"] for s in rec.get("steps", ()) if s["mode"] == "profile"):
+            assert [(r["rank"], r["host"]) for r in came["ranks"]] == [(0, "node1"), (1, "node2")], name
+            assert came["calls"] > 0 and "clock_offset_s" not in came, name
 
 
 def _collectives(rec: dict) -> list[list[dict]]:
