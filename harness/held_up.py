@@ -85,3 +85,35 @@ def stragglers(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
             one["last_calls"] += r["last_calls"]
             one["held_back_s"] += r["held_back_s"]
     return sorted(({**one, "calls": calls} for one in per.values()), key=lambda one: -one["held_back_s"])
+
+
+STRAGGLER_PCT = 15.0
+"""A rank stands out as a straggler when it held the others back this share of the profiled steps' time or more,
+and STRAGGLER_RATIO times the next rank's share. On the 2-core Zen 5 box the default suite's 28 quiet llama-tiny
+runs (2026-12-06) read 1-11 % for their latest rank, 0-6 % for the next (at most 8 points apart: two ranks on two
+cores late by turns); one rank sleeping 0.15 s a micro-step read 47 % against 3 %, on the emulated 2-node cluster
+0.1 s a micro-step 20 % against 2 %."""
+STRAGGLER_RATIO = 3.0
+
+
+def straggler(steps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The rank that held the others back most over the profiled steps (stragglers()), as a share of their time:
+    {rank, host, held_back_pct, next_pct, stands_out}; None where no profiled step's calls were matched."""
+    ranks = stragglers(steps)
+    total = sum(s["step_time_s"] for s in steps if s.get("mode") == "profile" and s.get("arrivals", {}).get("ranks"))
+    if not ranks or total <= 0:
+        return None
+    top = 100.0 * ranks[0]["held_back_s"] / total
+    following = 100.0 * ranks[1]["held_back_s"] / total if len(ranks) > 1 else 0.0
+    return {"rank": ranks[0]["rank"], "host": ranks[0]["host"], "held_back_pct": round(top, 2),
+            "next_pct": round(following, 2),
+            "stands_out": top >= STRAGGLER_PCT and top >= STRAGGLER_RATIO * following}
+
+
+def straggler_words(found: Optional[dict[str, Any]]) -> str:
+    """How a comparison names a run's straggler, or says none stood out."""
+    if not found:
+        return "not measured"
+    held = (f"rank {found['rank']} ({found['host']}) held the others back {found['held_back_pct']:.0f} % of the "
+            "profiled steps")
+    return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"

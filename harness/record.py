@@ -33,7 +33,7 @@ from .config.schema import REPO_ROOT, BenchConfig
 from .config.teacher import teacher_workload
 from .errors import HarnessError
 from .hardware import hardware_mismatches
-from .held_up import comm_held_up_for_peer_pct, comm_held_up_pct
+from .held_up import comm_held_up_for_peer_pct, comm_held_up_pct, straggler
 from .launch.local import LaunchResult
 from .model.flops import forward_flops_per_token, mfu_pct, training_flops_per_token
 from .nodes import links, load_during, node_views
@@ -318,6 +318,8 @@ def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> Result
     teacher = next((e["value"] for e in events if e["key"] == ev.TEACHER), None)
     status, reason = status_of(run, launch, events, _rank_failures(run.run_dir, events))
     env = environment(run, cfg, events, ranks, launch)
+    if env.get("load") and (late := straggler(steps)):   # the rank the others waited for most (held_up.py)
+        env["load"]["straggler"] = late
     metrics, flops = (compute_metrics(cfg, steps, ranks, num_params, teacher, node_probes(env)) if status == "ok"
                       else ({}, None))
     env[DEEPSPEED_JSON] = flat_json(run.spec.deepspeed)   # what the ranks ran, a user's JSON merged in

@@ -3,7 +3,8 @@
 model, its kind, stepping and microcode where kept, cores, memory, GPU count and model; never load or
 clocks), the probe's moved figures (harness/probe.py), the machine's fields of contract/fingerprint.py
 COMPARED, each node interface's link rate (`links.node2/eth0: [1.0, 0.25]`), other work on the machine
-during the run when it differs materially (`load.other_cpus`), the software of COMPARED (driver, CUDA,
+during the run when it differs materially (`load.other_cpus`), a straggler rank that came, went or moved
+(`load.straggler`, harness/held_up.py straggler), the software of COMPARED (driver, CUDA,
 NCCL, PyTorch, DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages that moved
 from the lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`),
 the recorded variables (`env.TORCHINDUCTOR_DEBUG_COMPILE`), the settings outside the configuration key
@@ -19,6 +20,7 @@ from benchmarks.node.machine import cpu_kind
 from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
+from ..held_up import straggler_words
 from ..pace import material_cpus
 from ..probe import probe_diff
 from ..provenance import CONTENT_PREFIX
@@ -122,7 +124,20 @@ def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env
         a, b = (ref or {}).get(key), (cur or {}).get(key)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) >= material_cpus(cpus):
             out[f"load.{key}"] = [a, b]
+    out.update(_straggler_diff((ref or {}).get("straggler"), (cur or {}).get("straggler")))
     return out
+
+
+def _straggler_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """load.straggler when a rank stood out on one side only, or another rank (host) on each (harness/held_up.py
+    straggler); nothing where either side did not measure it."""
+    if not isinstance(ref, dict) or not isinstance(cur, dict):
+        return {}
+    if not (ref["stands_out"] or cur["stands_out"]):
+        return {}
+    if ref["stands_out"] and cur["stands_out"] and (ref["rank"], ref["host"]) == (cur["rank"], cur["host"]):
+        return {}
+    return {"load.straggler": [straggler_words(ref), straggler_words(cur)]}
 
 
 def _commit_diff(ref: Optional[str], cur: Optional[str]) -> dict[str, Any]:

@@ -9,9 +9,11 @@ import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
 from benchmarks.training.arrivals import annotate, arrivals, call_log, unmatched
 from contract.metrics import METRICS
-from harness.held_up import comm_held_up_for_peer_pct, comm_held_up_pct, for_peer_s, held_up_s, stragglers
+from harness.held_up import (STRAGGLER_PCT, STRAGGLER_RATIO, comm_held_up_for_peer_pct, comm_held_up_pct, for_peer_s,
+                             held_up_s, straggler, straggler_words, stragglers)
 from harness.record import ResultRecord
 from harness.report.summary import microstep_table
+from harness.verdict.compare import environment_diff
 
 
 def log(rank, calls, kernel="boot-a", host=None, shift=0.0):
@@ -134,3 +136,46 @@ def test_the_straggler_is_named_over_the_profiled_steps_in_the_summary():
                                  "rank 1 (node1) 65 % of calls, 550.0 ms; rank 0 (node0) 35 % of calls, 10.0 ms")
     md = microstep_table(rec, markdown=True).splitlines()
     assert md[-2] == "" and md[-1].startswith("- last to reach")
+
+
+def profiled(seconds, *ranks):
+    """A profiled step of `seconds`, its ranks (rank, host, held back s)."""
+    return {"mode": "profile", "step_time_s": seconds, "arrivals": {"calls": 10, "ranks": [
+        {"rank": r, "host": h, "last_calls": 5, "held_back_s": s} for r, h, s in ranks]}}
+
+
+def test_a_rank_stands_out_as_the_straggler_by_its_share_of_the_profiled_time_and_against_the_next():
+    late = straggler([{"mode": "throughput", "step_time_s": 9.0}, profiled(1.0, (0, "node1", 0.02), (1, "node2", 0.45)),
+                      profiled(1.0, (0, "node1", 0.03), (1, "node2", 0.50))])
+    assert late == {"rank": 1, "host": "node2", "held_back_pct": 47.5, "next_pct": 2.5, "stands_out": True}
+    assert straggler_words(late) == "rank 1 (node2) held the others back 48 % of the profiled steps"
+    # two ranks late by turns (the quiet default suite: at most 11 %, the next within 8 points) do not stand out
+    turns = straggler([profiled(1.0, (0, "vm", 0.10), (1, "vm", 0.04))])
+    assert turns["held_back_pct"] == 10.0 and not turns["stands_out"]
+    assert straggler_words(turns) == ("none stood out (rank 0 (vm) held the others back 10 % of the profiled steps, "
+                                      "the next 4 %)")
+    # late by a fifth of the time, but so is the next rank: skew everywhere, no one rank to name
+    assert not straggler([profiled(1.0, (0, "a", 0.20), (1, "b", 0.10))])["stands_out"]
+    assert straggler([{"mode": "profile", "step_time_s": 1.0, "arrivals": {"unmatched": "a single rank"}}]) is None
+    assert STRAGGLER_PCT == 15.0 and STRAGGLER_RATIO == 3.0
+
+
+def load(found):
+    return {"torch": "2.13.0", "env": {}, "suite_commit": "abc", "settings": {},
+            "load": {"other_cpus": 0.0, **({"straggler": found} if found else {})},
+            "machine": {"cpu": {"model": "AMD EPYC", "logical_cpus": 2, "mem_total_gib": 23.5}}}
+
+
+def test_what_changed_names_a_straggler_that_came_or_went_or_moved_to_another_rank():
+    quiet = {"rank": 0, "host": "node1", "held_back_pct": 5.0, "next_pct": 3.0, "stands_out": False}
+    node2 = {"rank": 1, "host": "node2", "held_back_pct": 40.0, "next_pct": 2.0, "stands_out": True}
+    came = environment_diff(load(quiet), load(node2))
+    assert came == {"load.straggler": [
+        "none stood out (rank 0 (node1) held the others back 5 % of the profiled steps, the next 3 %)",
+        "rank 1 (node2) held the others back 40 % of the profiled steps"]}
+    assert list(environment_diff(load(node2), load(quiet))) == ["load.straggler"]            # it went
+    node1 = {**node2, "rank": 0, "host": "node1"}
+    assert environment_diff(load(node2), load(node1))["load.straggler"][1].startswith("rank 0 (node1)")
+    assert environment_diff(load(node2), load({**node2, "held_back_pct": 30.0})) == {}        # the same straggler
+    assert environment_diff(load(quiet), load({**quiet, "held_back_pct": 9.0})) == {}         # none on either side
+    assert environment_diff(load(None), load(node2)) == {}    # a reference from before it was measured: nothing said
