@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from contract.metrics import METRICS
 
-from ..held_up import held_up_s
+from ..held_up import for_peer_s, held_up_s
 from ..record import ResultRecord
 from ..verdict.compare import ACROSS_MACHINES, Verdict
 from ..verdict.cross_machine import machine_pairs
@@ -144,7 +144,8 @@ def trend_panels_png(panels: list[tuple[str, dict[str, list[tuple[str, float]]]]
 
 def microstep_pair_png(now: ResultRecord, before: Optional[tuple[str, ResultRecord]], night: str) -> bytes:
     """Stacked compute/communication bars (ms) per micro-step of the first profiled step, the communication's
-    waiting (harness/held_up.py) hatched on top: this night's run beside its predecessor's (the same run of the
+    waiting (harness/held_up.py) hatched on top, the host's and, where the ranks' calls were matched, a later rank's
+    apart: this night's run beside its predecessor's (the same run of the
     last earlier night), on one scale."""
     sides = [(f"{night} (this night)", now)] + ([(f"{before[0]} (before)", before[1])] if before else [])
     fig = _figure(5.2 * len(sides), 3.0)
@@ -154,11 +155,17 @@ def microstep_pair_png(now: ResultRecord, before: Optional[tuple[str, ResultReco
         index = [m["index"] for m in steps]
         compute = [m["compute_s"] * 1e3 for m in steps]
         held = [h * 1e3 for h in held_up_s(rec.microsteps)[0]] if steps else []
+        split = for_peer_s(rec.microsteps) if steps else None
+        peer = [p * 1e3 for p in split[0]] if split else [0.0] * len(steps)
         moving = [m["comm_s"] * 1e3 - h for m, h in zip(steps, held)]
         ax.bar(index, compute, label="compute", color="tab:blue")
         ax.bar(index, moving, bottom=compute, label="communication", color="tab:orange")
-        ax.bar(index, held, bottom=[c + m for c, m in zip(compute, moving)], label="communication held up",
-               color="white", edgecolor="tab:orange", hatch="///")
+        below = [c + m for c, m in zip(compute, moving)]
+        ax.bar(index, [h - p for h, p in zip(held, peer)], bottom=below, color="white", edgecolor="tab:orange",
+               hatch="///", label="communication held up" + (" by the host" if split else ""))
+        if split:
+            ax.bar(index, peer, bottom=[b + h - p for b, h, p in zip(below, held, peer)], color="white",
+                   edgecolor="tab:red", hatch="...", label="waiting for a later rank")
         ax.set_xticks(index)
         ax.set_xlabel("micro-step (first profiled optimizer step)", fontsize=8)
         ax.set_title(f"{rec.run_id}: {title}", fontsize=9)

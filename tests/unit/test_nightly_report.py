@@ -134,7 +134,13 @@ def test_charts_render_as_png_bytes(tmp_path):
     trend = trend_panels_png(panels, "2026-05-10", {(panels[0][0], "samples_per_s"): 5.0},
                              {(panels[0][0], "samples_per_s"): 40.0})
     micro = microstep_pair_png(_records()[0], ("2026-05-09", _records()[0]), "2026-05-10")
-    for name, png in (("trend", trend), ("microsteps", micro)):
+    matched = _records()[0]     # each call's wait for the later rank known: the peer's part hatched apart
+    for step in matched.microsteps:
+        for m in step:
+            m["collectives"][0]["peer_wait_s"] = 0.004
+    split = microstep_pair_png(matched, ("2026-05-09", _records()[0]), "2026-05-10")
+    assert split != micro
+    for name, png in (("trend", trend), ("microsteps", micro), ("microsteps-peer", split)):
         assert png[:8] == PNG_SIGNATURE and len(png) > 10_000
         (tmp_path / f"nightly-report-{name}.png").write_bytes(png)
 
