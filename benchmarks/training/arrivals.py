@@ -4,18 +4,19 @@ waiting for that peer (rank skew: a rank still computing, a straggler), not movi
 profiled calls with their entry and exit on its host's monotonic clock (time.perf_counter); after the profiled step
 (outside its timing) the first rank gathers every rank's stamps and matches them call by call: the ranks of one
 data-parallel group issue the same collectives in the same order, so the i-th call of each is one collective.
-For each of the first rank's calls that gives `peer_wait_s`, the latest rank's arrival minus its own (at most the
-call's time), which harness/held_up.py sets against the call's held-up time: the rest of it was the host's. For each
-rank it gives how often it came last and by how much it held the others back (its arrival minus the next latest),
-which names a straggler.
+For each of the first rank's calls that gives `peer_wait_s`, the latest arrival among the ranks of the call's
+process group (every rank for the default group; a ZeRO++ or MiCS subgroup's own) minus its own, at most the call's
+time: harness/held_up.py counts it as waiting for a peer, and looks at the rest of the call for the host's stalls.
+For each rank it gives how often it came last to a call of its group and by how much it held the others back (its
+arrival minus the next latest), which names a straggler.
 
 Clocks: ranks on one kernel (/proc's boot_id; the emulated cluster's nodes share one) read the same
 CLOCK_MONOTONIC. A rank on another kernel is put on the first rank's clock by the median, over the step's calls, of
 the difference of their exits: a collective completes on every rank within about a message's latency of the others,
 while an arrival may lag by a compute phase, so the median of the exits is the clocks' offset to about that latency.
 
-Nothing is told apart where the ranks' calls do not match (another process group's calls, a rank that issued more):
-the step then says why, and its calls carry no peer_wait_s."""
+Nothing is told apart where the ranks' calls do not match (point-to-point sends, a rank that issued more): the step
+then says why, and its calls carry no peer_wait_s."""
 from __future__ import annotations
 
 import socket
@@ -28,10 +29,22 @@ from benchmarks.node.network import read_stripped
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
-def call_log(rank: int, calls: list[tuple[str, int]], stamps: list[tuple[float, float]]) -> dict[str, Any]:
-    """One rank's profiled calls of a step: [(op, bytes)] with their [(entry, exit)] in the same order."""
-    return {"rank": rank, "host": socket.gethostname(), "kernel": read_stripped(BOOT_ID),
-            "calls": [[op, nbytes, entry, leave] for (op, nbytes), (entry, leave) in zip(calls, stamps)]}
+Stamp = tuple[float, float, Optional[tuple[int, ...]]]
+
+
+def call_log(rank: int, calls: list[tuple[str, int]], stamps: list[Stamp]) -> dict[str, Any]:
+    """One rank's profiled calls of a step: [(op, bytes)] with their [(entry, exit, group)] in the same order, each
+    call [op, bytes, entry, exit, g]: g the index of its process group's ranks in `groups`, -1 for every rank."""
+    groups: dict[tuple[int, ...], int] = {}
+    out = [[op, nbytes, entry, leave, -1 if group is None else groups.setdefault(group, len(groups))]
+           for (op, nbytes), (entry, leave, group) in zip(calls, stamps)]
+    return {"rank": rank, "host": socket.gethostname(), "kernel": read_stripped(BOOT_ID), "calls": out,
+            "groups": [list(g) for g in groups]}
+
+
+def _group(log: dict[str, Any], call: list) -> Optional[tuple[int, ...]]:
+    """The ranks a rank's call waits for; None for every rank."""
+    return tuple(log["groups"][call[4]]) if len(call) > 4 and call[4] >= 0 else None
 
 
 def unmatched(logs: list[dict[str, Any]]) -> Optional[str]:
@@ -72,13 +85,19 @@ def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
     held_back = [0.0] * len(logs)
     for i, mine in enumerate(logs[0]["calls"]):
         arrived = [log["calls"][i][2] - off for log, off in zip(logs, offsets)]
-        latest = max(arrived)
-        waits.append(min(max(latest - arrived[0], 0.0), mine[3] - mine[2]))
-        order = sorted(range(len(logs)), key=arrived.__getitem__)
-        lag = latest - arrived[order[-2]]
-        if lag > 0:
-            last_calls[order[-1]] += 1
-            held_back[order[-1]] += lag
+        together: dict[Optional[tuple[int, ...]], list[int]] = {}   # the ranks of each process group at this call
+        for place, log in enumerate(logs):
+            together.setdefault(_group(log, log["calls"][i]), []).append(place)
+        peers = together[_group(logs[0], mine)]
+        waits.append(min(max(max(arrived[p] for p in peers) - arrived[0], 0.0), mine[3] - mine[2]))
+        for places in together.values():
+            if len(places) < 2:
+                continue
+            order = sorted(places, key=arrived.__getitem__)
+            lag = arrived[order[-1]] - arrived[order[-2]]
+            if lag > 0:
+                last_calls[order[-1]] += 1
+                held_back[order[-1]] += lag
     out: dict[str, Any] = {
         "peer_wait_s": waits, "calls": len(waits),
         "ranks": [{"rank": log["rank"], "host": log["host"], "last_calls": n, "held_back_s": s}

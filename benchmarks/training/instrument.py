@@ -43,6 +43,11 @@ TRACED_APIS: dict[str, tuple[str, Optional[tuple[str, int]]]] = {
     "recv": ("recv", ("tensor", 0)),
     "barrier": ("barrier", None),
 }
+GROUP_AT = {"all_reduce": 2, "all_reduce_coalesced": 2, "inference_all_reduce": 2, "all_gather_into_tensor": 2,
+            "all_gather": 2, "all_gather_coalesced": 2, "reduce_scatter_tensor": 3, "reduce_scatter": 3, "broadcast": 2,
+            "reduce": 3, "all_to_all_single": 4, "send": 2, "recv": 2, "barrier": 0}
+"""Position of each traced method's `group` parameter (TorchBackend's, tested like TRACED_APIS): deepspeed.comm
+passes it by keyword to most, by position to the all-reduces. Which ranks a call waits for (arrivals.py)."""
 PHASES = ("teacher", "forward", "backward", "step")
 """A micro-step's phases in order: the distillation teacher's forward (only with a teacher), the
 student's forward (and loss), its backward, and the optimizer step (last micro-step only)."""
@@ -96,8 +101,10 @@ class CommTracer:
         self.synchronize = synchronize
         self.phase = "forward"
         self.sink: Optional[list[Collective]] = None
-        self.stamps: list[tuple[float, float]] = []
-        """(entry, exit) of each call filed in a sink, on the host's monotonic clock (benchmarks/training/arrivals.py)."""
+        self.stamps: list[tuple[float, float, Optional[tuple[int, ...]]]] = []
+        """(entry, exit, the group's ranks or None for every rank) of each call filed in a sink, on the host's
+        monotonic clock (benchmarks/training/arrivals.py)."""
+        self._members: dict[int, Optional[tuple[int, ...]]] = {}
         self._originals: dict[str, Callable] = {}
 
     def install(self) -> None:
@@ -118,6 +125,8 @@ class CommTracer:
             if self.sink is None:
                 return method(*args, **kwargs)
             size = message_bytes(arg, args, kwargs)
+            at = GROUP_AT.get(api, len(args))
+            group = self.members(kwargs["group"] if "group" in kwargs else (args[at] if len(args) > at else None))
             self.synchronize()
             start = time.perf_counter()
             result = method(*args, **kwargs)
@@ -126,10 +135,21 @@ class CommTracer:
             self.synchronize()
             leave = time.perf_counter()
             self.sink.append(Collective(op=op, bytes=size, time_s=leave - start, api=api, phase=self.phase))
-            self.stamps.append((start, leave))
+            self.stamps.append((start, leave, group))
             return result
 
         return traced
+
+    def members(self, group: Any) -> Optional[tuple[int, ...]]:
+        """The global ranks of a call's process group; None for the default group (every rank)."""
+        if group is None:
+            return None
+        if id(group) not in self._members:
+            import torch.distributed as dist
+
+            ranks = tuple(dist.get_process_group_ranks(group)) if dist.is_initialized() else ()
+            self._members[id(group)] = None if not ranks or len(ranks) == dist.get_world_size() else ranks
+        return self._members[id(group)]
 
 
 class MicrostepClock:
@@ -141,8 +161,8 @@ class MicrostepClock:
         self._start = 0.0
         tracer.stamps = []
 
-    def calls(self) -> tuple[list[tuple[str, int]], list[tuple[float, float]]]:
-        """Every call of the step in the order issued, (op, bytes), and its (entry, exit) stamps."""
+    def calls(self) -> tuple[list[tuple[str, int]], list[tuple[float, float, Optional[tuple[int, ...]]]]]:
+        """Every call of the step in the order issued, (op, bytes), and its (entry, exit, group) stamps."""
         return [(c.op, c.bytes) for m in self.microsteps for c in m.collectives], self.tracer.stamps
 
     def begin(self, index: int, phase: str = "forward") -> None:

@@ -66,9 +66,27 @@ def test_calls_that_do_not_match_are_not_told_apart_and_say_why():
 
 
 def test_a_ranks_log_pairs_each_call_with_its_stamps():
-    mine = call_log(1, [("all_gather", 8), ("all_reduce", 4)], [(1.0, 1.5), (2.0, 2.25)])
+    mine = call_log(1, [("all_gather", 8), ("all_reduce", 4), ("all_gather", 8)],
+                    [(1.0, 1.5, (0, 1)), (2.0, 2.25, None), (3.0, 3.5, (0, 1))])
     assert mine["rank"] == 1 and mine["host"] and "kernel" in mine
-    assert mine["calls"] == [["all_gather", 8, 1.0, 1.5], ["all_reduce", 4, 2.0, 2.25]]
+    assert mine["calls"] == [["all_gather", 8, 1.0, 1.5, 0], ["all_reduce", 4, 2.0, 2.25, -1],
+                             ["all_gather", 8, 3.0, 3.5, 0]]
+    assert mine["groups"] == [[0, 1]]
+
+
+def test_a_call_on_a_process_group_waits_only_for_its_groups_ranks():
+    """Four ranks, a ZeRO++/MiCS-like call on the pairs {0, 1} and {2, 3}: rank 3 comes 0.5 s late to its pair's call,
+    which rank 0 does not wait for; then an all-reduce over every rank, which it does."""
+    def four(rank, entry_pair, entry_all):
+        pair = [0, 1] if rank < 2 else [2, 3]
+        return {"rank": rank, "host": f"node{rank // 2}", "kernel": "boot-a", "groups": [pair],
+                "calls": [["all_gather", 8, entry_pair, 0.6 if rank > 1 else 0.1, 0],
+                          ["all_reduce", 4, entry_all, 1.2, -1]]}
+
+    found = arrivals([four(0, 0.0, 1.0), four(1, 0.02, 1.0), four(2, 0.0, 1.0), four(3, 0.5, 1.1)])
+    assert found["peer_wait_s"] == [pytest.approx(0.02), pytest.approx(0.1)]
+    held = {r["rank"]: (r["last_calls"], r["held_back_s"]) for r in found["ranks"]}
+    assert held == {0: (0, 0.0), 1: (1, pytest.approx(0.02)), 2: (0, 0.0), 3: (2, pytest.approx(0.6))}
 
 
 def call(op, nbytes, time_s, peer=None):

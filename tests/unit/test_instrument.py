@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from benchmarks.training.instrument import (PHASES, TRACED_APIS, CommTracer, MicrostepClock, message_bytes)
+from benchmarks.training.instrument import (GROUP_AT, PHASES, TRACED_APIS, CommTracer, MicrostepClock,
+                                            message_bytes)
 
 from unit_helpers import REPO_ROOT
 
@@ -149,8 +150,9 @@ def test_a_microstep_splits_into_comm_and_compute(traced):
     # each call's entry and exit on the host's clock, in the order issued, for the ranks' matching (arrivals.py)
     calls, stamps = clock.calls()
     assert calls == [("all_gather", 32), ("reduce_scatter", 32), ("all_reduce", 4), ("all_reduce", 200)]
-    assert [b - a for a, b in stamps] == pytest.approx([c.time_s for m in clock.microsteps for c in m.collectives])
-    assert all(b <= c for (_, b), (c, _) in zip(stamps, stamps[1:]))
+    assert [b - a for a, b, _ in stamps] == pytest.approx([c.time_s for m in clock.microsteps for c in m.collectives])
+    assert all(b <= c for (_, b, _), (c, _, _) in zip(stamps, stamps[1:]))
+    assert [g for _, _, g in stamps] == [None] * 4                    # the default group: every rank
     assert stamps[1][0] - stamps[0][1] >= 0.03                        # the compute between them
     assert MicrostepClock(tracer).calls() == ([], [])                 # a new step's clock starts empty
 
@@ -241,6 +243,7 @@ def test_the_signature_reader_sees_the_known_collectives(real_signatures):
 def test_traced_api_matches_deepspeeds_torch_backend(real_signatures, api):
     op, arg = TRACED_APIS[api]
     assert api in real_signatures, f"TorchBackend has no method {api}"
+    assert real_signatures[api].index("group") == GROUP_AT[api], f"{api}{tuple(real_signatures[api])}: group"
     if arg is not None:
         name, position = arg
         params = real_signatures[api]
@@ -253,3 +256,21 @@ def test_every_traced_op_is_a_valid_record_op():
     ops = (schema["properties"]["microsteps"]["items"]["items"]["properties"]["collectives"]["items"]
            ["properties"]["op"]["enum"])
     assert {op for op, _ in TRACED_APIS.values()} <= set(ops)
+
+
+def test_a_call_on_a_subgroup_is_stamped_with_its_ranks_the_default_group_with_none(traced, monkeypatch):
+    import torch.distributed as dist
+
+    backend, tracer, _ = traced
+    pairs = {"pair": [0, 2], "everyone": [0, 1, 2, 3]}
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    monkeypatch.setattr(dist, "get_process_group_ranks", lambda group: pairs[group])
+    clock = MicrostepClock(tracer)
+    clock.begin(0)
+    backend.all_reduce(f32(4), None, "pair")                             # by position, as deepspeed.comm does
+    backend.all_gather_into_tensor(f32(8), f32(4), group="pair")         # by keyword
+    backend.reduce_scatter_tensor(f32(4), f32(8), group="everyone")      # a group of every rank
+    backend.all_reduce(f32(4))                                           # the default group
+    clock.end()
+    assert [g for _, _, g in clock.calls()[1]] == [(0, 2), (0, 2), None, None]
