@@ -236,6 +236,7 @@ perf: venv
 	$(PY) tests/perf/gpu_noise.py; \
 	$(PY) tests/perf/host_floor.py; \
 	$(PY) tests/perf/busy_host.py; \
+	mkdir -p .cache && $(PY) tests/perf/exchange_spells.py --rounds 30 --out .cache/exchange_spells.jsonl; \
 	if [ $$bench -ne 0 ]; then echo "make perf: the benchmarks failed (exit $$bench): see MISS, REGRESSION or FAILED above" >&2; fi; \
 	exit $$bench
 
