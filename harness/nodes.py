@@ -50,8 +50,8 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     read it: a record from before) and the CPUs' worth of time the ranks were ready to run and waited
     for a CPU (wait_cpus, their sum; None unless every rank read it); the record keeps the busiest
     kernel's figures (other work and steal together), the 1-minute load averages before and after, the
-    hosts, and the slowest node's pace (pulse_fp32, pulse_of) and memory pace (pulse_triad). None when
-    no rank reported (a failed run, a record from before)."""
+    hosts, and the slowest node's pace (pulse_fp32, pulse_of), memory pace (pulse_triad) and, on cpu, exchange
+    latency (pulse_exchange_us). None when no rank reported (a failed run, a record from before)."""
     windows = [w for w in windows or [] if isinstance(w, dict)]
     if not windows:
         return None
@@ -74,24 +74,29 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     worst = max(figures, key=lambda f: f["other_cpus"] + (f["steal_cpus"] or 0.0)) if figures else {}
     paces = [p for p in (pulse_of(w) for w in windows) if p is not None]
     memory = [p for p in (pulse_of(w, "triad") for w in windows) if p is not None]
+    exchange = [p for p in (pulse_of(w, "exchange") for w in windows) if p is not None]
     return {"window_s": first.get("wall_s"),
             **{k: worst.get(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus", "wait_cpus")},
             "load_avg_before": before, "load_avg_after": first.get("load_avg_1_5_15"),
             "kernels": len(kernels), "hosts": sorted({str(w.get("host")) for w in windows}),
             "pulse_fp32": round(min(paces), 3) if paces else None,
-            "pulse_triad": round(min(memory), 3) if memory else None}
+            "pulse_triad": round(min(memory), 3) if memory else None,
+            **({"pulse_exchange_us": round(max(exchange), 2)} if exchange else {})}
 
 
 def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:
     """The machine's fp32 matmul pace over one rank's window (benchmarks/node/probe.py pulse; its memory
-    pace, the triad's GB/s, with figure="triad": pulse_triad): the better
+    pace, the triad's GB/s, with figure="triad": pulse_triad; on cpu its exchange latency in us, with
+    figure="exchange": pulse_exchange, the lower the better): the better
     of the pulses right before and right after it (a rate is lowered by interference, never raised:
     on a quiet 2-core EPYC one of a ZeRO-3 run's two pulses read 0.78x the probe, the better one
     0.93-1.11x, docs/measurement.md), either alone when the other failed; None for a rank that read
     none (not the first on its node, or a record from before). So a run counts as paced slower only
     when the machine was slow at both ends."""
     p = window.get("pulse")
-    p = p.get("triad") if figure == "triad" and isinstance(p, dict) else p
+    p = p.get(figure) if figure in ("triad", "exchange") and isinstance(p, dict) else p
     figures = [p.get(k) for k in ("before", "after")] if isinstance(p, dict) else []
     figures = [x for x in figures if isinstance(x, (int, float)) and x > 0]
-    return max(figures) if figures else None
+    if not figures:
+        return None
+    return min(figures) if figure == "exchange" else max(figures)   # a latency: the better is the lower

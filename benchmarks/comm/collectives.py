@@ -288,12 +288,13 @@ def run(spec: CollectiveSpec, log: ev.EventLog, rank: int, n: int, run_dir: Path
     # on cpu, each rank's threads on its own CPUs (collective.bind_ranks): the ranks no longer share a CPU nor land
     # on the CPUs differently from one sweep to the next; a call is held up as often (docs/collectives.md)
     peers = kernel_peers(rank) if spec.device == "cpu" else None   # gathered once, for the binding and the pulses
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None   # before binding: the pulses'
     cpus = bind_rank(peers) if spec.bind_ranks and spec.device == "cpu" else None
     # on cpu, the machine's pace before and after the sweep (benchmarks/node/probe.py Pulses), read by the first rank
     # on each machine while the others wait: gloo on one host moves its bytes through the host's memory on its
     # CPUs, so a night the box's memory or CPUs ran slower is known as such (harness/pace.py one_cpu_host). A
     # GPU's busbw is its links', which no pulse reads.
-    pulses = Pulses(spec.device) if spec.device == "cpu" and first_of(peers) else None
+    pulses = Pulses(spec.device, allowed) if spec.device == "cpu" and first_of(peers) else None
     if pulses:
         pulses.start()
     dist.barrier()

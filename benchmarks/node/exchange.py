@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 ROUND_TRIPS = 2000
 """About 0.1 s at 40-50 us a round trip."""
@@ -34,18 +34,20 @@ def _echo(port: int, cpu: Optional[int], n: int) -> None:
             s.sendall(s.recv(1))
 
 
-def two_cpus() -> tuple[Optional[int], Optional[int]]:
-    """The first two CPUs this process may use (the gloo sweep's ranks are bound to them in that order); None, None
+def two_cpus(allowed: Optional[Collection[int]] = None) -> tuple[Optional[int], Optional[int]]:
+    """The first two of `allowed` (default: the CPUs this thread may use; a rank bound to one CPU passes the set it
+    had before: benchmarks/node/environment.py bind_rank binds the sweep's ranks to them in that order); None, None
     where there are fewer than two or no affinity to read."""
-    if not hasattr(os, "sched_getaffinity"):
+    if allowed is None and not hasattr(os, "sched_getaffinity"):
         return None, None
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     return (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
 
 
-def exchange(n: int = ROUND_TRIPS) -> dict[str, Any]:
-    """n round trips with a child process on the second CPU; the quartiles of their times in microseconds."""
-    mine, theirs = two_cpus()
+def exchange(n: int = ROUND_TRIPS, allowed: Optional[Collection[int]] = None) -> dict[str, Any]:
+    """n round trips with a child process on the second of the `allowed` CPUs, this thread on the first (two_cpus);
+    the quartiles of their times in microseconds."""
+    mine, theirs = two_cpus(allowed)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

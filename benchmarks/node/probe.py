@@ -43,8 +43,9 @@ import socket
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional
 
+from benchmarks.node.exchange import exchange
 from benchmarks.node.gpu_state import query
 from benchmarks.node.machine import busy_cpu_s, own_cpu_s, steal_cpu_s, usable_cpus
 from benchmarks.node.network import read_stripped
@@ -187,22 +188,39 @@ def pulse_triad(device: str) -> Optional[float]:
                                                         PULSE_S[device])))
 
 
+def pulse_exchange(device: str, cpus: Optional[Collection[int]] = None) -> Optional[float]:
+    """The host's exchange latency now, on cpu, in about 0.15 s: the lower quartile (us) of a TCP ping-pong's round
+    trips between this process and a child on another CPU (benchmarks/node/exchange.py), what a small gloo call
+    waits on without gloo; it reads the host's slow spells (tests/perf/exchange_spells.py). None on a GPU (NCCL's
+    small calls wait on other paths) and when it fails: a pulse never fails a run."""
+    if device != "cpu":
+        return None
+    try:
+        return round(exchange(allowed=cpus)["p25_us"], 2)
+    except Exception:   # noqa: BLE001  (a pulse never fails a run)
+        return None
+
+
 class Pulses:
-    """Both pulses right before a run measures and right after: start() before, window() after, the latter in
-    the LOAD window's form ({before, after, unit, triad: {...}}: harness/nodes.py pulse_of reads it). The
+    """The pulses right before a run measures and right after: start() before, window() after, the latter in
+    the LOAD window's form ({before, after, unit, triad: {...}, exchange: {...}}: harness/nodes.py pulse_of). The
     first rank on each machine reads them (benchmarks/node/environment.py first_on_kernel) while the others
     wait at a barrier, for the training runs and for the collective sweeps on one cpu host."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, cpus: Optional[Collection[int]] = None):
         self.device = device
-        self.before: tuple[Optional[float], Optional[float]] = (None, None)
+        self.cpus = cpus
+        """The CPUs the exchange pulse may use: a rank bound to one CPU passes those it had before."""
+        self.before: tuple[Optional[float], Optional[float], Optional[float]] = (None, None, None)
 
     def start(self) -> None:
-        self.before = (pulse(self.device), pulse_triad(self.device))
+        self.before = (pulse(self.device), pulse_triad(self.device), pulse_exchange(self.device, self.cpus))
 
     def window(self) -> dict[str, Any]:
         return {"before": self.before[0], "after": pulse(self.device), "unit": "GFLOP/s",
-                "triad": {"before": self.before[1], "after": pulse_triad(self.device), "unit": "GB/s"}}
+                "triad": {"before": self.before[1], "after": pulse_triad(self.device), "unit": "GB/s"},
+                **({"exchange": {"before": self.before[2], "after": pulse_exchange(self.device, self.cpus),
+                                 "unit": "us"}} if self.device == "cpu" else {})}
 
 
 def _one_thread(device: str, rate: Callable[[], float]) -> Optional[float]:

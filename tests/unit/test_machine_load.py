@@ -135,6 +135,17 @@ def test_the_run_keeps_its_slowest_node_memory_pace_the_same_way():
     assert (load["pulse_fp32"], load["pulse_triad"]) == (80.0, 30.0)   # a's better is 35, b's only 30
     old = load_during([{**_window(0, "a", "a", 1.0, 0.9), "pulse": {"before": 80.0, "after": 70.0}}])
     assert (old["pulse_fp32"], old["pulse_triad"]) == (80.0, None)     # a record from before the memory pulse
+    assert "pulse_exchange_us" not in old                              # and the exchange pulse
+
+
+def test_the_run_keeps_its_slowest_node_exchange_latency_the_lower_of_its_two_pulses():
+    def paced(rank, host, before, after):
+        return {**_window(rank, host, host, 1.0, 0.9),
+                "pulse": {"before": 80.0, "after": 80.0, "unit": "GFLOP/s",
+                          "exchange": {"before": before, "after": after, "unit": "us"}}}
+    # a's better (lower) is 41, b's only 52 (its other pulse failed): the slowest node's is b's
+    assert load_during([paced(0, "a", 41.0, 56.0), paced(1, "b", None, 52.0)])["pulse_exchange_us"] == 52.0
+    assert "pulse_exchange_us" not in load_during([paced(0, "a", None, None)])
 
 
 def env(load=None, settings=None, commit="abc", cpus=2):
@@ -192,3 +203,14 @@ def test_the_bench_says_where_it_ran_and_how_busy_the_machine_was():
                                              "0.30-0.80 CPUs")
     bare = [{"environment": {**env({"other_cpus": 0.1, "steal_cpus": 0.0}), "hosts": ["vm"]}}]
     assert "steal" not in load_line(typed(bare)), "bare metal, or a hypervisor that took nothing: not named"
+
+
+def test_what_changed_names_the_hosts_exchange_latency_when_it_moved_by_a_spells_share():
+    from harness.verdict.changes import EXCHANGE_MOVED
+
+    calm, spell = {"other_cpus": 0.0, "pulse_exchange_us": 41.7}, {"other_cpus": 0.0, "pulse_exchange_us": 52.7}
+    assert EXCHANGE_MOVED == 1.15
+    assert environment_diff(env(calm), env(spell)) == {"load.pulse_exchange_us": [41.7, 52.7]}
+    assert environment_diff(env(spell), env(calm)) == {"load.pulse_exchange_us": [52.7, 41.7]}   # either way
+    assert environment_diff(env(calm), env({**calm, "pulse_exchange_us": 46.0})) == {}          # 1.10x: no spell
+    assert environment_diff(env({"other_cpus": 0.0}), env(spell)) == {}, "a reference from before: nothing said"
