@@ -23,6 +23,31 @@ neighbour streaming memory on the other core 20.0-22.4 (0.55x), while the fp32 p
 measured yet; the probe's triad tolerance (harness/probe.py TOLERANCE_PCT, 3.5x the widest seen over two nodes' benches)."""
 
 
+EXCHANGE_MOVED = 1.15
+"""The host's exchange latency (load.pulse_exchange_us, benchmarks/node/exchange.py) moved when one side's is this
+much the other's or more: on the 2-core Zen 5 VM its lower quartile read 1.15x its median or more in 12 of 100
+rounds, the host's slow spells, where gloo's small all_reduce and reduce_scatter read 1.52x and 1.62x their calm
+rounds' (tests/perf/exchange_spells.py). A comparison names it (harness/verdict/changes.py); where a run was slower
+by it, a small size's change within SPELL_SPEEDS is not comparable (harness/verdict/explained.py at_exchange_spell)."""
+SPELL_SPEEDS = (0.5, 1.0)
+"""The speeds (the small sizes' lower quartile, calm over now) gloo's all_reduce and reduce_scatter read at 1-64 KiB
+in the rounds of those spells: 0.53-0.95x their calm rounds' median (12 rounds; tests/data/exchange_spells/),
+rounded outwards."""
+
+
+def exchange_pulses(reference_env: Optional[dict[str, Any]],
+                    current_envs: list[Optional[dict[str, Any]]]) -> Optional[tuple[float, float]]:
+    """(now, then): the host's exchange latency (load.pulse_exchange_us, us) over the group's records (their median)
+    and the reference's; None where either side lacks it (a reference taken before it was read, a GPU)."""
+    def of(env: Optional[dict[str, Any]]) -> Optional[float]:
+        x = ((env or {}).get("load") or {}).get("pulse_exchange_us")
+        return float(x) if isinstance(x, (int, float)) and x > 0 else None
+
+    now = [x for x in (of(e) for e in current_envs) if x is not None]
+    then = of(reference_env)
+    return (statistics.median(now), then) if now and then else None
+
+
 class Pace(NamedTuple):
     now: float
     then: float

@@ -22,15 +22,10 @@ from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK
 
 from ..config.schema import REPO_ROOT
 from ..held_up import straggler_words
-from ..pace import material_cpus
+from ..pace import EXCHANGE_MOVED, material_cpus
 from ..probe import probe_diff
 from ..provenance import CONTENT_PREFIX
 
-EXCHANGE_MOVED = 1.15
-"""The host's exchange latency (load.pulse_exchange_us, benchmarks/node/exchange.py) is named as changed when one
-side's is this much the other's or more: on the 2-core Zen 5 VM its lower quartile read 1.15x its median or more in
-12 of 100 rounds, the host's slow spells, where gloo's small all_reduce and reduce_scatter read 1.52x and 1.62x their calm
-rounds' (tests/perf/exchange_spells.py). Named, not judged: a slower small size beside it stays a regression."""
 HARDWARE_FIELDS = ("gpu_model", "gpu_count", "num_nodes", "num_ranks")
 """Fingerprint fields of COMPARED that are the machine, listed before the software in a diff."""
 

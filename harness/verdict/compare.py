@@ -41,11 +41,11 @@ from typing import Any, Optional
 from contract.metrics import METRICS
 
 from ..errors import HarnessError
-from ..pace import balance, cpu_share, one_cpu_host, pace, probe_pace, taken
+from ..pace import balance, cpu_share, exchange_pulses, one_cpu_host, pace, probe_pace, taken
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, BY_SIZE, LARGE, SHARED, SMALL, SMALL_MEDIAN, SMALL_P25, restrict, sizeless
-from .explained import at_balance, at_busy_host, at_cpu_share, at_machine_pace, worse_pct
+from .explained import at_balance, at_busy_host, at_cpu_share, at_exchange_spell, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
 from .cross_machine import (apart, machine_name, machine_of, machines_apart,  # noqa: F401 (machines_apart: read
@@ -379,6 +379,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         paced = metric in METRICS and METRICS[metric].paced or host
         # the other work first where it explains the change: it names the cause, the pace only that the machine slowed
         explained = ((at_busy_host(verdict, figures, ref, taken(ref_env, [r.environment for r in ok])) if host else None)
+                     or (at_exchange_spell(verdict, figures, ref, exchange_pulses(ref_env, [r.environment for r in ok]))
+                         if host and METRICS[metric].latency_bound else None)
                      or (at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))
                          if paced or metric in ACROSS_MACHINES else None)
                      or (at_machine_pace(verdict, figures, ref, pace(ref_env, env)) if paced else None)

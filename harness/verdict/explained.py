@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..pace import MEMORY_PACE_NOISE_PCT, OF_PROBE, Balance, Pace, Share
+from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SPELL_SPEEDS, Balance, Pace, Share
 from ..probe import PACE_NOISE_PCT
 from .references import Reference
 
@@ -109,6 +109,33 @@ def at_busy_host(verdict: str, figures: dict[str, Any], ref: Reference, load: Op
             f"wake-ups, which such load delays or hastens far beyond the CPU time it takes: beside it gloo's sweep "
             f"read {lo:.2f}-{hi:.2f}x the speed of its {'quiet' if busier else 'busy'} runs, and the {what} "
             f"({speed:.2f}x the reference's speed) lies within that")
+
+
+def at_exchange_spell(verdict: str, figures: dict[str, Any], ref: Reference,
+                      exchange: Optional[tuple[float, float]]) -> Optional[str]:
+    """'not comparable: ...' when a regression (an improvement; or an apparent one) of a collective's small sizes on
+    one cpu host (contract.metrics latency_bound) came with the host's exchange latency (harness/pace.py
+    exchange_pulses) EXCHANGE_MOVED or more slower (faster) than beside its reference, a slow spell of the host on
+    one side, and the change lies within the tolerance of the speeds gloo's small sizes read in such spells
+    (SPELL_SPEEDS; inverted where the reference was the slow side). None otherwise."""
+    kinded = _kind(verdict, figures, ref)
+    if exchange is None or kinded is None:
+        return None
+    now, then = exchange
+    slower = now / then >= EXCHANGE_MOVED
+    if not slower and then / now < EXCHANGE_MOVED:
+        return None
+    if (kinded[0] == "regression") != slower:
+        return None
+    lo, hi = SPELL_SPEEDS if slower else (1 / SPELL_SPEEDS[1], 1 / SPELL_SPEEDS[0])
+    if abs(_beyond_range(figures, ref, lo, hi)) > ref.tolerance_pct:
+        return None
+    speed = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+    return (f"not comparable: the host's exchange latency (a ping-pong between two of its CPUs) read {now:.1f} us "
+            f"during this sweep against the reference's {then:.1f} ({now / then:.2f}x): a slow spell of the host during "
+            f"{'this sweep' if slower else 'the reference'}, in which gloo's small sizes read {lo:.2f}-{hi:.2f}x the "
+            f"speed of its {'calm' if slower else 'slow'} runs, and the {kinded[1]} ({speed:.2f}x the reference's "
+            f"speed) lies within that")
 
 
 def _takers(load: Share) -> str:
