@@ -71,6 +71,16 @@ def _beyond_range(figures: dict[str, Any], ref: Reference, lo: float, hi: float)
                      ref.direction)
 
 
+def _within_speeds(figures: dict[str, Any], ref: Reference, speeds: tuple[float, float],
+                   this_side: bool) -> Optional[tuple[float, float, float]]:
+    """(lo, hi, speed) where the value's speed over the reference's lies within the tolerance of `speeds` (measured
+    with the cause on this run's side; inverted where it was on the reference's); None beyond."""
+    lo, hi = speeds if this_side else (1 / speeds[1], 1 / speeds[0])
+    if abs(_beyond_range(figures, ref, lo, hi)) > ref.tolerance_pct:
+        return None
+    return lo, hi, figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+
+
 STEAL_NAMED_CPUS = 0.25
 """A hypervisor's steal worth naming beside the other work (a quarter CPU, either side)."""
 BUSY_HOST_CPUS = 0.2
@@ -99,11 +109,10 @@ def at_busy_host(verdict: str, figures: dict[str, Any], ref: Reference, load: Op
         return None
     what = kinded[1]
     busier = load.other_now > load.other_then
-    lo, hi = BUSY_HOST_SWEEP if busier else (1 / BUSY_HOST_SWEEP[1], 1 / BUSY_HOST_SWEEP[0])
-    change = _beyond_range(figures, ref, lo, hi)
-    if abs(change) > ref.tolerance_pct:
+    within = _within_speeds(figures, ref, BUSY_HOST_SWEEP, busier)
+    if within is None:
         return None
-    speed = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+    lo, hi, speed = within
     return (f"not comparable: {_takers(load)} took {load.other_now:.2f} of the machine's {load.cpus} CPUs while this "
             f"sweep measured (the reference's {load.other_then:.2f}); on one host a collective waits on its ranks' "
             f"wake-ups, which such load delays or hastens far beyond the CPU time it takes: beside it gloo's sweep "
@@ -125,12 +134,10 @@ def at_exchange_spell(verdict: str, figures: dict[str, Any], ref: Reference,
     slower = now / then >= EXCHANGE_MOVED
     if not slower and then / now < EXCHANGE_MOVED:
         return None
-    if (kinded[0] == "regression") != slower:
+    within = _within_speeds(figures, ref, SPELL_SPEEDS, slower) if (kinded[0] == "regression") == slower else None
+    if within is None:
         return None
-    lo, hi = SPELL_SPEEDS if slower else (1 / SPELL_SPEEDS[1], 1 / SPELL_SPEEDS[0])
-    if abs(_beyond_range(figures, ref, lo, hi)) > ref.tolerance_pct:
-        return None
-    speed = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
+    lo, hi, speed = within
     return (f"not comparable: the host's exchange latency (a ping-pong between two of its CPUs) read {now:.1f} us "
             f"during this sweep against the reference's {then:.1f} ({now / then:.2f}x): a slow spell of the host during "
             f"{'this sweep' if slower else 'the reference'}, in which gloo's small sizes read {lo:.2f}-{hi:.2f}x the "
