@@ -87,7 +87,7 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
 def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:
     """The machine's fp32 matmul pace over one rank's window (benchmarks/node/probe.py pulse; its memory
     pace, the triad's GB/s, with figure="triad": pulse_triad; on cpu its exchange latency in us, with
-    figure="exchange": pulse_exchange, the lower the better): the better
+    figure="exchange": pulse_exchange, of which the slower is kept, below): the better
     of the pulses right before and right after it (a rate is lowered by interference, never raised:
     on a quiet 2-core EPYC one of a ZeRO-3 run's two pulses read 0.78x the probe, the better one
     0.93-1.11x, docs/measurement.md), either alone when the other failed; None for a rank that read
@@ -97,6 +97,7 @@ def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:
     p = p.get(figure) if figure in ("triad", "exchange") and isinstance(p, dict) else p
     figures = [p.get(k) for k in ("before", "after")] if isinstance(p, dict) else []
     figures = [x for x in figures if isinstance(x, (int, float)) and x > 0]
-    if not figures:
-        return None
-    return min(figures) if figure == "exchange" else max(figures)   # a latency: the better is the lower
+    # a rate's better (the higher), so that a run is paced slower only when slow at both ends; the exchange
+    # latency's worse (also the higher): a slow spell of the host lasts 5-15 s, and one at either end of the run
+    # is the one it ran in (tests/perf/exchange_spells.py)
+    return max(figures) if figures else None

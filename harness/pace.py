@@ -28,11 +28,13 @@ EXCHANGE_MOVED = 1.15
 much the other's or more: on the 2-core Zen 5 VM its lower quartile read 1.15x its median or more in 12 of 100
 rounds, the host's slow spells, where gloo's small all_reduce and reduce_scatter read 1.52x and 1.62x their calm
 rounds' (tests/perf/exchange_spells.py). A comparison names it (harness/verdict/changes.py); where a run was slower
-by it, a small size's change within SPELL_SPEEDS is not comparable (harness/verdict/explained.py at_exchange_spell)."""
-SPELL_SPEEDS = (0.5, 1.0)
-"""The speeds (the small sizes' lower quartile, calm over now) gloo's all_reduce and reduce_scatter read at 1-64 KiB
-in the rounds of those spells: 0.53-0.95x their calm rounds' median (12 rounds; tests/data/exchange_spells/),
-rounded outwards."""
+by it, a small size's change within SPELL_SLOPE's reach is not comparable (harness/verdict/explained.py
+at_exchange_spell)."""
+SPELL_SLOPE = 2.6
+"""How much more the small sizes slow than the exchange pulse in a spell: in the 12 spell rounds of
+tests/data/exchange_spells/, each op's lower quartile over its calm median, less one, over the pulse's (the slower
+of the round's two) over its median, less one, read 0.1-2.57 (all_reduce 0.48-2.57, reduce_scatter 0.11-2.54). A
+sweep beside a pulse r times the reference's may then read down to 1 / (1 + SPELL_SLOPE (r - 1)) of its speed."""
 
 
 def exchange_pulses(reference_env: Optional[dict[str, Any]],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SPELL_SPEEDS, Balance, Pace, Share
+from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SPELL_SLOPE, Balance, Pace, Share
 from ..probe import PACE_NOISE_PCT
 from .references import Reference
 
@@ -125,8 +125,8 @@ def at_exchange_spell(verdict: str, figures: dict[str, Any], ref: Reference,
     """'not comparable: ...' when a regression (an improvement; or an apparent one) of a collective's small sizes on
     one cpu host (contract.metrics latency_bound) came with the host's exchange latency (harness/pace.py
     exchange_pulses) EXCHANGE_MOVED or more slower (faster) than beside its reference, a slow spell of the host on
-    one side, and the change lies within the tolerance of the speeds gloo's small sizes read in such spells
-    (SPELL_SPEEDS; inverted where the reference was the slow side). None otherwise."""
+    one side, and the change lies within the tolerance of the speeds gloo's small sizes read in such spells: down
+    to 1 / (1 + SPELL_SLOPE (r - 1)) of the calm side's at a pulse r times as slow. None otherwise."""
     kinded = _kind(verdict, figures, ref)
     if exchange is None or kinded is None:
         return None
@@ -134,7 +134,9 @@ def at_exchange_spell(verdict: str, figures: dict[str, Any], ref: Reference,
     slower = now / then >= EXCHANGE_MOVED
     if not slower and then / now < EXCHANGE_MOVED:
         return None
-    within = _within_speeds(figures, ref, SPELL_SPEEDS, slower) if (kinded[0] == "regression") == slower else None
+    ratio = max(now / then, then / now)
+    reach = (1 / (1 + SPELL_SLOPE * (ratio - 1)), 1.0)
+    within = _within_speeds(figures, ref, reach, slower) if (kinded[0] == "regression") == slower else None
     if within is None:
         return None
     lo, hi, speed = within
