@@ -28,6 +28,9 @@ ZEN5_RUNS = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "20
 ZEN5_BOUND = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "2026-12-06-bound" / s
               for s in ("s1", "s2", "s3")]
 """Its three default-cpu suites whose collective sweep binds each rank to its own CPU: their collective records."""
+ZEN5_EXCHANGE = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" / "2026-12-06-exchange" / s
+                 for s in ("s3", "s4", "s5", "s6")]
+"""Its bound sweeps that read the host's exchange pulse calm (four of seven), which replaced the bound entries."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
 ZEN5 = "AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2)"
 NOT_KEPT = ("all_reduce", "small_median_us")
@@ -120,7 +123,7 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
 
 def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_entries_alone(tmp_path, capsys):
     """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace, then the 2026-12-05 ones, then the Zen
-    5's suites: cpu.json as shipped, entry for entry."""
+    5's suites, its bound sweeps, and those again with the exchange pulse: cpu.json as shipped, entry for entry."""
     table = avx2_table(tmp_path)
     assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
                  "--submitter", "suite maintainers"]) == 0
@@ -143,6 +146,10 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
                  "--reference-file", str(table), "--submitter", "suite maintainers"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "28 references of 8 configurations (28 added" in out and "beside" not in out, out   # no other machine's
+    assert main(["submit", *map(str, ZEN5_EXCHANGE), "--reference-file", str(table), "--submitter",
+                 "suite maintainers", "--replace", "--reason", "the exchange pulse"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "28 references of 8 configurations (28 replaced" in out, out
     strip = ("date", "note")   # the day it was made, and the note that carries the --reason given
 
     def comparable(e: dict) -> str:
