@@ -108,7 +108,7 @@ def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def gather(rank: int, world_size: int, calls: list[tuple[str, int]],
-           stamps: list[tuple[float, float]]) -> Optional[dict[str, Any]]:
+           stamps: list[Stamp]) -> Optional[dict[str, Any]]:
     """Every rank joins: the first rank gets arrivals() of the step, the others None."""
     import torch.distributed as dist
 
