@@ -54,22 +54,21 @@ def for_peer_s(microsteps: Steps) -> Optional[list[list[float]]]:
     return None if peer is None else _per_microstep(microsteps, peer)
 
 
+def _share(microsteps: Steps, seconds: Optional[list[list[float]]]) -> Optional[float]:
+    """Per-micro-step seconds as a share (%) of the profiled communication time; None without either."""
+    total = sum(c["time_s"] for c in _calls(microsteps))
+    return None if seconds is None or total <= 0 else 100.0 * sum(sum(step) for step in seconds) / total
+
+
 def comm_held_up_pct(microsteps: Steps) -> Optional[float]:
     """The share of the profiled steps' communication time that was waiting; None without a timed collective."""
-    total = sum(c["time_s"] for step in microsteps for m in step for c in m["collectives"])
-    if total <= 0:
-        return None
-    return 100.0 * sum(sum(step) for step in held_up_s(microsteps)) / total
+    return _share(microsteps, held_up_s(microsteps))
 
 
 def comm_held_up_for_peer_pct(microsteps: Steps) -> Optional[float]:
     """The share of the profiled steps' communication time spent waiting for a later peer (part of
     comm_held_up_pct); None where it was not told apart."""
-    total = sum(c["time_s"] for c in _calls(microsteps))
-    peer = for_peer_s(microsteps)
-    if peer is None or total <= 0:
-        return None
-    return 100.0 * sum(sum(step) for step in peer) / total
+    return _share(microsteps, for_peer_s(microsteps))
 
 
 def stragglers(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
