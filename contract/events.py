@@ -41,6 +41,7 @@ NUM_PARAMS = "num_params"              # value: parameter count of the built mod
 TEACHER = "teacher"                    # value: {placement, dtype, num_params, bytes_per_rank, checkpoint, alpha, temperature}
 STACK = "stack"                        # value: {kernels, liger?, fp8?, compile, mode?, backend?, path?, pass_steps?, attention, attention_used, attention_from?, compile_watch, warmup_steps_run, compile_s}
 TRAIN_STEP = "train_step"              # value: {index, mode, warmup, step_time_s, loss, ce_loss?, kl_loss?, microsteps?}
+ARRIVALS = "arrivals"                  # value: [{index, calls, ranks, clock_offset_s?, peer_wait_s} | {index, unmatched}] per profiled step, gathered after the last (benchmarks/training/arrivals.py)
 LOAD = "load"                          # value: [LoadWindow.close() + {rank, host}] of every rank, over the measured part
 RANK_SUMMARY = "rank_summary"          # value: [{rank, host, peak_mem_gib, mem_source}]
 FAILURE = "failure"                    # value: {status, reason}; a rank that fails says why
@@ -50,7 +51,8 @@ KEYS = frozenset({
     RUN_START, RUN_STOP, SUBMISSION_BENCHMARK, SUBMISSION_PLATFORM, SEED, GLOBAL_BATCH_SIZE,
     MICRO_BATCH_SIZE, GRADIENT_ACCUMULATION_STEPS, MAX_SEQUENCE_LENGTH, OPT_NAME, OPT_BASE_LR,
     OPT_ADAMW_BETA_1, OPT_ADAMW_BETA_2, OPT_ADAMW_EPSILON, OPT_ADAMW_WEIGHT_DECAY,
-    OPT_GRADIENT_CLIP_NORM, ENVIRONMENT, NODE, NUM_PARAMS, TEACHER, STACK, TRAIN_STEP, RANK_SUMMARY, LOAD, FAILURE,
+    OPT_GRADIENT_CLIP_NORM, ENVIRONMENT, NODE, NUM_PARAMS, TEACHER, STACK, TRAIN_STEP, ARRIVALS, RANK_SUMMARY, LOAD,
+    FAILURE,
     COLLECTIVE_ROW,
 })
 EVENTS_FILE = "events.jsonl"

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import jsonschema
 
+from benchmarks.training.arrivals import into_steps
 from contract import events as ev
 from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR, IMAGE_VAR, build, flat_json, recorded_env,
                                   stack_versions)
@@ -313,6 +314,8 @@ def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_
 def build_record(run: RunSpec, cfg: BenchConfig, launch: LaunchResult) -> ResultRecord:
     events = ev.read_events(run.run_dir / ev.EVENTS_FILE)
     steps = [e["value"] for e in events if e["key"] == ev.TRAIN_STEP]
+    for found in (e["value"] for e in events if e["key"] == ev.ARRIVALS):
+        into_steps(steps, found)
     ranks = next((e["value"] for e in events if e["key"] == ev.RANK_SUMMARY), [])
     num_params = next((e["value"] for e in events if e["key"] == ev.NUM_PARAMS), None)
     teacher = next((e["value"] for e in events if e["key"] == ev.TEACHER), None)

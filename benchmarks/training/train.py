@@ -339,6 +339,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     pass_steps = stack.get("pass_steps", ())
     plan = warmup_plan(spec, pass_steps)
     peak, index, warmup_times, found = None, 0, [], {}
+    profiled: list = []   # each profiled step's (index, calls, stamps) on this rank
     while index < len(plan):
         mode, warmup = plan[index]
         if mode == "profile" and peak is None:
@@ -357,8 +358,8 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         sync()
         step_time_s = time.perf_counter() - start
         tracer.uninstall()
-        # whom each profiled call waited for: every rank's stamps, gathered after the timing (arrivals.py)
-        came = arrivals.gather(rank, world_size, *clock.calls()) if clock and world_size > 1 else None
+        if clock and world_size > 1:
+            profiled.append((index, *clock.calls()))
         compiled, recompiled = watch.compiled_since_last()
         if warmup:
             warmup_times.append(step_time_s)
@@ -374,11 +375,12 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
                 value["ce_loss"], value["kl_loss"] = loss_parts
             if clock:
                 value["microsteps"] = [m.to_dict() for m in clock.microsteps]
-            if came:
-                arrivals.annotate(value["microsteps"], came)
-                value["arrivals"] = {k: v for k, v in came.items() if k != "peer_wait_s"}
             log.emit(ev.TRAIN_STEP, value)
         index += 1
+    if profiled:   # whom each profiled call waited for: every rank's stamps, gathered once after the last (arrivals.py)
+        came = arrivals.gather(rank, world_size, profiled)
+        if rank == 0:
+            log.emit(ev.ARRIVALS, came)
     if rank == 0:
         log.emit(ev.STACK, {**stack, "attention": spec.stack.attention, "host_threads": torch.get_num_threads(),
                             "attention_used": found.get("attention_used", ["not read"] if probes_attention(spec)

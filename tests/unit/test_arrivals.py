@@ -4,10 +4,14 @@ another kernel put on the first rank's; then the record's split of the held-up t
 summary's straggler line."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
-from benchmarks.training.arrivals import annotate, arrivals, call_log, unmatched
+from benchmarks.training.arrivals import annotate, arrivals, call_log, into_steps, unmatched
 from contract.metrics import METRICS
 from harness.held_up import (STRAGGLER_PCT, STRAGGLER_RATIO, comm_held_up_for_peer_pct, comm_held_up_pct, for_peer_s,
                              held_up_s, straggler, straggler_words, stragglers)
@@ -87,6 +91,50 @@ def test_a_call_on_a_process_group_waits_only_for_its_groups_ranks():
     assert found["peer_wait_s"] == [pytest.approx(0.02), pytest.approx(0.1)]
     held = {r["rank"]: (r["last_calls"], r["held_back_s"]) for r in found["ranks"]}
     assert held == {0: (0, 0.0), 1: (1, pytest.approx(0.02)), 2: (0, 0.0), 3: (2, pytest.approx(0.6))}
+
+
+def test_the_findings_of_each_profiled_step_go_to_that_step_by_index():
+    steps = [{"index": 0, "mode": "throughput"},
+             {"index": 1, "mode": "profile", "microsteps": [{"collectives": [{"op": "all_gather"}]}]},
+             {"index": 2, "mode": "profile", "microsteps": [{"collectives": [{"op": "all_gather"}]}]}]
+    found = [{"index": 2, "unmatched": "a single rank"},
+             {"index": 1, **arrivals([log(0, RANK0[:1]), log(1, RANK1[:1])])}]
+    into_steps(steps, found)
+    assert "arrivals" not in steps[0]
+    assert steps[1]["microsteps"][0]["collectives"][0]["peer_wait_s"] == pytest.approx(0.040)
+    assert steps[1]["arrivals"]["calls"] == 1 and "index" not in steps[1]["arrivals"]
+    assert "peer_wait_s" not in steps[1]["arrivals"]
+    assert steps[2]["arrivals"] == {"unmatched": "a single rank"}
+    assert "peer_wait_s" not in steps[2]["microsteps"][0]["collectives"][0]
+
+
+GATHER_RANK = """
+import json, sys, torch.distributed as dist
+from benchmarks.training.arrivals import gather
+rank, store = int(sys.argv[1]), dist.FileStore(sys.argv[2], 2)
+dist.init_process_group("gloo", rank=rank, world_size=2, store=store)
+# two profiled steps (indices 5, 6), one all-reduce each; rank 1 comes 0.2 s late to the second step's
+late = 0.2 * rank
+steps = [(5, [("all_reduce", 4)], [(1.0, 1.1, None)]), (6, [("all_reduce", 4)], [(2.0 + late, 2.3, None)])]
+found = gather(rank, 2, steps)
+print(json.dumps(found))
+dist.destroy_process_group()
+"""
+
+
+def test_every_ranks_stamps_of_every_profiled_step_are_gathered_once_to_the_first_rank(tmp_path):
+    """Two real gloo ranks: the gather is one collective after the last profiled step, and the first rank gets
+    each step's findings under its index, the lag carried into the second step among them."""
+    procs = [subprocess.Popen([sys.executable, "-c", GATHER_RANK, str(r), str(tmp_path / "store")],
+                              cwd=unit_helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    first, second = json.loads(outs[0][0])
+    assert json.loads(outs[1][0]) is None
+    assert (first["index"], second["index"]) == (5, 6)
+    assert first["peer_wait_s"] == [0.0] and second["peer_wait_s"] == [pytest.approx(0.2)]
+    assert second["ranks"][1]["held_back_s"] == pytest.approx(0.2) and second["ranks"][1]["last_calls"] == 1
 
 
 def call(op, nbytes, time_s, peer=None):
