@@ -116,3 +116,24 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
     held = (f"rank {found['rank']} ({found['host']}) held the others back {found['held_back_pct']:.0f} % of the "
             "profiled steps")
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
+
+
+def straggler_lines(records: list) -> list[str]:
+    """The runs of the night in which one rank stood out as the straggler (environment.load.straggler:
+    straggler() above), one line per run id: the worst repeat's words, in how many of its repeats, and
+    every rank (host) that stood out where it was not always the same. Whatever the verdicts: a node that begins to
+    lag shows here before its lag costs a metric its tolerance (the nightly's --fail-on straggler fails on it)."""
+    by_run: dict[str, list] = {}
+    for r in records:
+        by_run.setdefault(r.run_id, []).append(r)
+    out = []
+    for run_id, recs in by_run.items():
+        stood = [s for s in ((r.environment.get("load") or {}).get("straggler") for r in recs)
+                 if s and s.get("stands_out")]
+        if not stood:
+            continue
+        worst = max(stood, key=lambda s: s["held_back_pct"])
+        who = sorted({f"rank {s['rank']} ({s['host']})" for s in stood})
+        out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}, in {len(stood)} of {len(recs)} runs"
+                   + (f"; by turns {', '.join(who)}" if len(who) > 1 else ""))
+    return out

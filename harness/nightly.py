@@ -12,7 +12,8 @@ reference_results/*.json, `none` for the baseline alone), and writes nightly.md,
 (harness/report/nightly_page.py) and junit.xml into OUT. A night is identified by `--night` (default:
 today's date); running the same night again resumes it: runs already stored are not redone, runs written
 to disk but not stored are stored from their files. Exit status 1 when a comparison finds a verdict in
---fail-on (default: regression, status changed). --overview runs nothing: one page of every platform's
+--fail-on (default: regression, status changed; `straggler` adds a run in which one rank stood out as the
+straggler, which the reports and the output name whatever the verdicts). --overview runs nothing: one page of every platform's
 last night in the store (harness/report/overview.py).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .verdict.history import DEFAULT_URL, History
 from .record import ResultRecord
 from .verdict.record_files import load_record
 from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
+from .held_up import straggler_lines
 from .report.legend import grouped
 from .atomic import make_folder, write_bytes_atomic
 from .report.nightly import write_reports
@@ -222,7 +224,8 @@ def cli(args: list[str]) -> int:
                         help="reference table(s) to compare with (default: every reference_results/*.json); "
                              "none: judge against the rolling baseline only")
     parser.add_argument("--fail-on", default="regression,status changed",
-                        help="comma list of verdicts that make the exit status 1 (_ for a space), or none")
+                        help="comma list of verdicts that make the exit status 1 (_ for a space), straggler (a rank stood out as "
+                             "one in a run of the night), or none")
     parser.add_argument("--overview", type=Path, metavar="FILE",
                         help="run nothing: write one HTML page of every platform's last night in the store, with "
                              "its verdicts, to FILE")
@@ -235,7 +238,7 @@ def cli(args: list[str]) -> int:
         raise HarnessError(f"--night {ns.night!r} is invalid: a night id is letters, digits, '.', '_' and '-' (at "
                            "most 64, starting with a letter or digit), e.g. 2026-12-03: it names the night in the "
                            "history store and its folder results/nightly-<platform>-<night>")
-    fail_on = parse_fail_on(ns.fail_on)
+    fail_on = parse_fail_on(ns.fail_on, also=("straggler",))
     if ns.reference and "none" in ns.reference and len(ns.reference) > 1:
         raise HarnessError(f"--reference none judges against the baseline alone; it takes no other file: {ns.reference}")
     refs = [] if ns.reference == ["none"] else load_references([Path(p) for p in ns.reference] if ns.reference else None)
@@ -278,5 +281,8 @@ def cli(args: list[str]) -> int:
                 print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
             if group[0].environment_diff:
                 print(f"    what changed: {environment_text(group[0].environment_diff)}")
+    stood = straggler_lines(tonight)
+    for line in stood:
+        print(f"  straggler: {line}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))
-    return 1 if any(failing.values()) else 0
+    return 1 if any(failing.values()) or (stood and "straggler" in fail_on) else 0

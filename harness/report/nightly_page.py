@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from contract.metrics import METRICS
 
-from ..held_up import for_peer_s, held_up_s
+from ..held_up import for_peer_s, held_up_s, straggler_lines
 from ..record import ResultRecord
 from ..verdict.compare import ACROSS_MACHINES, Verdict
 from ..verdict.cross_machine import machine_pairs
@@ -211,6 +211,11 @@ def _problems(verdicts: dict[str, list[Verdict]], labels: Labels) -> str:
     return f"<ul>{''.join(items)}</ul>" if items else "<p>none</p>"
 
 
+def _stragglers(records: list[ResultRecord]) -> str:
+    lines = straggler_lines(records)
+    return f"<ul>{''.join(f'<li>{html.escape(line)}</li>' for line in lines)}</ul>" if lines else "<p>none stood out</p>"
+
+
 def _table(vs: list[Verdict], labels: Labels) -> str:
     esc = html.escape
     order = {k: i for i, k in enumerate(VERDICT_ORDER)}
@@ -302,7 +307,8 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
              f'<meta name="viewport" content="width=device-width"><title>{title}</title>'
              f"<style>{CSS}</style></head><body><h1>{title}</h1>",
              f'<p class="night {"bad" if failing or failed else "good"}">{esc(line)}</p>',
-             _counts(verdicts), "<h2>Regressions and status changes</h2>", _problems(verdicts, labels)]
+             _counts(verdicts), "<h2>Regressions and status changes</h2>", _problems(verdicts, labels),
+             "<h2>Stragglers</h2>", _stragglers(records)]
     if failed:
         parts.append("<h2>Failed runs</h2><ul>" + "".join(
             f"<li>{esc(r.run_id)} ({esc(r.benchmark)}): {esc(r.status)}: {esc(str(r.reason))}</li>" for r in failed)

@@ -65,16 +65,17 @@ efficiency against each machine's own measured matmul rate, where a software slo
 not where its parts' dtypes run at another ratio of rates on the two (harness/probe.py mix_apart)."""
 
 
-def parse_fail_on(text: str) -> set[str]:
+def parse_fail_on(text: str, also: tuple[str, ...] = ()) -> set[str]:
     """--fail-on of `compare` and `nightly`: a comma list of verdicts (underscores for spaces, so
-    status_changed is "status changed"), or none."""
+    status_changed is "status changed") and of the caller's other findings (`also`: the nightly's straggler),
+    or none."""
     if text.strip() == "none":
         return set()
     chosen = {v.strip().replace("_", " ") for v in text.split(",") if v.strip()}
-    unknown = chosen - set(VERDICTS)
+    unknown = chosen - set(VERDICTS) - set(also)
     if unknown or not chosen:
-        raise HarnessError(f"--fail-on {sorted(unknown) or repr(text)} is invalid; valid: {', '.join(VERDICTS)} "
-                           "(comma-separated, _ for a space), or none")
+        raise HarnessError(f"--fail-on {sorted(unknown) or repr(text)} is invalid; valid: "
+                           f"{', '.join((*VERDICTS, *also))} (comma-separated, _ for a space), or none")
     return chosen
 
 

@@ -60,3 +60,18 @@ def test_the_rank_that_came_late_is_named_and_the_others_wait_is_counted_as_for_
     said = " ".join(compared.stdout.split())
     assert "load.straggler: none stood out" in said, compared.stdout[-3000:]
     assert f"-> rank 1 ({late['host']}) held the others back" in said
+
+
+def test_a_night_names_its_straggler_and_fails_on_it_when_asked(tmp_path):
+    """No reference and no earlier night: every verdict is 'new', so only the straggler can fail the night."""
+    night = subprocess.run([sys.executable, "-m", "harness", "nightly", "--night", "2026-12-06", "--repeats", "1",
+                            "--store", f"sqlite:///{tmp_path / 'history.sqlite'}", "--reference", "none",
+                            "--fail-on", "regression,straggler", f"out={tmp_path / 'night'}", *RUN,
+                            f"measure.inject_delay_s={DELAY_S}", "measure.inject_delay_rank=1"],
+                           cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert night.returncode == 1, night.stdout[-3000:] + night.stderr[-3000:]
+    said = " ".join(night.stdout.split())
+    assert "straggler: " in said and "(llama-tiny): rank 1 (" in said and "in 1 of 1 runs" in said, said[-3000:]
+    assert "regression (" not in said and '"new"' in said   # the straggler alone failed it
+    markdown = (tmp_path / "night" / "nightly.md").read_text()
+    assert "## Stragglers\n\n- " in markdown and "rank 1 (" in markdown

@@ -296,6 +296,12 @@ def test_compare_and_the_nightly_read_fail_on_alike():
     # the nightly takes the same words (it used to refuse status_changed) and refuses the same
     with pytest.raises(HarnessError, match=r"--fail-on \['slower'\] is invalid"):
         nightly.cli(["--store", "sqlite:////nonexistent/never-opened.sqlite", "--fail-on", "slower"])
+    # the nightly alone also fails on a straggler (harness/held_up.py straggler_lines); compare refuses the word
+    assert parse_fail_on("regression,straggler", also=("straggler",)) == {"regression", "straggler"}
+    with pytest.raises(HarnessError, match=r"--fail-on \['straggler'\] is invalid"):
+        parse_fail_on("straggler")
+    with pytest.raises(HarnessError, match=r"valid: .*not comparable, straggler \(comma"):
+        parse_fail_on("slower", also=("straggler",))
 
 
 def test_a_pass_names_what_changed_too_and_a_moved_package_by_name():
