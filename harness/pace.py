@@ -25,15 +25,15 @@ measured yet; the probe's triad tolerance (harness/probe.py TOLERANCE_PCT, 3.5x 
 
 EXCHANGE_MOVED = 1.15
 """The host's exchange latency (load.pulse_exchange_us, benchmarks/node/exchange.py) moved when one side's is this
-much the other's or more: on the 2-core Zen 5 VM its lower quartile read 1.15x its median or more in 12 of 100
-rounds, the host's slow spells, where gloo's small all_reduce and reduce_scatter read 1.52x and 1.62x their calm
-rounds' (tests/perf/exchange_spells.py). A comparison names it (harness/verdict/changes.py); where a run was slower
+much the other's or more: on the 2-core Zen 5 VM its lower quartile (the slower of a round's two) read 1.15x its
+median or more in 13 of 100 rounds, the host's slow spells, where gloo's small all_reduce and reduce_scatter read
+1.51x and 1.61x their calm rounds' (tests/perf/exchange_spells.py). A comparison names it (harness/verdict/changes.py); where a run was slower
 by it, a small size's change within SPELL_SLOPE's reach is not comparable (harness/verdict/explained.py
 at_exchange_spell)."""
 SPELL_SLOPE = 2.6
-"""How much more the small sizes slow than the exchange pulse in a spell: in the 12 spell rounds of
+"""How much more the small sizes slow than the exchange pulse in a spell: in the 13 spell rounds of
 tests/data/exchange_spells/, each op's lower quartile over its calm median, less one, over the pulse's (the slower
-of the round's two) over its median, less one, read 0.1-2.57 (all_reduce 0.48-2.57, reduce_scatter 0.11-2.54). A
+of the round's two) over its median, less one, read 0.16-2.62 (all_reduce 0.52-2.62, reduce_scatter 0.16-2.62). A
 sweep beside a pulse r times the reference's may then read down to 1 / (1 + SPELL_SLOPE (r - 1)) of its speed."""
 
 
