@@ -105,8 +105,8 @@ class TrainSpec:
     """full | selective (torchtitan's op-level policy; benchmarks/training/checkpoint_policy.py)."""
     inject_delay_s: float = 0.0
     """Deliberate sleep per micro-step (regression-detection checks only)."""
-    inject_delay_rank: Optional[int] = None
-    """The only rank that sleeps inject_delay_s (a straggler); None: every rank."""
+    inject_delay_ranks: Optional[list[int]] = None
+    """The only ranks that sleep inject_delay_s (a straggler rank, a slow node's ranks); None: every rank."""
     cpu_mem_limit_gib: Optional[float] = None
     """On the cpu device: the platform's declared memory per rank, enforced as RLIMIT_DATA."""
     distill: Optional[DistillSpec] = None

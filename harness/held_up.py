@@ -71,19 +71,22 @@ def comm_held_up_for_peer_pct(microsteps: Steps) -> Optional[float]:
     return _share(microsteps, for_peer_s(microsteps))
 
 
-def stragglers(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rank over the profiled steps whose calls were matched (the record's `steps`, their `arrivals`): how many
-    calls it came last to, of how many, and the seconds it held the others back; the most held back first."""
-    per: dict[int, dict[str, Any]] = {}
+def stragglers(steps: list[dict[str, Any]], per: str = "ranks") -> list[dict[str, Any]]:
+    """Per rank (per="hosts": per host, with its ranks, where the run spanned hosts) over the profiled steps whose
+    calls were matched (the record's `steps`, their `arrivals`): how many calls it came last to, of how many, and the
+    seconds it held the others back; the most held back first."""
+    key = "rank" if per == "ranks" else "host"
+    found: dict[Any, dict[str, Any]] = {}
     calls = 0
     for s in steps:
         came = s.get("arrivals") or {}
         calls += came.get("calls", 0)
-        for r in came.get("ranks", ()):
-            one = per.setdefault(r["rank"], {"rank": r["rank"], "host": r["host"], "last_calls": 0, "held_back_s": 0.0})
+        for r in came.get(per, ()):
+            one = found.setdefault(r[key], {**{k: v for k, v in r.items() if k not in ("last_calls", "held_back_s")},
+                                            "last_calls": 0, "held_back_s": 0.0})
             one["last_calls"] += r["last_calls"]
             one["held_back_s"] += r["held_back_s"]
-    return sorted(({**one, "calls": calls} for one in per.values()), key=lambda one: -one["held_back_s"])
+    return sorted(({**one, "calls": calls} for one in found.values()), key=lambda one: -one["held_back_s"])
 
 
 STRAGGLER_PCT = 15.0
@@ -97,24 +100,42 @@ STRAGGLER_RATIO = 3.0
 
 def straggler(steps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """The rank that held the others back most over the profiled steps (stragglers()), as a share of their time:
-    {rank, host, held_back_pct, next_pct, stands_out}; None where no profiled step's calls were matched."""
-    ranks = stragglers(steps)
+    {rank, host, held_back_pct, next_pct, stands_out}; where no rank stands out but a host does (a slow node, its
+    ranks late together: each leads the next latest, its neighbour, by nothing), that host with its ranks instead:
+    {host, ranks, held_back_pct, next_pct, stands_out}. None where no profiled step's calls were matched."""
     total = sum(s["step_time_s"] for s in steps if s.get("mode") == "profile" and s.get("arrivals", {}).get("ranks"))
-    if not ranks or total <= 0:
+    if total <= 0:
         return None
-    top = 100.0 * ranks[0]["held_back_s"] / total
-    following = 100.0 * ranks[1]["held_back_s"] / total if len(ranks) > 1 else 0.0
-    return {"rank": ranks[0]["rank"], "host": ranks[0]["host"], "held_back_pct": round(top, 2),
-            "next_pct": round(following, 2),
+    found = [_share_of(stragglers(steps, per), total) for per in ("ranks", "hosts")]
+    rank, node = found
+    if rank and not rank["stands_out"] and node and node["stands_out"]:
+        return {k: v for k, v in node.items() if k != "rank"}
+    return rank
+
+
+def _share_of(ranked: list[dict[str, Any]], total: float) -> Optional[dict[str, Any]]:
+    """The first of stragglers()'s list as a share of the profiled time, against the next; None when empty."""
+    if not ranked:
+        return None
+    top = 100.0 * ranked[0]["held_back_s"] / total
+    following = 100.0 * ranked[1]["held_back_s"] / total if len(ranked) > 1 else 0.0
+    who = {k: ranked[0][k] for k in ("rank", "host", "ranks") if k in ranked[0]}
+    return {**who, "held_back_pct": round(top, 2), "next_pct": round(following, 2),
             "stands_out": top >= STRAGGLER_PCT and top >= STRAGGLER_RATIO * following}
 
 
+def who(found: dict[str, Any]) -> str:
+    """'rank 1 (node1)', or a node: 'node node1 (ranks 2, 3)'."""
+    return (f"rank {found['rank']} ({found['host']})" if "rank" in found else
+            f"node {found['host']} (ranks {', '.join(map(str, found['ranks']))})")
+
+
 def straggler_words(found: Optional[dict[str, Any]]) -> str:
-    """How a comparison names a run's straggler, or says none stood out."""
+    """How a comparison names a run's straggler (a rank, or a node whose ranks came late together), or says none
+    stood out."""
     if not found:
         return "not measured"
-    held = (f"rank {found['rank']} ({found['host']}) held the others back {found['held_back_pct']:.0f} % of the "
-            "profiled steps")
+    held = f"{who(found)} held the others back {found['held_back_pct']:.0f} % of the profiled steps"
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
 
 
@@ -133,7 +154,7 @@ def straggler_lines(records: list) -> list[str]:
         if not stood:
             continue
         worst = max(stood, key=lambda s: s["held_back_pct"])
-        who = sorted({f"rank {s['rank']} ({s['host']})" for s in stood})
+        names = sorted({who(s) for s in stood})
         out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}, in {len(stood)} of {len(recs)} runs"
-                   + (f"; by turns {', '.join(who)}" if len(who) > 1 else ""))
+                   + (f"; by turns {', '.join(names)}" if len(names) > 1 else ""))
     return out

@@ -20,7 +20,7 @@ from contract.spec import HOST_THREADS_VAR, CollectiveSpec, DataSpec, DistillSpe
 
 from .collectives import sizes
 from .config.choices import Compile, CompileCache, ContainerRuntime, Device, LauncherKind, OptimizerImpl, Precision, RunKind
-from .config.schema import BenchConfig, WorkloadConfig, grad_accum_precision, to_dict
+from .config.schema import BenchConfig, WorkloadConfig, delayed_ranks, grad_accum_precision, to_dict
 from .config.teacher import checkpoint_files, teacher_workload
 from .errors import ConfigError
 from .launch.container import ImageDigests, container_env, resolve_image
@@ -178,7 +178,7 @@ def train_spec(cfg: BenchConfig, run_id: str, ds: dict[str, Any]) -> TrainSpec:
                                    tokenizer_path=d.tokenizer_path, text_field=d.text_field),
         activation_checkpointing=w.activation_checkpointing,
         checkpoint_every_n_layers=w.checkpoint_every_n_layers, checkpoint_policy=w.checkpoint_policy.value,
-        inject_delay_s=m.inject_delay_s, inject_delay_rank=m.inject_delay_rank,
+        inject_delay_s=m.inject_delay_s, inject_delay_ranks=delayed_ranks(cfg),
         cpu_mem_limit_gib=p.mem_per_device_gib if p.device == Device.cpu else None,
         distill=distill_spec(w), gradient_collective=cfg.zero.gradient_collective.value,
         stack=StackSpec(compile=w.compile.value, compile_mode=w.compile_mode.value, kernels=w.kernels.value,

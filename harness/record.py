@@ -137,8 +137,8 @@ def controller_environment() -> dict[str, Any]:
                  datasets=_version("datasets"), **stack_versions(), gpu_count=0, env={}, host=socket.gethostname())
 
 
-SETTINGS = ("measure.inject_delay_s", "measure.inject_delay_rank", "measure.warmup_steps", "measure.steps",
-            "platform.launcher")
+SETTINGS = ("measure.inject_delay_s", "measure.inject_delay_rank", "measure.inject_delay_node", "measure.warmup_steps",
+            "measure.steps", "platform.launcher")
 """Settings outside a reference's configuration key that change what a run measures; the record
 keeps them (environment.settings) so that a comparison can name them as what changed."""
 

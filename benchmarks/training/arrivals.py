@@ -13,7 +13,10 @@ For each of the first rank's calls that gives `peer_wait_s`, the latest arrival 
 process group (every rank for the default group; a ZeRO++ or MiCS subgroup's own) minus its own, at most the call's
 time: harness/held_up.py counts it as waiting for a peer, and looks at the rest of the call for the host's stalls.
 For each rank it gives how often it came last to a call of its group and by how much it held the others back (its
-arrival minus the next latest), which names a straggler.
+arrival minus the next latest), which names a straggler. Where the ranks span hosts, the same for each host (its
+arrival at a call the latest of its ranks', held back against the next latest host): a slow node, whose ranks all
+come late together, holds the others back by its lag while each of its ranks leads the next latest, its own
+neighbour, by nothing (a node of two ranks 0.15 s late read 0.001 s held back per rank, 0.15 s for the node).
 
 Clocks: ranks on one kernel (/proc's boot_id; the emulated cluster's nodes share one) read the same
 CLOCK_MONOTONIC. A rank on another kernel is put on the first rank's clock by the median, over the step's calls, of
@@ -79,15 +82,16 @@ def clock_offsets(logs: list[dict[str, Any]]) -> list[float]:
 
 def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
     """From every rank's call_log of one profiled step (in rank order, the first rank's first): the first rank's
-    `peer_wait_s` per call, and per rank how many calls it came last to and how long it held the others back;
-    {"unmatched": why} where the calls cannot be matched."""
+    `peer_wait_s` per call, and per rank how many calls it came last to and how long it held the others back, and per
+    host (`hosts`, where they are more than one) the same; {"unmatched": why} where the calls cannot be matched."""
     why = unmatched(logs) if len(logs) > 1 else "a single rank"
     if why:
         return {"unmatched": why}
     offsets = clock_offsets(logs)
+    hosts = list(dict.fromkeys(log["host"] for log in logs))
     waits = []
-    last_calls = [0] * len(logs)
-    held_back = [0.0] * len(logs)
+    last_calls, held_back = [0] * len(logs), [0.0] * len(logs)
+    host_calls, host_held = [0] * len(hosts), [0.0] * len(hosts)
     for i, mine in enumerate(logs[0]["calls"]):
         arrived = [log["calls"][i][2] - off for log, off in zip(logs, offsets)]
         together: dict[Optional[tuple[int, ...]], list[int]] = {}   # the ranks of each process group at this call
@@ -96,20 +100,33 @@ def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
         peers = together[_group(logs[0], mine)]
         waits.append(min(max(max(arrived[p] for p in peers) - arrived[0], 0.0), mine[3] - mine[2]))
         for places in together.values():
-            if len(places) < 2:
-                continue
-            order = sorted(places, key=arrived.__getitem__)
-            lag = arrived[order[-1]] - arrived[order[-2]]
-            if lag > 0:
-                last_calls[order[-1]] += 1
-                held_back[order[-1]] += lag
+            _credit_latest({p: arrived[p] for p in places}, last_calls, held_back)
+            by_host: dict[int, float] = {}          # each host's arrival: its latest rank's
+            for p in places:
+                h = hosts.index(logs[p]["host"])
+                by_host[h] = max(by_host.get(h, arrived[p]), arrived[p])
+            _credit_latest(by_host, host_calls, host_held)
     out: dict[str, Any] = {
         "peer_wait_s": waits, "calls": len(waits),
         "ranks": [{"rank": log["rank"], "host": log["host"], "last_calls": n, "held_back_s": s}
                   for log, n, s in zip(logs, last_calls, held_back)]}
+    if len(hosts) > 1:
+        out["hosts"] = [{"host": h, "ranks": [log["rank"] for log in logs if log["host"] == h], "last_calls": n,
+                         "held_back_s": s} for h, n, s in zip(hosts, host_calls, host_held)]
     if any(offsets):
         out["clock_offset_s"] = {str(log["rank"]): off for log, off in zip(logs, offsets) if off}
     return out
+
+
+def _credit_latest(arrived: dict[int, float], last_calls: list[int], held_back: list[float]) -> None:
+    """Of two or more arrivals at one call ({who: when}), the latest's lead over the next latest, to the latest."""
+    if len(arrived) < 2:
+        return
+    order = sorted(arrived, key=arrived.__getitem__)
+    lag = arrived[order[-1]] - arrived[order[-2]]
+    if lag > 0:
+        last_calls[order[-1]] += 1
+        held_back[order[-1]] += lag
 
 
 def gather(rank: int, world_size: int,

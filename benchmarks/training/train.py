@@ -321,7 +321,7 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
             if clock and i == ga - 1:
                 clock.phase("step")
             engine.step()
-            if spec.inject_delay_s and spec.inject_delay_rank in (None, rank):
+            if spec.inject_delay_s and (spec.inject_delay_ranks is None or rank in spec.inject_delay_ranks):
                 time.sleep(spec.inject_delay_s)
             if clock:
                 clock.end()

@@ -346,6 +346,10 @@ class MeasureConfig:
     inject_delay_rank: Optional[int] = None
     """With inject_delay_s: only this rank sleeps (a straggler the others wait for, which the record's arrivals
     name: benchmarks/training/arrivals.py); unset: every rank."""
+    inject_delay_node: Optional[int] = None
+    """With inject_delay_s: only the ranks of this node sleep, the node-th block of platform.gpus_per_node ranks
+    (torchrun starts a node's ranks as one block; the record names the host it landed on): a slow node, whose
+    ranks come late together. Not with inject_delay_rank."""
 
 
 @dataclass
@@ -392,6 +396,17 @@ class BenchConfig:
     """Where bench keeps its runs by machine, the baseline of a machine with no reference of its own:
     auto (history.sqlite beside the output folder: results/history.sqlite by default), an
     SQLAlchemy URL, or none."""
+
+
+def delayed_ranks(cfg: "BenchConfig") -> Optional[list[int]]:
+    """The ranks measure.inject_delay_s slows: the one of inject_delay_rank, the block of inject_delay_node's, or
+    None for every rank."""
+    m, per = cfg.measure, cfg.platform.gpus_per_node
+    if m.inject_delay_rank is not None:
+        return [m.inject_delay_rank]
+    if m.inject_delay_node is not None:
+        return list(range(m.inject_delay_node * per, (m.inject_delay_node + 1) * per))
+    return None
 
 
 def grad_accum_precision(precision: Precision, stage: int, explicit: Optional[Precision] = None) -> Precision:

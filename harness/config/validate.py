@@ -16,7 +16,7 @@ from .choices import (CheckpointPolicy, CollectiveRedop, CollectiveSource, Conta
                       GradientCollective, LauncherKind, Precision, RunKind, checkpointing_of)
 from .stack import validate_stack
 from .nccl_env import normalise_nccl_env, validate_nccl_env
-from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig
+from .schema import BenchConfig, ContainerConfig, PlatformConfig, SlurmConfig, WorkloadConfig, ZeroConfig, delayed_ranks
 from .teacher import teacher_workload, validate_checkpoint
 
 
@@ -141,8 +141,14 @@ def validate(cfg: BenchConfig) -> None:
     _check(0 <= m.inject_delay_s < 60, "measure.inject_delay_s", m.inject_delay_s, "seconds in [0, 60)")
     _check(m.inject_delay_rank is None or 0 <= m.inject_delay_rank < cfg.platform.world_size,
            "measure.inject_delay_rank", m.inject_delay_rank, f"must be a rank in 0..{cfg.platform.world_size - 1}")
+    _check(m.inject_delay_node is None or 0 <= m.inject_delay_node < cfg.platform.nodes,
+           "measure.inject_delay_node", m.inject_delay_node, f"must be a node in 0..{cfg.platform.nodes - 1}")
+    _check(m.inject_delay_node is None or m.inject_delay_rank is None, "measure.inject_delay_node",
+           m.inject_delay_node, "slows a node's ranks; measure.inject_delay_rank one rank: set one of them")
     if m.inject_delay_s:
-        who = "every" if m.inject_delay_rank is None else f"rank {m.inject_delay_rank}'s"
+        who = ("every" if m.inject_delay_rank is None and m.inject_delay_node is None else
+               f"rank {m.inject_delay_rank}'s" if m.inject_delay_node is None else
+               f"node {m.inject_delay_node}'s ranks' (ranks {', '.join(map(str, delayed_ranks(cfg)))})")
         warnings.warn(f"measure.inject_delay_s={m.inject_delay_s}: {who} micro-step is slowed on purpose",
                       stacklevel=2)
     _check(math.isfinite(m.timeout_s) and m.timeout_s > 0, "measure.timeout_s", m.timeout_s,

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from contract import events as ev
 
-from ..held_up import for_peer_s, held_up_s, stragglers
+from ..held_up import for_peer_s, held_up_s, stragglers, who
 from ..probe import summary_line
 from ..record import ResultRecord
 from ..stack_view import STACK_HEADERS, break_lines, stack_fields, stack_row, stack_words
@@ -146,14 +146,18 @@ def microstep_table(rec: ResultRecord, markdown: bool = False) -> str:
 
 def straggler_lines(rec: ResultRecord, markdown: bool = False) -> list[str]:
     """Which rank came last to the profiled calls and how long it held the others back (harness/held_up.py
-    stragglers): the slowest ranks first, at most four."""
-    ranks = stragglers(rec.steps)
-    if not ranks or not ranks[0]["calls"]:
-        return []
-    each = [f"rank {r['rank']} ({r['host']}) {100 * r['last_calls'] / r['calls']:.0f} % of calls, "
-            f"{r['held_back_s'] * 1e3:.1f} ms" for r in ranks[:4]]
-    return [f"{'- ' if markdown else '  '}last to reach the profiled calls ({ranks[0]['calls']}), and how long it "
-            f"held the others back: " + "; ".join(each) + (f"; {len(ranks) - 4} more ranks" if len(ranks) > 4 else "")]
+    stragglers): the slowest ranks first, at most four; then the nodes the same way where the run spanned hosts."""
+    out = []
+    for per, noun in (("ranks", "ranks"), ("hosts", "nodes")):
+        found = stragglers(rec.steps, per)
+        if not found or not found[0]["calls"]:
+            continue
+        each = [f"{who(r)} {100 * r['last_calls'] / r['calls']:.0f} % of calls, {r['held_back_s'] * 1e3:.1f} ms"
+                for r in found[:4]]
+        out.append(f"{'- ' if markdown else '  '}{'last' if per == 'ranks' else 'the node last'} to reach the "
+                   f"profiled calls ({found[0]['calls']}), and how long it held the others back: " + "; ".join(each)
+                   + (f"; {len(found) - 4} more {noun}" if len(found) > 4 else ""))
+    return out
 
 
 def probe_lines(records: list[ResultRecord]) -> list[str]:

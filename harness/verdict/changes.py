@@ -21,7 +21,7 @@ from benchmarks.node.machine import cpu_kind
 from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK_COMPARED, STACK_WHEN_BOTH
 
 from ..config.schema import REPO_ROOT
-from ..held_up import straggler_words
+from ..held_up import straggler_words, who
 from ..pace import EXCHANGE_MOVED, material_cpus
 from ..probe import probe_diff
 from ..provenance import CONTENT_PREFIX
@@ -134,13 +134,13 @@ def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env
 
 
 def _straggler_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """load.straggler when a rank stood out on one side only, or another rank (host) on each (harness/held_up.py
+    """load.straggler when a rank (a node) stood out on one side only, or another on each (harness/held_up.py
     straggler); nothing where either side did not measure it."""
     if not isinstance(ref, dict) or not isinstance(cur, dict):
         return {}
     if not (ref["stands_out"] or cur["stands_out"]):
         return {}
-    if ref["stands_out"] and cur["stands_out"] and (ref["rank"], ref["host"]) == (cur["rank"], cur["host"]):
+    if ref["stands_out"] and cur["stands_out"] and who(ref) == who(cur):
         return {}
     return {"load.straggler": [straggler_words(ref), straggler_words(cur)]}
 

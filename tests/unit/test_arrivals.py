@@ -17,6 +17,7 @@ from harness.held_up import (STRAGGLER_PCT, STRAGGLER_RATIO, comm_held_up_for_pe
                              held_up_s, straggler, straggler_words, stragglers)
 from harness.record import ResultRecord
 from harness.report.summary import microstep_table
+from harness.report.summary import straggler_lines as straggler_lines_of
 from harness.verdict.compare import environment_diff
 
 
@@ -245,3 +246,45 @@ def test_what_changed_names_a_straggler_that_came_or_went_or_moved_to_another_ra
     assert environment_diff(load(node2), load({**node2, "held_back_pct": 30.0})) == {}        # the same straggler
     assert environment_diff(load(quiet), load({**quiet, "held_back_pct": 9.0})) == {}         # none on either side
     assert environment_diff(load(None), load(node2)) == {}    # a reference from before it was measured: nothing said
+
+
+def test_a_slow_node_whose_ranks_come_late_together_holds_the_others_back_as_a_node():
+    """Four ranks on two hosts; both of B's ranks reach each call 0.15 s after A's. Each of them leads the next
+    latest, its neighbour, by 1 ms: per rank nothing stands out; per host B held the others back 0.15 s a call."""
+    def one(rank, host, entry):
+        return {"rank": rank, "host": host, "kernel": "k", "calls": [["all_reduce", 4, entry, 0.2]], "groups": []}
+
+    found = arrivals([one(0, "A", 0.0), one(1, "A", 0.001), one(2, "B", 0.150), one(3, "B", 0.151)])
+    assert [r["held_back_s"] for r in found["ranks"]] == [0.0, 0.0, 0.0, pytest.approx(0.001)]
+    assert found["hosts"] == [{"host": "A", "ranks": [0, 1], "last_calls": 0, "held_back_s": 0.0},
+                              {"host": "B", "ranks": [2, 3], "last_calls": 1, "held_back_s": pytest.approx(0.15)}]
+    assert "hosts" not in arrivals([log(0, RANK0), log(1, RANK1, host="node0")])    # one host: the ranks say it
+
+    def step(b_lag):
+        return {"mode": "profile", "step_time_s": 1.0, "arrivals": {
+            "calls": 10, "ranks": [{"rank": r, "host": "AB"[r // 2], "last_calls": 2, "held_back_s": 0.002}
+                                   for r in range(4)],
+            "hosts": [{"host": "A", "ranks": [0, 1], "last_calls": 1, "held_back_s": 0.01},
+                      {"host": "B", "ranks": [2, 3], "last_calls": 9, "held_back_s": b_lag}]}}
+
+    steps = [step(0.40), step(0.50)]
+    assert stragglers(steps, "hosts")[0] == {"host": "B", "ranks": [2, 3], "last_calls": 18,
+                                             "held_back_s": pytest.approx(0.9), "calls": 20}
+    node = straggler(steps)
+    assert node == {"host": "B", "ranks": [2, 3], "held_back_pct": 45.0, "next_pct": 1.0, "stands_out": True}
+    assert straggler_words(node) == "node B (ranks 2, 3) held the others back 45 % of the profiled steps"
+    assert straggler(steps)["stands_out"] and "rank" not in node
+    # a node that does not stand out leaves the ranks' figure as it was
+    assert straggler([step(0.05)]) == {"rank": 0, "host": "A", "held_back_pct": 0.2, "next_pct": 0.2,
+                                       "stands_out": False}
+    rec = ResultRecord(schema_version="1.2", run_id="00-z3", kind="training", benchmark="llama-tiny", platform="cpu",
+                       status="ok", reason=None, config={}, overrides=[], environment={}, metrics={},
+                       microsteps=[], steps=steps)
+    assert straggler_lines_of(rec)[-1].strip() == (
+        "the node last to reach the profiled calls (20), and how long it held the others back: node B (ranks 2, 3) "
+        "90 % of calls, 900.0 ms; node A (ranks 0, 1) 10 % of calls, 20.0 ms")
+    # what changed: the node came, or moved to another host
+    quiet = {"rank": 0, "host": "A", "held_back_pct": 5.0, "next_pct": 3.0, "stands_out": False}
+    assert environment_diff(load(quiet), load(node))["load.straggler"][1].startswith("node B (ranks 2, 3)")
+    assert environment_diff(load(node), load({**node, "held_back_pct": 30.0})) == {}
+    assert list(environment_diff(load(node), load({**node, "host": "C"}))) == ["load.straggler"]
