@@ -1,7 +1,7 @@
 """Every platform's nightly at a glance (issue 29 item 4): one page per history store, a row per
 platform with its last night, how many runs it stored and failed, its verdicts against the reference
-table and the rolling baseline, what changed where something regressed, and a link to that night's
-own page. `python -m harness nightly --overview FILE [--store URL]` writes it."""
+table and the rolling baseline, what changed where something regressed, the runs in which a rank or a node
+stood out as the straggler (harness/held_up.py straggler_lines), and a link to that night's own page. `python -m harness nightly --overview FILE [--store URL]` writes it."""
 from __future__ import annotations
 
 import html
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..held_up import straggler_lines
 from ..verdict.compare import Verdict
 from ..record import ResultRecord
 from .legend import grouped
@@ -50,7 +51,8 @@ def overview_line(row: OverviewRow) -> str:
     state = "" if row.finished_utc else " (unfinished)"
     return (f"{row.platform} {row.night}{state}: {len(row.records)} runs, {row.failed_runs} failed; "
             + "; ".join(f"{name}: {_counts(vs)}" for name, vs in row.verdicts.items())
-            + (f"; what changed: {_changed(row)}" if row.failing else ""))
+            + (f"; what changed: {_changed(row)}" if row.failing else "")
+            + "".join(f"; straggler: {line}" for line in straggler_lines(row.records)))
 
 
 def overview_page(rows: list[OverviewRow], store: str) -> str:
@@ -58,7 +60,7 @@ def overview_page(rows: list[OverviewRow], store: str) -> str:
     title = "Nightlies: every platform's last night"
     bad = [r for r in rows if r.failing or r.failed_runs]
     head = "".join(f"<th>{esc(h)}</th>" for h in ("platform", "last night", "runs", *COMPARISONS.values(),
-                                                    "what changed", "report"))
+                                                    "what changed", "stragglers", "report"))
     body = ""
     for r in rows:
         report = r.out_dir / "nightly.html"
@@ -67,7 +69,8 @@ def overview_page(rows: list[OverviewRow], store: str) -> str:
         body += (f'<tr class="{"regression" if r.failing else ""}"><td>{esc(r.platform)}</td>'
                  f"<td>{esc(r.night + state)}</td><td>{len(r.records)} ({r.failed_runs} failed)</td>"
                  + "".join(f"<td>{esc(_counts(r.verdicts.get(name, [])))}</td>" for name in COMPARISONS)
-                 + f"<td>{esc(_changed(r)) if r.failing else '-'}</td><td>{link}</td></tr>")
+                 + f"<td>{esc(_changed(r)) if r.failing else '-'}</td>"
+                 + f"<td>{'<br>'.join(map(esc, straggler_lines(r.records))) or '-'}</td><td>{link}</td></tr>")
     line = (f"{len(bad)} of {len(rows)} platform(s) with a regression, status change or failed run"
             if rows else "no night stored yet")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'

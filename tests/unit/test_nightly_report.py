@@ -196,6 +196,13 @@ def test_the_overview_of_a_night_with_a_regression_says_what_changed_once_per_ch
         "regression", "samples_per_s", "slower", value=35.2, reference=40.0, worse_pct=12.0)]})
     assert overview_line(quiet).endswith("what changed: nothing in the fingerprint (1 verdict)")
     assert "(unfinished)" in overview_line(quiet)
+    # a night whose runs had a straggler says so, whatever its verdicts
+    late = {"host": "node<2>", "ranks": [2, 3], "held_back_pct": 43.0, "next_pct": 2.1, "stands_out": True}
+    lagging = OverviewRow("cpu-cluster", "2026-05-10", tmp_path, "2026-05-10T03:00:00+00:00", _repeats(late), {})
+    assert overview_line(lagging).endswith("; straggler: z3-mb2-ga4 (llama-tiny): node node<2> (ranks 2, 3) held the "
+                                           "others back 43 % of the profiled steps, in 1 of 1 runs")
+    page = overview_page([lagging, quiet], "sqlite:///history.sqlite")
+    assert "<th>stragglers</th>" in page and "node node&lt;2&gt; (ranks 2, 3)" in page and "node<2>" not in page
 
 
 def _repeats(*stragglers) -> list:
