@@ -22,6 +22,7 @@ import argparse
 import json
 import re
 import shutil
+import socket
 import statistics
 from datetime import date, datetime
 from pathlib import Path
@@ -116,7 +117,7 @@ def _run_night(overrides: list[str], *, night: str, repeats: int, store: History
         _, planned = plan_suite(overrides + [f"out={out / f'repeat-{repeat}'}"], images=checked_images())
         platform = planned[0].cfg.platform.name
         if repeat == 0:
-            store.start_night(night, platform, planned[0].cfg.suite.name, str(out))
+            store.start_night(night, platform, planned[0].cfg.suite.name, str(out), socket.gethostname())
             done = store.finished(night, platform)
             started = store.night_started(night, platform)
         where = f"[night {night} repeat {repeat + 1}/{repeats}]"
@@ -176,6 +177,21 @@ def machine_nights(earlier: list[tuple[str, ResultRecord]], tonight: list[Result
     machines = sorted({theirs[n] for n in other})
     return same, (f"of this machine, {here}; {len(other)} earlier night{'s' if len(other) != 1 else ''} of "
                   f"{'; '.join(machines)} left out: {', '.join(other)}")
+
+
+def one_host(store: History, night: str, platform: str) -> None:
+    """Stop, before anything runs, when the store holds this platform's night as started on another host: a shared
+    store takes several machines' nightlies, and a second machine under the first's night id would resume its night
+    (every run the first stored skipped as done) and be judged together with it. A night stored before hosts were
+    (the store's schema 0003) is anyone's to resume."""
+    started = store.night_host(night, platform)
+    here = socket.gethostname()
+    if started and started[0] not in (None, here):
+        raise HarnessError(
+            f"night {night} of platform {platform} in the history store {store.name} was started on host "
+            f"{started[0]} (its results in {started[1]}); this is {here}: a night is one machine's runs, resumed "
+            f"there and judged as one machine's. Give this machine's night its own id (--night {night}-{here}) or "
+            "its own store (--store)")
 
 
 def judge(store: History, platform: str, night: str, refs: list, baseline_nights: int):
@@ -255,6 +271,7 @@ def cli(args: list[str]) -> int:
     platform = first.platform.name
     out = Path(first.out).resolve() if first.out else REPO_ROOT / "results" / f"nightly-{platform}-{ns.night}"
     store = History(store_url(ns.store), remedy="pass --store <another SQLAlchemy URL>")  # stops before any run
+    one_host(store, ns.night, platform)
     make_folder(out)
     run_night([o for o in overrides if not o.startswith("out=")], night=ns.night, repeats=ns.repeats,
               store=store, out=out)

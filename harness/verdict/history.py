@@ -3,7 +3,8 @@
 Default: an embedded SQLite file (results/history.sqlite). A team's shared store is PostgreSQL
 (postgresql://user:password@host/db; its driver, psycopg, is in the lock): every platform's nightly
 writes into the one database, at the same time if they run at once (tests/integration/
-test_postgres_store.py runs it for real). A run's records are stored in one transaction once they
+test_postgres_store.py runs it for real). A night is one machine's: the store keeps the host that started it
+(harness/nightly.py one_host refuses another host the same night id of a platform). A run's records are stored in one transaction once they
 are written to disk; a night interrupted half-way is resumed from what the store holds, and a run
 whose records reached the disk but not the store (the nightly killed, or the store gone, in between)
 is stored from its record files, not redone.
@@ -127,15 +128,23 @@ class History:
         with self._errors_named(), (self.engine.begin() if write else self.engine.connect()) as c:
             yield c
 
-    def start_night(self, night: str, platform: str, suite: str, out_dir: str) -> bool:
-        """Register a night; False when it was registered before (a resumed night)."""
+    def start_night(self, night: str, platform: str, suite: str, out_dir: str, host: Optional[str] = None) -> bool:
+        """Register a night, started on `host`; False when it was registered before (a resumed night)."""
         with self._db(write=True) as c:
             found = c.execute(self.sa.select(self.nights.c.night).where(
                 self.nights.c.night == night, self.nights.c.platform == platform)).first()
             if found is None:
                 c.execute(self.nights.insert().values(night=night, platform=platform, suite=suite,
-                                                      out_dir=out_dir, started_utc=_now()))
+                                                      out_dir=out_dir, started_utc=_now(), host=host))
         return found is None
+
+    def night_host(self, night: str, platform: str) -> Optional[tuple[Optional[str], str]]:
+        """(the host that started the night, or None for a night stored before hosts were, its out_dir); None when
+        the night was never started."""
+        with self._db() as c:
+            row = c.execute(self.sa.select(self.nights.c.host, self.nights.c.out_dir).where(
+                self.nights.c.night == night, self.nights.c.platform == platform)).first()
+        return None if row is None else (row.host, row.out_dir)
 
     def finish_night(self, night: str, platform: str) -> None:
         with self._db(write=True) as c:

@@ -40,7 +40,8 @@ def test_a_store_of_the_unversioned_suite_is_upgraded_in_place_keeping_every_row
     h = History(f"sqlite:///{store}")
     assert h.upgraded == f"history store {store}: schema {BASELINE} -> {HEAD}, every row kept"
     assert h.upgraded in capsys.readouterr().err
-    assert _rows(store) == before                                     # not one row lost or changed
+    # not one row lost or changed; a night gains its host (0003), unknown for the nights stored before
+    assert _rows(store) == {**before, "nights": [(*row, None) for row in before["nights"]]}
     with sqlite3.connect(store) as c:
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
         indexes = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -56,7 +57,8 @@ def test_a_new_store_is_created_at_the_head_with_the_baselines_tables(tmp_path):
     assert h.upgraded is None
     with sqlite3.connect(store) as c:
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
-    assert _columns(store) == _columns(FIXTURE)     # the baseline migration is the schema the old suite wrote
+    # the baseline migration is the schema the old suite wrote; since, the host that started a night (0003)
+    assert _columns(store) == {**_columns(FIXTURE), "nights": [*_columns(FIXTURE)["nights"], ("host", "VARCHAR(255)", 0, 0)]}
     h.start_night("2026-11-26", "cpu", "nightly-cpu", "out")
     assert not h.start_night("2026-11-26", "cpu", "nightly-cpu", "out")
 
@@ -168,3 +170,29 @@ def test_a_suite_opening_a_store_while_another_creates_it_waits_and_finds_it_at_
     assert (second.returncode, second.stdout.strip()) == (0, "None"), second.stderr    # nothing left to upgrade
     with sqlite3.connect(store) as c:
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
+
+
+def test_a_night_started_on_another_host_is_refused_before_anything_runs_and_an_older_one_is_anyones(tmp_path):
+    """A shared store takes several machines' nightlies: a second machine under the first's night id would skip
+    every run the first stored and be judged with it (harness/nightly.py one_host)."""
+    import socket
+
+    from harness.nightly import one_host
+
+    store = tmp_path / "history.sqlite"
+    shutil.copy(FIXTURE, store)
+    h = History(f"sqlite:///{store}")
+    (night, platform), = {(n, p) for n, p in sqlite3.connect(store).execute("SELECT night, platform FROM nights")
+                          if (n, p) == ("2026-11-21", "cpu")}
+    one_host(h, night, platform)                      # stored before hosts were: anyone's to resume
+    h.start_night("2026-12-06", "cpu", "nightly-cpu", "/results/ci-a", host="ci-a")
+    assert h.night_host("2026-12-06", "cpu") == ("ci-a", "/results/ci-a")
+    assert h.night_host("2026-12-07", "cpu") is None
+    here = socket.gethostname()
+    with pytest.raises(HarnessError, match=rf"night 2026-12-06 of platform cpu in the history store .* was started "
+                                           rf"on host ci-a \(its results in /results/ci-a\); this is {here}: .*"
+                                           rf"--night 2026-12-06-{here}"):
+        one_host(h, "2026-12-06", "cpu")
+    one_host(h, "2026-12-06", "cpu-cluster")          # another platform's night of that id
+    h.start_night("2026-12-07", "cpu", "nightly-cpu", "/results/here", host=here)
+    one_host(h, "2026-12-07", "cpu")                  # this host's own night: resumed
