@@ -89,6 +89,7 @@ def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"unmatched": why}
     offsets = clock_offsets(logs)
     hosts = list(dict.fromkeys(log["host"] for log in logs))
+    host_of = [hosts.index(log["host"]) for log in logs]
     waits = []
     last_calls, held_back = [0] * len(logs), [0.0] * len(logs)
     host_calls, host_held = [0] * len(hosts), [0.0] * len(hosts)
@@ -103,8 +104,7 @@ def arrivals(logs: list[dict[str, Any]]) -> dict[str, Any]:
             _credit_latest({p: arrived[p] for p in places}, last_calls, held_back)
             by_host: dict[int, float] = {}          # each host's arrival: its latest rank's
             for p in places:
-                h = hosts.index(logs[p]["host"])
-                by_host[h] = max(by_host.get(h, arrived[p]), arrived[p])
+                by_host[host_of[p]] = max(by_host.get(host_of[p], arrived[p]), arrived[p])
             _credit_latest(by_host, host_calls, host_held)
     out: dict[str, Any] = {
         "peer_wait_s": waits, "calls": len(waits),
