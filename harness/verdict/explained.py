@@ -173,16 +173,17 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     0.72-0.78x the CPU time of quiet nights and ran at 0.71-0.81x their samples/s (a night's median of 3)."""
     if share is None:
         return None
-    ratio = share.now / share.then
+    ratio = share.ratio
     explained = _explained(verdict, figures, ref, ratio, PACE_NOISE_PCT["cpu"])
     if explained is None:
         return None
     what, change = explained
     return (f"not comparable: {_takers(share)} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
-            f"run measured (the reference's {share.other_then:.2f}), and its ranks got {ratio:.2f}x the reference's "
-            f"CPU time ({share.now:.2f} vs {share.then:.2f} CPUs"
+            f"run measured (the reference's {share.other_then:.2f}), and its ranks got {share.now / share.then:.2f}x the "
+            f"reference's CPU time ({share.now:.2f} vs {share.then:.2f} CPUs"
             + (f"; they waited {share.waited[0]:.2f} CPUs' worth for a CPU, the reference's {share.waited[1]:.2f}"
                if share.waited else "")
+            + (f"; as far as they waited, {ratio:.2f}x" if abs(ratio - share.now / share.then) > 0.005 else "")
             + f"); at that share the {what} is a change of {change}, within the tolerance {ref.tolerance_pct:g} %")
 
 

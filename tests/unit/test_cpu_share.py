@@ -188,3 +188,36 @@ def test_steal_on_a_machine_with_cpu_to_spare_explains_nothing():
     run = stolen(loaded(RUNS[0]), steal=0.7)
     run["environment"]["load"]["busy_cpus"] = 0.9         # 0.9 + 0.7 of 2 CPUs: the ranks waited of their own accord
     assert cpu_share(quiet_twin(loaded(RUNS[0]))["environment"], [run["environment"]]) is None
+
+
+ASLEEP = NEIGHBOUR / "asleep"
+
+
+def test_a_run_asleep_beside_a_neighbour_is_not_the_neighbours_doing_but_a_run_starved_by_it_is():
+    """Real records (tests/data/neighbour/README.md, asleep/): the ranks' waits for a CPU bound what other work
+    took from them. Beside two busy loops a run waited 1.31 CPUs' worth and its slowdown is the neighbours';
+    the same run sleeping 0.3 s a micro-step beside them got less CPU time still, but waited only 0.42: its
+    own sleep, a regression."""
+    quiet, starved, asleep = (json.loads((ASLEEP / f"{n}.json").read_text())
+                              for n in ("quiet", "beside-two", "asleep-beside-two"))
+    refs = references_of(typed([quiet]))
+
+    share = cpu_share(quiet["environment"], [asleep["environment"]])
+    assert (share.now, share.then, share.waited) == (0.36, 1.88, (0.42, 0.16))
+    assert share.ratio == pytest.approx(0.36 / (0.36 + 0.42 - 0.16))        # 0.58x, not 0.19x
+    (slept,) = [v for v in compare(typed([asleep]), refs) if v.metric == "samples_per_s"]
+    assert slept.verdict == "insufficient data" and "apparent regression" in slept.reason   # one run a side
+
+    share = cpu_share(quiet["environment"], [starved["environment"]])
+    assert share.ratio == pytest.approx(0.97 / 1.88)                         # it waited more than it lost
+    (neighbours,) = [v for v in compare(typed([starved]), refs) if v.metric == "samples_per_s"]
+    assert neighbours.verdict == "not comparable"
+    assert "they waited 1.31 CPUs' worth for a CPU, the reference's 0.16" in neighbours.reason
+    assert "as far as they waited" not in neighbours.reason
+    # had the asleep run been as slow as the waits explain (0.58x the quiet one's speed), the neighbours would
+    # explain it, and the reason says how far
+    within = copy.deepcopy(asleep)
+    within["metrics"]["samples_per_s"]["value"] = quiet["metrics"]["samples_per_s"]["value"] * 0.58
+    (explained,) = [v for v in compare(typed([within]), refs) if v.metric == "samples_per_s"]
+    assert explained.verdict == "not comparable" and "0.19x the reference's CPU time" in explained.reason
+    assert "; as far as they waited, 0.58x)" in explained.reason, explained.reason
