@@ -106,11 +106,8 @@ def straggler(steps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     total = sum(s["step_time_s"] for s in steps if s.get("mode") == "profile" and s.get("arrivals", {}).get("ranks"))
     if total <= 0:
         return None
-    found = [_share_of(stragglers(steps, per), total) for per in ("ranks", "hosts")]
-    rank, node = found
-    if rank and not rank["stands_out"] and node and node["stands_out"]:
-        return {k: v for k, v in node.items() if k != "rank"}
-    return rank
+    rank, node = (_share_of(stragglers(steps, per), total) for per in ("ranks", "hosts"))
+    return node if rank and not rank["stands_out"] and node and node["stands_out"] else rank
 
 
 def _share_of(ranked: list[dict[str, Any]], total: float) -> Optional[dict[str, Any]]:
@@ -139,7 +136,7 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
 
 
-def straggler_lines(records: list) -> list[str]:
+def night_stragglers(records: list) -> list[str]:
     """The runs of the night in which one rank stood out as the straggler (environment.load.straggler:
     straggler() above), one line per run id: the worst repeat's words, in how many of its repeats, and
     every rank (host) that stood out where it was not always the same. Whatever the verdicts: a node that begins to

@@ -41,7 +41,7 @@ from .verdict.history import DEFAULT_URL, History
 from .record import ResultRecord
 from .verdict.record_files import load_record
 from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
-from .held_up import straggler_lines
+from .held_up import night_stragglers
 from .report.legend import grouped
 from .atomic import make_folder, write_bytes_atomic
 from .report.nightly import write_reports
@@ -298,7 +298,7 @@ def cli(args: list[str]) -> int:
                 print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
             if group[0].environment_diff:
                 print(f"    what changed: {environment_text(group[0].environment_diff)}")
-    stood = straggler_lines(tonight)
+    stood = night_stragglers(tonight)
     for line in stood:
         print(f"  straggler: {line}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))

@@ -48,7 +48,7 @@ def exchange(n: int = ROUND_TRIPS, allowed: Optional[Collection[int]] = None) ->
     """n round trips with a child process on the second of the `allowed` CPUs, this thread on the first (two_cpus);
     the quartiles of their times in microseconds."""
     mine, theirs = two_cpus(allowed)
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    restore = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None   # this thread's, put back after
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
@@ -68,8 +68,8 @@ def exchange(n: int = ROUND_TRIPS, allowed: Optional[Collection[int]] = None) ->
                     times.append((time.perf_counter() - start) * 1e6)
         finally:
             child.wait(timeout=30)
-            if allowed is not None:
-                os.sched_setaffinity(0, allowed)
+            if restore is not None:
+                os.sched_setaffinity(0, restore)
     times.sort()
     return {"p25_us": times[len(times) // 4], "median_us": times[len(times) // 2],
             "p90_us": times[len(times) * 9 // 10], "n": n, "cpus": [mine, theirs]}

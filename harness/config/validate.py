@@ -146,9 +146,9 @@ def validate(cfg: BenchConfig) -> None:
     _check(m.inject_delay_node is None or m.inject_delay_rank is None, "measure.inject_delay_node",
            m.inject_delay_node, "slows a node's ranks; measure.inject_delay_rank one rank: set one of them")
     if m.inject_delay_s:
-        who = ("every" if m.inject_delay_rank is None and m.inject_delay_node is None else
-               f"rank {m.inject_delay_rank}'s" if m.inject_delay_node is None else
-               f"node {m.inject_delay_node}'s ranks' (ranks {', '.join(map(str, delayed_ranks(cfg)))})")
+        ranks = delayed_ranks(cfg)
+        who = ("every" if ranks is None else f"rank {ranks[0]}'s" if m.inject_delay_node is None else
+               f"node {m.inject_delay_node}'s ranks' (ranks {', '.join(map(str, ranks))})")
         warnings.warn(f"measure.inject_delay_s={m.inject_delay_s}: {who} micro-step is slowed on purpose",
                       stacklevel=2)
     _check(math.isfinite(m.timeout_s) and m.timeout_s > 0, "measure.timeout_s", m.timeout_s,

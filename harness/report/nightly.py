@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..atomic import write_bytes_atomic
-from ..held_up import straggler_lines
+from ..held_up import night_stragglers
 from ..verdict.compare import Verdict
 from ..record import ResultRecord
 from .nightly_page import COMPARISONS, FAILURES, nightly_page
@@ -58,7 +58,7 @@ def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict
         if name == "baseline" and baseline:
             table += f"\n- {baseline}"
         parts += [f"## Verdicts {COMPARISONS.get(name, name)}", under_table(table, vs, "then")]
-    parts += ["## Stragglers", "\n".join(f"- {line}" for line in straggler_lines(records)) or "none stood out"]
+    parts += ["## Stragglers", "\n".join(f"- {line}" for line in night_stragglers(records)) or "none stood out"]
     failed = _failed(records)
     parts.append("## Failed runs")
     parts.append("\n".join(f"- {r.run_id} ({r.benchmark}): {r.status}: {r.reason}" for r in failed)

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from contract.metrics import METRICS
 
-from ..held_up import for_peer_s, held_up_s, straggler_lines
+from ..held_up import for_peer_s, held_up_s, night_stragglers
 from ..record import ResultRecord
 from ..verdict.compare import ACROSS_MACHINES, Verdict
 from ..verdict.cross_machine import machine_pairs
@@ -212,7 +212,7 @@ def _problems(verdicts: dict[str, list[Verdict]], labels: Labels) -> str:
 
 
 def _stragglers(records: list[ResultRecord]) -> str:
-    lines = straggler_lines(records)
+    lines = night_stragglers(records)
     return f"<ul>{''.join(f'<li>{html.escape(line)}</li>' for line in lines)}</ul>" if lines else "<p>none stood out</p>"
 
 

@@ -17,7 +17,7 @@ from harness.held_up import (STRAGGLER_PCT, STRAGGLER_RATIO, comm_held_up_for_pe
                              held_up_s, straggler, straggler_words, stragglers)
 from harness.record import ResultRecord
 from harness.report.summary import microstep_table
-from harness.report.summary import straggler_lines as straggler_lines_of
+from harness.report.summary import straggler_lines
 from harness.verdict.compare import environment_diff
 
 
@@ -280,7 +280,7 @@ def test_a_slow_node_whose_ranks_come_late_together_holds_the_others_back_as_a_n
     rec = ResultRecord(schema_version="1.2", run_id="00-z3", kind="training", benchmark="llama-tiny", platform="cpu",
                        status="ok", reason=None, config={}, overrides=[], environment={}, metrics={},
                        microsteps=[], steps=steps)
-    assert straggler_lines_of(rec)[-1].strip() == (
+    assert straggler_lines(rec)[-1].strip() == (
         "the node last to reach the profiled calls (20), and how long it held the others back: node B (ranks 2, 3) "
         "90 % of calls, 900.0 ms; node A (ranks 0, 1) 10 % of calls, 20.0 ms")
     # what changed: the node came, or moved to another host

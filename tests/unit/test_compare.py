@@ -296,7 +296,7 @@ def test_compare_and_the_nightly_read_fail_on_alike():
     # the nightly takes the same words (it used to refuse status_changed) and refuses the same
     with pytest.raises(HarnessError, match=r"--fail-on \['slower'\] is invalid"):
         nightly.cli(["--store", "sqlite:////nonexistent/never-opened.sqlite", "--fail-on", "slower"])
-    # the nightly alone also fails on a straggler (harness/held_up.py straggler_lines); compare refuses the word
+    # the nightly alone also fails on a straggler (harness/held_up.py night_stragglers); compare refuses the word
     assert parse_fail_on("regression,straggler", also=("straggler",)) == {"regression", "straggler"}
     with pytest.raises(HarnessError, match=r"--fail-on \['straggler'\] is invalid"):
         parse_fail_on("straggler")

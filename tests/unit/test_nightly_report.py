@@ -10,7 +10,7 @@ from pathlib import Path
 
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
-from harness.held_up import straggler_lines
+from harness.held_up import night_stragglers
 from harness.verdict.compare import VERDICTS, Verdict
 from harness.report.nightly import _ORDER, write_reports
 from harness.report.nightly_page import microstep_pair_png, trend_panels_png
@@ -217,7 +217,7 @@ def test_a_rank_that_stood_out_as_the_straggler_is_named_in_every_report_whateve
     late = {"rank": 1, "host": "node<1>", "held_back_pct": 47.2, "next_pct": 3.1, "stands_out": True}
     records = _repeats({**late, "held_back_pct": 20.4}, late, {**late, "held_back_pct": 6.0, "stands_out": False})
     line = "z3-mb2-ga4 (llama-tiny): rank 1 (node<1>) held the others back 47 % of the profiled steps, in 2 of 3 runs"
-    assert straggler_lines(records) == [line]
+    assert night_stragglers(records) == [line]
     paths = write_reports(tmp_path / "night", platform="cpu", night="2026-05-10", verdicts={"baseline": []},
                           records=records, history={})
     assert f"## Stragglers\n\n- {line}\n" in paths["markdown"].read_text()
@@ -225,8 +225,8 @@ def test_a_rank_that_stood_out_as_the_straggler_is_named_in_every_report_whateve
     assert "<h2>Stragglers</h2>" in page and html.escape(line) in page and "node<1>" not in page
     # another rank on another repeat: named by turns; a night without one says so
     turns = _repeats(late, {**late, "rank": 0, "host": "node0"})
-    assert straggler_lines(turns)[0].endswith("in 2 of 2 runs; by turns rank 0 (node0), rank 1 (node<1>)")
-    assert straggler_lines(_repeats(None, {**late, "stands_out": False})) == []
+    assert night_stragglers(turns)[0].endswith("in 2 of 2 runs; by turns rank 0 (node0), rank 1 (node<1>)")
+    assert night_stragglers(_repeats(None, {**late, "stands_out": False})) == []
     quiet = write_reports(tmp_path / "quiet", platform="cpu", night="2026-05-10", verdicts={"baseline": []},
                           records=_records(), history={})
     assert "## Stragglers\n\nnone stood out" in quiet["markdown"].read_text()
