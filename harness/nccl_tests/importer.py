@@ -22,7 +22,8 @@ from .infer import RATIO
 from .json_format import parse_file
 from .output import ParsedOutput
 from ..plan import RunSpec
-from ..record import ResultRecord, collective_record, environment, measured, status_of, validate_record, write_record
+from ..record import ResultRecord, collective_record, environment, status_of, validate_record, write_record
+from ..training_metrics import measured
 from ..verdict.record_files import load_record
 
 # --- records ----------------------------------------------------------------------------------

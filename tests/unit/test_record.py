@@ -14,8 +14,8 @@ from contract import events as ev
 from harness.launch.local import LaunchResult
 from harness.model.flops import llama_param_count, mfu_pct, training_flops_per_token
 from harness.plan import plan_run
-from harness.record import (build_record, compute_metrics, percentile, status_of, validate_record, write_json_atomic,
-                            write_record)
+from harness.record import build_record, status_of, validate_record, write_json_atomic, write_record
+from harness.training_metrics import compute_metrics, percentile
 
 _rng = random.Random(7)
 SAMPLES = [[1.0], [1.0, 2.0], [3.0, 1.0, 2.0], [5.0, 1.0, 10.0, 2.5, 7.0],
