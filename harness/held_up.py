@@ -98,12 +98,25 @@ cores late by turns); one rank sleeping 0.15 s a micro-step read 47 % against 3 
 STRAGGLER_RATIO = 3.0
 
 
+def _profiled_s(steps: list[dict[str, Any]]) -> float:
+    """The time of the profiled steps whose calls were matched: what a held-back share is a share of."""
+    return sum(s["step_time_s"] for s in steps if s.get("mode") == "profile" and s.get("arrivals", {}).get("ranks"))
+
+
+def shares(steps: list[dict[str, Any]], per: str = "ranks") -> dict[Any, float]:
+    """{rank (per="hosts": host): the % of the profiled steps' time it held the others back}, every one of them
+    (straggler() keeps the first and the next); {} where no profiled step's calls were matched."""
+    total = _profiled_s(steps)
+    key = "rank" if per == "ranks" else "host"
+    return {one[key]: 100.0 * one["held_back_s"] / total for one in stragglers(steps, per)} if total > 0 else {}
+
+
 def straggler(steps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """The rank that held the others back most over the profiled steps (stragglers()), as a share of their time:
     {rank, host, held_back_pct, next_pct, stands_out}; where no rank stands out but a host does (a slow node, its
     ranks late together: each leads the next latest, its neighbour, by nothing), that host with its ranks instead:
     {host, ranks, held_back_pct, next_pct, stands_out}. None where no profiled step's calls were matched."""
-    total = sum(s["step_time_s"] for s in steps if s.get("mode") == "profile" and s.get("arrivals", {}).get("ranks"))
+    total = _profiled_s(steps)
     if total <= 0:
         return None
     rank, node = (_share_of(stragglers(steps, per), total) for per in ("ranks", "hosts"))
@@ -136,11 +149,12 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
 
 
-def night_stragglers(records: list) -> list[str]:
+def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> list[str]:
     """The runs of the night in which one rank stood out as the straggler (environment.load.straggler:
     straggler() above), one line per run id: the worst repeat's words, in how many of its repeats, and
     every rank (host) that stood out where it was not always the same. Whatever the verdicts: a node that begins to
-    lag shows here before its lag costs a metric its tolerance (the nightly's --fail-on straggler fails on it)."""
+    lag shows here before its lag costs a metric its tolerance (the nightly's --fail-on straggler fails on it).
+    trends: {run id: how its straggler rose over the last nights} (harness/straggler_trend.py), added to its line."""
     by_run: dict[str, list] = {}
     for r in records:
         by_run.setdefault(r.run_id, []).append(r)
@@ -153,5 +167,6 @@ def night_stragglers(records: list) -> list[str]:
         worst = max(stood, key=lambda s: s["held_back_pct"])
         names = sorted({who(s) for s in stood})
         out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}, in {len(stood)} of {len(recs)} runs"
-                   + (f"; by turns {', '.join(names)}" if len(names) > 1 else ""))
+                   + (f"; by turns {', '.join(names)}" if len(names) > 1 else "")
+                   + (f"; {trends[run_id]}" if trends and run_id in trends else ""))
     return out

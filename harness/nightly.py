@@ -12,8 +12,9 @@ reference_results/*.json, `none` for the baseline alone), and writes nightly.md,
 (harness/report/nightly_page.py) and junit.xml into OUT. A night is identified by `--night` (default:
 today's date); running the same night again resumes it: runs already stored are not redone, runs written
 to disk but not stored are stored from their files. Exit status 1 when a comparison finds a verdict in
---fail-on (default: regression, status changed; `straggler` adds a run in which one rank stood out as the
-straggler, which the reports and the output name whatever the verdicts). --overview runs nothing: one page of every platform's
+--fail-on (default: regression, status changed; `straggler` adds a run in which one rank or node stood out as the
+straggler, or held the others back more each night of the last three (harness/straggler_trend.py), which the reports
+and the output name whatever the verdicts). --overview runs nothing: one page of every platform's
 last night in the store (harness/report/overview.py).
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ from .verdict.history import DEFAULT_URL, History
 from .record import ResultRecord
 from .verdict.record_files import load_record
 from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
-from .held_up import night_stragglers
+from .straggler_trend import night_straggler_lines
 from .report.legend import grouped
 from .atomic import make_folder, write_bytes_atomic
 from .report.nightly import write_reports
@@ -216,8 +217,9 @@ def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Pa
     (harness/report/overview.py); a line per platform printed."""
     rows = []
     for platform, night, out_dir, finished in store.last_nights():
-        tonight, verdicts, _, _, _, _ = judge(store, platform, night, refs, baseline_nights)
-        rows.append(OverviewRow(platform, night, Path(out_dir), finished, tonight, verdicts))
+        tonight, verdicts, earlier_nights, earlier, _, _ = judge(store, platform, night, refs, baseline_nights)
+        rows.append(OverviewRow(platform, night, Path(out_dir), finished, tonight, verdicts,
+                                night_straggler_lines(tonight, night, earlier, earlier_nights)))
         print(overview_line(rows[-1]))
     if not rows:
         print(f"history store {store.name} holds no night yet")
@@ -240,8 +242,8 @@ def cli(args: list[str]) -> int:
                         help="reference table(s) to compare with (default: every reference_results/*.json); "
                              "none: judge against the rolling baseline only")
     parser.add_argument("--fail-on", default="regression,status changed",
-                        help="comma list of verdicts that make the exit status 1 (_ for a space), straggler (a rank stood out as "
-                             "one in a run of the night), or none")
+                        help="comma list of verdicts that make the exit status 1 (_ for a space), straggler (a rank or node stood "
+                             "out as one in a run of the night, or held the others back more each night), or none")
     parser.add_argument("--overview", type=Path, metavar="FILE",
                         help="run nothing: write one HTML page of every platform's last night in the store, with "
                              "its verdicts, to FILE")
@@ -282,9 +284,10 @@ def cli(args: list[str]) -> int:
     for night, rec in earlier:                 # the last earlier night's run of each run id (its first repeat)
         if earlier_nights and night == earlier_nights[-1]:
             previous.setdefault(rec.run_id, (night, rec))
+    stood = night_straggler_lines(tonight, ns.night, earlier, earlier_nights)
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,
                           history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous,
-                          unrun=outside, baseline=baseline)
+                          unrun=outside, baseline=baseline, stragglers=stood)
     failing = {k: [v for v in vs if v.verdict in fail_on] for k, vs in verdicts.items()}
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})
@@ -298,7 +301,6 @@ def cli(args: list[str]) -> int:
                 print(f"  {v.verdict} ({kind}): {v.platform}/{v.benchmark} {v.metric}: {verdict_text(v)}")
             if group[0].environment_diff:
                 print(f"    what changed: {environment_text(group[0].environment_diff)}")
-    stood = night_stragglers(tonight)
     for line in stood:
         print(f"  straggler: {line}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))

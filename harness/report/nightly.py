@@ -46,7 +46,8 @@ def _failed(records: list[ResultRecord]) -> list[ResultRecord]:
 # ----------------------------------------------------------------------------- documents
 
 def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict]],
-                     records: list[ResultRecord], unrun: Optional[list[Verdict]] = None, baseline: str = "") -> str:
+                     records: list[ResultRecord], unrun: Optional[list[Verdict]] = None, baseline: str = "",
+                     stragglers: Optional[list[str]] = None) -> str:
     """unrun: the references of configurations the nightly's suite does not run (one line under their table);
     baseline: which nights the rolling baseline is (harness/nightly.py judge), a line under its table."""
     parts = [f"# Nightly report: {platform}, {night}",
@@ -58,7 +59,8 @@ def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict
         if name == "baseline" and baseline:
             table += f"\n- {baseline}"
         parts += [f"## Verdicts {COMPARISONS.get(name, name)}", under_table(table, vs, "then")]
-    parts += ["## Stragglers", "\n".join(f"- {line}" for line in night_stragglers(records)) or "none stood out"]
+    lines = night_stragglers(records) if stragglers is None else stragglers
+    parts += ["## Stragglers", "\n".join(f"- {line}" for line in lines) or "none stood out"]
     failed = _failed(records)
     parts.append("## Failed runs")
     parts.append("\n".join(f"- {r.run_id} ({r.benchmark}): {r.status}: {r.reason}" for r in failed)
@@ -90,19 +92,22 @@ def junit_xml(platform: str, verdicts: dict[str, list[Verdict]]) -> bytes:
 def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[str, list[Verdict]],
                   records: list[ResultRecord], history: dict[str, list[tuple[str, float]]],
                   previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
-                  unrun: Optional[list[Verdict]] = None, baseline: str = "") -> dict[str, Path]:
+                  unrun: Optional[list[Verdict]] = None, baseline: str = "",
+                  stragglers: Optional[list[str]] = None) -> dict[str, Path]:
     """Write nightly.md, nightly.html (harness/report/nightly_page.py) and junit.xml into out_dir;
     {"markdown"|"html"|"junit": path}. previous: {run_id: (night, record)} of the last earlier night,
     whose micro-steps the page shows beside a regressed run's. unrun: the references of configurations
     the nightly's suite does not run (harness/verdict/compare.py outside_runs), one line in each report; baseline:
-    which nights the rolling baseline is, one line under its table."""
+    which nights the rolling baseline is, one line under its table; stragglers: the lines of the Stragglers section
+    (harness/straggler_trend.py night_straggler_lines; tonight's own, night_stragglers, when None)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return {
         "markdown": write_bytes_atomic(out_dir / "nightly.md",
-                                  nightly_markdown(platform, night, verdicts, records, unrun, baseline).encode("utf-8")),
+                                  nightly_markdown(platform, night, verdicts, records, unrun, baseline,
+                                                   stragglers).encode("utf-8")),
         "html": write_bytes_atomic(out_dir / "nightly.html",
                               nightly_page(platform, night, verdicts, records, history, previous, unrun,
-                                           baseline).encode("utf-8")),
+                                           baseline, stragglers).encode("utf-8")),
         "junit": write_bytes_atomic(out_dir / "junit.xml", junit_xml(platform, verdicts)),
     }

@@ -211,8 +211,7 @@ def _problems(verdicts: dict[str, list[Verdict]], labels: Labels) -> str:
     return f"<ul>{''.join(items)}</ul>" if items else "<p>none</p>"
 
 
-def _stragglers(records: list[ResultRecord]) -> str:
-    lines = night_stragglers(records)
+def _stragglers(lines: list[str]) -> str:
     return f"<ul>{''.join(f'<li>{html.escape(line)}</li>' for line in lines)}</ul>" if lines else "<p>none stood out</p>"
 
 
@@ -295,7 +294,9 @@ def _microsteps(verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
 def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], records: list[ResultRecord],
                  history: dict[str, list[tuple[str, float]]],
                  previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
-                 unrun: Optional[list[Verdict]] = None, baseline: str = "") -> str:
+                 unrun: Optional[list[Verdict]] = None, baseline: str = "",
+                 stragglers: Optional[list[str]] = None) -> str:
+    """stragglers: the Stragglers section's lines (harness/straggler_trend.py); tonight's own when None."""
     esc = html.escape
     title = esc(f"Nightly report: {platform}, {night}")
     labels = Labels([v for vs in verdicts.values() for v in vs])
@@ -308,7 +309,7 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
              f"<style>{CSS}</style></head><body><h1>{title}</h1>",
              f'<p class="night {"bad" if failing or failed else "good"}">{esc(line)}</p>',
              _counts(verdicts), "<h2>Regressions and status changes</h2>", _problems(verdicts, labels),
-             "<h2>Stragglers</h2>", _stragglers(records)]
+             "<h2>Stragglers</h2>", _stragglers(night_stragglers(records) if stragglers is None else stragglers)]
     if failed:
         parts.append("<h2>Failed runs</h2><ul>" + "".join(
             f"<li>{esc(r.run_id)} ({esc(r.benchmark)}): {esc(r.status)}: {esc(str(r.reason))}</li>" for r in failed)

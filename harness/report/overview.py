@@ -1,7 +1,8 @@
 """Every platform's nightly at a glance (issue 29 item 4): one page per history store, a row per
 platform with its last night, how many runs it stored and failed, its verdicts against the reference
 table and the rolling baseline, what changed where something regressed, the runs in which a rank or a node
-stood out as the straggler (harness/held_up.py night_stragglers), and a link to that night's own page. `python -m harness nightly --overview FILE [--store URL]` writes it."""
+stood out as the straggler (harness/held_up.py night_stragglers) or held the others back more each night
+(harness/straggler_trend.py), and a link to that night's own page. `python -m harness nightly --overview FILE [--store URL]` writes it."""
 from __future__ import annotations
 
 import html
@@ -26,6 +27,12 @@ class OverviewRow:
     finished_utc: Optional[str]
     records: list[ResultRecord]
     verdicts: dict[str, list[Verdict]]
+    stragglers: Optional[list[str]] = None
+    """tonight's and those creeping up across nights (harness/straggler_trend.py); tonight's own when None"""
+
+    @property
+    def straggler_lines(self) -> list[str]:
+        return night_stragglers(self.records) if self.stragglers is None else self.stragglers
 
     @property
     def failing(self) -> list[Verdict]:
@@ -52,7 +59,7 @@ def overview_line(row: OverviewRow) -> str:
     return (f"{row.platform} {row.night}{state}: {len(row.records)} runs, {row.failed_runs} failed; "
             + "; ".join(f"{name}: {_counts(vs)}" for name, vs in row.verdicts.items())
             + (f"; what changed: {_changed(row)}" if row.failing else "")
-            + "".join(f"; straggler: {line}" for line in night_stragglers(row.records)))
+            + "".join(f"; straggler: {line}" for line in row.straggler_lines))
 
 
 def overview_page(rows: list[OverviewRow], store: str) -> str:
@@ -70,7 +77,7 @@ def overview_page(rows: list[OverviewRow], store: str) -> str:
                  f"<td>{esc(r.night + state)}</td><td>{len(r.records)} ({r.failed_runs} failed)</td>"
                  + "".join(f"<td>{esc(_counts(r.verdicts.get(name, [])))}</td>" for name in COMPARISONS)
                  + f"<td>{esc(_changed(r)) if r.failing else '-'}</td>"
-                 + f"<td>{'<br>'.join(map(esc, night_stragglers(r.records))) or '-'}</td><td>{link}</td></tr>")
+                 + f"<td>{'<br>'.join(map(esc, r.straggler_lines)) or '-'}</td><td>{link}</td></tr>")
     line = (f"{len(bad)} of {len(rows)} platform(s) with a regression, status change or failed run"
             if rows else "no night stored yet")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'

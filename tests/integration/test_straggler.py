@@ -75,3 +75,30 @@ def test_a_night_names_its_straggler_and_fails_on_it_when_asked(tmp_path):
     assert "regression (" not in said and '"new"' in said   # the straggler alone failed it
     markdown = (tmp_path / "night" / "nightly.md").read_text()
     assert "## Stragglers\n\n- " in markdown and "rank 1 (" in markdown
+
+
+NIGHTLY_RUN = ("suite=single", "workload=llama-tiny", "zero=stage1", "workload.micro_batch_size=4",
+               "measure.warmup_steps=1", "measure.steps=3", "measure.profile_steps=1")   # the cpu nightly's ZeRO-1 run
+
+
+def test_a_rank_that_lags_more_each_night_is_named_with_its_rise(tmp_path):
+    """Three nights of the cpu nightly's ZeRO-1 run, rank 1 sleeping 0, 0.015 and 0.08 s a micro-step. One run a
+    night: on the 2-core Zen 5 box a quiet run's latest rank read 0-5 % of the profiled steps held back, 0.015 s
+    8-18 %, 0.04 s 20-23 %. The third night names the rise (harness/straggler_trend.py), whether that night's own
+    straggler stands out or not (a trend below it: tests/unit/test_straggler_trend.py, tests/perf/straggler_nights.py),
+    and --fail-on straggler fails on it."""
+    store = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    for day, delay in (("01", 0.0), ("02", 0.015), ("03", 0.08)):
+        night = subprocess.run([sys.executable, "-m", "harness", "nightly", "--night", f"2026-11-{day}",
+                                "--repeats", "1", "--store", store, "--reference", "none",
+                                "--fail-on", "regression,straggler", f"out={tmp_path / day}", *NIGHTLY_RUN,
+                                f"measure.inject_delay_s={delay}", "measure.inject_delay_rank=1"],
+                               cwd=REPO, capture_output=True, text=True, timeout=900)
+        said = " ".join(night.stdout.split())
+        assert "Traceback" not in night.stderr, night.stderr[-3000:]
+    print(*(line for line in night.stdout.splitlines() if "straggler:" in line))
+    assert night.returncode == 1, said[-3000:] + night.stderr[-3000:]
+    assert "rank 1 (" in said and "held the others back more each night: " in said, said[-3000:]
+    assert "(nights 2026-11-01, 2026-11-02, 2026-11-03; the median of each night's repeats)" in said
+    markdown = (tmp_path / "03" / "nightly.md").read_text()
+    assert "## Stragglers\n\n- " in markdown and "more each night" in markdown
