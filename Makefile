@@ -37,9 +37,11 @@ WORKLOAD ?=
 OUT ?=
 # Result folders (or record files) for `make submit`.
 RESULTS ?=
-# `make cluster-up`: an emulated cluster on this machine (testbed/; root): nodes, link rate, name.
+# `make cluster-up`: an emulated cluster on this machine (testbed/; root): nodes, link rate, name, and how far
+# node K's monotonic clock runs ahead of node1's, (K-1) x CLOCK_SKEW seconds (0: the one kernel's clock).
 NODES ?= 2
 LINK ?= 1gbit
+CLOCK_SKEW ?= 0
 CLUSTER ?= default
 export SUITE_CLUSTER := $(CLUSTER)
 # Optional extra index for torch only, e.g. https://download.pytorch.org/whl/cpu
@@ -124,7 +126,8 @@ help:
 	@echo "             for its own Python 3.12: tests/gpu/*_node.sh install them there (docs/gpu-check.md)"
 	@echo "  base-image as root: a local Debian bookworm base with debootstrap, for where no base can be pulled (~70 s)"
 	@echo "  cluster-up     as root: an emulated cluster of \$$NODES nodes on this machine (network namespaces, links"
-	@echo "                 shaped to \$$LINK, a real Slurm); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
+	@echo "                 shaped to \$$LINK, a real Slurm; CLOCK_SKEW=S: each node's monotonic clock S s ahead of the"
+	@echo "                 last, as on separate machines); then make bench PLATFORM=cpu-cluster; stays up until cluster-down"
 	@echo "  cluster-shape  set every node link of the running cluster to \$$LINK (e.g. LINK=250mbit)"
 	@echo "  cluster-status its nodes, link and Slurm state;  cluster-down: stop it and remove everything it made"
 	@echo "  clean      remove results/ and .cache/ (keeps $(VENV))"
@@ -254,7 +257,7 @@ nightly: venv
 # the client script `testbed up` writes into the cluster's folder (platform.slurm.client_prefix; it does
 # what `python3 -m testbed exec` does, in sh); CLUSTER picks a cluster by name.
 cluster-up:
-	$(PYTHON) -m testbed up --name $(CLUSTER) --nodes $(NODES) --link $(LINK)
+	$(PYTHON) -m testbed up --name $(CLUSTER) --nodes $(NODES) --link $(LINK) --clock-skew $(CLOCK_SKEW)
 
 cluster-down:
 	$(PYTHON) -m testbed down --name $(CLUSTER)

@@ -1,6 +1,7 @@
 """python -m testbed up|down|status|shape|exec: an emulated Slurm cluster on this machine (as root).
 
     python -m testbed up --nodes 2 --link 1gbit     # make cluster-up NODES=2 LINK=1gbit
+    python -m testbed up --clock-skew 1234          # node K's monotonic clock (K-1) x 1234 s ahead (CLOCK_SKEW=)
     python -m testbed exec -- sbatch --nodes=2 --wrap 'srun hostname'   # a command on node1
     python -m testbed exec --node 2 -- ip -br addr
     python -m testbed shape --link 250mbit          # re-shape every node link while it runs
@@ -16,7 +17,7 @@ import subprocess
 import sys
 
 from .cluster import EmulatedCluster, reap_stale
-from .network import link_gbps
+from .network import MAX_CLOCK_SKEW_S, link_gbps
 from .system import Unavailable
 
 
@@ -38,6 +39,16 @@ def _nodes(value: str) -> int:
     return n
 
 
+def _skew(value: str) -> int:
+    try:
+        s = int(value)
+    except ValueError:
+        s = -1
+    if not 0 <= s <= MAX_CLOCK_SKEW_S:
+        raise argparse.ArgumentTypeError(f"--clock-skew {value!r}: whole seconds from 0 to {MAX_CLOCK_SKEW_S}")
+    return s
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m testbed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--name", default="default", help="the cluster's name (default: default)")
         if name == "up":
             s.add_argument("--nodes", type=_nodes, default=2, help="number of nodes (default 2)")
+            s.add_argument("--clock-skew", type=_skew, default=0, metavar="S",
+                           help="node K's monotonic clock runs (K-1) x S seconds ahead of node1's, as on separate "
+                                "machines (default 0: the one kernel's clock)")
         if name in ("up", "shape"):
             s.add_argument("--link", type=_link, default="1gbit" if name == "up" else None, required=name == "shape",
                            help="rate of each node link: a tc rate (1gbit, 250mbit) or none")
@@ -60,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
 
 def describe(c: EmulatedCluster) -> str:
     rate = "unshaped" if c.link_gbps is None else f"{c.link} ({c.payload_gbps:.3f} Gbit/s TCP payload)"
-    return (f"emulated cluster {c.name!r}: {c.num_nodes} nodes ({', '.join(c.hostnames)}), links {rate}, "
+    skew = f", node K's monotonic clock (K-1) x {c.clock_skew_s} s ahead" if c.clock_skew_s else ""
+    return (f"emulated cluster {c.name!r}: {c.num_nodes} nodes ({', '.join(c.hostnames)}), links {rate}{skew}, "
             f"SLURM_CONF={c.conf}")
 
 
@@ -68,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.command == "up":
-            cluster = EmulatedCluster(args.name, args.nodes, args.link, detached=True)
+            cluster = EmulatedCluster(args.name, args.nodes, args.link, detached=True, clock_skew_s=args.clock_skew)
             cluster.start()
             print(f"{describe(cluster)}; up in {cluster.start_s:.1f} s")
             print(f"  run on it:  python -m testbed exec --name {args.name} -- sbatch ...   |   "

@@ -79,6 +79,8 @@ class EmulatedCluster:
     num_nodes: int = 2
     link: str = "1gbit"
     detached: bool = False
+    clock_skew_s: int = 0
+    """Node K's monotonic clock (K - 1) x this ahead of node 1's (testbed/network.py): separate machines' clocks."""
     base_dir: Path = BASE_DIR
     start_timeout_s: float = 60.0
     root: Path = field(init=False)
@@ -88,7 +90,7 @@ class EmulatedCluster:
 
     def __post_init__(self) -> None:
         self.root = Path(self.base_dir) / self.name
-        self.network = Network(self.name, self.num_nodes, self.link, self.root / "hosts")
+        self.network = Network(self.name, self.num_nodes, self.link, self.root / "hosts", self.clock_skew_s)
 
     # -- paths and views -----------------------------------------------------------------------
     @property
@@ -188,7 +190,7 @@ class EmulatedCluster:
 
     # -- internals -----------------------------------------------------------------------------
     def _save(self) -> None:
-        state = {"name": self.name, "num_nodes": self.num_nodes, "link": self.link,
+        state = {"name": self.name, "num_nodes": self.num_nodes, "link": self.link, "clock_skew_s": self.clock_skew_s,
                  "owner_pid": None if self.detached else os.getpid(), "daemons": self.daemons,
                  "root": str(self.root), "namespaces": self.network.namespaces}
         tmp = self.root / (STATE_FILE + ".tmp")
@@ -299,7 +301,7 @@ class EmulatedCluster:
             raise Unavailable(f"no emulated cluster named {name!r} is up (no {path}): start one with "
                               "`make cluster-up NODES=2 LINK=1gbit` (python -m testbed up)") from None
         cluster = cls(state["name"], int(state["num_nodes"]), state["link"], detached=state["owner_pid"] is None,
-                      base_dir=Path(base_dir))
+                      base_dir=Path(base_dir), clock_skew_s=int(state.get("clock_skew_s", 0)))
         cluster.daemons = {k: int(v) for k, v in state["daemons"].items()}
         return cluster
 

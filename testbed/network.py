@@ -13,6 +13,11 @@ A process enters node K through `prefix(K)`: `nsenter --net` into the node's nam
 over /etc/hosts in its private mount namespace. Not `ip netns exec`: that remounts /sys, which hides
 /sys/fs/cgroup (slurmd then exits). So /sys/class/net inside a node still shows the root namespace;
 read a node's interfaces over netlink (`ip`, `tc`) or ethtool.
+
+The nodes share one kernel, so one CLOCK_MONOTONIC, unlike machines. With `clock_skew_s` node K's processes also
+enter a time namespace (`unshare --time --monotonic/--boottime`) whose monotonic and boot clocks run
+(K - 1) x clock_skew_s ahead, as two machines' clocks differ: what a cross-node measure that compares monotonic
+stamps (benchmarks/training/arrivals.py) must detect and correct. The wall clock (CLOCK_REALTIME) is not offset.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ TCP_PAYLOAD_FRACTION = 1448 / 1514
 MAX_SHAPED_GBPS = 2.0
 """Above about 2 Gbit/s the two cores, not the link, limit gloo here (MULTINODE_NOTES.md)."""
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+MAX_CLOCK_SKEW_S = 86400
 
 
 def link_gbps(link: str) -> float | None:
@@ -83,6 +89,7 @@ class Network:
     num_nodes: int
     link: str
     hosts_file: Path
+    clock_skew_s: int = 0
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -90,6 +97,9 @@ class Network:
         if not 1 <= self.num_nodes <= MAX_NODES:
             raise ValueError(f"nodes={self.num_nodes}: between 1 and {MAX_NODES}")
         link_gbps(self.link)
+        if not (isinstance(self.clock_skew_s, int) and 0 <= self.clock_skew_s <= MAX_CLOCK_SKEW_S):
+            raise ValueError(f"clock skew {self.clock_skew_s!r} s: whole seconds from 0 to {MAX_CLOCK_SKEW_S} "
+                             "(unshare --monotonic takes whole seconds)")
 
     # -- names ---------------------------------------------------------------------------------
     @property
@@ -111,10 +121,17 @@ class Network:
     def namespaces(self) -> list[str]:
         return [self.ns(k) for k in range(1, self.num_nodes + 1)] + [self.switch]
 
+    def clock_offset_s(self, k: int) -> int:
+        """How far node K's monotonic clock runs ahead of node 1's."""
+        return (k - 1) * self.clock_skew_s
+
     def prefix(self, k: int) -> list[str]:
-        """argv prefix that runs a command on node K (its network, hostname and /etc/hosts)."""
+        """argv prefix that runs a command on node K (its network, hostname, /etc/hosts and, with a clock skew,
+        its own monotonic clock)."""
+        offset = self.clock_offset_s(k)
+        clock = ["--time", "--monotonic", str(offset), "--boottime", str(offset)] if offset else []
         return [find_binary("nsenter") or "nsenter", f"--net=/run/netns/{self.ns(k)}", "--",
-                find_binary("unshare") or "unshare", "--uts", "--mount", "--propagation", "slave", "--",
+                find_binary("unshare") or "unshare", "--uts", "--mount", "--propagation", "slave", *clock, "--",
                 "/bin/sh", "-c", 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"',
                 "testbed", self.hostname(k), str(self.hosts_file)]
 

@@ -169,10 +169,15 @@ def test_the_make_targets_bring_a_cluster_up_reshape_it_and_take_it_down(emulate
     name = f"mk{os.getpid() % 10**6}"
     make = ["make", "-s", f"CLUSTER={name}", "PYTHON=" + sys.executable]
     try:
-        up = subprocess.run([*make, "cluster-up", "NODES=2", "LINK=500mbit"], cwd=REPO, capture_output=True,
-                            text=True, timeout=120)
+        up = subprocess.run([*make, "cluster-up", "NODES=2", "LINK=500mbit", "CLOCK_SKEW=1000"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "2 nodes (node1, node2), links 500mbit" in up.stdout
+        assert "node K's monotonic clock (K-1) x 1000 s ahead" in up.stdout
+        uptime = {k: float(subprocess.run([sys.executable, "-m", "testbed", "exec", "--name", name, "--node", str(k),
+                                           "--", "cat", "/proc/uptime"], cwd=REPO, capture_output=True,
+                                          text=True).stdout.split()[0]) for k in (1, 2)}
+        assert 999 <= uptime[2] - uptime[1] <= 1001, uptime    # node2's boot clock 1000 s ahead, node1's not
         shaped = subprocess.run([*make, "cluster-shape", "LINK=250mbit"], cwd=REPO, capture_output=True, text=True)
         assert "links 250mbit" in shaped.stdout, shaped.stdout + shaped.stderr
         on_node2 = subprocess.run([sys.executable, "-m", "testbed", "exec", "--name", name, "--node", "2", "--",
@@ -206,7 +211,8 @@ def test_without_root_it_says_so_and_makes_nothing():
 def test_bad_input_is_refused_with_what_is_valid():
     for args, message in ((["up", "--link", "fast"], "link rate 'fast' is not valid"),
                           (["up", "--link", "40gbit"], "shape between 1kbit and 2gbit"),
-                          (["up", "--nodes", "0"], "a whole number of nodes from 1 to 64")):
+                          (["up", "--nodes", "0"], "a whole number of nodes from 1 to 64"),
+                          (["up", "--clock-skew", "1.5"], "--clock-skew '1.5': whole seconds from 0 to 86400")):
         proc = subprocess.run([sys.executable, "-m", "testbed", *args, "--name", "bad"], cwd=REPO,
                               capture_output=True, text=True)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr

@@ -11,7 +11,7 @@ import sys
 import pytest
 import unit_helpers  # noqa: F401  (puts the repository root on sys.path)
 
-from benchmarks.training.arrivals import annotate, arrivals, call_log, into_steps, unmatched
+from benchmarks.training.arrivals import annotate, arrivals, call_log, clock_id, into_steps, unmatched
 from contract.metrics import METRICS
 from harness.held_up import (STRAGGLER_PCT, STRAGGLER_RATIO, comm_held_up_for_peer_pct, comm_held_up_pct, for_peer_s,
                              held_up_s, straggler, straggler_words, stragglers)
@@ -23,7 +23,7 @@ from harness.verdict.compare import environment_diff
 
 def log(rank, calls, kernel="boot-a", host=None, shift=0.0):
     """calls: [(op, bytes, entry, exit)] on this rank's clock, `shift` ahead of the first rank's."""
-    return {"rank": rank, "host": host or f"node{rank}", "kernel": kernel,
+    return {"rank": rank, "host": host or f"node{rank}", "clock": kernel,
             "calls": [[op, n, entry + shift, leave + shift] for op, n, entry, leave in calls]}
 
 
@@ -59,6 +59,23 @@ def test_a_rank_on_another_kernel_is_put_on_the_first_ranks_clock_by_the_median_
     assert arrivals([log(0, RANK0), log(1, RANK1, shift=1234.5)])["peer_wait_s"][0] == pytest.approx(0.045)
 
 
+def test_a_time_namespace_is_another_clock_though_the_kernel_is_one():
+    """`unshare --time --monotonic` offsets CLOCK_MONOTONIC (time.perf_counter) on the same kernel (one boot_id): a
+    rank there must not be taken to share the first rank's clock. Needs root (or user namespaces) and Linux >= 5.6."""
+    if not clock_id():
+        pytest.skip("no /proc boot_id here")
+    probe = ("import time, sys; sys.path.insert(0, '.'); from benchmarks.training.arrivals import clock_id; "
+             "print(clock_id()); print(time.perf_counter())")
+    there = subprocess.run(["unshare", "--time", "--monotonic", "1234", sys.executable, "-c", probe],
+                           capture_output=True, text=True, cwd=unit_helpers.REPO_ROOT)
+    if there.returncode != 0:
+        pytest.skip(f"no time namespace here: {there.stderr.strip()[-200:]}")
+    import time
+    theirs, their_clock = there.stdout.split("\n")[:2]
+    assert theirs != clock_id() and theirs.split()[0] == clock_id().split()[0]   # one boot, another clock
+    assert float(their_clock) - time.perf_counter() == pytest.approx(1234, abs=5.0)
+
+
 def test_calls_that_do_not_match_are_not_told_apart_and_say_why():
     assert unmatched([log(0, RANK0), log(1, RANK1[:2])]) == "rank 1 issued 2 profiled calls, rank 0 3"
     other = [RANK1[0], ("all_gather", 999, 0.095, 0.103), RANK1[2]]
@@ -73,7 +90,7 @@ def test_calls_that_do_not_match_are_not_told_apart_and_say_why():
 def test_a_ranks_log_pairs_each_call_with_its_stamps():
     mine = call_log(1, [("all_gather", 8), ("all_reduce", 4), ("all_gather", 8)],
                     [(1.0, 1.5, (0, 1)), (2.0, 2.25, None), (3.0, 3.5, (0, 1))])
-    assert mine["rank"] == 1 and mine["host"] and "kernel" in mine
+    assert mine["rank"] == 1 and mine["host"] and "clock" in mine
     assert mine["calls"] == [["all_gather", 8, 1.0, 1.5, 0], ["all_reduce", 4, 2.0, 2.25, -1],
                              ["all_gather", 8, 3.0, 3.5, 0]]
     assert mine["groups"] == [[0, 1]]
@@ -84,7 +101,7 @@ def test_a_call_on_a_process_group_waits_only_for_its_groups_ranks():
     which rank 0 does not wait for; then an all-reduce over every rank, which it does."""
     def four(rank, entry_pair, entry_all):
         pair = [0, 1] if rank < 2 else [2, 3]
-        return {"rank": rank, "host": f"node{rank // 2}", "kernel": "boot-a", "groups": [pair],
+        return {"rank": rank, "host": f"node{rank // 2}", "clock": "boot-a", "groups": [pair],
                 "calls": [["all_gather", 8, entry_pair, 0.6 if rank > 1 else 0.1, 0],
                           ["all_reduce", 4, entry_all, 1.2, -1]]}
 
@@ -252,7 +269,7 @@ def test_a_slow_node_whose_ranks_come_late_together_holds_the_others_back_as_a_n
     """Four ranks on two hosts; both of B's ranks reach each call 0.15 s after A's. Each of them leads the next
     latest, its neighbour, by 1 ms: per rank nothing stands out; per host B held the others back 0.15 s a call."""
     def one(rank, host, entry):
-        return {"rank": rank, "host": host, "kernel": "k", "calls": [["all_reduce", 4, entry, 0.2]], "groups": []}
+        return {"rank": rank, "host": host, "clock": "k", "calls": [["all_reduce", 4, entry, 0.2]], "groups": []}
 
     found = arrivals([one(0, "A", 0.0), one(1, "A", 0.001), one(2, "B", 0.150), one(3, "B", 0.151)])
     assert [r["held_back_s"] for r in found["ranks"]] == [0.0, 0.0, 0.0, pytest.approx(0.001)]
