@@ -112,6 +112,18 @@ def material_cpus(cpus: int) -> float:
     return max(0.5, 0.25 * cpus)
 
 
+SHARE_NOISE_PCT = 8.0
+"""How far the CPU time a run's ranks got (load.run_cpus) may differ from the reference's before it counts as
+another share of the machine (harness/verdict/explained.py at_cpu_share): the CPU time is counted by the kernel, not
+timed, and reads steadier than the pulse (PACE_NOISE_PCT, 15 %). Measured, the widest spread of quiet runs of one
+configuration: the cpu nightly's 8 quiet nights on the 2-core Zen 5 box (2026-12-06, 24 runs each of llama-tiny
+ZeRO-1 and ZeRO-2) 1.043x and 1.079x, while their samples/s spread 1.107x and 1.215x; the cpu-cluster nightly's 13
+quiet nights (tests/data/cluster_nights, 39 runs each) 1.043x and 1.061x. Against the pulse's 15 %, a neighbour that
+took a sixth of the ranks' CPU time went unexplained: the emulated cluster with two ranks a node (four ranks on two
+cores, tests/data/neighbour/two_a_node) beside one busy loop got 0.85x the CPU time and ran at 0.85x its samples/s,
+which read as a regression."""
+
+
 class Share(NamedTuple):
     """The CPU time a run's ranks got while they measured, against its reference's (environment.load); other_*
     is the CPUs' worth taken from them, other work and the hypervisor's steal together, of which steal_*."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SPELL_SLOPE, Balance, Pace, Share
+from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SHARE_NOISE_PCT, SPELL_SLOPE, Balance, Pace, Share
 from ..probe import PACE_NOISE_PCT
 from .references import Reference
 
@@ -162,7 +162,7 @@ def _takers(load: Share) -> str:
 def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: Optional[Share]) -> Optional[str]:
     """'not comparable: ...' when a regression (an improvement) of a metric that moves with the CPU time the
     ranks get is the other work's on a cpu machine: the ranks got less (more) CPU time than the reference's
-    by more than the pace's noise while other work took a material share of the machine (harness/pace.py cpu_share),
+    by more than its noise (SHARE_NOISE_PCT) while other work took a material share of the machine (harness/pace.py cpu_share),
     and at the CPU time they got the change lies within the tolerance. The pulse misses such a neighbour:
     it times one core while the node's other ranks wait, and one busy neighbour on a 2-core box leaves
     that core free. Measured on the 2-core AVX2 EPYC with a unit-test run beside a default-cpu bench:
@@ -174,7 +174,7 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     if share is None:
         return None
     ratio = share.ratio
-    explained = _explained(verdict, figures, ref, ratio, PACE_NOISE_PCT["cpu"])
+    explained = _explained(verdict, figures, ref, ratio, SHARE_NOISE_PCT)
     if explained is None:
         return None
     what, change = explained

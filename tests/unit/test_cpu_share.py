@@ -221,3 +221,23 @@ def test_a_run_asleep_beside_a_neighbour_is_not_the_neighbours_doing_but_a_run_s
     (explained,) = [v for v in compare(typed([within]), refs) if v.metric == "samples_per_s"]
     assert explained.verdict == "not comparable" and "0.19x the reference's CPU time" in explained.reason
     assert "; as far as they waited, 0.58x)" in explained.reason, explained.reason
+
+
+TWO_A_NODE = NEIGHBOUR / "two_a_node"
+
+
+def test_a_neighbour_that_took_a_sixth_of_the_ranks_cpu_time_is_told_from_the_pulses_noise(monkeypatch):
+    """Real records (tests/data/neighbour/README.md, two_a_node/): four ranks on the emulated cluster's two cores,
+    beside one busy loop, got 0.85x the CPU time and ran at 0.85x. That is within the pulse's noise (15 %), and was
+    a regression; the CPU time the kernel counts spreads under SHARE_NOISE_PCT (8 %), so the neighbour explains it."""
+    import harness.verdict.explained as explained
+
+    quiet, busy = ([json.loads((TWO_A_NODE / f"{kind}-{i}.json").read_text()) for i in (1, 2, 3)]
+                   for kind in ("quiet", "spinner"))
+    verdicts = verdicts_of(busy, quiet)
+    assert {v.verdict for v in verdicts.values()} == {"not comparable"}, {m: v.verdict for m, v in verdicts.items()}
+    speed = verdicts["samples_per_s"]
+    assert 0.83 <= speed.value / speed.reference <= 0.87
+    assert "other work took 0.6" in speed.reason and "x the reference's CPU time (1.1" in speed.reason, speed.reason
+    monkeypatch.setattr(explained, "SHARE_NOISE_PCT", 15.0)            # the pulse's noise, as before
+    assert {v.verdict for v in verdicts_of(busy, quiet).values()} == {"regression"}
