@@ -15,6 +15,7 @@ from before the probe) is judged by the machines' names as before (harness.verdi
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Collection, Optional
 
 from benchmarks.node.gpu_state import state_differences
@@ -75,6 +76,17 @@ def best_figure(probe: dict[str, Any], *path: str) -> Optional[float]:
         node = node.get(key) if isinstance(node, dict) else None
     value = node.get("best") if isinstance(node, dict) else None
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def probe_distance(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[float]:
+    """How far apart two machines' probes read (first nodes): the sum, over the figures both measured (fp32 matmul,
+    the triad), of |ln(theirs / ours)|; None where they share none (a record from before the probe)."""
+    ours, theirs = node_probes(current_env), node_probes(reference_env)
+    if not ours or not theirs:
+        return None
+    pairs = [(best_figure(theirs[0], *path), best_figure(ours[0], *path)) for path in (("matmul", "fp32"), ("triad",))]
+    logs = [abs(math.log(a / b)) for a, b in pairs if a and b]
+    return sum(logs) if logs else None
 
 
 def _named_figures(probe: dict[str, Any]) -> list[tuple[tuple[str, ...], dict[str, Any]]]:

@@ -48,7 +48,7 @@ from .by_size import AVERAGE, BY_SIZE, LARGE, SHARED, SMALL, SMALL_MEDIAN, SMALL
 from .explained import at_balance, at_busy_host, at_cpu_share, at_exchange_spell, at_machine_pace, worse_pct
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
-from .cross_machine import (apart, machine_name, machine_of, machines_apart,  # noqa: F401 (machines_apart: read
+from .cross_machine import (apart, machine_name, machine_of, machines_apart, nearness,  # noqa: F401 (machines_apart: read
                             named_only, names_agree)                         # from here before)
 from .changes import HARDWARE_FIELDS, commits_between, package_diff, stack_diff  # noqa: F401 (read from here before)
 from .record_files import load_records as load_result_records, none_found
@@ -226,17 +226,18 @@ def run_dtypes(g: Group) -> Optional[list[str]]:
     return _dtypes(g.records, "matmul_eff_pct") or None
 
 
-def _best(refs: list[Reference], nccl: Optional[dict], judges=lambda r: True, machine: Optional[str] = None) -> Reference:
+def _best(refs: list[Reference], nccl: Optional[dict], judges=lambda r: True, machine: Optional[str] = None,
+          near=lambda r: 0.0) -> Reference:
     """The reference that applies best: one whose machine can judge the run (`judges`: of a platform's boxes of
     two kinds, each references its own: submit.py) first; then, by name, one of the run's `machine`
     (cross_machine.machine_name: its CPU's ISA class and kind too), else one whose name agrees but for a kind
-    one side did not keep (names_agree), over another machine's, so that a run none can judge is shown
-    against the nearest; then one of the run's own NCCL settings, else one of the platform's (none of its own),
-    then the most specific (the largest configuration)."""
+    one side did not keep (names_agree), over another machine's; then the machine whose probe read nearest the
+    run's (`near`, cross_machine.nearness), so that a run none can judge is shown against the nearest; then one
+    of the run's own NCCL settings, else one of the platform's (none of its own), then the most specific."""
     def kinship(r: Reference) -> int:
         theirs = r.machine()
         return 2 if theirs == machine else 1 if machine and names_agree(theirs, machine) else 0
-    return max(refs, key=lambda r: (judges(r), kinship(r), r.config.get(NCCL_KEY) == nccl,
+    return max(refs, key=lambda r: (judges(r), kinship(r), near(r), r.config.get(NCCL_KEY) == nccl,
                                     NCCL_KEY not in r.config, len(r.config)))
 
 
@@ -297,13 +298,13 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
 
     def judges(ref: Reference) -> bool:   # the reference's machine can judge this run's
         return not apart_from(ref)
-    here = machine_name(env, g.platform)
-    narrowed = {m: restrict(_best(refs, g.config.get(NCCL_KEY), judges, here), ok) for m in BY_SIZE   # once each: the
+    here, near = machine_name(env, g.platform), nearness(env)
+    narrowed = {m: restrict(_best(refs, g.config.get(NCCL_KEY), judges, here, near), ok) for m in BY_SIZE  # once each: the
                 if ok and (refs := [r for r in applicable if r.metric == m and r.status == "ok"])}   # figures
     scopes: dict[str, str] = {}
     for metric in metrics:
         refs = [r for r in applicable if r.metric == metric]
-        ref = _best(refs, g.config.get(NCCL_KEY), judges, here) if refs else None
+        ref = _best(refs, g.config.get(NCCL_KEY), judges, here, near) if refs else None
         if ref:
             used.add(ref.key())
         samples = [r.metrics[metric]["value"] for r in ok if metric in r.metrics]

@@ -25,7 +25,7 @@ from benchmarks.node.probe import isa
 from contract.fingerprint import OUTPUT_MACHINE
 from contract.metrics import METRICS
 
-from ..probe import PACE_NOISE_PCT, node_probes, not_comparable
+from ..probe import PACE_NOISE_PCT, node_probes, not_comparable, probe_distance
 from .changes import hardware
 
 SPEED_METRICS = ("samples_per_s", "avg_busbw_gbps", "shared_busbw_gbps", "tokens_per_s")
@@ -142,6 +142,21 @@ def names_agree(name: str, other: str) -> bool:
     of them (written before the CPU's id was kept) lacks."""
     return name == other or (without_kind(name) == without_kind(other)
                              and (without_kind(name) == name or without_kind(other) == other))
+
+
+def nearness(current_env: Optional[dict[str, Any]]):
+    """A reference's nearness to the run's machine by their probes (-probe_distance; -inf where either lacks the
+    figures), one figure per machine name (the first of its references read), so that the references of one machine
+    tie and what follows nearness decides among them (compare._best)."""
+    seen: dict[str, float] = {}
+
+    def near(ref: Any) -> float:
+        name = ref.machine()
+        if name not in seen:
+            d = probe_distance(ref.provenance and ref.provenance.environment, current_env)
+            seen[name] = -math.inf if d is None else -d
+        return seen[name]
+    return near
 
 
 def this_machine(platform: str, device: str, launcher: str = "local") -> Optional[str]:

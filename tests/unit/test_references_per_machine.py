@@ -233,3 +233,29 @@ def test_the_zen5s_suites_keep_the_cpus_id_and_are_of_one_clean_commit():
         assert {r.environment["suite_commit"] for r in recs} == {"3bfa08f80551820f4f4acbe51547adebdbb678cc"}
         assert {json.dumps(r.environment["machine"]["cpu"]["id"], sort_keys=True) for r in recs} == {json.dumps(
             {"family": 26, "microcode": "0x1000065", "model": 2, "stepping": 1, "vendor": "AuthenticAMD"})}
+
+
+def test_a_machine_no_reference_names_is_shown_against_the_one_whose_probe_read_nearest():
+    """The Zen 5's first suite as if made on another CPU (an Intel Xeon: no entry's name, no kind agrees): none of
+    the three EPYCs' references judges it, and it is shown against the one whose probe (fp32 matmul, triad) read
+    nearest: the Zen 5's own figures (0.06 apart, in sum of |ln| of the ratios), not the AVX-512 box's (0.78) nor
+    the AVX2 box's (1.52), which, first in the table, it was shown against before."""
+    import copy
+
+    from harness.probe import probe_distance
+
+    refs, runs = shipped(), zen5_records()
+    distance = {m: probe_distance(next(r for r in refs if r.machine() == m).provenance.environment,
+                                  runs[0].environment) for m in (AVX2, AVX512, ZEN5)}
+    assert distance[ZEN5] < 0.2 < distance[AVX512] < distance[AVX2], distance
+    other = []
+    for rec in runs:
+        rec = copy.deepcopy(rec)
+        rec.environment["machine"]["cpu"].update(model="Intel Xeon", id={"vendor": "GenuineIntel", "family": 6,
+                                                                         "model": 207, "stepping": 2})
+        other.append(rec)
+    speed = [v for v in compare(other, refs) if v.metric == "samples_per_s" and v.run_ids]
+    assert speed and all(v.verdict == "not comparable" for v in speed)
+    assert {tuple(v.machines) for v in speed} == {("Intel Xeon (2 CPUs, AVX512 +avx512_bf16; family 6 model 207)",
+                                                   ZEN5)}, {tuple(v.machines) for v in speed}
+    assert all("AVX2" not in v.reason for v in speed)
