@@ -42,7 +42,7 @@ from .verdict.history import DEFAULT_URL, History
 from .record import ResultRecord
 from .verdict.record_files import load_record
 from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
-from .straggler_trend import night_straggler_lines
+from .straggler_trend import held_back_series, night_straggler_lines
 from .report.legend import grouped
 from .atomic import make_folder, write_bytes_atomic
 from .report.nightly import write_reports
@@ -287,7 +287,8 @@ def cli(args: list[str]) -> int:
     stood = night_straggler_lines(tonight, ns.night, earlier, earlier_nights)
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,
                           history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous,
-                          unrun=outside, baseline=baseline, stragglers=stood)
+                          unrun=outside, baseline=baseline, stragglers=stood,
+                          held_back=held_back_series(tonight, ns.night, earlier, earlier_nights))
     failing = {k: [v for v in vs if v.verdict in fail_on] for k, vs in verdicts.items()}
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})

@@ -85,6 +85,26 @@ def trends(tonight: list, night: str, earlier: list[tuple[str, Any]], earlier_ni
     return out
 
 
+def held_back_series(tonight: list, night: str, earlier: list[tuple[str, Any]],
+                     earlier_nights: list[str]) -> dict[str, dict[str, list[tuple[str, float]]]]:
+    """For the nightly page's chart: {run id of tonight: {'rank 1 (vm)' | 'node node2 (ranks 2, 3)': [(night, the
+    median of that night's repeats' share of the profiled steps it held the others back)]}} over the baseline's
+    nights and tonight; each rank, and each node where the ranks spanned hosts."""
+    by_night = {n: _night_shares([r for m, r in earlier if m == n]) for n in earlier_nights}
+    by_night[night] = _night_shares(tonight)
+    out: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    for run_id, now in by_night[night].items():
+        recs = [r for r in tonight if r.run_id == run_id]
+        spans = sum(per == "hosts" for per, _ in now) > 1
+        lines: dict[str, list[tuple[str, float]]] = {}
+        for n in earlier_nights + [night]:
+            for (per, key), pct in sorted(by_night[n].get(run_id, {}).items(), key=str):
+                if per == "ranks" or spans:
+                    lines.setdefault(_named(per, key, recs), []).append((n, pct))
+        out[run_id] = lines
+    return out
+
+
 def night_straggler_lines(tonight: list, night: str, earlier: list[tuple[str, Any]],
                           earlier_nights: list[str]) -> list[str]:
     """What the nightly says of stragglers: tonight's (night_stragglers), each with its trend where it rose every

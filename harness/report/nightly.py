@@ -93,13 +93,15 @@ def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[st
                   records: list[ResultRecord], history: dict[str, list[tuple[str, float]]],
                   previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
                   unrun: Optional[list[Verdict]] = None, baseline: str = "",
-                  stragglers: Optional[list[str]] = None) -> dict[str, Path]:
+                  stragglers: Optional[list[str]] = None,
+                  held_back: Optional[dict[str, dict[str, list[tuple[str, float]]]]] = None) -> dict[str, Path]:
     """Write nightly.md, nightly.html (harness/report/nightly_page.py) and junit.xml into out_dir;
     {"markdown"|"html"|"junit": path}. previous: {run_id: (night, record)} of the last earlier night,
     whose micro-steps the page shows beside a regressed run's. unrun: the references of configurations
     the nightly's suite does not run (harness/verdict/compare.py outside_runs), one line in each report; baseline:
     which nights the rolling baseline is, one line under its table; stragglers: the lines of the Stragglers section
-    (harness/straggler_trend.py night_straggler_lines; tonight's own, night_stragglers, when None)."""
+    (harness/straggler_trend.py night_straggler_lines; tonight's own, night_stragglers, when None); held_back: its
+    held_back_series, charted on the page."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return {
@@ -108,6 +110,6 @@ def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[st
                                                    stragglers).encode("utf-8")),
         "html": write_bytes_atomic(out_dir / "nightly.html",
                               nightly_page(platform, night, verdicts, records, history, previous, unrun,
-                                           baseline, stragglers).encode("utf-8")),
+                                           baseline, stragglers, held_back).encode("utf-8")),
         "junit": write_bytes_atomic(out_dir / "junit.xml", junit_xml(platform, verdicts)),
     }

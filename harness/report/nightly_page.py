@@ -20,8 +20,9 @@ from typing import Any, Optional
 
 from contract.metrics import METRICS
 
-from ..held_up import for_peer_s, held_up_s, night_stragglers
+from ..held_up import STRAGGLER_PCT, for_peer_s, held_up_s, night_stragglers
 from ..record import ResultRecord
+from ..straggler_trend import CREEP_PCT
 from ..verdict.compare import ACROSS_MACHINES, Verdict
 from ..verdict.cross_machine import machine_pairs
 from .legend import config_key, config_labels, grouped
@@ -139,6 +140,39 @@ def trend_panels_png(panels: list[tuple[str, dict[str, list[tuple[str, float]]]]
         ax.set_ylabel("vs baseline (1 = same)", fontsize=7)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6, loc="lower left")
+    return _png(fig)
+
+
+def held_back_png(series: dict[str, dict[str, list[tuple[str, float]]]], night: str) -> bytes:
+    """Small multiples: a panel per run id ({run id: {rank or node: [(night, % of the profiled steps it held the
+    others back)]}}, harness/straggler_trend.py held_back_series), a line per rank or node, the share at which one
+    night's straggler stands out (STRAGGLER_PCT) and the least a rise every night is named at (CREEP_PCT) dashed,
+    this night's points ringed."""
+    cols = min(3, len(series))
+    fig = _figure(5.6 * cols, 3.0 * math.ceil(len(series) / cols))
+    axes = fig.subplots(math.ceil(len(series) / cols), cols, squeeze=False)
+    nights = sorted({n for lines in series.values() for pts in lines.values() for n, _ in pts})
+    at = {n: i for i, n in enumerate(nights)}
+    for ax in axes.flat[len(series):]:
+        ax.set_visible(False)
+    for ax, (run_id, lines) in zip(axes.flat, sorted(series.items())):
+        for who, points in lines.items():
+            (line,) = ax.plot([at[n] for n, _ in points], [v for _, v in points], marker="o", markersize=3, label=who)
+            ax.plot([at[n] for n, v in points if n == night], [v for n, v in points if n == night], marker="o",
+                    markersize=9, markerfacecolor="none", color=line.get_color(), linestyle="none")
+        for pct, words in ((STRAGGLER_PCT, "stands out"), (CREEP_PCT, "named if rising every night")):
+            ax.axhline(pct, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(words, (1, pct), xycoords=("axes fraction", "data"), fontsize=6, color="grey", ha="right",
+                        xytext=(-2, 2), textcoords="offset points")
+        step = max(1, len(nights) // 5)
+        ax.set_xticks(range(0, len(nights), step), [n[5:] if len(n) == 10 else n for n in nights[::step]], fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+        top = max([v for pts in lines.values() for _, v in pts] + [STRAGGLER_PCT])
+        ax.set_ylim(0, top * 1.15)
+        ax.set_title(run_id, fontsize=8)
+        ax.set_ylabel("held the others back (%)", fontsize=7)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left")
     return _png(fig)
 
 
@@ -295,8 +329,10 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
                  history: dict[str, list[tuple[str, float]]],
                  previous: Optional[dict[str, tuple[str, ResultRecord]]] = None,
                  unrun: Optional[list[Verdict]] = None, baseline: str = "",
-                 stragglers: Optional[list[str]] = None) -> str:
-    """stragglers: the Stragglers section's lines (harness/straggler_trend.py); tonight's own when None."""
+                 stragglers: Optional[list[str]] = None,
+                 held_back: Optional[dict[str, dict[str, list[tuple[str, float]]]]] = None) -> str:
+    """stragglers: the Stragglers section's lines (harness/straggler_trend.py); tonight's own when None. held_back:
+    each run's ranks' (nodes') held-back shares over the nights (held_back_series), charted under the trends."""
     esc = html.escape
     title = esc(f"Nightly report: {platform}, {night}")
     labels = Labels([v for vs in verdicts.values() for v in vs])
@@ -325,7 +361,9 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
         if name == "baseline" and baseline:
             parts.append(f"<p>{esc(baseline)}</p>")
         parts += [_sizes(v, labels) for v in shown(vs, CHANGED)]   # which sizes moved
-    parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night),
-              "<h2>Micro-step breakdown</h2>", _microsteps(verdicts, records, previous or {}, night),
-              "</body></html>"]
+    parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night)]
+    if held_back and any(len(pts) > 1 for lines in held_back.values() for pts in lines.values()):
+        parts.append(_img(held_back_png(held_back, night), "held the others back, per rank (node), over the nights: "
+                          "the median of each night's repeats"))
+    parts += ["<h2>Micro-step breakdown</h2>", _microsteps(verdicts, records, previous or {}, night), "</body></html>"]
     return "\n".join(parts) + "\n"

@@ -102,3 +102,4 @@ def test_a_rank_that_lags_more_each_night_is_named_with_its_rise(tmp_path):
     assert "(nights 2026-11-01, 2026-11-02, 2026-11-03; the median of each night's repeats)" in said
     markdown = (tmp_path / "03" / "nightly.md").read_text()
     assert "## Stragglers\n\n- " in markdown and "more each night" in markdown
+    assert "held the others back, per rank (node), over the nights" in (tmp_path / "03" / "nightly.html").read_text()

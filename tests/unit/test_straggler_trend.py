@@ -137,3 +137,29 @@ def test_the_kept_nights_give_the_figures_the_rule_quotes():
     stood = [sum(v["stood_out_in"] for v in d["runs"].values()) for d in found["delayed"]]
     assert stood == [0, 0, 0, 3]                                             # named two nights before it stood out
     assert [d["runs"]["01-z1-mb4-ga2"]["rank1_pct"] for d in found["delayed"]] == [3.7, 7.1, 11.7, 14.2]
+
+
+def test_the_page_charts_each_ranks_share_over_the_nights(tmp_path):
+    import base64
+    import re
+
+    from harness.report.nightly_page import held_back_png
+    from harness.straggler_trend import held_back_series
+
+    tonight, night, earlier, nights = _split(_nights(2.0, 4.0, 8.0))
+    series = held_back_series(tonight, night, earlier, nights)
+    assert series == {"z1-mb4-ga2": {"rank 0 (vm)": [(n, 1.0) for n in nights + [night]],
+                                     "rank 1 (vm)": list(zip(nights + [night], (2.0, 4.0, 8.0)))}}
+    assert held_back_png(series, night).startswith(b"\x89PNG\r\n\x1a\n")
+    page = write_reports(tmp_path, platform="cpu", night=night, verdicts={"baseline": []}, records=tonight,
+                         history={}, held_back=series)["html"].read_text()
+    (alt,) = re.findall(r'<img alt="(held the others back[^"]*)" src="data:image/png;base64,([^"]+)"', page)
+    assert base64.b64decode(alt[1]).startswith(b"\x89PNG")
+    # one night only: nothing to chart
+    one = write_reports(tmp_path / "one", platform="cpu", night=night, verdicts={"baseline": []}, records=tonight,
+                        history={}, held_back=held_back_series(tonight, night, [], []))["html"].read_text()
+    assert "held the others back, per rank" not in one
+    # nodes where the ranks spanned hosts
+    hosts = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    two = [_record({0: 0.5, 1: 0.5, 2: 0.6, 3: 0.4}, hosts=hosts)]
+    assert "node node2 (ranks 2, 3)" in held_back_series(two, night, [], [])["z1-mb4-ga2"]
