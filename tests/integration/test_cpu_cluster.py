@@ -316,14 +316,17 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_r
     assert model_passes(verdicts), f"{table}\nbounds: { {v.run_id: v.bound(target_pct(v.run_id)) for v in verdicts} }"
 
 
+SLOW_NODE = ("platform=cpu-cluster", "platform.gpus_per_node=2", "suite=single", "workload=llama-tiny", "zero=stage1",
+             "workload.micro_batch_size=2", "workload.grad_acc_steps=4", "measure.warmup_steps=1", "measure.steps=1",
+             "measure.profile_steps=2", "measure.inject_delay_node=1")
+"""llama-tiny ZeRO-1 on two ranks a node, node 1's (ranks 2 and 3) slowed after each micro-step."""
+
+
 def _slow_node(cluster, out: Path) -> dict:
-    """llama-tiny ZeRO-1 on two ranks a node, node 1's (ranks 2 and 3) sleeping 0.15 s after each micro-step; the
-    record, once the node is checked to have been named the straggler."""
-    run = on_cluster(cluster, [sys.executable, "-m", "harness", "bench", f"out={out}", "platform=cpu-cluster",
-                               "platform.gpus_per_node=2", "suite=single", "workload=llama-tiny", "zero=stage1",
-                               "workload.micro_batch_size=2", "workload.grad_acc_steps=4", "measure.warmup_steps=1",
-                               "measure.steps=1", "measure.profile_steps=2", "measure.inject_delay_s=0.15",
-                               "measure.inject_delay_node=1", "history=none"])
+    """SLOW_NODE, its ranks sleeping 0.15 s a micro-step; the record, once the node is checked to have been named
+    the straggler."""
+    run = on_cluster(cluster, [sys.executable, "-m", "harness", "bench", f"out={out}", *SLOW_NODE,
+                               "measure.inject_delay_s=0.15", "history=none"])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "node 1's ranks' (ranks 2, 3) micro-step is slowed on purpose" in run.stderr + run.stdout
     (path,) = out.glob("00-*.json")
@@ -347,6 +350,22 @@ def test_a_slow_node_whose_ranks_come_late_together_is_named_as_the_node(cluster
     rec = _slow_node(cluster, tmp_path / "node")
     # one kernel, one time namespace: one clock, no offset estimated
     assert all("clock_offset_s" not in s["arrivals"] for s in rec["steps"] if s["mode"] == "profile")
+
+
+def test_a_node_that_lags_more_each_night_is_named_as_the_node(cluster, tmp_path):
+    """Three nights of SLOW_NODE, node2's ranks sleeping 0, 0.05 and 0.15 s a micro-step (0.15 s read 43 % for the
+    node, its latest rank 3 %): per rank nothing rises, per node it does, and the third night names the node with
+    its rise (harness/straggler_trend.py; 'hosts' where the ranks span them)."""
+    store = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    for day, delay in (("01", 0.0), ("02", 0.05), ("03", 0.15)):
+        night = on_cluster(cluster, [sys.executable, "-m", "harness", "nightly", "--night", f"2026-11-{day}",
+                                     "--repeats", "1", "--store", store, "--reference", "none", "--fail-on", "none",
+                                     f"out={tmp_path / day}", *SLOW_NODE, f"measure.inject_delay_s={delay}"])
+        assert night.returncode == 0, night.stdout[-3000:] + night.stderr[-3000:]
+    said = " ".join(night.stdout.split())
+    print(*(line for line in night.stdout.splitlines() if "straggler:" in line))
+    assert "straggler: 00-llama-tiny (llama-tiny): node node2 (ranks 2, 3) held the others back" in said, said[-3000:]
+    assert "node node2 (ranks 2, 3) held the others back more each night: " in said, said[-3000:]
 
 
 SKEW_S = 1234
