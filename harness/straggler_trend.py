@@ -4,7 +4,8 @@ night its lag costs a metric its tolerance. The nightly follows, per run id, eac
 the profiled steps it held the others back (the median over a night's repeats), and names the one whose share rose
 every night of the last CREEP_NIGHTS, to CREEP_PCT or more tonight, by CREEP_RISE points or more: "held the others
 back more each night". Tonight's own stragglers (night_stragglers) come first, each with its rise where it rose
-every night; then the runs whose straggler rose every night without standing out tonight. `nightly --fail-on straggler` fails on either."""
+every night; then the runs whose straggler rose every night without standing out tonight. `nightly --fail-on
+straggler` fails on either."""
 from __future__ import annotations
 
 import statistics
@@ -58,6 +59,14 @@ def _named(per: str, key: Any, records: list) -> str:
     return f"{per[:-1]} {key}"
 
 
+def _by_night(tonight: list, night: str, earlier: list[tuple[str, Any]],
+              nights: list[str]) -> dict[str, dict[str, dict[tuple[str, Any], float]]]:
+    """{night: _night_shares of its records} for the earlier `nights` and tonight."""
+    out = {n: _night_shares([r for m, r in earlier if m == n]) for n in nights}
+    out[night] = _night_shares(tonight)
+    return out
+
+
 def trends(tonight: list, night: str, earlier: list[tuple[str, Any]], earlier_nights: list[str]) -> dict[str, str]:
     """{run id: 'rank 1 (vm) held the others back more each night: 1 %, 4 %, 7 % of the profiled steps (nights ...)'}
     for each run id of tonight whose latest rank (or, where the ranks span hosts, node) held the others back more each
@@ -65,8 +74,7 @@ def trends(tonight: list, night: str, earlier: list[tuple[str, Any]], earlier_ni
     nights = earlier_nights[-(CREEP_NIGHTS - 1):] + [night]
     if len(nights) < CREEP_NIGHTS:
         return {}
-    by_night = {n: _night_shares([r for m, r in earlier if m == n]) for n in nights[:-1]}
-    by_night[night] = _night_shares(tonight)
+    by_night = _by_night(tonight, night, earlier, nights[:-1])
     out = {}
     for run_id, now in by_night[night].items():
         if any(run_id not in by_night[n] for n in nights):
@@ -90,15 +98,14 @@ def held_back_series(tonight: list, night: str, earlier: list[tuple[str, Any]],
     """For the nightly page's chart: {run id of tonight: {'rank 1 (vm)' | 'node node2 (ranks 2, 3)': [(night, the
     median of that night's repeats' share of the profiled steps it held the others back)]}} over the baseline's
     nights and tonight; each rank, and each node where the ranks spanned hosts."""
-    by_night = {n: _night_shares([r for m, r in earlier if m == n]) for n in earlier_nights}
-    by_night[night] = _night_shares(tonight)
+    by_night = _by_night(tonight, night, earlier, earlier_nights)
     out: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for run_id, now in by_night[night].items():
         recs = [r for r in tonight if r.run_id == run_id]
         spans = sum(per == "hosts" for per, _ in now) > 1
         lines: dict[str, list[tuple[str, float]]] = {}
         for n in earlier_nights + [night]:
-            for (per, key), pct in sorted(by_night[n].get(run_id, {}).items(), key=str):
+            for (per, key), pct in sorted(by_night[n].get(run_id, {}).items(), key=lambda kv: str(kv[0])):
                 if per == "ranks" or spans:
                     lines.setdefault(_named(per, key, recs), []).append((n, pct))
         out[run_id] = lines
