@@ -123,3 +123,5 @@ def test_the_smoke_suite_runs_with_its_ranks_in_the_image(built, podman, tmp_pat
         assert env_["container_digest"].removeprefix("sha256:") == image_id.removeprefix("sha256:")
         assert env_["python"] == image_python, "the ranks ran the image's Python, not the host's"
         assert env_["lock_mismatches"] == {}, "the image holds exactly the lock"
+        if r["kind"] == "training":   # the ranks' run-queue wait read inside the container (its /proc's schedstat)
+            assert isinstance(r["environment"]["load"]["wait_cpus"], (int, float)), r["environment"]["load"]
