@@ -26,7 +26,8 @@ from .gpu_check import gpu_check
 from .model import calibration
 from .model.check import check_step_times, checkable, record_config
 from .model.memory import memory_estimate
-from .model.perfmodel import predict, sweep_configs
+from .model.perfmodel import predict
+from .model.sweep import sweep_configs
 from .model.text import format_busbw, format_checks, format_prediction, format_sweep
 from .model.traffic import busbw_table
 from .model import published_runs

@@ -18,16 +18,14 @@ Pure functions (no I/O); formulas are stated where they are used, with their sou
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from ..config.choices import Compile, CompileMode, Device, checkpointing_of
+from ..config.choices import Device
 from ..config.schema import BenchConfig
-from ..config.split import with_split  # also imported from here by reference_results/sources/sc25-pmbs
-from ..config.stack import validate_stack
+from ..config.split import with_split  # noqa: F401 (imported from here by reference_results/sources/sc25-pmbs)
 from ..config.teacher import teacher_workload
-from ..errors import ConfigError, HarnessError
+from ..errors import HarnessError
 from .calibration_types import Calibration
 from .comm_layout import prefetch_exposed
 from .flops import (forward_flops_per_token, llama_param_count, recompute_flops_per_token, recompute_fraction,
@@ -36,7 +34,7 @@ from .memory import MemoryEstimate, gradient_collective, layer_bytes_per_token, 
 from .offload import read_offload
 from .offload_time import OffloadTime, offload_time
 from .params import PARAMS, ModelParams
-from .stack import STACK_CHOICES, fp8_cast_elements, fp8_linear_flops_per_token, math_attention, stack_notes, traffic_fraction
+from .stack import fp8_cast_elements, fp8_linear_flops_per_token, math_attention, stack_notes, traffic_fraction
 from .traffic import CommEstimate, Traffic, collective_time, comm_traffic, nccl_algorithm
 
 # ---- prediction ------------------------------------------------------------------------------
@@ -392,58 +390,3 @@ def efficiency_for_step_time(cfg: BenchConfig, calib: Calibration, step_time_s: 
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if step(mid) > step_time_s else (lo, mid)
     return hi
-
-
-CHECKPOINTING_CHOICES = tuple(checkpointing_of(w) for w in ("none", "every_4", "every_2", "selective", "full"))
-"""(activation_checkpointing, checkpoint_every_n_layers, checkpoint_policy) a --checkpointing sweep
-tries, from the least recompute to the most memory saved (`tune.checkpointing` names them so)."""
-
-
-def sweep_configs(cfg: BenchConfig, stages: tuple[int, ...] = (1, 2, 3), checkpointing: bool = False,
-                  stack: bool = False) -> list[BenchConfig]:
-    """cfg at each stage x every (micro_batch_size, grad_acc_steps) whose product is C, each validated;
-    with checkpointing, each of those at every CHECKPOINTING_CHOICES entry too (else cfg's own); with
-    stack, each of those at every stack.STACK_CHOICES entry (workload.compile x workload.kernels) the
-    platform allows (config/stack.py validate_stack: Liger's kernels need a GPU), else cfg's own."""
-    c = cfg.workload.samples_per_step
-    splits = [(s, mb) for s in stages for mb in range(1, c + 1) if c % mb == 0]
-    ckpts = CHECKPOINTING_CHOICES if checkpointing else (None,)
-    out = []
-    with warnings.catch_warnings():
-        if stack:   # fp8 without compile: validate() said so for cfg, not again for every variant
-            warnings.filterwarnings("ignore", message="workload.precision=fp8 without", category=UserWarning)
-        for base in (stack_variants(cfg) if stack else [cfg]):
-            for s, mb in splits:
-                for ck in ckpts:
-                    try:
-                        out.append(with_split(base, s, mb) if ck is None else
-                                   with_split(base, s, mb, activation_checkpointing=ck.on,
-                                              checkpoint_every_n_layers=ck.every_n_layers, checkpoint_policy=ck.policy))
-                    except ConfigError:
-                        if not stack:   # without --stack every split is cfg's own stack: an error is cfg's
-                            raise
-    return out
-
-
-def stack_variants(cfg: BenchConfig) -> list[BenchConfig]:
-    """cfg at each stack.STACK_CHOICES entry (compile mode left at its default for no compile), those
-    the platform refuses (validate_stack) left out."""
-    out = []
-    for choice in STACK_CHOICES:
-        w = replace(cfg.workload, compile=choice.compile, kernels=choice.kernels,
-                    compile_mode=cfg.workload.compile_mode if choice.compile != Compile.none else CompileMode("default"))
-        variant = replace(cfg, workload=w)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")   # fp8 without compile: said once for cfg, not per variant
-                validate_stack(variant)
-        except ConfigError:
-            continue
-        out.append(variant)
-    return out
-
-
-def fastest(preds: list[Prediction]) -> Optional[Prediction]:
-    """The prediction of least step time among those that fit in memory (None if none does)."""
-    fits = [p for p in preds if p.memory.fits]
-    return min(fits, key=lambda p: p.step_time_s) if fits else None

@@ -6,7 +6,8 @@ import statistics
 
 from ..config.choices import Compile, Kernels
 from .check import StepTimeCheck
-from .perfmodel import Prediction, fastest, overlap_summary
+from .perfmodel import Prediction, overlap_summary
+from .sweep import fastest
 from .stack import Stack
 
 

@@ -163,7 +163,7 @@ def test_a_sweep_with_checkpointing_tries_each_choice_and_names_the_fastest_that
     """llama-8b at seq 8192 on 16 x 8 H100s (C 16): sharded 128 ways, ZeRO-3 fits without checkpointing
     and beats every checkpointed row (docs/performance-model.md)."""
     from harness.__main__ import main
-    from harness.model.perfmodel import CHECKPOINTING_CHOICES, fastest, sweep_configs
+    from harness.model.sweep import CHECKPOINTING_CHOICES, fastest, sweep_configs
 
     cfg = composed(["platform=roce-h100", "platform.name=user-h100", "platform.nodes=16", "workload=llama-8b",
                     "workload.seq_len=8192", "workload.samples_per_step=16", "workload.micro_batch_size=1"])

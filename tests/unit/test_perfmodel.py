@@ -22,8 +22,8 @@ from harness.model.flops import llama_param_count
 from harness.model.memory import (activation_estimate, deepspeed_zero2_estimate_bytes, deepspeed_zero3_estimate_bytes,
                                   layer_bytes_per_token, memory_estimate, zero_model_states_bytes)
 from harness.model.params import IDEAL, PARAMS
-from harness.model.perfmodel import (efficiency_for_step_time, executed_flops_per_step, overlap_summary, predict,
-                                     sweep_configs)
+from harness.model.perfmodel import efficiency_for_step_time, executed_flops_per_step, overlap_summary, predict
+from harness.model.sweep import sweep_configs
 from harness.model.traffic import collective_time, comm_traffic, nccl_algorithm
 
 GB = 1e9

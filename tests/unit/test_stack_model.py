@@ -16,7 +16,8 @@ from harness.model.flops import llama_param_count
 from harness.model.memory import (COMPILE_ACTIVATION_FRACTION, FP8_SAVED_INPUT_BYTES, activation_estimate,
                                   layer_bytes_per_token, memory_estimate)
 from harness.model.params import PARAMS
-from harness.model.perfmodel import fastest, phase_flops, predict, roofline_efficiency, sweep_configs
+from harness.model.perfmodel import phase_flops, predict, roofline_efficiency
+from harness.model.sweep import fastest, sweep_configs
 from harness.model.stack import (STACK_CHOICES, Stack, eager_twin, fp8_cast_elements, fp8_linear_flops_per_token, math_attention,
                                  traffic_fraction)
 
