@@ -5,7 +5,7 @@ references and their tolerances (harness/verdict/references.py), compare, submit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -146,3 +146,9 @@ def reference_metrics(kind: str) -> dict[str, str]:
 
 def unit_of(name: str) -> str:
     return METRICS[name].unit
+
+
+def measured(name: str, value: float, mode: str, **extra: Any) -> dict[str, Any]:
+    """A record's entry of a registered metric: its value, its unit from METRICS, the mode that measured it
+    (throughput or profile) and any extra figures (n, p10, p90, source, ...)."""
+    return {"value": value, "unit": unit_of(name), "mode": mode, **extra}

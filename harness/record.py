@@ -21,6 +21,7 @@ import jsonschema
 
 from benchmarks.training.arrivals import into_steps
 from contract import events as ev
+from contract.metrics import measured
 from contract.fingerprint import (CONTROLLER_FIELDS, DEEPSPEED_JSON, DIGEST_VAR, IMAGE_VAR, build, flat_json, recorded_env,
                                   stack_versions)
 
@@ -37,7 +38,7 @@ from .plan import RunSpec
 from .probe import node_probes
 from .provenance import suite_commit
 from .stack_view import stack_metrics, stack_of
-from .training_metrics import compute_metrics, finite, measured
+from .training_metrics import compute_metrics, finite
 
 SCHEMA_VERSION = "1.2"
 """1.1: environment.machine.probe (and each node's), the capability probe; metrics.matmul_eff_pct. 1.2:

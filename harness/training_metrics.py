@@ -1,8 +1,8 @@
 """A training run's metrics from its step events: throughput, MFU and the machine's efficiency, the profiled
 steps' communication and waiting, memory, the teacher's share and the last loss.
 
-The record builder (harness/record.py) calls `compute_metrics`; the metric helpers here give every metric its
-registered unit (contract/metrics.py) and are shared with the collective records.
+The record builder (harness/record.py) calls `compute_metrics`; each metric gets its registered unit from
+contract/metrics.py `measured`, as the collective records' do.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import statistics
 from typing import Any, Optional
 
-from contract.metrics import unit_of
+from contract.metrics import measured
 
 from .config.schema import BenchConfig
 from .config.teacher import teacher_workload
@@ -30,15 +30,6 @@ def percentile(values: list[float], q: float) -> float:
 def finite(x: Any) -> Optional[float]:
     """A float for JSON, or None for NaN/inf/missing (a diverged loss must not lose the record)."""
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def metric(value: float, unit: str, mode: str, **extra: Any) -> dict[str, Any]:
-    return {"value": value, "unit": unit, "mode": mode, **extra}
-
-
-def measured(name: str, value: float, mode: str, **extra: Any) -> dict[str, Any]:
-    """metric() of a registered metric: its unit from contract/metrics.py."""
-    return metric(value, unit_of(name), mode, **extra)
 
 
 def compute_metrics(cfg: BenchConfig, steps: list[dict], ranks: list[dict], num_params: Optional[int],

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from contract.collectives import OPS
 from contract.fingerprint import IMPORTED_FIELDS, OUTPUT_MACHINE, build
+from contract.metrics import measured
 
 from ..collectives import SMOKE_REASON, Placement, Row, avg_busbw_gbps
 from ..config.schema import REPO_ROOT, BenchConfig
@@ -23,7 +24,6 @@ from .json_format import parse_file
 from .output import ParsedOutput
 from ..plan import RunSpec
 from ..record import ResultRecord, collective_record, environment, status_of, validate_record, write_record
-from ..training_metrics import measured
 from ..verdict.record_files import load_record
 
 # --- records ----------------------------------------------------------------------------------
