@@ -97,16 +97,20 @@ def held_back_series(tonight: list, night: str, earlier: list[tuple[str, Any]],
                      earlier_nights: list[str]) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """For the nightly page's chart: {run id of tonight: {'rank 1 (vm)' | 'node node2 (ranks 2, 3)': [(night, the
     median of that night's repeats' share of the profiled steps it held the others back)]}} over the baseline's
-    nights and tonight; each rank, and each node where the ranks spanned hosts."""
+    nights and tonight: on one host each rank; where the ranks spanned hosts each node, and of the ranks only those
+    that held the others back most on some night (a cluster of 8 GPUs a node has too many ranks to draw)."""
     by_night = _by_night(tonight, night, earlier, earlier_nights)
     out: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for run_id, now in by_night[night].items():
         recs = [r for r in tonight if r.run_id == run_id]
         spans = sum(per == "hosts" for per, _ in now) > 1
+        nights = [n for n in earlier_nights + [night] if run_id in by_night[n]]
+        latest = {max((k for k in by_night[n][run_id] if k[0] == "ranks"), key=by_night[n][run_id].get,
+                      default=None) for n in nights}
         lines: dict[str, list[tuple[str, float]]] = {}
-        for n in earlier_nights + [night]:
-            for (per, key), pct in sorted(by_night[n].get(run_id, {}).items(), key=lambda kv: str(kv[0])):
-                if per == "ranks" or spans:
+        for n in nights:
+            for (per, key), pct in sorted(by_night[n][run_id].items(), key=lambda kv: str(kv[0])):
+                if (per == "hosts" and spans) or (per == "ranks" and (not spans or (per, key) in latest)):
                     lines.setdefault(_named(per, key, recs), []).append((n, pct))
         out[run_id] = lines
     return out

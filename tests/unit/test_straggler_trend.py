@@ -159,7 +159,9 @@ def test_the_page_charts_each_ranks_share_over_the_nights(tmp_path):
     one = write_reports(tmp_path / "one", platform="cpu", night=night, verdicts={"baseline": []}, records=tonight,
                         history={}, held_back=held_back_series(tonight, night, [], []))["html"].read_text()
     assert "held the others back, per rank" not in one
-    # nodes where the ranks spanned hosts
+    # where the ranks spanned hosts: each node, and only the ranks that were latest on some night
     hosts = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
     two = [_record({0: 0.5, 1: 0.5, 2: 0.6, 3: 0.4}, hosts=hosts)]
-    assert "node node2 (ranks 2, 3)" in held_back_series(two, night, [], [])["z1-mb4-ga2"]
+    before = [("2026-11-01", _record({0: 0.9, 1: 0.5, 2: 0.6, 3: 0.4}, hosts=hosts))]
+    lines = held_back_series(two, night, before, ["2026-11-01"])["z1-mb4-ga2"]
+    assert sorted(lines) == ["node node1 (ranks 0, 1)", "node node2 (ranks 2, 3)", "rank 0 (node1)", "rank 2 (node2)"]
