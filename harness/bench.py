@@ -17,7 +17,8 @@ from contract.spec import SPEC_FILE, CollectiveSpec
 from .atomic import make_folder, write_bytes_atomic, write_text_atomic
 from .verdict.baseline import baseline_text, judge
 from .collectives import Row, format_table
-from .verdict.compare import compare
+from .verdict.compare import Verdict, compare
+from .verdict.confirmation import confirmed, rerun_name, section, to_confirm
 from .config.choices import CollectiveSource, ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
 from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
@@ -31,7 +32,7 @@ from .multirun import expand as multirun_expand
 from .multirun import labels as multirun_labels
 from .multirun import split_flag
 from .nccl_tests.importer import nccl_tests_record
-from .plan import COLD_CACHE, RunSpec, merge_overrides, plan_nccl_tests_runs, plan_run, safe_name
+from .plan import COLD_CACHE, RunSpec, merge_overrides, plan_nccl_tests_runs, plan_rerun, plan_run, safe_name
 from .provenance import suite_commit
 from .record import ResultRecord, build_collective_records, build_record, write_json_atomic, write_record
 from .verdict.references import read_references
@@ -294,11 +295,13 @@ def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) 
         r.plot = path.name
 
 
-def compare_with_references(records: list[ResultRecord], out: Path, history: str = "none") -> None:
+def compare_with_references(records: list[ResultRecord], out: Path, history: str = "none",
+                            first: Optional[list[Verdict]] = None, times: int = 0) -> None:
     """The verdicts against reference_results/, then, for what no reference of this machine judged,
     against this machine's earlier bench runs (harness/verdict/baseline.py; `history`: the config key),
     printed and written as compare.md; `bench`'s exit status does not depend on them:
-    `python -m harness compare` and the nightly job decide that."""
+    `python -m harness compare` and the nightly job decide that. `first`: the verdicts of the first runs alone
+    where regressions among them were run again `times` times (confirm_regressions): what that found follows."""
     tables = read_references()  # a table that does not parse is left out and named, never the end of a bench
     verdicts = compare(records, tables.references)
     counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows
@@ -307,19 +310,48 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     base = judge(records, verdicts, history, out)
     machine = load_line(records)
     text = baseline_text(base, verdict_table(base.verdicts, ref_name="baseline"))
+    again = section(confirmed(first or [], verdicts + base.verdicts, records), times)
     print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n{left_out}"
           + verdict_table(verdicts, missing="summary")
-          + (f"\n\n{text}" if text else ""))
+          + (f"\n\n{text}" if text else "") + (f"\n\n{again}" if again else ""))
     md = baseline_text(base, under_table(verdict_table(base.verdicts, markdown=True, ref_name="baseline"),
                                          base.verdicts, "baseline"))
     table = under_table(verdict_table(verdicts, markdown=True, missing="summary"), verdicts, "reference")
     write_bytes_atomic(out / "compare.md", (f"# Compared with reference_results/\n\n{machine}\n\n{counts}\n\n"
                                             f"{left_out}{table}\n"
-                                            + (f"\n# This machine's baseline\n\n{md}\n" if md else "")).encode("utf-8"))
+                                            + (f"\n# This machine's baseline\n\n{md}\n" if md else "")
+                                            + (f"\n# Regressions run again\n\n{again}\n" if again else "")
+                                            ).encode("utf-8"))
+
+
+def first_verdicts(records: list[ResultRecord], out: Path, history: str) -> list[Verdict]:
+    """The verdicts of `records` against reference_results/ and this machine's baseline, nothing kept."""
+    verdicts = compare(records, read_references().references)
+    return verdicts + judge(records, verdicts, history, out, keep=False).verdicts
+
+
+def confirm_regressions(records: list[ResultRecord], planned: list[PlannedRun], out: Path,
+                        images: Optional[ImageDigests] = None,
+                        keep_compile_cache: Collection[str] = ()) -> tuple[list[ResultRecord], list[Verdict]]:
+    """Each run whose first records read a regression, run `confirm_regressions` times more, interleaved (every
+    such run once, then again), after the suite (harness/verdict/confirmation.py): the records of all runs, and
+    the first runs' verdicts ([] when nothing was run again)."""
+    times, history = planned[0].cfg.confirm_regressions, planned[0].cfg.history
+    if times < 1 or not records:
+        return records, []
+    first = first_verdicts(records, out, history)
+    ids = to_confirm(first, {p.run.run_id: p.run.record_ids() for p in planned})
+    if not ids:
+        return records, []
+    again = [PlannedRun(p.cfg, plan_rerun(p.run, p.cfg, rerun_name(p.run.name, k), out, REPO_ROOT, CACHE_DIR, images))
+             for k in range(1, times + 1) for p in planned if p.run.run_id in ids]
+    print(f"\n{len(ids)} run(s) read a regression in their first run ({', '.join(ids)}): each runs {times} more "
+          f"time(s) to confirm it (confirm_regressions={times}; 0: none)", flush=True)
+    return records + execute(again, out, keep_compile_cache=keep_compile_cache), first
 
 
 def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], history: str = "none",
-                  **more) -> None:
+                  first: Optional[list[Verdict]] = None, times: int = 0, **more) -> None:
     """The summary (printed and summary.md), suite.json (with `more`) and compare.md of these records."""
     parity = stack_parity(records)
     said = ("Loss parity of the stack's variants against eager (same seed, step by step; harness/tune/parity.py)\n"
@@ -329,13 +361,14 @@ def write_results(records: list[ResultRecord], out: Path, suite: str, overrides:
                                             + ("\n## " + said if said else "")).encode("utf-8"))
     write_json_atomic(out / "suite.json", {"suite": suite, "overrides": overrides, "runs": [r.run_id for r in records],
                                            "statuses": {r.run_id: r.status for r in records}, **more})
-    compare_with_references(records, out, history)
+    compare_with_references(records, out, history, first, times)
 
 
 def bench(args: list[str], keep_compile_cache: Collection[str] = ()) -> int:
     dry = DRY_RUN in args
     multirun, overrides = split_flag([a for a in args if a != DRY_RUN])
-    out, planned = plan_suite(overrides, multirun, images=checked_images(dry))
+    images = checked_images(dry)
+    out, planned = plan_suite(overrides, multirun, images=images)
     refuse_existing_results(out, planned)
     make_folder(out)
     if dry:
@@ -350,6 +383,8 @@ def bench(args: list[str], keep_compile_cache: Collection[str] = ()) -> int:
         return 0
     print(f"suite {planned[0].cfg.suite.name}: {len(planned)} runs -> {out}", flush=True)
     records = execute(planned, out, multirun, keep_compile_cache)
-    write_results(records, out, planned[0].cfg.suite.name, overrides, planned[0].cfg.history)
+    records, first = confirm_regressions(records, planned, out, images, keep_compile_cache)
+    write_results(records, out, planned[0].cfg.suite.name, overrides, planned[0].cfg.history, first,
+                  planned[0].cfg.confirm_regressions)
     print(f"records, summary.md and run logs in {out}")
     return EXIT_RUN_FAILED if any(r.status in ("error", "timeout") for r in records) else 0

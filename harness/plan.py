@@ -303,19 +303,34 @@ def plan_nccl_tests_runs(cfg: BenchConfig, name: str, index: int, overrides: lis
                          repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> list[RunSpec]:
     """One run per op of the real nccl-tests binaries: one process driving the node's GPUs (-g).
     A missing binary is an error before anything launches."""
+    return [plan_nccl_tests_run(cfg, f"{name}-{op.value}", index + offset, op.value, overrides, out_dir, repo_root,
+                                cache_dir, images) for offset, op in enumerate(cfg.collective.ops)]
+
+
+def plan_nccl_tests_run(cfg: BenchConfig, name: str, index: int, op: str, overrides: list[str], out_dir: Path,
+                        repo_root: Path, cache_dir: Path, images: ImageDigests | None = None) -> RunSpec:
+    """The run of one op's nccl-tests binary (named `name`, the suite's run name and the op)."""
     c, p = cfg.collective, cfg.platform
-    runs = []
-    for offset, op in enumerate(o.value for o in c.ops):
-        binary = binary_for(op, c.nccl_tests_dir)
-        if binary is None:
-            where = f"collective.nccl_tests_dir={c.nccl_tests_dir!r}" if c.nccl_tests_dir else "PATH"
-            raise ConfigError(f"collective.source='nccl-tests' but the {op} binary is not in {where}; "
-                              "build nccl-tests (make) and set collective.nccl_tests_dir, or use source=builtin")
-        base = plan_run(cfg, f"{name}-{op}", index + offset, overrides, out_dir, repo_root, cache_dir, images)
-        base.spec.ops = [op]
-        argv = command(binary, min_bytes=c.min_bytes, max_bytes=c.max_bytes, step_factor=c.step_factor,
-                       step_bytes=c.step_bytes, gpus_per_proc=p.gpus_per_node, iters=c.iters,
-                       warmup_iters=c.warmup_iters, check=c.check, dtype=c.dtype.value,
-                       redop=c.redop.value)
-        runs.append(dataclasses.replace(base, argv=argv, num_ranks=1, output="nccl-tests"))
-    return runs
+    binary = binary_for(op, c.nccl_tests_dir)
+    if binary is None:
+        where = f"collective.nccl_tests_dir={c.nccl_tests_dir!r}" if c.nccl_tests_dir else "PATH"
+        raise ConfigError(f"collective.source='nccl-tests' but the {op} binary is not in {where}; "
+                          "build nccl-tests (make) and set collective.nccl_tests_dir, or use source=builtin")
+    base = plan_run(cfg, name, index, overrides, out_dir, repo_root, cache_dir, images)
+    base.spec.ops = [op]
+    argv = command(binary, min_bytes=c.min_bytes, max_bytes=c.max_bytes, step_factor=c.step_factor,
+                   step_bytes=c.step_bytes, gpus_per_proc=p.gpus_per_node, iters=c.iters,
+                   warmup_iters=c.warmup_iters, check=c.check, dtype=c.dtype.value,
+                   redop=c.redop.value)
+    return dataclasses.replace(base, argv=argv, num_ranks=1, output="nccl-tests")
+
+
+def plan_rerun(run: RunSpec, cfg: BenchConfig, name: str, out_dir: Path, repo_root: Path, cache_dir: Path,
+               images: ImageDigests | None = None) -> RunSpec:
+    """`run` planned again under another name (its index kept: 03-z2-mb2-ga4 as 03-z2-mb2-ga4-confirm1), its own
+    run folder and id, everything else the same: a confirmation's rerun (harness/verdict/confirmation.py)."""
+    index = int(run.run_id.split("-", 1)[0])
+    if run.output == "nccl-tests":
+        return plan_nccl_tests_run(cfg, name, index, run.spec.ops[0], run.overrides, out_dir, repo_root, cache_dir,
+                                   images)
+    return plan_run(cfg, name, index, run.overrides, out_dir, repo_root, cache_dir, images)

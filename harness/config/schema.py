@@ -396,6 +396,11 @@ class BenchConfig:
     """Where bench keeps its runs by machine, the baseline of a machine with no reference of its own:
     auto (history.sqlite beside the output folder: results/history.sqlite by default), an
     SQLAlchemy URL, or none."""
+    confirm_regressions: int = 2
+    """Runs more of each run whose first records read a regression (against reference_results/ or this
+    machine's baseline), after the suite's other runs; its verdicts are then those of all its runs (their
+    median). 0: a regression of one run is reported as read. Only `bench` (and gpu-check) run them: the nightly
+    repeats every run, tune confirms its winner (harness/verdict/confirmation.py)."""
 
 
 def delayed_ranks(cfg: "BenchConfig") -> Optional[list[int]]:

@@ -156,6 +156,8 @@ def validate(cfg: BenchConfig) -> None:
 
     _check(cfg.history in ("auto", "none") or "://" in cfg.history, "history", cfg.history,
            "auto, none, or an SQLAlchemy URL (sqlite:///path/history.sqlite)")
+    _check(0 <= cfg.confirm_regressions <= 10, "confirm_regressions", cfg.confirm_regressions,
+           "runs more of a run that read a regression, in [0, 10] (0: none)")
     if d.source == DataSource.corpus:
         for name in ("corpus_path", "tokenizer_path"):
             path = getattr(d, name)

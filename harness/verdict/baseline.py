@@ -70,9 +70,11 @@ class BaselineResult:
     note: str = ""
 
 
-def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, out: Path) -> BaselineResult:
+def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, out: Path,
+          keep: bool = True) -> BaselineResult:
     """Judge what the references did not against this machine's earlier bench runs, then keep these
-    records as its newest run. A store that cannot be opened is a note, never a failed bench."""
+    records as its newest run (unless not `keep`: a look before the bench's runs are all in). A store that
+    cannot be opened is a note, never a failed bench."""
     url = store_url(history, out)
     machine = machine_key(records)
     result = BaselineResult(machine, url)
@@ -99,7 +101,8 @@ def judge(records: list[ResultRecord], verdicts: list[Verdict], history: str, ou
                                            submitter="bench", date=dates[-1] or "unknown", system=machine,
                                            tolerance_pct=tolerances_for(platform))
             result.verdicts = [v for v in compare(todo, refs) if v.verdict != "missing"]
-        store.add_bench(machine, platform, str(Path(out).resolve()), records)
+        if keep:
+            store.add_bench(machine, platform, str(Path(out).resolve()), records)
     except HarnessError as exc:
         result.note = f"history store not used: {str(exc).removeprefix('history store ')}"
     return result

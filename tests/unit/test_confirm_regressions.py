@@ -1,0 +1,97 @@
+"""A regression one run of a bench reads is run again before the bench calls it (harness/verdict/confirmation.py,
+config key confirm_regressions): which runs, under which ids, and what the bench says of a reading that repeated
+and of one that did not. The launches are the suite's own (tests/integration/test_confirm_regressions.py); here
+`execute` returns the reruns' records, so the verdicts are decided on known values."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import harness.bench
+from harness.bench import compare_with_references, confirm_regressions, plan_suite
+from harness.errors import ConfigError
+from harness.verdict.compare import Verdict
+from harness.verdict.confirmation import first_run_id, rerun_name, to_confirm
+from harness.verdict.references import ReferenceTables
+
+from test_bench_verdicts import ran, table
+
+
+def test_a_rerun_stands_for_its_first_run():
+    assert rerun_name("z2-mb4-ga2", 1) == "z2-mb4-ga2-confirm1"
+    assert first_run_id("03-z2-mb4-ga2-confirm1") == "03-z2-mb4-ga2"
+    assert first_run_id("00-collectives-confirm2-all_reduce") == "00-collectives-all_reduce"   # a sweep's record
+    assert first_run_id("01-collectives-all_reduce-confirm10") == "01-collectives-all_reduce"   # nccl-tests' run
+    for plain in ("00-collectives-all_reduce", "02-confirmed", "04-x-confirm"):
+        assert first_run_id(plain) == plain
+
+
+def test_the_runs_to_confirm_are_those_whose_records_regressed():
+    def verdict(run_id: str, what: str) -> Verdict:
+        return Verdict("cpu", "reduce_scatter", {}, "small_median_us", what, "", run_ids=[run_id])
+    runs = {"00-collectives": [f"00-collectives-{op}" for op in ("all_reduce", "reduce_scatter")],
+            "01-z1-mb2-ga4": ["01-z1-mb2-ga4"], "02-z2-mb2-ga4": ["02-z2-mb2-ga4"]}
+    found = [verdict("00-collectives-reduce_scatter", "regression"), verdict("01-z1-mb2-ga4", "pass"),
+             verdict("02-z2-mb2-ga4", "regression"), verdict("00-collectives-all_reduce", "regression")]
+    assert to_confirm(found, runs) == ["00-collectives", "02-z2-mb2-ga4"]
+    assert to_confirm(found[1:2], runs) == []
+
+
+def bench_of(tmp_path, monkeypatch, first: float, reruns: list[float], *args: str):
+    """A bench of one llama-tiny run (ZeRO-2, mb 4 x ga 2, the table's configuration at 22 samples/s, 25 %) whose
+    first run read `first` samples/s and whose reruns read `reruns`: what it launched again, and what it said."""
+    monkeypatch.setattr(harness.bench, "read_references", lambda paths=None: ReferenceTables(table(), []))
+    out, planned = plan_suite(["suite=single", "zero=stage2", "workload.micro_batch_size=4", "history=none",
+                               f"out={tmp_path / 'out'}", *args])
+    launched = []
+
+    def execute(again, out, multirun=False, keep_compile_cache=()):
+        launched.extend(p.run for p in again)
+        return [dataclasses.replace(ran(0, v), run_id=p.run.run_id) for p, v in zip(again, reruns)]
+
+    monkeypatch.setattr(harness.bench, "execute", execute)
+    records = [dataclasses.replace(ran(0, first), run_id=planned[0].run.run_id)]
+    records, first_verdicts = confirm_regressions(records, planned, out)
+    compare_with_references(records, out, "none", first_verdicts, planned[0].cfg.confirm_regressions)
+    return launched, records, (out / "compare.md").read_text()
+
+
+def test_a_reading_that_does_not_repeat_is_judged_on_the_median_of_the_runs(tmp_path, monkeypatch, capsys):
+    launched, records, md = bench_of(tmp_path, monkeypatch, 15.0, [22.1, 21.9])
+    assert records[0].run_id == "00-llama-tiny"
+    assert [r.run_id for r in launched] == ["00-llama-tiny-confirm1", "00-llama-tiny-confirm2"]
+    assert all(r.run_dir.parent == tmp_path / "out" / "runs" for r in launched), "each rerun has its own folder"
+    assert len({r.run_dir for r in launched}) == 2 and all(r.run_id != records[0].run_id for r in launched)
+    printed = capsys.readouterr().out
+    assert "1 run(s) read a regression in their first run" in printed
+    for text in (printed, md):
+        assert ("Regressions run again (confirm_regressions=2): 2 regression(s) of 1 run(s) in their first run, 0 "
+                "of them on all the runs together") in text    # samples/s and step time
+        assert ("00-llama-tiny: llama-tiny samples_per_s read 15.00 samples/s against 22.00 in its first run; its "
+                "reruns 22.10, 21.90: pass on the median of 3 runs (21.90 samples/s): the first run's reading did not "
+                "repeat (1 of 3 runs beyond the tolerance)") in text
+    judged = md.split("# Regressions run again")[0]
+    assert "3 pass" in judged and "| regression" not in judged
+
+
+def test_a_reading_that_repeats_stays_a_regression_and_says_so(tmp_path, monkeypatch):
+    _, records, md = bench_of(tmp_path, monkeypatch, 15.0, [14.8, 15.2])
+    assert len(records) == 3
+    assert "its reruns 14.80, 15.20: regression, confirmed: 3 of 3 runs read it" in md
+    assert "2 regression(s) of 1 run(s) in their first run, 2 of them on all the runs together" in md
+
+
+def test_no_rerun_when_nothing_regressed_or_when_turned_off(tmp_path, monkeypatch):
+    launched, records, md = bench_of(tmp_path, monkeypatch, 21.5, [1.0, 1.0])
+    assert launched == [] and len(records) == 1 and "Regressions run again" not in md
+    launched, records, md = bench_of(tmp_path / "off", monkeypatch, 15.0, [22.0, 22.0], "confirm_regressions=0")
+    assert launched == [] and len(records) == 1 and "Regressions run again" not in md
+    assert "regression" in md
+
+
+@pytest.mark.parametrize("value", ["-1", "11"])
+def test_a_bad_count_is_refused_before_anything_runs(tmp_path, value):
+    with pytest.raises(ConfigError, match=rf"confirm_regressions={value} is invalid: runs more of a run that read "
+                                          r"a regression, in \[0, 10\]"):
+        plan_suite(["suite=single", f"confirm_regressions={value}", f"out={tmp_path}"])
