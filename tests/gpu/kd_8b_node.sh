@@ -57,7 +57,7 @@ if [ "${KD:-1}" = 0 ]; then
   log "gpu-check suite=$KD_SUITE skipped (KD=0)"
 else
   log "gpu-check suite=$KD_SUITE ($(left) s left, $RESERVE kept for the 8B suite)"
-  timeout -k 10 $(( $(left) - RESERVE )) python3 -m harness gpu-check suite=$KD_SUITE out=/tmp/gpu-check-kd history=none \
+  timeout -k 10 $(( $(left) - RESERVE )) python3 -m harness gpu-check suite=$KD_SUITE out=/tmp/gpu-check-kd history=none confirm_regressions=0 \
     >"$OUT/gpu-check-kd.log" 2>&1
   log "gpu-check-kd exit $?"
   grep -E "^\| |-> " "$OUT/gpu-check-kd.log" | tail -20
@@ -79,7 +79,7 @@ if [ "$(left)" -gt 120 ] && [ -f "conf/suite/gpu-8b-${PLATFORM}.yaml" ]; then
       sleep 2
     done ) >"$OUT/host-mem.log" 2>&1 &
   SAMPLER=$!
-  timeout -k 10 $(( $(left) - 15 )) python3 -m harness gpu-check suite=gpu-8b-$PLATFORM ${ONLY_8B:+only=[$ONLY_8B]} out=/tmp/gpu-8b history=none \
+  timeout -k 10 $(( $(left) - 15 )) python3 -m harness gpu-check suite=gpu-8b-$PLATFORM ${ONLY_8B:+only=[$ONLY_8B]} out=/tmp/gpu-8b history=none confirm_regressions=0 \
     >"$OUT/gpu-8b.log" 2>&1
   log "gpu-8b exit $?"
   kill "$SAMPLER" 2>/dev/null

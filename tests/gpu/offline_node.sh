@@ -21,14 +21,14 @@ tail -1 "$OUT/session.log"
 
 if [ -z "${SKIP_GPU_CHECK:-}" ]; then
 log "gpu-check"
-timeout -k 10 $(( $(left) - 150 )) python3 -m harness gpu-check out=/tmp/gpu-check history=none 2>&1 | tee "$OUT/gpu-check.log" | grep -vE '^  00-nccl|^ +[0-9]+ +[0-9]+ ' 
+timeout -k 10 $(( $(left) - 150 )) python3 -m harness gpu-check out=/tmp/gpu-check history=none confirm_regressions=0 2>&1 | tee "$OUT/gpu-check.log" | grep -vE '^  00-nccl|^ +[0-9]+ +[0-9]+ ' 
 log "gpu-check exit ${PIPESTATUS[0]}"
 fi
 
 if [ "$(left)" -gt 60 ]; then
   log "gpu-zero3-host ($(left) s left)"
   P=$(timeout 60 python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
-  timeout -k 10 $(( $(left) - 20 )) python3 -m harness bench $P suite=${ZERO3_SUITE:-gpu-zero3-host} out=/tmp/gpu-zero3-host history=none \
+  timeout -k 10 $(( $(left) - 20 )) python3 -m harness bench $P suite=${ZERO3_SUITE:-gpu-zero3-host} out=/tmp/gpu-zero3-host history=none confirm_regressions=0 \
     >"$OUT/gpu-zero3-host.log" 2>&1
   log "gpu-zero3-host exit $?"
 fi

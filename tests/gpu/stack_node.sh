@@ -30,14 +30,14 @@ tail -1 "$OUT/session.log"
 P=$(timeout 60 python3 -c "from harness.gpu_check import detect, platform_overrides; print(' '.join(platform_overrides(detect(), [])))")
 
 log "gpu-check suite=gpu-stack ($(left) s left)"
-timeout -k 10 $(( $(left) - 170 )) python3 -m harness gpu-check suite=gpu-stack out=/tmp/gpu-stack history=none \
+timeout -k 10 $(( $(left) - 170 )) python3 -m harness gpu-check suite=gpu-stack out=/tmp/gpu-stack history=none confirm_regressions=0 \
   >"$OUT/gpu-stack.log" 2>&1
 log "gpu-stack exit $?"
 grep -E "^\| |harness .* throughput|-> " "$OUT/gpu-stack.log" | tail -30
 
 if [ "$(left)" -gt 60 ]; then
   log "bench suite=gpu-stack-extra ($(left) s left)"
-  timeout -k 10 $(( $(left) - 45 )) python3 -m harness bench $P suite=gpu-stack-extra out=/tmp/gpu-stack-extra history=none \
+  timeout -k 10 $(( $(left) - 45 )) python3 -m harness bench $P suite=gpu-stack-extra out=/tmp/gpu-stack-extra history=none confirm_regressions=0 \
     >"$OUT/gpu-stack-extra.log" 2>&1
   log "gpu-stack-extra exit $?"
   grep -E -- "-> |error" "$OUT/gpu-stack-extra.log" | tail -12

@@ -27,7 +27,11 @@ class BenchRun:
 
 
 def harness_cmd(out: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "harness", "bench", f"out={out}", *overrides]
+    """`python -m harness bench` into `out`; a regression its first run reads is not run again (confirm_regressions=0)
+    unless the overrides say otherwise: what a test judges is its run's record, and a rerun would add records and
+    minutes wherever the box's noise read one (the confirmation's own test: test_confirm_regressions.py)."""
+    confirm = [] if any(o.startswith("confirm_regressions=") for o in overrides) else ["confirm_regressions=0"]
+    return [sys.executable, "-m", "harness", "bench", f"out={out}", *confirm, *overrides]
 
 
 def run_bench(out: Path, *overrides: str, timeout: float = 900) -> BenchRun:

@@ -201,7 +201,7 @@ def test_all_reduce_reaches_the_link_payload_rate(cluster_suite, emulated_cluste
         print(f"sweep {k}: best readings below the payload rate {payload_gbytes:.4f} GB/s by more than "
               f"{LINK_TOLERANCE:.0%} and its sweep's steal: {low()}; measured again")
         out = tmp_path / f"all_reduce-{k}"
-        proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "platform=cpu-cluster",
+        proc = on_cluster(emulated_cluster, [sys.executable, "-m", "harness", "bench", "confirm_regressions=0", "platform=cpu-cluster",
                                              "suite=single", "kind=collective", "collective=cpu-cluster",
                                              "collective.ops=[all_reduce]", f"collective.min_bytes={4 * MIB}",
                                              f"out={out}"])
@@ -325,7 +325,7 @@ SLOW_NODE = ("platform=cpu-cluster", "platform.gpus_per_node=2", "suite=single",
 def _slow_node(cluster, out: Path) -> dict:
     """SLOW_NODE, its ranks sleeping 0.15 s a micro-step; the record, once the node is checked to have been named
     the straggler."""
-    run = on_cluster(cluster, [sys.executable, "-m", "harness", "bench", f"out={out}", *SLOW_NODE,
+    run = on_cluster(cluster, [sys.executable, "-m", "harness", "bench", "confirm_regressions=0", f"out={out}", *SLOW_NODE,
                                "measure.inject_delay_s=0.15", "history=none"])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "node 1's ranks' (ranks 2, 3) micro-step is slowed on purpose" in run.stderr + run.stdout

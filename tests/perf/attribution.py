@@ -235,7 +235,7 @@ def bench(out: Path, overrides: list[str], neighbours: int = 0, env: Optional[di
             for _ in range(neighbours)]
     try:
         with open(out.with_suffix(".log"), "w", encoding="utf-8") as log:
-            return subprocess.run([python, "-m", "harness", "bench", f"out={out}", *overrides],
+            return subprocess.run([python, "-m", "harness", "bench", "confirm_regressions=0", f"out={out}", *overrides],
                                   cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, **(env or {})}).returncode
     finally:
@@ -265,7 +265,7 @@ def on_cluster(work: Path, repeats: int, extra: list[str], before: str, after: s
                 out = work / f"{side}-{i}"
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with open(out.with_suffix(".log"), "w", encoding="utf-8") as log:
-                    subprocess.run([sys.executable, "-m", "harness", "bench", "platform=cpu-cluster", f"out={out}",
+                    subprocess.run([sys.executable, "-m", "harness", "bench", "confirm_regressions=0", "platform=cpu-cluster", f"out={out}",
                                     *BASE, *extra], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
                 sides[side].append(str(out))
         return _load(sides["old"]), _load(sides["new"])

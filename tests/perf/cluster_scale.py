@@ -56,7 +56,7 @@ class ScaleCheck:
         for n in self.nodes:
             k = len(self.dirs[n])
             d = self.out / f"n{n}-{k}"
-            cmd = [self.python, "-m", "harness", "bench", "platform=cpu-cluster", f"platform.nodes={n}",
+            cmd = [self.python, "-m", "harness", "bench", "confirm_regressions=0", "platform=cpu-cluster", f"platform.nodes={n}",
                    f"suite={self.suite}", f"out={d}", "history=none"]
             log = self.out / f"n{n}-{k}.log"
             rc = bench(cmd, {**os.environ, "SUITE_CLUSTER": self.cluster}, log, self.load)

@@ -64,7 +64,7 @@ def remeasure(out: Path, picks: dict[str, list[str]], rounds: int) -> dict[str, 
         for name, overrides in picks.items():
             run_out = out / f"confirm-{name}-{r}"
             keep = [o for o in overrides if not o.startswith(("out=", "tune."))]
-            cmd = [sys.executable, "-m", "harness", "bench", "suite=single", f"out={run_out}", *keep]
+            cmd = [sys.executable, "-m", "harness", "bench", "confirm_regressions=0", "suite=single", f"out={run_out}", *keep]
             proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
             recs = [json.loads(p.read_text()) for p in run_out.glob("*.json") if p.name != "suite.json"]
             ok = [x for x in recs if x.get("status") == "ok" and "samples_per_s" in x.get("metrics", {})]

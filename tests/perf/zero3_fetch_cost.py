@@ -51,7 +51,7 @@ def micro_steps(record: dict) -> list[dict]:
 
 def run(out: Path, stage: int, layers: int, hidden: int) -> dict:
     heads = max(2, hidden // 64)
-    args = [sys.executable, "-m", "harness", "bench", "platform=cpu", "suite=single", "workload=llama-tiny",
+    args = [sys.executable, "-m", "harness", "bench", "confirm_regressions=0", "platform=cpu", "suite=single", "workload=llama-tiny",
             f"zero=stage{stage}", f"workload.num_layers={layers}", f"workload.hidden_size={hidden}",
             f"workload.num_heads={heads}", f"workload.num_kv_heads={max(1, heads // 2)}",
             f"workload.intermediate_size={(hidden * 8 // 3) // 16 * 16}", "history=none", f"out={out}", *FETCH_EVERY_MODULE]
