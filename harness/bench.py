@@ -343,11 +343,15 @@ def confirm_regressions(records: list[ResultRecord], planned: list[PlannedRun], 
     ids = to_confirm(first, {p.run.run_id: p.run.record_ids() for p in planned})
     if not ids:
         return records, []
-    again = [PlannedRun(p.cfg, plan_rerun(p.run, p.cfg, rerun_name(p.run.name, k), out, REPO_ROOT, CACHE_DIR, images))
-             for k in range(1, times + 1) for p in planned if p.run.run_id in ids]
     print(f"\n{len(ids)} run(s) read a regression in their first run ({', '.join(ids)}): each runs {times} more "
           f"time(s) to confirm it (confirm_regressions={times}; 0: none)", flush=True)
-    return records + execute(again, out, keep_compile_cache=keep_compile_cache), first
+    try:
+        again = [PlannedRun(p.cfg, plan_rerun(p.run, p.cfg, rerun_name(p.run.name, k), out, REPO_ROOT, CACHE_DIR,
+                                              images)) for k in range(1, times + 1) for p in planned if p.run.run_id in ids]
+        return records + execute(again, out, keep_compile_cache=keep_compile_cache), first
+    except HarnessError as exc:   # the first runs' records are written: their summary and verdicts still are
+        print(f"the regressions were not run again: {exc}", flush=True)
+        return records, []
 
 
 def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], history: str = "none",

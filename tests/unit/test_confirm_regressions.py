@@ -95,3 +95,45 @@ def test_a_bad_count_is_refused_before_anything_runs(tmp_path, value):
     with pytest.raises(ConfigError, match=rf"confirm_regressions={value} is invalid: runs more of a run that read "
                                           r"a regression, in \[0, 10\]"):
         plan_suite(["suite=single", f"confirm_regressions={value}", f"out={tmp_path}"])
+
+
+def test_reruns_that_cannot_start_leave_the_first_runs_judged(tmp_path, monkeypatch, capsys):
+    """A rerun that cannot be planned or launched (an nccl-tests binary gone since the suite started, a preflight
+    that fails) costs the confirmation only: the first runs keep their summary and verdicts."""
+    from harness.errors import HarnessError
+
+    def gone(*args, **kwargs):
+        raise HarnessError("collective.source='nccl-tests' but the all_reduce binary is not in PATH")
+
+    monkeypatch.setattr(harness.bench, "plan_rerun", gone)
+    launched, records, md = bench_of(tmp_path, monkeypatch, 15.0, [22.0, 22.0])
+    assert launched == [] and len(records) == 1 and "Regressions run again" not in md and "regression" in md
+    assert "the regressions were not run again: collective.source='nccl-tests' but the all_reduce binary" \
+        in capsys.readouterr().out
+
+
+def test_a_rerun_is_planned_as_its_first_run_was_under_its_own_id(tmp_path):
+    """A built-in sweep and a training run by plan_run, an nccl-tests op's run by its binary (stand-ins here): the
+    same command, op and ranks, the first run's index, its own id and folder."""
+    from harness.config.schema import REPO_ROOT
+    from harness.plan import plan_rerun
+
+    for op in ("all_reduce", "all_gather"):
+        (tmp_path / f"{op}_perf").write_text("#!/bin/sh\n")
+        (tmp_path / f"{op}_perf").chmod(0o755)
+    out, planned = plan_suite(["suite=single", "kind=collective", "collective.source=nccl-tests",
+                               f"collective.nccl_tests_dir={tmp_path}", "collective.ops=[all_reduce,all_gather]",
+                               "platform=h100", f"out={tmp_path / 'out'}"])
+    first = planned[1].run
+    again = plan_rerun(first, planned[1].cfg, rerun_name(first.name, 1), out, REPO_ROOT, REPO_ROOT / ".cache")
+    assert (first.run_id, again.run_id) == ("01-collectives-main-all_gather", "01-collectives-main-all_gather-confirm1")
+    assert again.argv[1:] == first.argv[1:] and again.argv[0] == str(tmp_path / "all_gather_perf")
+    assert (again.output, again.spec.ops, again.num_ranks) == ("nccl-tests", ["all_gather"], 1)
+    assert again.run_dir == out / "runs" / again.run_id and first_run_id(again.record_ids()[0]) == first.run_id
+
+    out, planned = plan_suite(["suite=default-cpu", "only=[collectives,z2-mb4-ga2]", f"out={tmp_path / 'cpu'}"])
+    for p in planned:
+        again = plan_rerun(p.run, p.cfg, rerun_name(p.run.name, 2), out, REPO_ROOT, REPO_ROOT / ".cache")
+        assert again.run_id == f"{p.run.run_id}-confirm2" and again.spec.__class__ is p.run.spec.__class__
+        assert [first_run_id(i) for i in again.record_ids()] == p.run.record_ids()
+        assert again.argv == [*p.run.argv[:-1], str(again.run_dir)] and again.overrides == p.run.overrides
