@@ -59,6 +59,8 @@ class Confirmed:
     """The metric in each of the configuration's runs, the first one first."""
     now: Optional[Verdict]
     """The verdict on all its runs (None when no verdict of that metric and reference came back)."""
+    failed: tuple[str, ...] = ()
+    """The status of each rerun that did not measure it (error, timeout, oom)."""
 
     def slower(self) -> int:
         """How many of the runs read it beyond the tolerance, on the worse side of the first verdict's reference."""
@@ -70,8 +72,7 @@ class Confirmed:
 
     def line(self) -> str:
         v, unit = self.first, f" {self.first.unit}" if self.first.unit else ""
-        where = f"{v.benchmark} {v.metric}" if v.benchmark not in v.metric else v.metric
-        reruns = ", ".join(_fmt(x) for x in self.values[1:]) or "none recorded"
+        reruns = ", ".join([*(_fmt(x) for x in self.values[1:]), *self.failed]) or "none recorded"
         now = self.now.verdict if self.now else "no verdict"
         if self.now is None:
             outcome = "no verdict on the runs together"
@@ -80,7 +81,7 @@ class Confirmed:
         else:
             outcome = (f"{now} on the median of {len(self.values)} runs ({_fmt(self.now.value)}{unit}): the first "
                        f"run's reading did not repeat ({self.slower()} of {len(self.values)} runs beyond the tolerance)")
-        return (f"{first_run_id(v.run_ids[0]) if v.run_ids else '?'}: {where} read {_fmt(v.value)}{unit} against "
+        return (f"{first_run_id(v.run_ids[0]) if v.run_ids else '?'}: {v.benchmark} {v.metric} read {_fmt(v.value)}{unit} against "
                 f"{_fmt(v.reference)} in its first run; its reruns {reruns}: {outcome}")
 
 
@@ -102,11 +103,12 @@ def confirmed(first: list[Verdict], final: list[Verdict], records: list[Any]) ->
     out = []
     for v in regressions(first):
         ids = {first_run_id(r) for r in v.run_ids}
-        runs = [r for r in records if first_run_id(r.run_id) in ids and v.metric in r.metrics]
-        runs.sort(key=lambda r: (r.run_id != first_run_id(r.run_id), r.run_id))
-        values = [float(r.metrics[v.metric]["value"]) for r in runs]
+        runs = sorted((r for r in records if first_run_id(r.run_id) in ids),
+                      key=lambda r: (r.run_id != first_run_id(r.run_id), r.run_id))
+        values = [float(r.metrics[v.metric]["value"]) for r in runs if v.metric in r.metrics]
+        failed = tuple(r.status for r in runs if v.metric not in r.metrics)
         now = next((f for f in final if _same(f, v)), None)
-        out.append(Confirmed(v, values, now))
+        out.append(Confirmed(v, values, now, failed))
     return out
 
 

@@ -40,7 +40,8 @@ def test_the_runs_to_confirm_are_those_whose_records_regressed():
 
 def bench_of(tmp_path, monkeypatch, first: float, reruns: list[float], *args: str):
     """A bench of one llama-tiny run (ZeRO-2, mb 4 x ga 2, the table's configuration at 22 samples/s, 25 %) whose
-    first run read `first` samples/s and whose reruns read `reruns`: what it launched again, and what it said."""
+    first run read `first` samples/s and whose reruns read `reruns` (a status where one failed): what it launched
+    again, and what it said."""
     monkeypatch.setattr(harness.bench, "read_references", lambda paths=None: ReferenceTables(table(), []))
     out, planned = plan_suite(["suite=single", "zero=stage2", "workload.micro_batch_size=4", "history=none",
                                f"out={tmp_path / 'out'}", *args])
@@ -48,7 +49,9 @@ def bench_of(tmp_path, monkeypatch, first: float, reruns: list[float], *args: st
 
     def execute(again, out, multirun=False, keep_compile_cache=()):
         launched.extend(p.run for p in again)
-        return [dataclasses.replace(ran(0, v), run_id=p.run.run_id) for p, v in zip(again, reruns)]
+        return [dataclasses.replace(ran(0, v), run_id=p.run.run_id) if isinstance(v, float) else
+                dataclasses.replace(ran(0, 1.0), run_id=p.run.run_id, status=v, reason="rank 1 exited 1", metrics={})
+                for p, v in zip(again, reruns)]
 
     monkeypatch.setattr(harness.bench, "execute", execute)
     records = [dataclasses.replace(ran(0, first), run_id=planned[0].run.run_id)]
@@ -80,6 +83,12 @@ def test_a_reading_that_repeats_stays_a_regression_and_says_so(tmp_path, monkeyp
     assert len(records) == 3
     assert "its reruns 14.80, 15.20: regression, confirmed: 3 of 3 runs read it" in md
     assert "2 regression(s) of 1 run(s) in their first run, 2 of them on all the runs together" in md
+
+
+def test_a_rerun_that_failed_is_named_by_its_status(tmp_path, monkeypatch):
+    _, records, md = bench_of(tmp_path, monkeypatch, 15.0, [14.9, "error"])
+    assert [r.status for r in records] == ["ok", "ok", "error"]
+    assert "its reruns 14.90, error: regression, confirmed: 2 of 2 runs read it" in md
 
 
 def test_no_rerun_when_nothing_regressed_or_when_turned_off(tmp_path, monkeypatch):
