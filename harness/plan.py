@@ -262,6 +262,7 @@ def plan_run(cfg: BenchConfig, name: str, index: int, overrides: list[str], out_
     config.pop("suite", None)
     config.pop("only", None)
     config.pop("tune", None)
+    config.pop("confirm_regressions", None)   # what a bench does after its runs, not what a run is
     spec: TrainSpec | CollectiveSpec
     if cfg.kind == RunKind.collective:
         for group in ("workload", "zero", "data", "deepspeed_config"):

@@ -35,8 +35,8 @@ ENV_OPTIONAL = {"triton", "liger_kernel", "torchao"}
 # small difference of O(1) terms, then moves by ~1e-7 absolute: 0.0255530 against 0.0255531 (3e-6
 # relative) on a 2-core AVX2-only EPYC against the golden form written on another box, same code.
 FLOAT_TOLERANCE = {"rel_tol": 1e-6, "abs_tol": 1e-6}
-# overrides that say where a run wrote, not what it ran
-PLACE_OVERRIDES = ("out=", "history=")
+# overrides that say where a run wrote (or what its bench did after it), not what it ran
+PLACE_OVERRIDES = ("out=", "history=", "confirm_regressions=")   # the tests' bench runs none again (conftest.py)
 PLACE_CONFIG = {"out", "history"}
 
 

@@ -39,7 +39,11 @@ for _ in range(ds["gradient_accumulation_steps"]):
 opt = engine.optimizer
 accum = getattr(opt, "gradient_accumulation_dtype", getattr(opt, "grad_acc_dtype", None))
 print(json.dumps({"json": ds["data_types"]["grad_accum_dtype"], "optimizer": type(opt).__name__,
-                  "accum": str(accum), "steps": engine.global_steps}))
+                  "accum": str(accum), "steps": engine.global_steps}), flush=True)
+# out at once, as a rank does (benchmarks/failure.py run_rank): left to the interpreter's teardown, DeepSpeed's gloo
+# groups sometimes end in std::terminate after the answer was printed (SIGABRT, seen in CI for ZeRO-1 on 2026-12-06)
+import os
+os._exit(0)
 """
 
 

@@ -265,6 +265,9 @@ def rank_main(rank: int, port: int, out_dir: str, cases: list[Case], layout_chec
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    # out at once, as a rank does (benchmarks/failure.py run_rank): left to the interpreter's teardown, DeepSpeed's
+    # gloo groups sometimes end in std::terminate after the results were saved (SIGABRT: a failed spawn here)
+    os._exit(0)
 
 
 def free_port() -> int:
