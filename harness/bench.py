@@ -347,7 +347,8 @@ def confirm_regressions(records: list[ResultRecord], planned: list[PlannedRun], 
           f"time(s) to confirm it (confirm_regressions={times}; 0: none)", flush=True)
     try:
         again = [PlannedRun(p.cfg, plan_rerun(p.run, p.cfg, rerun_name(p.run.name, k), out, REPO_ROOT, CACHE_DIR,
-                                              images)) for k in range(1, times + 1) for p in planned if p.run.run_id in ids]
+                                              images))
+                 for k in range(1, times + 1) for p in planned if p.run.run_id in ids]
         return records + execute(again, out, keep_compile_cache=keep_compile_cache), first
     except HarnessError as exc:   # the first runs' records are written: their summary and verdicts still are
         print(f"the regressions were not run again: {exc}", flush=True)

@@ -40,6 +40,13 @@ def first_run_id(run_id: str) -> str:
     return head + rest
 
 
+def rerun_number(run_id: str) -> int:
+    """0 for a first run's id (or its record's), k for its k-th rerun's."""
+    head, sep, tail = run_id.partition(SUFFIX)
+    digits = tail[:len(tail) - len(tail.lstrip("0123456789"))]
+    return int(digits) if sep and digits else 0
+
+
 def regressions(verdicts: Iterable[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if v.verdict == "regression"]
 
@@ -80,9 +87,11 @@ class Confirmed:
             outcome = f"regression, confirmed: {self.slower()} of {len(self.values)} runs read it"
         else:
             outcome = (f"{now} on the median of {len(self.values)} runs ({_fmt(self.now.value)}{unit}): the first "
-                       f"run's reading did not repeat ({self.slower()} of {len(self.values)} runs beyond the tolerance)")
-        return (f"{first_run_id(v.run_ids[0]) if v.run_ids else '?'}: {v.benchmark} {v.metric} read {_fmt(v.value)}{unit} against "
-                f"{_fmt(v.reference)} in its first run; its reruns {reruns}: {outcome}")
+                       f"run's reading did not repeat ({self.slower()} of {len(self.values)} runs beyond the "
+                       "tolerance)")
+        run = first_run_id(v.run_ids[0]) if v.run_ids else "?"
+        return (f"{run}: {v.benchmark} {v.metric} read {_fmt(v.value)}{unit} against {_fmt(v.reference)} in its first "
+                f"run; its reruns {reruns}: {outcome}")
 
 
 def _fmt(x: Optional[float]) -> str:
@@ -103,8 +112,7 @@ def confirmed(first: list[Verdict], final: list[Verdict], records: list[Any]) ->
     out = []
     for v in regressions(first):
         ids = {first_run_id(r) for r in v.run_ids}
-        runs = sorted((r for r in records if first_run_id(r.run_id) in ids),
-                      key=lambda r: (r.run_id != first_run_id(r.run_id), r.run_id))
+        runs = sorted((r for r in records if first_run_id(r.run_id) in ids), key=lambda r: rerun_number(r.run_id))
         values = [float(r.metrics[v.metric]["value"]) for r in runs if v.metric in r.metrics]
         failed = tuple(r.status for r in runs if v.metric not in r.metrics)
         now = next((f for f in final if _same(f, v)), None)

@@ -12,7 +12,7 @@ import harness.bench
 from harness.bench import compare_with_references, confirm_regressions, plan_suite
 from harness.errors import ConfigError
 from harness.verdict.compare import Verdict
-from harness.verdict.confirmation import first_run_id, rerun_name, to_confirm
+from harness.verdict.confirmation import first_run_id, rerun_name, rerun_number, to_confirm
 from harness.verdict.references import ReferenceTables
 
 from test_bench_verdicts import ran, table
@@ -24,7 +24,8 @@ def test_a_rerun_stands_for_its_first_run():
     assert first_run_id("00-collectives-confirm2-all_reduce") == "00-collectives-all_reduce"   # a sweep's record
     assert first_run_id("01-collectives-all_reduce-confirm10") == "01-collectives-all_reduce"   # nccl-tests' run
     for plain in ("00-collectives-all_reduce", "02-confirmed", "04-x-confirm"):
-        assert first_run_id(plain) == plain
+        assert first_run_id(plain) == plain and rerun_number(plain) == 0
+    assert [rerun_number(i) for i in ("03-z2-confirm10", "00-collectives-confirm2-all_reduce")] == [10, 2]
 
 
 def test_the_runs_to_confirm_are_those_whose_records_regressed():
