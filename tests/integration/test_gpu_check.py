@@ -7,7 +7,7 @@ import json
 
 from harness.gpu_check import Detected, gpu_check
 
-TINY = ["platform=cpu", "suite=gpu-check-cpu"]
+TINY = ["platform=cpu", "suite=gpu-check-cpu", "confirm_regressions=0"]   # its record counts: no rerun of a regression
 
 
 def test_the_whole_gpu_check_flow_runs_on_the_cpu_platform(tmp_path, capsys):
