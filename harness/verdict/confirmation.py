@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional
 
 from contract.metrics import METRICS
 
+from ..report.verdicts import value_text
 from .compare import Verdict
 from .explained import worse_pct
 
@@ -30,21 +31,22 @@ def rerun_name(name: str, k: int) -> str:
     return f"{name}{SUFFIX}{k}"
 
 
+def _split(run_id: str) -> tuple[str, int]:
+    """(the first run's id, k) of a k-th rerun's run or record id; (run_id, 0) of a first run's."""
+    head, sep, tail = run_id.partition(SUFFIX)
+    rest = tail.lstrip("0123456789")
+    return (head + rest, int(tail[:len(tail) - len(rest)])) if sep and rest != tail else (run_id, 0)
+
+
 def first_run_id(run_id: str) -> str:
     """The run id a rerun's record id (or a first run's) stands for: 00-collectives-confirm2-all_reduce and
     00-collectives-all_reduce -> 00-collectives-all_reduce; a first run's id unchanged."""
-    head, sep, tail = run_id.partition(SUFFIX)
-    if not sep or not tail[:1].isdigit():
-        return run_id
-    rest = tail.lstrip("0123456789")
-    return head + rest
+    return _split(run_id)[0]
 
 
 def rerun_number(run_id: str) -> int:
     """0 for a first run's id (or its record's), k for its k-th rerun's."""
-    head, sep, tail = run_id.partition(SUFFIX)
-    digits = tail[:len(tail) - len(tail.lstrip("0123456789"))]
-    return int(digits) if sep and digits else 0
+    return _split(run_id)[1]
 
 
 def regressions(verdicts: Iterable[Verdict]) -> list[Verdict]:
@@ -74,30 +76,22 @@ class Confirmed:
         ref, tol = self.first.reference, self.first.tolerance_pct
         if not ref or tol is None:
             return 0
-        direction = METRICS[self.first.metric].direction if self.first.metric in METRICS else "higher"
-        return sum(1 for x in self.values if worse_pct(x, ref, direction) > tol)
+        return sum(1 for x in self.values if worse_pct(x, ref, METRICS[self.first.metric].direction) > tol)
 
     def line(self) -> str:
         v, unit = self.first, f" {self.first.unit}" if self.first.unit else ""
-        reruns = ", ".join([*(_fmt(x) for x in self.values[1:]), *self.failed]) or "none recorded"
-        now = self.now.verdict if self.now else "no verdict"
+        reruns = ", ".join([*(value_text(x, v.unit) for x in self.values[1:]), *self.failed]) or "none recorded"
+        n, beyond = len(self.values), self.slower()
         if self.now is None:
             outcome = "no verdict on the runs together"
-        elif now == "regression":
-            outcome = f"regression, confirmed: {self.slower()} of {len(self.values)} runs read it"
+        elif self.now.verdict == "regression":
+            outcome = f"regression, confirmed: {beyond} of {n} runs read it"
         else:
-            outcome = (f"{now} on the median of {len(self.values)} runs ({_fmt(self.now.value)}{unit}): the first "
-                       f"run's reading did not repeat ({self.slower()} of {len(self.values)} runs beyond the "
-                       "tolerance)")
+            outcome = (f"{self.now.verdict} on the median of {n} runs ({value_text(self.now.value, v.unit)}{unit}): "
+                       f"the first run's reading did not repeat ({beyond} of {n} runs beyond the tolerance)")
         run = first_run_id(v.run_ids[0]) if v.run_ids else "?"
-        return (f"{run}: {v.benchmark} {v.metric} read {_fmt(v.value)}{unit} against {_fmt(v.reference)} in its first "
-                f"run; its reruns {reruns}: {outcome}")
-
-
-def _fmt(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3g}"
+        return (f"{run}: {v.benchmark} {v.metric} read {value_text(v.value, v.unit)}{unit} against "
+                f"{value_text(v.reference, v.unit)} in its first run; its reruns {reruns}: {outcome}")
 
 
 def _same(a: Verdict, b: Verdict) -> bool:

@@ -72,8 +72,8 @@ def test_a_reading_that_does_not_repeat_is_judged_on_the_median_of_the_runs(tmp_
     for text in (printed, md):
         assert ("Regressions run again (confirm_regressions=2): 2 regression(s) of 1 run(s) in their first run, 0 "
                 "of them on all the runs together") in text    # samples/s and step time
-        assert ("00-llama-tiny: llama-tiny samples_per_s read 15.00 samples/s against 22.00 in its first run; its "
-                "reruns 22.10, 21.90: pass on the median of 3 runs (21.90 samples/s): the first run's reading did not "
+        assert ("00-llama-tiny: llama-tiny samples_per_s read 15.000 samples/s against 22.000 in its first run; its "
+                "reruns 22.100, 21.900: pass on the median of 3 runs (21.900 samples/s): the first run's reading did not "
                 "repeat (1 of 3 runs beyond the tolerance)") in text
     judged = md.split("# Regressions run again")[0]
     assert "3 pass" in judged and "| regression" not in judged
@@ -82,14 +82,14 @@ def test_a_reading_that_does_not_repeat_is_judged_on_the_median_of_the_runs(tmp_
 def test_a_reading_that_repeats_stays_a_regression_and_says_so(tmp_path, monkeypatch):
     _, records, md = bench_of(tmp_path, monkeypatch, 15.0, [14.8, 15.2])
     assert len(records) == 3
-    assert "its reruns 14.80, 15.20: regression, confirmed: 3 of 3 runs read it" in md
+    assert "its reruns 14.800, 15.200: regression, confirmed: 3 of 3 runs read it" in md
     assert "2 regression(s) of 1 run(s) in their first run, 2 of them on all the runs together" in md
 
 
 def test_a_rerun_that_failed_is_named_by_its_status(tmp_path, monkeypatch):
     _, records, md = bench_of(tmp_path, monkeypatch, 15.0, [14.9, "error"])
     assert [r.status for r in records] == ["ok", "ok", "error"]
-    assert "its reruns 14.90, error: regression, confirmed: 2 of 2 runs read it" in md
+    assert "its reruns 14.900, error: regression, confirmed: 2 of 2 runs read it" in md
 
 
 def test_no_rerun_when_nothing_regressed_or_when_turned_off(tmp_path, monkeypatch):
