@@ -14,7 +14,7 @@ from typing import Callable
 from contract.spec import CollectiveSpec
 
 from . import collect, nightly
-from .verdict import compare, portability, submit
+from .verdict import alarms, compare, portability, submit
 from .nccl_tests import importer as nccl_tests
 from .verdict.ab import against
 from .bench import bench, plan_suite
@@ -173,6 +173,12 @@ def cmd_portability(args: list[str]) -> int:
     return portability.cli(args)
 
 
+def cmd_alarms(args: list[str]) -> int:
+    """How often a regression one run of a bench read did not repeat (its reruns: confirm_regressions), per machine,
+    platform and metric, from the history store: alarms [--store URL] [--platform P] [--all] [--markdown] [--json]."""
+    return alarms.cli(args)
+
+
 def cmd_tune(args: list[str]) -> int:
     """The three-step tuning method (NCCL variables; micro-batch x grad-acc x ZeRO stage; DeepSpeed
     communication knobs), grid or Bayesian, guided by the performance model; resumable with the same
@@ -304,6 +310,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plan": cmd_plan,
     "validate": cmd_validate,
     "compare": cmd_compare,
+    "alarms": cmd_alarms,
     "submit": cmd_submit,
     "nightly": cmd_nightly,
     "import-nccl-tests": cmd_import_nccl_tests,
@@ -312,7 +319,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "tune": cmd_tune,
     "gpu-check": cmd_gpu_check,
 }
-OWN_HELP = ("compare", "submit", "nightly", "import-nccl-tests", "portability", "model", "collect")  # commands with their own argparse --help
+OWN_HELP = ("compare", "alarms", "submit", "nightly", "import-nccl-tests", "portability", "model", "collect")  # commands with their own argparse --help
 
 
 def help_text() -> str:

@@ -17,8 +17,9 @@ from contract.spec import SPEC_FILE, CollectiveSpec
 from .atomic import make_folder, write_bytes_atomic, write_text_atomic
 from .verdict.baseline import baseline_text, judge
 from .collectives import Row, format_table
-from .verdict.compare import Verdict, compare
-from .verdict.confirmation import confirmed, rerun_name, section, to_confirm
+from .verdict.compare import compare
+from .verdict.alarms import keep_confirmations
+from .verdict.confirmation import FirstReading, confirmed, rerun_name, section, to_confirm
 from .config.choices import CollectiveSource, ContainerRuntime, Device, LauncherKind, RunKind
 from .config.compose import compose
 from .config.schema import REPO_ROOT, BenchConfig, PlatformConfig, to_dict
@@ -296,12 +297,13 @@ def plot_collectives(records: list[ResultRecord], cfg: BenchConfig, path: Path) 
 
 
 def compare_with_references(records: list[ResultRecord], out: Path, history: str = "none",
-                            first: Optional[list[Verdict]] = None, times: int = 0) -> None:
+                            first: Optional[FirstReading] = None, times: int = 0) -> None:
     """The verdicts against reference_results/, then, for what no reference of this machine judged,
     against this machine's earlier bench runs (harness/verdict/baseline.py; `history`: the config key),
     printed and written as compare.md; `bench`'s exit status does not depend on them:
     `python -m harness compare` and the nightly job decide that. `first`: the verdicts of the first runs alone
-    where regressions among them were run again `times` times (confirm_regressions): what that found follows."""
+    where regressions among them were run again `times` times (confirm_regressions): what that found follows, and is
+    kept in the history store (harness/verdict/alarms.py)."""
     tables = read_references()  # a table that does not parse is left out and named, never the end of a bench
     verdicts = compare(records, tables.references)
     counts = verdict_counts(verdicts)  # references this run did not plan: one line under the table, not rows
@@ -310,7 +312,10 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     base = judge(records, verdicts, history, out)
     machine = load_line(records)
     text = baseline_text(base, verdict_table(base.verdicts, ref_name="baseline"))
-    again = section(confirmed(first or [], verdicts + base.verdicts, records), times)
+    found = confirmed(first, verdicts + base.verdicts, records) if first is not None else []
+    again = section(found, times)
+    unkept = keep_confirmations(first, found, records, history, out, times) if first is not None else ""
+    again = "\n".join(x for x in (again, unkept) if x)
     print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n{left_out}"
           + verdict_table(verdicts, missing="summary")
           + (f"\n\n{text}" if text else "") + (f"\n\n{again}" if again else ""))
@@ -324,27 +329,31 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
                                             ).encode("utf-8"))
 
 
-def first_verdicts(records: list[ResultRecord], out: Path, history: str) -> list[Verdict]:
+def first_verdicts(records: list[ResultRecord], out: Path, history: str) -> FirstReading:
     """The verdicts of `records` against reference_results/ and this machine's baseline, nothing kept."""
     verdicts = compare(records, read_references().references)
-    return verdicts + judge(records, verdicts, history, out, keep=False).verdicts
+    return FirstReading(verdicts, judge(records, verdicts, history, out, keep=False).verdicts)
 
 
 def confirm_regressions(records: list[ResultRecord], planned: list[PlannedRun], out: Path,
                         images: Optional[ImageDigests] = None,
-                        keep_compile_cache: Collection[str] = ()) -> tuple[list[ResultRecord], list[Verdict]]:
+                        keep_compile_cache: Collection[str] = ()) -> tuple[list[ResultRecord], Optional[FirstReading]]:
     """Each run whose first records read a regression, run `confirm_regressions` times more, interleaved (every
     such run once, then again), after the suite (harness/verdict/confirmation.py): the records of all runs, and
-    the first runs' verdicts ([] when nothing was run again)."""
+    the first runs' verdicts (None when they were not judged for it: confirm_regressions=0, or the reruns could
+    not be launched)."""
     times, history = planned[0].cfg.confirm_regressions, planned[0].cfg.history
     if times < 1 or not records:
-        return records, []
+        return records, None
     first = first_verdicts(records, out, history)
-    ids = to_confirm(first, {p.run.run_id: p.run.record_ids() for p in planned})
+    ids = to_confirm(first.all, {p.run.run_id: p.run.record_ids() for p in planned})
     if not ids:
-        return records, []
+        return records, first
+    took = sum(max((r.wall_s for r in records if r.run_id in p.run.record_ids()), default=0.0)   # a sweep's records
+               for p in planned if p.run.run_id in ids)                                         # share its wall time
     print(f"\n{len(ids)} run(s) read a regression in their first run ({', '.join(ids)}): each runs {times} more "
-          f"time(s) to confirm it (confirm_regressions={times}; 0: none)", flush=True)
+          f"time(s) to confirm it (about {times * took:.0f} s: their first runs took {took:.0f} s; "
+          f"confirm_regressions={times}; 0: none)", flush=True)
     try:
         again = [PlannedRun(p.cfg, plan_rerun(p.run, p.cfg, rerun_name(p.run.name, k), out, REPO_ROOT, CACHE_DIR,
                                               images))
@@ -352,11 +361,11 @@ def confirm_regressions(records: list[ResultRecord], planned: list[PlannedRun], 
         return records + execute(again, out, keep_compile_cache=keep_compile_cache), first
     except HarnessError as exc:   # the first runs' records are written: their summary and verdicts still are
         print(f"the regressions were not run again: {exc}", flush=True)
-        return records, []
+        return records, None
 
 
 def write_results(records: list[ResultRecord], out: Path, suite: str, overrides: list[str], history: str = "none",
-                  first: Optional[list[Verdict]] = None, times: int = 0, **more) -> None:
+                  first: Optional[FirstReading] = None, times: int = 0, **more) -> None:
     """The summary (printed and summary.md), suite.json (with `more`) and compare.md of these records."""
     parity = stack_parity(records)
     said = ("Loss parity of the stack's variants against eager (same seed, step by step; harness/tune/parity.py)\n"

@@ -53,6 +53,21 @@ def regressions(verdicts: Iterable[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if v.verdict == "regression"]
 
 
+@dataclass
+class FirstReading:
+    """The verdicts of a bench's first runs, before any ran again: against reference_results/ and against this
+    machine's baseline (what no reference of this machine judged: harness/verdict/baseline.py)."""
+    reference: list[Verdict]
+    baseline: list[Verdict]
+
+    @property
+    def all(self) -> list[Verdict]:
+        return self.reference + self.baseline
+
+    def against(self, v: Verdict) -> str:
+        return "baseline" if any(v is b for b in self.baseline) else "reference"
+
+
 def to_confirm(verdicts: Iterable[Verdict], record_ids: dict[str, list[str]]) -> list[str]:
     """The runs (their run ids, in `record_ids`' order: run id -> the record ids it writes) whose records a
     regression verdict was judged on."""
@@ -70,6 +85,15 @@ class Confirmed:
     """The verdict on all its runs (None when no verdict of that metric and reference came back)."""
     failed: tuple[str, ...] = ()
     """The status of each rerun that did not measure it (error, timeout, oom)."""
+    against: str = "reference"
+    """What the first verdict judged it against: 'reference' (reference_results/) or 'baseline' (this machine's)."""
+
+    def outcome(self) -> str:
+        """'confirmed' (a regression on all the runs together), 'not repeated' (any other verdict on them), or
+        'no verdict'."""
+        if self.now is None:
+            return "no verdict"
+        return "confirmed" if self.now.verdict == "regression" else "not repeated"
 
     def slower(self) -> int:
         """How many of the runs read it beyond the tolerance, on the worse side of the first verdict's reference."""
@@ -84,7 +108,7 @@ class Confirmed:
         n, beyond = len(self.values), self.slower()
         if self.now is None:
             outcome = "no verdict on the runs together"
-        elif self.now.verdict == "regression":
+        elif self.outcome() == "confirmed":
             outcome = f"regression, confirmed: {beyond} of {n} runs read it"
         else:
             outcome = (f"{self.now.verdict} on the median of {n} runs ({value_text(self.now.value, v.unit)}{unit}): "
@@ -100,17 +124,17 @@ def _same(a: Verdict, b: Verdict) -> bool:
         and a.config == b.config and a.reference == b.reference
 
 
-def confirmed(first: list[Verdict], final: list[Verdict], records: list[Any]) -> list[Confirmed]:
+def confirmed(first: FirstReading, final: list[Verdict], records: list[Any]) -> list[Confirmed]:
     """Each regression of `first` with the values of its configuration's runs among `records` (the first run's,
     then its reruns', in order) and the verdict of `final` on the same metric against the same reference."""
     out = []
-    for v in regressions(first):
+    for v in regressions(first.all):
         ids = {first_run_id(r) for r in v.run_ids}
         runs = sorted((r for r in records if first_run_id(r.run_id) in ids), key=lambda r: rerun_number(r.run_id))
         values = [float(r.metrics[v.metric]["value"]) for r in runs if v.metric in r.metrics]
         failed = tuple(r.status for r in runs if v.metric not in r.metrics)
         now = next((f for f in final if _same(f, v)), None)
-        out.append(Confirmed(v, values, now, failed))
+        out.append(Confirmed(v, values, now, failed, first.against(v)))
     return out
 
 
@@ -119,7 +143,7 @@ def section(found: list[Confirmed], times: int) -> str:
     if not found:
         return ""
     runs = len({first_run_id(c.first.run_ids[0]) for c in found if c.first.run_ids})
-    kept = sum(1 for c in found if c.now is not None and c.now.verdict == "regression")
+    kept = sum(1 for c in found if c.outcome() == "confirmed")
     head = (f"Regressions run again (confirm_regressions={times}): {len(found)} regression(s) of {runs} run(s) in "
             f"their first run, {kept} of them on all the runs together; each such run ran {times} more time(s) "
             "after the suite, and the tables above judge all its runs (their median).")

@@ -10,7 +10,8 @@ whose records reached the disk but not the store (the nightly killed, or the sto
 is stored from its record files, not redone.
 
 `bench` keeps its runs here too (table bench_runs, by machine): on a machine with no reference of
-its own, the earlier bench runs of that machine are its baseline (harness/verdict/baseline.py).
+its own, the earlier bench runs of that machine are its baseline (harness/verdict/baseline.py). And what its
+regressions became when it ran them again (tables confirm_benches and confirmations: harness/verdict/alarms.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from ..errors import HarnessError
 from ..record import ResultRecord
@@ -103,8 +104,9 @@ class History:
             self.upgraded = upgrade(self.engine, self.name, remedy)
             # the tables as the migrations made them (harness/verdict/store_migrations: the one definition)
             meta = sa.MetaData()
-            meta.reflect(bind=self.engine, only=["nights", "runs", "bench_runs"])
+            meta.reflect(bind=self.engine, only=["nights", "runs", "bench_runs", "confirm_benches", "confirmations"])
         self.nights, self.runs, self.bench_runs = (meta.tables[t] for t in ("nights", "runs", "bench_runs"))
+        self.confirm_benches, self.confirmations = meta.tables["confirm_benches"], meta.tables["confirmations"]
         if self.upgraded:
             print(self.upgraded, file=sys.stderr)
 
@@ -228,3 +230,32 @@ class History:
                                     bench.out_dir.in_([o.out_dir for o in outs]))
                              .order_by(bench.created_utc, bench.run_id)).all()
         return [(r.out_dir, _record(r.record, f"{self.name}: run of {r.out_dir}")) for r in rows]
+
+    def add_confirmations(self, machine: str, platform: str, out_dir: str, times: int, judged: str,
+                          rows: list[dict]) -> None:
+        """One bench's confirmation (harness/verdict/alarms.py: `judged`, its first verdicts counted, JSON; `rows`, the
+        regressions its first runs read and what their reruns read) in one transaction; a folder kept before is
+        replaced."""
+        now = _now()
+        with self._db(write=True) as c:
+            for table in (self.confirm_benches, self.confirmations):
+                c.execute(table.delete().where(table.c.machine == machine, table.c.platform == platform,
+                                               table.c.out_dir == out_dir))
+            c.execute(self.confirm_benches.insert().values(machine=machine, platform=platform, out_dir=out_dir,
+                                                           times=times, judged=judged, created_utc=now))
+            for row in rows:
+                c.execute(self.confirmations.insert().values(machine=machine, platform=platform, out_dir=out_dir,
+                                                             created_utc=now, **row))
+
+    def confirmation_rows(self, platform: Optional[str] = None) -> tuple[list[Any], list[Any]]:
+        """(the benches that ran their regressions again, the regressions they read), oldest first; one platform's
+        where given. Rows as the database returns them (attributes named as the columns)."""
+        benches, found = self.confirm_benches, self.confirmations
+        with self._db() as c:
+            out = []
+            for table in (benches, found):
+                query = self.sa.select(table)
+                if platform is not None:
+                    query = query.where(table.c.platform == platform)
+                out.append(c.execute(query.order_by(table.c.created_utc, table.c.out_dir)).all())
+        return out[0], out[1]

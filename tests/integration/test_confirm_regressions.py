@@ -2,11 +2,14 @@
 harness/verdict/confirmation.py), for real: two benches make this machine's baseline (a configuration the shipped
 references lack, seq_len 64), a third is slowed on purpose (measure.inject_delay_s: 0.1 s in every micro-step, about
 3x the step), so its first run reads a regression; the bench runs it again under its own id, judges both runs
-together, and says the regression repeated. What a reading that does not repeat becomes is decided on known values
-in tests/unit/test_confirm_regressions.py (a spell of the host cannot be ordered here)."""
+together, says the regression repeated, and keeps that in the history store, where `python -m harness alarms` counts
+it. What a reading that does not repeat becomes is decided on known values in tests/unit/test_confirm_regressions.py
+and test_alarms.py (a spell of the host that the machine's pulses do not see cannot be ordered here)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -43,12 +46,24 @@ def test_a_regression_that_repeats_is_run_again_and_stays_one(tmp_path):
     md = (out / "compare.md").read_text()
     section = md.split("# Regressions run again", 1)[1]
     assert "of them on all the runs together" in section
+    assert "Kept in the history store (" in section and "python -m harness alarms --store sqlite:///" in section
     assert ("00-llama-tiny: llama-tiny samples_per_s read" in section
             and "regression, confirmed: 2 of 2 runs read it" in section), section
     # the baseline judged both runs (n 2/2), and the store keeps both as this bench's
     assert "| regression |" in md.split("# This machine's baseline", 1)[1].split("# Regressions run again")[0]
-    kept = History(f"sqlite:///{tmp_path / 'history.sqlite'}").bench_records(_machine(out), "cpu", 5)
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    kept = History(url).bench_records(_machine(out), "cpu", 5)
     assert sorted(rec.run_id for d, rec in kept if d == str(out.resolve())) == ["00-llama-tiny", "00-llama-tiny-confirm1"]
+    # and what the confirmation found (harness/verdict/alarms.py): the benches that ran none again are not counted
+    benches, rows = History(url).confirmation_rows()
+    assert [(b.out_dir, b.times) for b in benches] == [(str(out.resolve()), 1)]
+    assert ("llama-tiny", "samples_per_s", "baseline", 1) in [tuple(j) for j in json.loads(benches[0].judged)]
+    mine = [(r.record_id, r.outcome, r.against, r.beyond) for r in rows if r.metric == "samples_per_s"]
+    assert mine == [("00-llama-tiny", "confirmed", "baseline", 2)]
+    said = subprocess.run([sys.executable, "-m", "harness", "alarms", "--store", url], capture_output=True, text=True)
+    assert said.returncode == 0, said.stderr
+    row = next(line.split() for line in said.stdout.splitlines() if line.startswith("llama-tiny  samples_per_s"))
+    assert row[:8] == ["llama-tiny", "samples_per_s", "baseline", "1", "1", "1", "0", "0.0"], said.stdout
 
 
 def _machine(out) -> str:

@@ -1,6 +1,6 @@
 """The history store as a team's shared PostgreSQL database (issue 29), run for real against a
 private server (tests/integration/conftest.py: postgres_server): the schema created and upgraded
-there by the same migrations as SQLite, two platforms' nightlies writing into one store at the same
+there by the same migrations as SQLite (and what benches' reruns read, counted by `alarms`), two platforms' nightlies writing into one store at the same
 time, a nightly SIGKILLed in the middle of a write, `bench history=postgresql://...`, and a store
 that cannot be reached or refuses the login."""
 from __future__ import annotations
@@ -83,6 +83,19 @@ def test_an_unversioned_store_is_upgraded_on_postgresql_and_a_newer_one_refused(
         indexes = {r[0] for r in c.execute(sa.text("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'"))}
     assert "ix_runs_platform_night" in indexes
     assert len(store.records("cpu")) == 8                 # the fixture's runs, read back through the validator
+    # what a bench's reruns read (0004; harness/verdict/alarms.py), kept and counted there as in SQLite
+    row = dict(record_id="00-llama-tiny", metric="samples_per_s", against="baseline", benchmark="llama-tiny",
+               unit="samples/s", reference=70.0, tolerance_pct=10.0, first_value=50.0, first_worse_pct=28.6,
+               reruns="[69.0, 71.0]", failed="[]", beyond=1, outcome="not repeated", final_verdict="pass",
+               final_value=69.0)
+    for _ in range(2):                                    # the folder kept again replaces its rows
+        store.add_confirmations("host-a", "cpu", "/out/a", 2, '[["llama-tiny", "samples_per_s", "baseline", 1]]',
+                                [row])
+    assert count(pg_store, "confirm_benches") == 1 and count(pg_store, "confirmations") == 1
+    said = run([sys.executable, "-m", "harness", "alarms", "--store", pg_store, "--markdown"])
+    assert said.returncode == 0, said.stderr
+    assert "| llama-tiny | samples_per_s | baseline | 1 | 1 | 0 | 1 | 100.0 % | +29 % | - | 10 % | >= 29 % |" \
+        in said.stdout, said.stdout
 
     with pg.begin() as c:
         c.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))

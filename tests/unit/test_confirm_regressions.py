@@ -5,12 +5,14 @@ and of one that did not. The launches are the suite's own (tests/integration/tes
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import pytest
 
 import harness.bench
 from harness.bench import compare_with_references, confirm_regressions, plan_suite
 from harness.errors import ConfigError
+from harness.record import ResultRecord
 from harness.verdict.compare import Verdict
 from harness.verdict.confirmation import first_run_id, rerun_name, rerun_number, to_confirm
 from harness.verdict.references import ReferenceTables
@@ -39,25 +41,30 @@ def test_the_runs_to_confirm_are_those_whose_records_regressed():
     assert to_confirm(found[1:2], runs) == []
 
 
-def bench_of(tmp_path, monkeypatch, first: float, reruns: list[float], *args: str):
+def bench_of(tmp_path, monkeypatch, first: float, reruns: list[float], *args: str, history: str = "none",
+             environment: Optional[dict] = None):
     """A bench of one llama-tiny run (ZeRO-2, mb 4 x ga 2, the table's configuration at 22 samples/s, 25 %) whose
     first run read `first` samples/s and whose reruns read `reruns` (a status where one failed): what it launched
-    again, and what it said."""
+    again, and what it said. `history`: the config key; `environment`: the records' (a machine for the store)."""
     monkeypatch.setattr(harness.bench, "read_references", lambda paths=None: ReferenceTables(table(), []))
-    out, planned = plan_suite(["suite=single", "zero=stage2", "workload.micro_batch_size=4", "history=none",
+    out, planned = plan_suite(["suite=single", "zero=stage2", "workload.micro_batch_size=4", f"history={history}",
                                f"out={tmp_path / 'out'}", *args])
     launched = []
 
+    def record(run_id: str, value: float) -> ResultRecord:
+        rec = dataclasses.replace(ran(0, value), run_id=run_id)
+        return dataclasses.replace(rec, environment={**rec.environment, **(environment or {})})
+
     def execute(again, out, multirun=False, keep_compile_cache=()):
         launched.extend(p.run for p in again)
-        return [dataclasses.replace(ran(0, v), run_id=p.run.run_id) if isinstance(v, float) else
-                dataclasses.replace(ran(0, 1.0), run_id=p.run.run_id, status=v, reason="rank 1 exited 1", metrics={})
+        return [record(p.run.run_id, v) if isinstance(v, float) else
+                dataclasses.replace(record(p.run.run_id, 1.0), status=v, reason="rank 1 exited 1", metrics={})
                 for p, v in zip(again, reruns)]
 
     monkeypatch.setattr(harness.bench, "execute", execute)
-    records = [dataclasses.replace(ran(0, first), run_id=planned[0].run.run_id)]
+    records = [record(planned[0].run.run_id, first)]
     records, first_verdicts = confirm_regressions(records, planned, out)
-    compare_with_references(records, out, "none", first_verdicts, planned[0].cfg.confirm_regressions)
+    compare_with_references(records, out, planned[0].cfg.history, first_verdicts, planned[0].cfg.confirm_regressions)
     return launched, records, (out / "compare.md").read_text()
 
 

@@ -48,6 +48,7 @@ def test_a_store_of_the_unversioned_suite_is_upgraded_in_place_keeping_every_row
     assert {"ix_runs_platform_night", "ix_nights_platform_night", "ix_bench_runs_machine_platform"} <= indexes
     assert len(h.records("cpu")) == 8 and h.earlier_nights("cpu", "2026-11-23", 5) == ["2026-11-21", "2026-11-22"]
     assert len(h.bench_records("host-a", "cpu", 3)) == 4
+    assert h.confirmation_rows() == ([], [])                         # what benches' reruns read (0004): none yet
     assert History(f"sqlite:///{store}").upgraded is None             # at the head: nothing to do
 
 
@@ -59,6 +60,8 @@ def test_a_new_store_is_created_at_the_head_with_the_baselines_tables(tmp_path):
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
     # the baseline migration is the schema the old suite wrote; since, the host that started a night (0003)
     assert _columns(store) == {**_columns(FIXTURE), "nights": [*_columns(FIXTURE)["nights"], ("host", "VARCHAR(255)", 0, 0)]}
+    with sqlite3.connect(store) as c:                                 # and what benches' reruns read (0004)
+        assert {"confirm_benches", "confirmations"} <= {r[0] for r in c.execute("SELECT name FROM sqlite_master")}
     h.start_night("2026-11-26", "cpu", "nightly-cpu", "out")
     assert not h.start_night("2026-11-26", "cpu", "nightly-cpu", "out")
 
