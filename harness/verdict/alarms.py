@@ -20,7 +20,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..config.schema import REPO_ROOT
 from ..errors import HarnessError
@@ -33,7 +33,8 @@ from .history import DEFAULT_URL, History, store_file, store_name
 
 JUDGED = ("pass", "regression", "improvement", "insufficient data")
 """A first verdict that read a value against a reference of its machine: one that could have been a regression."""
-OUTCOMES = ("confirmed", "not repeated", "no verdict")
+OUTCOMES = ("confirmed", "unsettled", "not repeated", "no verdict")
+"""What the runs together said of a first run's regression (confirmation.Confirmed.outcome)."""
 
 
 def judged_counts(first: FirstReading) -> list[list[Any]]:
@@ -86,7 +87,6 @@ class Tally:
     outcomes: Counter = field(default_factory=Counter)
     worse: dict[str, list[float]] = field(default_factory=lambda: {o: [] for o in OUTCOMES})
     tolerances: set[float] = field(default_factory=set)
-    unit: Optional[str] = None
 
     @property
     def read(self) -> int:
@@ -118,7 +118,6 @@ def tallies(benches: list[Any], rows: list[Any]) -> dict[tuple, dict[tuple, Tall
         t = out.setdefault((r.machine, r.platform), {}).setdefault((r.benchmark, r.metric, r.against), Tally())
         t.outcomes[r.outcome] += 1
         t.worse[r.outcome].append(r.first_worse_pct)
-        t.unit = r.unit
         if r.tolerance_pct is not None:
             t.tolerances.add(r.tolerance_pct)
     return out
@@ -131,7 +130,7 @@ def _span(xs: list[float]) -> str:
     return f"{lo:+.0f} %" if round(lo) == round(hi) else f"{lo:+.0f} to {hi:+.0f} %"
 
 
-HEADERS = ["benchmark", "metric", "against", "judged", "read", "confirmed", "not repeated", "false alarms",
+HEADERS = ["benchmark", "metric", "against", "judged", "read", "confirmed", "unsettled", "not repeated", "false alarms",
            "first read: not repeated", "first read: confirmed", "tolerance", "a tolerance passing the not repeated"]
 
 
@@ -152,11 +151,12 @@ def report(benches: list[Any], rows: list[Any], store: str, every: bool = False,
         parts.append(f"{platform} on {machine}: {len(dates)} bench(es) from {dates[0] if dates else '?'} to "
                      f"{dates[-1] if dates else '?'}; {judged} first verdict(s) judged over {len(by)} metric(s); "
                      f"{sum(total.values())} regression(s) read: {total['confirmed']} confirmed, "
-                     f"{total['not repeated']} did not repeat, {total['no verdict']} without a verdict")
+                     f"{total['unsettled']} unsettled, {total['not repeated']} did not repeat, "
+                     f"{total['no verdict']} without a verdict")
         shown = [(k, t) for k, t in sorted(by.items()) if every or t.read]
         if shown:
             parts.append(text_table(HEADERS, [[b, m, a, str(t.judged), str(t.read), str(t.outcomes["confirmed"]),
-                                               str(t.outcomes["not repeated"]), t.rate(), _span(t.worse["not repeated"]),
+                                               str(t.outcomes["unsettled"]), str(t.outcomes["not repeated"]), t.rate(), _span(t.worse["not repeated"]),
                                                _span(t.worse["confirmed"]),
                                                ", ".join(f"{x:g} %" for x in sorted(t.tolerances)) or "-",
                                                t.separating()]

@@ -89,11 +89,15 @@ class Confirmed:
     """What the first verdict judged it against: 'reference' (reference_results/) or 'baseline' (this machine's)."""
 
     def outcome(self) -> str:
-        """'confirmed' (a regression on all the runs together), 'not repeated' (any other verdict on them), or
-        'no verdict'."""
+        """'confirmed' (a regression on all the runs together), 'not repeated' (another verdict on them, and no rerun
+        read it beyond the tolerance: the first run's reading alone), 'unsettled' (another verdict on them, but a
+        rerun read it too: a spell that lasted into the reruns, or a change the runs cannot tell; more runs would),
+        or 'no verdict'."""
         if self.now is None:
             return "no verdict"
-        return "confirmed" if self.now.verdict == "regression" else "not repeated"
+        if self.now.verdict == "regression":
+            return "confirmed"
+        return "unsettled" if self.slower() > 1 else "not repeated"
 
     def slower(self) -> int:
         """How many of the runs read it beyond the tolerance, on the worse side of the first verdict's reference."""
@@ -110,6 +114,9 @@ class Confirmed:
             outcome = "no verdict on the runs together"
         elif self.outcome() == "confirmed":
             outcome = f"regression, confirmed: {beyond} of {n} runs read it"
+        elif self.outcome() == "unsettled":
+            outcome = (f"{self.now.verdict} on the median of {n} runs ({value_text(self.now.value, v.unit)}{unit}): "
+                       f"unsettled, {beyond} of {n} runs read it beyond the tolerance (more runs would tell)")
         else:
             outcome = (f"{self.now.verdict} on the median of {n} runs ({value_text(self.now.value, v.unit)}{unit}): "
                        f"the first run's reading did not repeat ({beyond} of {n} runs beyond the tolerance)")

@@ -63,7 +63,7 @@ def test_a_regression_that_repeats_is_run_again_and_stays_one(tmp_path):
     said = subprocess.run([sys.executable, "-m", "harness", "alarms", "--store", url], capture_output=True, text=True)
     assert said.returncode == 0, said.stderr
     row = next(line.split() for line in said.stdout.splitlines() if line.startswith("llama-tiny  samples_per_s"))
-    assert row[:8] == ["llama-tiny", "samples_per_s", "baseline", "1", "1", "1", "0", "0.0"], said.stdout
+    assert row[:9] == ["llama-tiny", "samples_per_s", "baseline", "1", "1", "1", "0", "0", "0.0"], said.stdout
 
 
 def _machine(out) -> str:

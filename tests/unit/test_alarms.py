@@ -20,10 +20,11 @@ BOX = {"host": "box-a", "machine": {"cpu": {}}}
 
 
 def benches(tmp_path, monkeypatch) -> str:
-    """Three benches of one machine that ran their regressions again (one confirmed, one that did not repeat, one
-    that read none) and one that did not (confirm_regressions=0): the store's URL."""
+    """Four benches of one machine that ran their regressions again (one confirmed, one that did not repeat, one
+    unsettled, one that read none) and one that did not (confirm_regressions=0): the store's URL."""
     url = f"sqlite:///{tmp_path / 'history.sqlite'}"
     for name, first, reruns, more in (("slow", 15.0, [14.8, 15.2], ()), ("spell", 15.0, [22.1, 21.9], ()),
+                                      ("lasting", 15.0, [15.5, 22.0], ()),
                                       ("calm", 21.5, [], ()), ("off", 15.0, [], ("confirm_regressions=0",))):
         bench_of(tmp_path / name, monkeypatch, first, reruns, *more, history=url, environment=BOX)
     return url
@@ -34,12 +35,13 @@ def test_each_bench_keeps_what_its_reruns_read(tmp_path, monkeypatch):
     assert "Kept in the history store (" in (tmp_path / "spell" / "out" / "compare.md").read_text()
     assert "Kept in the history store" not in (tmp_path / "calm" / "out" / "compare.md").read_text()
     kept, rows = History(url).confirmation_rows()
-    assert [(b.machine, b.platform, b.times) for b in kept] == [("host box-a", "cpu", 2)] * 3   # not the one with 0
-    assert {b.out_dir.split("/")[-2] for b in kept} == {"slow", "spell", "calm"}
+    assert [(b.machine, b.platform, b.times) for b in kept] == [("host box-a", "cpu", 2)] * 4   # not the one with 0
+    assert {b.out_dir.split("/")[-2] for b in kept} == {"slow", "spell", "lasting", "calm"}
     assert json.loads(kept[0].judged) == [["llama-tiny", m, "reference", 1]
                                           for m in ("peak_mem_gib", "samples_per_s", "step_time_s")]
     found = {(r.out_dir.split("/")[-2], r.metric): r for r in rows}
-    assert set(found) == {(b, m) for b in ("slow", "spell") for m in ("samples_per_s", "step_time_s")}
+    assert set(found) == {(b, m) for b in ("slow", "spell", "lasting") for m in ("samples_per_s", "step_time_s")}
+    assert (found["lasting", "samples_per_s"].outcome, found["lasting", "samples_per_s"].beyond) == ("unsettled", 2)
     slow, spell = found["slow", "samples_per_s"], found["spell", "samples_per_s"]
     assert (slow.outcome, slow.final_verdict, json.loads(slow.reruns), slow.beyond) == ("confirmed", "regression",
                                                                                       [14.8, 15.2], 3)
@@ -55,10 +57,10 @@ def test_alarms_counts_the_false_alarms_per_metric(tmp_path, monkeypatch, capsys
     assert main(["alarms", "--store", url]) == 0
     said = capsys.readouterr().out
     flat = " ".join(said.split())                         # its lines wrapped at the house width
-    assert ("cpu on host box-a: 3 bench(es) from" in flat and "9 first verdict(s) judged over 3 metric(s); 4 "
-            "regression(s) read: 2 confirmed, 2 did not repeat, 0 without a verdict") in flat, said
+    assert ("cpu on host box-a: 4 bench(es) from" in flat and "12 first verdict(s) judged over 3 metric(s); 6 "
+            "regression(s) read: 2 confirmed, 2 unsettled, 2 did not repeat, 0 without a verdict") in flat, said
     row = next(line.split() for line in said.splitlines() if line.startswith("llama-tiny") and "samples_per_s" in line)
-    assert row[:8] == ["llama-tiny", "samples_per_s", "reference", "3", "2", "1", "1", "33.3"]
+    assert row[:9] == ["llama-tiny", "samples_per_s", "reference", "4", "3", "1", "1", "1", "25.0"]
     assert "+32 %  " in said and "25 %" in said
     assert "none (1 at or beyond the smallest confirmed, 32 %)" in said
     assert "peak_mem_gib" not in said                     # judged, never read a regression: a row with --all
@@ -66,7 +68,7 @@ def test_alarms_counts_the_false_alarms_per_metric(tmp_path, monkeypatch, capsys
     assert main(["alarms", "--store", url, "--json"]) == 0
     rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)}
     assert (rows["samples_per_s"]["judged"], rows["samples_per_s"]["not_repeated"], rows["peak_mem_gib"]["read"]) \
-        == (3, 1, 0)
+        == (4, 1, 0)
     assert main(["alarms", "--store", url, "--platform", "h100"]) == 0
     assert "No bench in" in capsys.readouterr().out
 
@@ -92,7 +94,7 @@ def test_a_folder_kept_again_replaces_its_confirmation(tmp_path):
     kept, rows = h.confirmation_rows()
     assert len(kept) == 1 and len(rows) == 1
     text = report(kept, rows, "h.sqlite", markdown=True)
-    assert "| x | samples_per_s | reference | 1 | 1 | 0 | 1 | 100.0 % | +50 % | - | 10 % | >= 51 % |" in text
+    assert "| x | samples_per_s | reference | 1 | 1 | 0 | 0 | 1 | 100.0 % | +50 % | - | 10 % | >= 51 % |" in text
 
 
 def test_a_store_that_cannot_keep_it_is_a_note_and_the_bench_goes_on(tmp_path, monkeypatch):
