@@ -27,6 +27,12 @@ class Metric:
     """It moves with the machine's own speed where every rank runs on one cpu host (a collective over gloo moves
     its bytes through the host's memory on its CPUs), and with the network's elsewhere: paced there only
     (harness/pace.py one_cpu_host)."""
+    per_step: bool = False
+    """The time of one step, a fixed amount of work: the reciprocal of the step's rate (samples/s of the same
+    median), so its change is judged as the rate's, 1 - reference/now (worse_pct), not (now - reference) /
+    reference. Otherwise one median read two verdicts: a step 1.25-1.33x slower is beyond a 25 % tolerance of its
+    time and within that of its samples/s (3 of the 7 step_time_s regressions of 13 default-cpu benches on the Zen 5
+    EPYC, 2026-12-06, had no samples_per_s regression beside them: docs/verdicts.md "Tolerance")."""
     latency_bound: bool = False
     """A sweep's small sizes, which gloo's latency bounds: on nodes that share one kernel (the emulated
     cluster) they wait on the ranks' wake-ups as on one host, while the larger sizes move at the link's rate:
@@ -37,14 +43,14 @@ _ALL = (
     # a training record's metrics; those with reference_kind are what a submission puts in the reference table
     Metric("samples_per_s", "samples/s", "higher", (0, 1e7, False), "training", paced=True),
     Metric("tokens_per_s", "tokens/s", "higher", (0, 1e10, False), "training", paced=True),
-    Metric("step_time_s", "s", "lower", (0, 1e5, False), "training", paced=True),
+    Metric("step_time_s", "s", "lower", (0, 1e5, False), "training", paced=True, per_step=True),
     Metric("peak_mem_gib", "GiB", "lower", (0, 1e4, True), "training", tolerance_pct=5.0),
     Metric("mfu_pct", "%", "higher", (0, 100, True), "training", paced=True),
     Metric("mfu_with_teacher_pct", "%", "higher", (0, 100, True), "training", paced=True),
     Metric("matmul_eff_pct", "%", "higher", (0, 1000, True), "training"),
     # model FLOP/s over the matmul rate the machine's probe measured (harness/probe.py): comparable across machines
     Metric("tokens_per_s_per_device", "tokens/s", "higher", paced=True),
-    Metric("profile_step_time_s", "s", "lower", paced=True),
+    Metric("profile_step_time_s", "s", "lower", paced=True, per_step=True),
     Metric("instrumentation_overhead_pct", "%", "lower"),
     Metric("comm_time_s", "s", "lower", paced=True),
     Metric("comm_fraction_pct", "%", "lower"),

@@ -10,6 +10,8 @@ import statistics
 from collections import Counter
 from typing import Any, Optional
 
+from contract.metrics import METRICS
+
 from ..verdict.compare import ACROSS_MACHINES, machine_of
 from ..verdict.cross_machine import MachinePair, better_ratio, machine_pairs, with_isa
 from ..provenance import CONTENT_PREFIX
@@ -32,7 +34,10 @@ on bare metal (0), nothing is said."""
 SHOWN_KEYS = ("zero_stage", "micro_batch_size", "grad_acc_steps", "seq_len")
 """Configuration keys said first in a configuration's label; every other key that tells rows apart follows in full."""
 def _direction(v) -> str:
-    """'higher' or 'lower' is better: from the verdict's own numbers where they moved, else the metric."""
+    """'higher' or 'lower' is better: from the verdict's own numbers where they moved, else the metric. A step's
+    time (contract.metrics per_step) is judged as its rate (explained.worse_pct): its change reads as one."""
+    if METRICS.get(v.metric) is not None and METRICS[v.metric].per_step:
+        return "higher"
     if v.worse_pct and v.value is not None and v.reference:
         return "higher" if (v.value - v.reference) * v.worse_pct < 0 else "lower"
     return next((m[v.metric] for m in REFERENCE_METRICS.values() if v.metric in m), "higher")
@@ -77,7 +82,8 @@ def interval_text(v) -> str:
 
 
 def tolerance_text(v) -> str:
-    """The band of now/ref a pass lies in: tolerance 25 % of a step time is [0.80x, 1.33x]."""
+    """The band of now/ref a pass lies in: tolerance 25 % of a memory figure is [0.80x, 1.33x]; of a rate, and of a
+    step's time (judged as its rate), [0.75x, 1.25x]."""
     if v.tolerance_pct is None:
         return "-"
     d = _direction(v)

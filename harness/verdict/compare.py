@@ -166,14 +166,14 @@ def pairing(references: list[Reference], group: Group) -> list[list[Reference]]:
 
 
 def bootstrap_interval(current: list[float], reference: list[float], direction: str,
-                       rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0) -> tuple[float, float]:
+                       rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0, metric: Optional[str] = None) -> tuple[float, float]:
     """95% interval of worse_pct between the medians, resampling each side with replacement."""
     rng = random.Random(seed)
     values = []
     for _ in range(rounds):
         cur = statistics.median(rng.choices(current, k=len(current)))
         ref = statistics.median(rng.choices(reference, k=len(reference)))
-        values.append(worse_pct(cur, ref, direction))
+        values.append(worse_pct(cur, ref, direction, metric))
     values.sort()
     return values[int(0.025 * (rounds - 1))], values[int(0.975 * (rounds - 1))]
 
@@ -187,8 +187,8 @@ def decide(samples: list[float], ref: Reference, min_samples: int = 2) -> tuple[
         return "insufficient data", f"reference value is {ref.value!r}: no relative change", {}
     ref_samples = [x for x in ref.samples if math.isfinite(x)] or [ref.value]
     current = statistics.median(finite)
-    point = worse_pct(current, ref.value, ref.direction)
-    lo, hi = bootstrap_interval(finite, ref_samples, ref.direction)
+    point = worse_pct(current, ref.value, ref.direction, ref.metric)
+    lo, hi = bootstrap_interval(finite, ref_samples, ref.direction, metric=ref.metric)
     figures = {"value": current, "worse_pct": point, "interval_pct": (lo, hi)}
     tol = ref.tolerance_pct
     change = (f"gain {-point:+.1f}% against {ref.value:g} {ref.unit} (95% interval [{-hi:+.1f}, {-lo:+.1f}]%, "
@@ -358,7 +358,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         mix = two and metric in ACROSS_MACHINES and mix_apart(ref_env, env, _dtypes(ok, metric))
         if two and (metric not in ACROSS_MACHINES or mix):   # the ratio is information, not a verdict
             value = statistics.median(samples)
-            change = worse_pct(value, ref.value, ref.direction) if ref.value and math.isfinite(value) else None
+            change = worse_pct(value, ref.value, ref.direction, metric) if ref.value and math.isfinite(value) else None
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=value,
                                     worse_pct=change, num_samples=len(samples),
                                     reason=f"{two.reason}; {mix}" if mix else two.reason))
@@ -373,7 +373,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         if caches:   # a warm cache's compile time is the cache's, not the software's
             value = statistics.median(samples)
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=value,
-                                    worse_pct=worse_pct(value, ref.value, ref.direction) if ref.value else None,
+                                    worse_pct=worse_pct(value, ref.value, ref.direction, metric) if ref.value else None,
                                     num_samples=len(samples), reason=caches))
             continue
         verdict, reason, figures = decide(samples, ref, min_samples)

@@ -104,7 +104,8 @@ class Confirmed:
         ref, tol = self.first.reference, self.first.tolerance_pct
         if not ref or tol is None:
             return 0
-        return sum(1 for x in self.values if worse_pct(x, ref, METRICS[self.first.metric].direction) > tol)
+        return sum(1 for x in self.values if worse_pct(x, ref, METRICS[self.first.metric].direction, self.first.metric)
+                   > tol)
 
     def line(self) -> str:
         v, unit = self.first, f" {self.first.unit}" if self.first.unit else ""

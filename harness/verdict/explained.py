@@ -6,12 +6,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from contract.metrics import METRICS
+
 from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SHARE_NOISE_PCT, SPELL_SLOPE, Balance, Pace, Share
 from ..probe import PACE_NOISE_PCT
 from .references import Reference
 
+PER_STEP = frozenset(name for name, m in METRICS.items() if m.per_step)
 
-def worse_pct(current: float, reference: float, direction: str) -> float:
+
+def worse_pct(current: float, reference: float, direction: str, metric: Optional[str] = None) -> float:
+    """How much worse `current` is than `reference`, in percent (negative: better). A step's time (contract.metrics
+    per_step) is judged as its rate: 1 - reference/current, what its samples/s of the same median reads."""
+    if metric in PER_STEP and direction == "lower" and current > 0:
+        return 100.0 * (current - reference) / current
     change = 100.0 * (current - reference) / reference
     return -change if direction == "higher" else change
 
@@ -68,7 +76,7 @@ def _beyond_range(figures: dict[str, Any], ref: Reference, lo: float, hi: float)
     now = figures["value"] / ref.value if ref.direction == "higher" else ref.value / figures["value"]
     nearest = min(max(now, lo), hi)
     return worse_pct(figures["value"], ref.value * nearest if ref.direction == "higher" else ref.value / nearest,
-                     ref.direction)
+                     ref.direction, ref.metric)
 
 
 def _within_speeds(figures: dict[str, Any], ref: Reference, speeds: tuple[float, float],

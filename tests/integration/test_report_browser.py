@@ -11,7 +11,7 @@ import datetime
 
 import pytest
 
-from harness.verdict.compare import Verdict
+from harness.verdict.compare import Verdict, worse_pct
 from harness.record import ResultRecord
 from harness.verdict.references import REFERENCE_METRICS
 from harness.report.nightly import write_reports
@@ -57,7 +57,7 @@ def _month():
         last = value / slow if direction == "higher" else value * slow
         history[f"{label} {metric}"] = [(n, value * (1 + 0.02 * ((i * 7) % 5 - 2) / 2)) for i, n in enumerate(nights[:-1])]
         history[f"{label} {metric}"].append((nights[-1], last))
-        worse = ((1 - 1 / slow) if direction == "higher" else (slow - 1)) * 100 if slow > 1 else 0.5
+        worse = worse_pct(last, value, direction, metric) if slow > 1 else 0.5   # as compare gives it
         kind = "regression" if slow > 1 else "pass"
         baseline.append(Verdict("cpu-cluster", platform_bench[1], config, metric, kind,
                                 f"gain {'-' if slow > 1 else ''}{worse:.1f}%", unit=unit, value=last, reference=value,

@@ -159,7 +159,7 @@ def _verdict(metric, unit, direction, before, now, interval=None, config=None, v
     """A Verdict as harness.verdict.compare builds it: worse_pct positive = worse, and its interval."""
     from harness.verdict.compare import Verdict, worse_pct
 
-    w = worse_pct(now, before, direction)
+    w = worse_pct(now, before, direction, metric)
     return Verdict("cpu", "llama-tiny", config or dict(CONFIG), metric, verdict,
                    f"gain {-w:+.1f}% against {before:g} {unit} (tolerance {tol:g}%; positive is better)", unit=unit,
                    value=now, reference=before, worse_pct=w, interval_pct=interval or (w - 10.0, w + 10.0),
