@@ -314,8 +314,8 @@ def compare_with_references(records: list[ResultRecord], out: Path, history: str
     text = baseline_text(base, verdict_table(base.verdicts, ref_name="baseline"))
     found = confirmed(first, verdicts + base.verdicts, records) if first is not None else []
     again = section(found, times)
-    unkept = keep_confirmations(first, found, records, history, out, times) if first is not None else ""
-    again = "\n".join(x for x in (again, unkept) if x)
+    kept = keep_confirmations(first, found, records, history, out, times) if first is not None else ""
+    again = "\n".join(x for x in (again, kept) if x)   # where it was kept, or why it was not
     print(f"\n{machine}\n\nCompared with reference_results/ ({counts}):\n\n{left_out}"
           + verdict_table(verdicts, missing="summary")
           + (f"\n\n{text}" if text else "") + (f"\n\n{again}" if again else ""))
