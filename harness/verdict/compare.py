@@ -12,7 +12,8 @@ the efficiency against each machine's own measured matmul rate, ACROSS_MACHINES,
 all the same, unless the machines' balance of matmul rate and memory bandwidth explains its change: at_balance;
 or the run's own pulses read the machine at a pace that explains its change: at_machine_pace (an efficiency
 on one machine: each side's pace over its own probe, pace.probe_pace);
-or, on cpu, other work took the CPU time that explains it: at_cpu_share).
+or, on cpu, other work took the CPU time that explains it: at_cpu_share; or the small calls' median is a call
+the host held up on one side only: at_held_up_median).
 
 Decision (per metric): the relative change of the median of this run's samples against the
 reference, signed so that positive is worse (direction-aware), with a bootstrap 95% interval
@@ -45,7 +46,8 @@ from ..pace import balance, cpu_share, exchange_pulses, one_cpu_host, pace, prob
 from ..probe import mix_apart, node_probes, pooled
 from ..record import ResultRecord
 from .by_size import AVERAGE, BY_SIZE, LARGE, SHARED, SMALL, SMALL_MEDIAN, SMALL_P25, restrict, sizeless
-from .explained import at_balance, at_busy_host, at_cpu_share, at_exchange_spell, at_machine_pace, worse_pct
+from .explained import (at_balance, at_busy_host, at_cpu_share, at_exchange_spell, at_held_up_median, at_machine_pace,
+                        held_medians, worse_pct)
 from .changes import environment_diff
 from .compiled import COMPILER_METRICS, COUNTS, caches_apart, count_verdict
 from .cross_machine import (apart, machine_name, machine_of, machines_apart, nearness,  # noqa: F401 (machines_apart: read
@@ -379,8 +381,10 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         verdict, reason, figures = decide(samples, ref, min_samples)
         host = metric in METRICS and METRICS[metric].host_paced and one_cpu_host(ref.config, ref_env, env, metric)
         paced = metric in METRICS and METRICS[metric].paced or host
+        held = held_medians(ref, applicable, ok) if metric == SMALL_MEDIAN else None
         # the other work first where it explains the change: it names the cause, the pace only that the machine slowed
-        explained = ((at_busy_host(verdict, figures, ref, taken(ref_env, [r.environment for r in ok])) if host else None)
+        explained = (at_held_up_median(verdict, figures, ref, held)   # a median the tick held up: the calls' count
+                     or (at_busy_host(verdict, figures, ref, taken(ref_env, [r.environment for r in ok])) if host else None)
                      or (at_exchange_spell(verdict, figures, ref, exchange_pulses(ref_env, [r.environment for r in ok]))
                          if host and METRICS[metric].latency_bound else None)
                      or (at_cpu_share(verdict, figures, ref, cpu_share(ref_env, [r.environment for r in ok]))

@@ -4,8 +4,10 @@ change within the tolerance; and an efficiency judged across two machines whose 
 FLOP per byte of memory bandwidth) allows (compare.judge asks these before it says regression)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+import statistics
+from typing import Any, NamedTuple, Optional
 
+from contract.collectives import STALL_FACTOR
 from contract.metrics import METRICS
 
 from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SHARE_NOISE_PCT, SPELL_SLOPE, Balance, Pace, Share
@@ -153,6 +155,56 @@ def at_exchange_spell(verdict: str, figures: dict[str, Any], ref: Reference,
             f"{'this sweep' if slower else 'the reference'}, in which gloo's small sizes read {lo:.2f}-{hi:.2f}x the "
             f"speed of its {'calm' if slower else 'slow'} runs, and the {kinded[1]} ({speed:.2f}x the reference's "
             f"speed) lies within that")
+
+
+class HeldMedians(NamedTuple):
+    """A collective's small calls, now and in its reference: the median call (small_median_us) and the lower
+    quartile (small_p25_us) of each side (the group's medians of its records' figures; the reference's entries)."""
+    now: float
+    now_p25: float
+    then: float
+    then_p25: float
+
+
+def held_medians(median_ref: Reference, references: list[Reference], records: list[Any]) -> Optional[HeldMedians]:
+    """HeldMedians of a group's records (ResultRecord) against its small_median_us reference and the small_p25_us
+    one taken with it (among `references`, the one of the same runs' fingerprint); None where either side lacks
+    its quartile (a reference from before it was kept)."""
+    env = median_ref.provenance and median_ref.provenance.environment
+    p25 = next((r for r in references if r.metric == "small_p25_us" and r.status == "ok" and r.value and env
+                and (r.provenance and r.provenance.environment) == env), None)
+    pairs = [(r.metrics["small_median_us"]["value"], r.metrics["small_p25_us"]["value"]) for r in records
+             if "small_median_us" in r.metrics and "small_p25_us" in r.metrics]
+    if not pairs or p25 is None or not median_ref.value:
+        return None
+    return HeldMedians(statistics.median(m for m, _ in pairs), statistics.median(p for _, p in pairs),
+                       median_ref.value, p25.value)
+
+
+def at_held_up_median(verdict: str, figures: dict[str, Any], ref: Reference,
+                      held: Optional[HeldMedians]) -> Optional[str]:
+    """'not comparable: ...' when a regression (an improvement; or an apparent one) of the small calls' median
+    (small_median_us) compares a median call the host held up with one it did not: this sweep's median is over
+    STALL_FACTOR times its own lower quartile (the rule that counts a call held up, contract/collectives.py) and the
+    reference's is not (or the other way round). Over half of one side's small calls were then held up for a
+    scheduler's tick, and the median moved with how many were, not with the calls' speed; the lower quartile
+    (small_p25_us) judges them. On the AVX2 EPYC (family 25) a bound sweep's all_reduce read its median 444-490 us
+    in two sweeps and 2,753-3,022 in five back to back (41-60 % of its small calls held up), its lower quartile
+    350-683. None otherwise: both held up, or neither, is a comparison of like with like."""
+    kinded = _kind(verdict, figures, ref)
+    if held is None or kinded is None:
+        return None
+    now_held, then_held = held.now > STALL_FACTOR * held.now_p25, held.then > STALL_FACTOR * held.then_p25
+    if now_held == then_held or (kinded[0] == "regression") != now_held:
+        return None
+    side, calm = ("this sweep", "the reference") if now_held else ("the reference", "this sweep")
+    median, p25 = (held.now, held.now_p25) if now_held else (held.then, held.then_p25)
+    other, other_p25 = (held.then, held.then_p25) if now_held else (held.now, held.now_p25)
+    return (f"not comparable: {side}'s median small call ({median:,.0f} us) is one the host held up, "
+            f"{median / p25:.1f}x its lower quartile ({p25:,.0f} us; a call over {STALL_FACTOR:g}x it was held up), "
+            f"{calm}'s ({other:,.0f} us) {other / other_p25:.1f}x its own: at most of {side}'s small sizes over half the "
+            f"calls waited for the scheduler's tick, so the median moved with how many did, not with the calls' speed; "
+            f"their lower quartile (small_p25_us) judges them")
 
 
 def _takers(load: Share) -> str:
