@@ -38,7 +38,7 @@ from .verdict.cross_machine import names_agree
 from .config.compose import compose
 from .config.schema import REPO_ROOT
 from .errors import HarnessError
-from .verdict.history import DEFAULT_URL, History
+from .verdict.history import DEFAULT_URL, History, repo_url
 from .record import ResultRecord
 from .verdict.record_files import load_record
 from .verdict.references import REFERENCE_METRICS, load_references, record_config, references_from_records
@@ -144,11 +144,11 @@ def _run_night(overrides: list[str], *, night: str, repeats: int, store: History
 
 
 def store_url(url: str) -> str:
-    """A relative SQLite file is the repository's (its folder made); any other URL as given."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        (REPO_ROOT / url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{REPO_ROOT / url[len('sqlite:///'):]}"
-    return url
+    """A relative SQLite file is the repository's (its folder made: history.repo_url); any other URL as given."""
+    made = repo_url(url, REPO_ROOT)
+    if made != url:
+        Path(made[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return made
 
 
 LOOKBACK = 4

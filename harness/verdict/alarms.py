@@ -29,7 +29,7 @@ from ..report.legend import wrap
 from ..report.summary import text_table
 from .baseline import STORE_REMEDY, machine_key, store_url
 from .confirmation import Confirmed, FirstReading
-from .history import DEFAULT_URL, History, store_file, store_name
+from .history import DEFAULT_URL, History, repo_url, store_file, store_name
 
 JUDGED = ("pass", "regression", "improvement", "insufficient data")
 """A first verdict that read a value against a reference of its machine: one that could have been a regression."""
@@ -176,8 +176,7 @@ def as_json(benches: list[Any], rows: list[Any]) -> list[dict[str, Any]]:
 def _url(url: str) -> str:
     """A relative SQLite file is the repository's (as the nightly's --store and make bench's results/); a store
     that is not there is refused, never created empty."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        url = f"sqlite:///{REPO_ROOT / url[len('sqlite:///'):]}"
+    url = repo_url(url, REPO_ROOT)
     path = store_file(url)
     if path is not None and not Path(path).is_file():
         raise HarnessError(f"history store {store_name(url)} does not exist: a bench keeps its confirmations in the "

@@ -47,6 +47,14 @@ def store_file(url: str) -> Optional[str]:
     return parsed.database
 
 
+def repo_url(url: str, root: Any) -> str:
+    """A relative SQLite file's URL made a file of `root` (the repository: the nightly's --store and the alarms
+    command read the same file from any working folder); any other URL as given."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        return f"sqlite:///{root / url[len('sqlite:///'):]}"
+    return url
+
+
 def store_name(url: str) -> str:
     """How a message names a store: a SQLite store by its file, any other by its URL without the password."""
     from sqlalchemy.engine import make_url
