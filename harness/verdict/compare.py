@@ -395,10 +395,11 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         bal = balance(ref_env, env, _dtypes(ok, metric)) if two and metric in ACROSS_MACHINES and not explained else None
         balanced = at_balance(verdict, figures, ref, bal)
         weighed = {"balance": {"now": bal.now, "reference": bal.then, "dtype": bal.dtype}} if bal else {}
-        if explained or balanced:
+        if explained or balanced:   # the balance's says what sets the machines apart, as any verdict across them
+            why = explained or f"{balanced}; the machines apart: {two.reason.removeprefix('not comparable: ')}"
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=figures["value"],
                                     worse_pct=figures["worse_pct"], num_samples=len(samples),   # the ratio: information
-                                    reason=explained or balanced, **(weighed if balanced else {})))
+                                    reason=why, **(weighed if balanced else {})))
             continue
         diff = environment_diff(ref_env, env)   # named whatever the verdict
         verdicts.append(Verdict(**base, metric=metric, verdict=verdict, reason=across + reason, **fig, **figures,

@@ -175,7 +175,8 @@ def held_medians(median_ref: Reference, references: list[Reference], records: li
                 and (r.provenance and r.provenance.environment) == env), None)
     pairs = [(r.metrics["small_median_us"]["value"], r.metrics["small_p25_us"]["value"]) for r in records
              if "small_median_us" in r.metrics and "small_p25_us" in r.metrics]
-    if not pairs or p25 is None or not median_ref.value:
+    pairs = [(m, q) for m, q in pairs if q > 0]   # a quartile of 0 us is no call's time: nothing concluded
+    if not pairs or p25 is None or p25.value <= 0 or not median_ref.value:
         return None
     return HeldMedians(statistics.median(m for m, _ in pairs), statistics.median(p for _, p in pairs),
                        median_ref.value, p25.value)

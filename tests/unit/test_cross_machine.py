@@ -67,6 +67,8 @@ def test_an_h100_gpu_check_pairs_with_an_h200_one(sides, capsys):
             assert v.metric == "matmul_eff_pct" and v.verdict == "not comparable"
             assert v.reason.startswith("not comparable: the machines' balance differs (bf16 matmul per byte of memory "
                                        "bandwidth (triad) 256 vs 177 FLOP/B)")
+            assert v.reason.endswith("; the machines apart: H100 80GB HBM3 vs H200: memory bandwidth (triad) 3,030 "
+                                     "vs 4,292 GB/s"), v.reason   # what sets them apart, as every verdict across
             assert v.balance["now"] == pytest.approx(774317.247 / 3030.012) and v.balance["dtype"] == "bf16"
             assert v.balance["reference"] == pytest.approx(759656.837 / 4292.061)
         else:                              # ZeRO-3's 1.16x lies above it: host-bound, another host

@@ -67,3 +67,5 @@ def test_like_against_like_or_without_a_quartile_is_judged_as_before():
     assert verdict(scaled(HELD, small_p25_us=None), UNHELD).verdict == "regression"
     # the held-up side faster is no held-up median's doing: an improvement stays one (137 us, 6.6x its quartile)
     assert verdict(scaled(HELD, small_median_us=0.05, small_p25_us=0.05), UNHELD).verdict == "improvement"
+    assert verdict(HELD, scaled(UNHELD, small_p25_us=0.0)).verdict == "regression"   # a quartile of 0: no rule
+    assert verdict(scaled(HELD, small_p25_us=0.0), UNHELD).verdict == "regression"
