@@ -12,6 +12,7 @@ from contract.metrics import METRICS
 
 from ..pace import EXCHANGE_MOVED, MEMORY_PACE_NOISE_PCT, OF_PROBE, SHARE_NOISE_PCT, SPELL_SLOPE, Balance, Pace, Share
 from ..probe import PACE_NOISE_PCT
+from .by_size import SMALL_MEDIAN, SMALL_P25
 from .references import Reference
 
 PER_STEP = frozenset(name for name, m in METRICS.items() if m.per_step)
@@ -171,10 +172,10 @@ def held_medians(median_ref: Reference, references: list[Reference], records: li
     one taken with it (among `references`, the one of the same runs' fingerprint); None where either side lacks
     its quartile (a reference from before it was kept)."""
     env = median_ref.provenance and median_ref.provenance.environment
-    p25 = next((r for r in references if r.metric == "small_p25_us" and r.status == "ok" and r.value and env
+    p25 = next((r for r in references if r.metric == SMALL_P25 and r.status == "ok" and r.value and env
                 and (r.provenance and r.provenance.environment) == env), None)
-    pairs = [(r.metrics["small_median_us"]["value"], r.metrics["small_p25_us"]["value"]) for r in records
-             if "small_median_us" in r.metrics and "small_p25_us" in r.metrics]
+    pairs = [(r.metrics[SMALL_MEDIAN]["value"], r.metrics[SMALL_P25]["value"]) for r in records
+             if SMALL_MEDIAN in r.metrics and SMALL_P25 in r.metrics]
     pairs = [(m, q) for m, q in pairs if q > 0]   # a quartile of 0 us is no call's time: nothing concluded
     if not pairs or p25 is None or p25.value <= 0 or not median_ref.value:
         return None
