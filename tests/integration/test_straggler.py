@@ -12,6 +12,7 @@ import sys
 
 from harness.held_up import for_peer_s, held_up_s, stragglers
 from harness.record import validate_record
+from harness.verdict.history import History
 
 from .conftest import REPO, run_bench
 
@@ -82,13 +83,21 @@ NIGHTLY_RUN = ("suite=single", "workload=llama-tiny", "zero=stage1", "workload.m
 
 
 def test_a_rank_that_lags_more_each_night_is_named_with_its_rise(tmp_path):
-    """Three nights of the cpu nightly's ZeRO-1 run, rank 1 sleeping 0, 0.015 and 0.08 s a micro-step. One run a
-    night: on the 2-core Zen 5 box a quiet run's latest rank read 0-5 % of the profiled steps held back, 0.015 s
-    8-18 %, 0.04 s 20-23 %. The third night names the rise (harness/straggler_trend.py), whether that night's own
-    straggler stands out or not (a trend below it: tests/unit/test_straggler_trend.py, tests/perf/straggler_nights.py),
-    and --fail-on straggler fails on it."""
+    """Three nights of the cpu nightly's ZeRO-1 run, one run a night: a quiet one, then rank 1 sleeping the quiet
+    night's micro-step after each micro-step, then four of them. A quiet run's latest rank is not the same share on
+    every box, nor on one box from run to run (one profiled step of two micro-steps): 0-5 % of the profiled steps on
+    the 2-core Zen 5 box; on the 2-core AVX2 EPYC (a 0.36-0.41 s micro-step) rank 1 read 0-16 %, or rank 0 17-26 %,
+    and a fixed 0.015 s there read 0-7 %, below its quiet night: no rise was named. A sleep of f micro-steps adds
+    about 100 f / (1 + f) points (the others wait f of each 1 + f micro-steps): some 50 and 80 points, each night far
+    above the last's spread (AVX2, 2026-12-07: f = 1 read 40, 56, 50 %, f = 4 79, 85, 84 %; f = 0.25 read 19 and
+    29 %, too close to a quiet 26 %; fixed sleeps of 0, 0.04, 0.08, 0.16 s: 11, 13, 25, 40 %).
+    The third night names the rise (harness/straggler_trend.py), whether that night's own straggler stands out or not
+    (a trend below it: tests/unit/test_straggler_trend.py, tests/perf/straggler_nights.py), and --fail-on straggler
+    fails on it."""
     store = f"sqlite:///{tmp_path / 'history.sqlite'}"
-    for day, delay in (("01", 0.0), ("02", 0.015), ("03", 0.08)):
+    micro_s = None
+    for day, fraction in (("01", 0.0), ("02", 1.0), ("03", 4.0)):
+        delay = round(fraction * micro_s, 4) if fraction else 0.0
         night = subprocess.run([sys.executable, "-m", "harness", "nightly", "--night", f"2026-11-{day}",
                                 "--repeats", "1", "--store", store, "--reference", "none",
                                 "--fail-on", "regression,straggler", f"out={tmp_path / day}", *NIGHTLY_RUN,
@@ -96,7 +105,11 @@ def test_a_rank_that_lags_more_each_night_is_named_with_its_rise(tmp_path):
                                cwd=REPO, capture_output=True, text=True, timeout=900)
         said = " ".join(night.stdout.split())
         assert "Traceback" not in night.stderr, night.stderr[-3000:]
-    print(*(line for line in night.stdout.splitlines() if "straggler:" in line))
+        if micro_s is None:
+            (_, quiet), = History(store).records("cpu", ["2026-11-01"])
+            micro_s = quiet.metrics["step_time_s"]["value"] / len(quiet.microsteps[0])
+        print(f"night {day}: rank 1 slept {delay} s a micro-step (the quiet one: {micro_s:.3f} s);",
+              *(line.strip() for line in night.stdout.splitlines() if "straggler" in line))
     assert night.returncode == 1, said[-3000:] + night.stderr[-3000:]
     assert "rank 1 (" in said and "held the others back more each night: " in said, said[-3000:]
     assert "(nights 2026-11-01, 2026-11-02, 2026-11-03; the median of each night's repeats)" in said
