@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -58,6 +59,9 @@ def install_packages(packages: list[str], binaries: dict[str, str], timeout_s: f
             if update.returncode != 0:
                 raise error(f"apt-get update failed (rc {update.returncode}):\n{update.stderr[-2000:]}")
         result = apt("install", "-y", "--no-install-recommends", *packages)
+        if result.returncode != 0 and INTERRUPTED in result.stderr:
+            _mend_dpkg(env, timeout_s, error)
+            result = apt("install", "-y", "--no-install-recommends", *packages)
     if result.returncode != 0:
         raise error(f"apt-get install {' '.join(packages)} failed (rc {result.returncode}):\n"
                     f"{result.stderr[-2000:]}")
@@ -65,6 +69,25 @@ def install_packages(packages: list[str], binaries: dict[str, str], timeout_s: f
     if still_missing:
         raise error(f"after apt-get install, still missing: {still_missing}")
     return time.monotonic() - start
+
+
+INTERRUPTED = "dpkg was interrupted"
+"""What apt-get says when an earlier install was killed half-way (a stopped test run, a killed `make cluster-up`):
+every later install refuses until `dpkg --configure -a` finishes the configuring it left."""
+
+
+def _mend_dpkg(env: dict[str, str], timeout_s: float, error: type[Exception]) -> None:
+    """`dpkg --configure -a`, said on stderr, for an install an earlier one left half-done; `error` where it fails."""
+    print("apt-get: dpkg was interrupted by an earlier install; running `dpkg --configure -a`, then installing "
+          "again", file=sys.stderr, flush=True)
+    try:
+        mended = subprocess.run([find_binary("dpkg") or "dpkg", "--configure", "-a"], env=env, capture_output=True,
+                                text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise error(f"dpkg --configure -a ran past {timeout_s} s") from e
+    if mended.returncode != 0:
+        raise error(f"apt-get refused ({INTERRUPTED}) and dpkg --configure -a failed (rc {mended.returncode}):\n"
+                    f"{mended.stderr[-2000:]}")
 
 
 def cmdline(pid: int) -> str:
