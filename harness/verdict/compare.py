@@ -332,7 +332,8 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
             continue
         ref_env = ref.provenance and ref.provenance.environment
         two = apart_from(ref)
-        across = f"across machines ({two.reason.removeprefix('not comparable: ')}): " if two else ""
+        two_why = two.reason.removeprefix('not comparable: ') if two else ""
+        across = f"across machines ({two_why}): " if two else ""
         if not two and node_probes(env) and named_only(ref_env, env, dtypes):
             across = f"the reference names its machine only ({machine_of(ref_env)}, a saved output's; no probe): "
         fig = {"unit": ref.unit, "reference": ref.value, "tolerance_pct": ref.tolerance_pct,
@@ -396,7 +397,7 @@ def judge(g: Group, applicable: list[Reference], min_samples: int, used: set[tup
         balanced = at_balance(verdict, figures, ref, bal)
         weighed = {"balance": {"now": bal.now, "reference": bal.then, "dtype": bal.dtype}} if bal else {}
         if explained or balanced:   # the balance's says what sets the machines apart, as any verdict across them
-            why = explained or f"{balanced}; the machines apart: {two.reason.removeprefix('not comparable: ')}"
+            why = explained or f"{balanced}; the machines apart: {two_why}"
             verdicts.append(Verdict(**base, metric=metric, verdict="not comparable", **fig, value=figures["value"],
                                     worse_pct=figures["worse_pct"], num_samples=len(samples),   # the ratio: information
                                     reason=why, **(weighed if balanced else {})))
