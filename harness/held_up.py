@@ -149,20 +149,33 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
 
 
-def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> list[str]:
-    """The runs of the night in which one rank stood out as the straggler (environment.load.straggler:
-    straggler() above), one line per run id: the worst repeat's words, in how many of its repeats, and
-    every rank (host) that stood out where it was not always the same. Whatever the verdicts: a node that begins to
-    lag shows here before its lag costs a metric its tolerance (the nightly's --fail-on straggler fails on it).
-    trends: {run id: how its straggler rose over the last nights} (harness/straggler_trend.py), added to its line."""
+def _stood_out(records: list) -> dict[str, tuple[list, list[dict[str, Any]]]]:
+    """{run id: (its repeats' records, the stragglers that stood out in them)}."""
     by_run: dict[str, list] = {}
     for r in records:
         by_run.setdefault(r.run_id, []).append(r)
+    return {run_id: (recs, [s for s in ((r.environment.get("load") or {}).get("straggler") for r in recs)
+                            if s and s.get("stands_out")]) for run_id, recs in by_run.items()}
+
+
+def standing_out(records: list) -> set[str]:
+    """The run ids night_stragglers names: a straggler stood out in most of their repeats."""
+    return {run_id for run_id, (recs, stood) in _stood_out(records).items() if 2 * len(stood) > len(recs)}
+
+
+def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> list[str]:
+    """The runs of the night in which one rank stood out as the straggler (environment.load.straggler:
+    straggler() above) in most of its repeats, one line per run id: the worst repeat's words, in how many of its
+    repeats, and every rank (host) that stood out where it was not always the same. Whatever the verdicts: a node
+    that begins to lag shows here before its lag costs a metric its tolerance (the nightly's --fail-on straggler fails
+    on it). One repeat in three is a spell of the host, not a straggler: on the 2-core AVX2 EPYC (2026-12-07) a quiet
+    llama-tiny run's latest rank (either) read 0-17 % of the profiled steps in the cpu nightly, and stood out in 2 of
+    its 12 quiet records, each in 1 of its night's 3 repeats, so every quiet night failed --fail-on straggler; a
+    rank that sleeps each micro-step stands out in every repeat. With one repeat (--repeats 1) that one decides.
+    trends: {run id: how its straggler rose over the last nights} (harness/straggler_trend.py), added to its line."""
     out = []
-    for run_id, recs in by_run.items():
-        stood = [s for s in ((r.environment.get("load") or {}).get("straggler") for r in recs)
-                 if s and s.get("stands_out")]
-        if not stood:
+    for run_id, (recs, stood) in _stood_out(records).items():
+        if 2 * len(stood) <= len(recs):
             continue
         worst = max(stood, key=lambda s: s["held_back_pct"])
         names = sorted({who(s) for s in stood})

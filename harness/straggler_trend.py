@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .held_up import night_stragglers, shares, who
+from .held_up import night_stragglers, shares, standing_out, who
 
 CREEP_NIGHTS = 3
 """Nights in the trend, tonight included: the shortest run of nights in which 'more each night' means something."""
@@ -122,6 +122,6 @@ def night_straggler_lines(tonight: list, night: str, earlier: list[tuple[str, An
     night, then the runs whose straggler did not stand out tonight but rose every night (the trend alone)."""
     rising = trends(tonight, night, earlier, earlier_nights)
     stood = night_stragglers(tonight, rising)
-    named = {r.run_id for r in tonight if ((r.environment.get("load") or {}).get("straggler") or {}).get("stands_out")}
+    named = standing_out(tonight)
     benchmark = {r.run_id: r.benchmark for r in tonight}
     return stood + [f"{run_id} ({benchmark[run_id]}): {text}" for run_id, text in rising.items() if run_id not in named]

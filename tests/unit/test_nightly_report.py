@@ -227,6 +227,9 @@ def test_a_rank_that_stood_out_as_the_straggler_is_named_in_every_report_whateve
     turns = _repeats(late, {**late, "rank": 0, "host": "node0"})
     assert night_stragglers(turns)[0].endswith("in 2 of 2 runs; by turns rank 0 (node0), rank 1 (node<1>)")
     assert night_stragglers(_repeats(None, {**late, "stands_out": False})) == []
+    # one repeat of three is a spell of the host (the AVX2 EPYC's quiet runs: 2 of 12 stood out, 1 of 3 a night)
+    assert night_stragglers(_repeats(late, None, {**late, "stands_out": False})) == []
+    assert night_stragglers(_repeats(late, {**late, "stands_out": False})) == []          # half is not most
     quiet = write_reports(tmp_path / "quiet", platform="cpu", night="2026-05-10", verdicts={"baseline": []},
                           records=_records(), history={})
     assert "## Stragglers\n\nnone stood out" in quiet["markdown"].read_text()

@@ -93,6 +93,12 @@ def test_a_straggler_that_stood_out_tonight_is_named_once_with_its_trend():
     nights = _nights(9.0, 4.0) + [("2026-11-03", _record({0: 1.0, 1: 20.0}, stands_out=True))] * 3
     (line,) = night_straggler_lines(*_split(nights))
     assert line.endswith("in 3 of 3 runs")                                   # no rise: tonight's words alone
+    # one repeat of three stood out (a spell of the host: harness/held_up.py night_stragglers): the rise alone
+    nights = _nights(2.0, 4.0) + [("2026-11-03", _record({0: 1.0, 1: pct}, stands_out=pct > 15))
+                                  for pct in (20.0, 9.0, 8.0)]
+    (line,) = night_straggler_lines(*_split(nights))
+    assert line == ("z1-mb4-ga2 (llama-tiny): rank 1 (vm) held the others back more each night: 2 %, 4 %, 9 % of the "
+                    "profiled steps (nights 2026-11-01, 2026-11-02, 2026-11-03; the median of each night's repeats)"), line
 
 
 def test_a_node_whose_ranks_lag_together_more_each_night():
