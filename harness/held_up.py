@@ -150,17 +150,23 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
 
 
 def _stood_out(records: list) -> dict[str, tuple[list, list[dict[str, Any]]]]:
-    """{run id: (its repeats' records, the stragglers that stood out in them)}."""
+    """{run id: (its repeats' records, the stragglers that stood out in them)} of the runs in which a straggler stood
+    out in most of their repeats."""
     by_run: dict[str, list] = {}
     for r in records:
         by_run.setdefault(r.run_id, []).append(r)
-    return {run_id: (recs, [s for s in ((r.environment.get("load") or {}).get("straggler") for r in recs)
-                            if s and s.get("stands_out")]) for run_id, recs in by_run.items()}
+    out = {}
+    for run_id, recs in by_run.items():
+        stood = [s for s in ((r.environment.get("load") or {}).get("straggler") for r in recs)
+                 if s and s.get("stands_out")]
+        if 2 * len(stood) > len(recs):
+            out[run_id] = (recs, stood)
+    return out
 
 
 def standing_out(records: list) -> set[str]:
     """The run ids night_stragglers names: a straggler stood out in most of their repeats."""
-    return {run_id for run_id, (recs, stood) in _stood_out(records).items() if 2 * len(stood) > len(recs)}
+    return set(_stood_out(records))
 
 
 def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> list[str]:
@@ -175,8 +181,6 @@ def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> 
     trends: {run id: how its straggler rose over the last nights} (harness/straggler_trend.py), added to its line."""
     out = []
     for run_id, (recs, stood) in _stood_out(records).items():
-        if 2 * len(stood) <= len(recs):
-            continue
         worst = max(stood, key=lambda s: s["held_back_pct"])
         names = sorted({who(s) for s in stood})
         out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}, in {len(stood)} of {len(recs)} runs"
