@@ -75,6 +75,11 @@ VENV_LOCK = $(eval VENV_LOCK := $(shell $(PYTHON) -m containers.venv_choice $(VE
 # `make gpu-venv-check`: the throwaway venv (removed after) and its interpreter (empty: a Python 3.12 found here).
 GPU_CHECK_VENV ?= build/gpu-venv-check
 GPU_CHECK_PYTHON ?=
+# `make test`: the integration tests that measure nothing, this many at a time.
+INTEGRATION_WORKERS ?= 2
+# The suite's own sources, compiled to bytecode by `make venv` (where PYTHONDONTWRITEBYTECODE is set, each
+# `python -m harness` would otherwise compile what it imports, ~0.25 s a command on a 2-core box).
+SOURCES := harness benchmarks contract testbed containers tests
 # Single source of truth for the torch pin: the lock.
 TORCH_VERSION := $(shell sed -n 's/^torch==\([^ ;]*\).*/\1/p' $(LOCK) 2>/dev/null)
 
@@ -197,6 +202,7 @@ $(STAMP): $(VENV_RECORD) $$(VENV_LOCK) pyproject.toml
 # op folder's own manifests say what is built.
 venv: $(STAMP)
 	$(PY) -m benchmarks.node.ops build
+	@$(PY) -m compileall -q $(SOURCES)
 
 # DS_ACCELERATOR is cleared: the harness sets it per platform.
 bench: venv
@@ -212,14 +218,18 @@ validate-model: venv
 
 # Non-zero pytest exit (including 5, "no tests collected") fails the target. tests/unit on every
 # core (pytest-xdist: they start no ranks and measure nothing; 11 min -> 6 on 2 cores), then the
-# integration tests one at a time: each runs real ranks on the box's cores and measures them, and a
-# neighbour on those cores would move what it measures. Only the image's first build runs beside them, in
-# a thread, while the tests that measure nothing run; those that do run before it (docs/tests.md).
-# A failing unit phase still lets the integration phase run, so one run shows every failure.
+# integration tests in two phases. First those whose assertions read what the box measured (marker
+# `measuring`), one at a time: a neighbour on the box's cores would move what they measure. Then the others,
+# INTEGRATION_WORKERS at a time (pytest-xdist, one module a unit of work; the real-Slurm modules and the image's
+# tests on one worker, the image's first build in its background): they fill the cores that a bench's
+# single-threaded phases leave idle (tests/integration/conftest.py, docs/tests.md).
+# A failing phase still lets the next run, so one run shows every failure; the first failure's status is kept.
 test: venv
 	unit=0; $(PY) -m pytest -q -n auto --durations=10 tests/unit || unit=$$?; \
-	$(PY) -m pytest -q --durations=30 tests --ignore=tests/unit || exit $$?; \
-	exit $$unit
+	alone=0; $(PY) -m pytest -q --durations=30 -m measuring tests --ignore=tests/unit || alone=$$?; \
+	beside=0; $(PY) -m pytest -q --durations=30 -m "not measuring" -n $(INTEGRATION_WORKERS) --dist loadgroup \
+		--no-loadscope-reorder tests --ignore=tests/unit || beside=$$?; \
+	for rc in $$unit $$alone $$beside; do test $$rc -eq 0 || exit $$rc; done
 
 # On a node with NVIDIA GPUs: the paper's Model 1 under ZeRO 0-3 on this node's GPUs, every collective
 # through nccl, MFU, measured vs predicted peak memory, the instrument's cost (harness/gpu_check.py).

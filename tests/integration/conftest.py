@@ -135,7 +135,18 @@ test_confirm_regressions joined them when, beside the image's first build on the
 (a rank slowed 0.08 s a micro-step read no rising straggler; alone: 5, 11, 24 %) and a slowed run's step (1.41x, not
 beyond the 25 %) were the build's as much as the test's."""
 BACKGROUND_USER = "test_image"
-"""Takes the background job's result (the image's first build): it runs last."""
+"""Takes the background job's result (the image's first build): it runs last (of ONE_WORKER's group, two at a time)."""
+ONE_WORKER = ("test_slurm", "test_slurm_cluster", "test_slurm_collect", "test_slurm_tune", BACKGROUND_USER)
+"""`make test`'s second integration phase runs the modules that measure nothing two at a time (pytest-xdist,
+`-m "not measuring" -n 2 --dist loadgroup`), each module one unit of work (its module fixtures built once). These
+share one worker, in this order: the session's one real Slurm (slurm_cluster; another worker would start a second
+on the same ports), then the image's tests, whose first build that worker starts in its background with the
+first of them. The group leads the queue: the longest unit, started first."""
+GROUP = "one-worker"
+LONGEST = ("test_tune", "test_gpu_check", "test_data_and_user_config", "test_op_locks", "test_reduce_scatter",
+           "test_offload")
+"""The other modules that take longest (each 170-500 s under `-n 2` on a 2-core AVX2 EPYC, where ONE_WORKER's group
+took ~970 s), queued next, longest first: a long unit taken last would leave the other worker idle until it ends."""
 
 
 def _module(node) -> str:
@@ -144,16 +155,51 @@ def _module(node) -> str:
     return module.__name__.rsplit(".", 1)[-1] if module is not None else ""
 
 
+def _in_worker() -> bool:
+    """This process is a pytest-xdist worker (make test's second integration phase)."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def _order(item) -> tuple[int, int]:
+    module = _module(item)
+    if module in MEASURING:
+        return 0, 0
+    if module == BACKGROUND_USER:
+        return 1, len(ONE_WORKER)
+    if module in ONE_WORKER:
+        return 1, ONE_WORKER.index(module)
+    return (2, LONGEST.index(module)) if module in LONGEST else (3, 0)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Stable: the order within each group stays pytest's."""
-    items.sort(key=lambda item: 0 if _module(item) in MEASURING else 2 if _module(item) == BACKGROUND_USER else 1)
+    """Each item marked `measuring` (its module is in MEASURING: `-m` selects a phase) or given its unit of work
+    (xdist_group: its module, or ONE_WORKER's group), before `-m` deselects and xdist reads the groups. Then the
+    order (xdist's queue under --no-loadscope-reorder): the measuring modules, ONE_WORKER's group with the image's
+    tests last, LONGEST, the others; stable within each."""
+    for item in items:
+        module = _module(item)
+        if module in MEASURING:
+            item.add_marker(pytest.mark.measuring)
+        else:
+            item.add_marker(pytest.mark.xdist_group(GROUP if module in ONE_WORKER else module))
+    items.sort(key=_order)
+
+
+def pytest_runtest_setup(item):
+    if _in_worker() and _module(item) in MEASURING:
+        pytest.fail(f"{_module(item)} measures the box: it runs alone, never beside another worker "
+                    "(make test runs it first, with `-m measuring` and no -n)", pytrace=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def background_build(request):
-    """The first module that measures nothing starts the image's first build in the background, when
-    the session has the image's tests: every measuring module has run by then (the order above)."""
-    if _module(request) not in MEASURING and any(_module(i) == BACKGROUND_USER for i in request.session.items):
+    """The image's first build starts in the background, when the session has the image's tests: one at a time,
+    with the first module that measures nothing (every measuring module has run by then: the order above); two at a
+    time, with the first module of ONE_WORKER's group, in the worker that runs the image's tests."""
+    module = _module(request)
+    starts = module in ONE_WORKER if _in_worker() else module not in MEASURING
+    if starts and any(_module(i) == BACKGROUND_USER for i in request.session.items):
         from .test_image import BUILD_JOB, first_build
 
         background.start(BUILD_JOB, first_build)
@@ -181,6 +227,8 @@ def pytest_configure(config):
         "when it cannot be provided, unless SUITE_REQUIRE_SLURM=1)")
     config.addinivalue_line(
         "markers", "cluster: uses the emulated multi-node cluster (testbed/; skipped without root, unless in CI)")
+    config.addinivalue_line(
+        "markers", "measuring: its assertions read what the box measured (MEASURING); runs alone, never under -n")
 
 
 @pytest.fixture(scope="session")

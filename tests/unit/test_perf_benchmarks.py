@@ -168,21 +168,33 @@ def test_the_runner_saves_every_run_and_compares_only_when_one_is_saved(tmp_path
 def _make_test_argvs() -> list[list[str]]:
     """The pytest arguments of each phase of `make test`'s recipe, as the Makefile spells them."""
     recipe = (REPO_ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    recipe = recipe.replace("\\\n", " ")
     return [shlex.split(part.split("||", 1)[0].split(";", 1)[0]) for part in recipe.split("-m pytest")[1:]]
 
 
 def test_make_test_never_collects_the_benchmarks():
-    """`make test` collects tests/unit, then tests/ without it, with pytest's own rules: run the
-    second phase's rules on tests/benchmarks/ alone (a whole collection takes minutes) and nothing
-    may be collected, although every perf_*.py holds benchmarks."""
-    unit, whole = _make_test_argvs()
+    """`make test` collects tests/unit, then tests/ without it in two phases (what measures the box, alone; the rest,
+    two at a time), with pytest's own rules: run the last phase's rules on tests/benchmarks/ alone (a whole
+    collection takes minutes) and nothing may be collected, although every perf_*.py holds benchmarks."""
+    unit, alone, whole = _make_test_argvs()
     assert unit[-1] == "tests/unit" and "-n" in unit
-    assert "tests" in whole and "--ignore=tests/unit" in whole
+    assert alone[alone.index("-m") + 1] == "measuring" and "-n" not in alone
+    assert whole[whole.index("-m") + 1] == "not measuring" and "-n" in whole
+    for phase in (alone, whole):
+        assert "tests" in phase and "--ignore=tests/unit" in phase
     for path in sorted(BENCH_DIR.glob("perf_*.py")):
         tree = ast.parse(path.read_text())
         assert any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_") for n in tree.body), path
     assert len(list(BENCH_DIR.glob("perf_*.py"))) == 3 and not list(BENCH_DIR.glob("test_*.py"))
-    out = subprocess.run([sys.executable, "-m", "pytest", *[a for a in whole if a != "tests"], "--collect-only",
+    rules, skip = [], 0   # the phase's own arguments, less its workers (-n, --dist: the collection is one process's)
+    for a in whole:
+        if skip or a == "tests" or a == "--no-loadscope-reorder":
+            skip = 0
+        elif a in ("-n", "--dist"):
+            skip = 1
+        else:
+            rules.append(a)
+    out = subprocess.run([sys.executable, "-m", "pytest", *rules, "--collect-only",
                           "-p", "no:cacheprovider", "tests/benchmarks"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 5 and "no tests collected" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 

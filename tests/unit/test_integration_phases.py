@@ -1,0 +1,46 @@
+"""`make test`'s two integration phases (tests/integration/conftest.py): `-m measuring` selects exactly the modules
+whose assertions read what the box measured, run alone; `-m "not measuring"` the rest, run two at a time, each
+module one unit of work, the real-Slurm modules and the image's tests one unit, queued first."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from tests.integration import conftest
+
+REPO = Path(__file__).resolve().parents[2]
+MODULES = {p.stem for p in (REPO / "tests" / "integration").glob("test_*.py")}
+
+
+def test_every_named_module_exists_and_the_groups_do_not_overlap():
+    named = [conftest.MEASURING, set(conftest.ONE_WORKER), set(conftest.LONGEST)]
+    for group in named:
+        assert group <= MODULES, group - MODULES
+    assert not conftest.MEASURING & set(conftest.ONE_WORKER) and not conftest.MEASURING & set(conftest.LONGEST)
+    assert not set(conftest.ONE_WORKER) & set(conftest.LONGEST)
+    assert conftest.ONE_WORKER[-1] == conftest.BACKGROUND_USER
+    slurm = {m for m in MODULES if m.startswith("test_slurm")}   # they share the session's one Slurm
+    assert slurm <= set(conftest.ONE_WORKER)
+
+
+def _item(module: str):
+    return SimpleNamespace(module=SimpleNamespace(__name__=f"tests.integration.{module}"))
+
+
+def test_the_queue_puts_the_one_worker_group_first_and_the_image_last_in_it():
+    modules = ["test_failures", "test_image", "test_tune", "test_slurm_tune", "test_nightly", "test_slurm",
+               "test_gpu_check", "test_collectives"]
+    ordered = [i.module.__name__.rsplit(".", 1)[-1] for i in sorted(map(_item, modules), key=conftest._order)]
+    assert ordered == ["test_nightly", "test_slurm", "test_slurm_tune", "test_image", "test_tune", "test_gpu_check",
+                       "test_failures", "test_collectives"]
+
+
+def test_the_measuring_phase_collects_exactly_the_measuring_modules():
+    """The marker is given before `-m` deselects (the hook runs first): a marker given after would select nothing."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-m", "measuring", "tests/integration"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    collected = {line.split("::", 1)[0].rsplit("/", 1)[-1][:-3] for line in out.stdout.splitlines() if "::" in line}
+    assert collected == conftest.MEASURING & MODULES
