@@ -157,6 +157,7 @@ help:
 	@echo "  CONTAINER=$(CONTAINER)   bench/tune/nightly: run the ranks in CONTAINER_IMAGE with this runtime (podman, docker, apptainer)"
 	@echo "  CONTAINER_IMAGE=$(CONTAINER_IMAGE)"
 	@echo "  TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS_DIR)"
+	@echo "  INTEGRATION_WORKERS=$(INTEGRATION_WORKERS)   test: the integration tests that measure nothing, this many at a time"
 
 # The stamp is newer than the lock and pyproject.toml once the venv matches
 # them; then `make venv` does nothing.  When out of date, pip re-checks the
