@@ -221,15 +221,15 @@ validate-model: venv
 # core (pytest-xdist: they start no ranks and measure nothing; 11 min -> 6 on 2 cores), then the
 # integration tests in two phases. First those whose assertions read what the box measured (marker
 # `measuring`), one at a time: a neighbour on the box's cores would move what they measure. Then the others,
-# INTEGRATION_WORKERS at a time (pytest-xdist, one module a unit of work; the real-Slurm modules and the image's
+# INTEGRATION_WORKERS at a time (pytest-xdist, one module a unit of work, tests/integration/units.py; the real-Slurm modules and the image's
 # tests on one worker, the image's first build in its background): they fill the cores that a bench's
 # single-threaded phases leave idle (tests/integration/conftest.py, docs/tests.md).
 # A failing phase still lets the next run, so one run shows every failure; the first failure's status is kept.
 test: venv
 	unit=0; $(PY) -m pytest -q -n auto --durations=10 tests/unit || unit=$$?; \
 	alone=0; $(PY) -m pytest -q --durations=30 -m measuring tests --ignore=tests/unit || alone=$$?; \
-	beside=0; $(PY) -m pytest -q --durations=30 -m "not measuring" -n $(INTEGRATION_WORKERS) --dist loadgroup \
-		--no-loadscope-reorder tests --ignore=tests/unit || beside=$$?; \
+	beside=0; $(PY) -m pytest -q --durations=30 -m "not measuring" -n $(INTEGRATION_WORKERS) --dist loadfile \
+		-p tests.integration.units --no-loadscope-reorder tests --ignore=tests/unit || beside=$$?; \
 	for rc in $$unit $$alone $$beside; do test $$rc -eq 0 || exit $$rc; done
 
 # On a node with NVIDIA GPUs: the paper's Model 1 under ZeRO 0-3 on this node's GPUs, every collective

@@ -134,19 +134,7 @@ tests' daemons start; the background work (background.py) starts after them. tes
 test_confirm_regressions joined them when, beside the image's first build on the 2-core AVX2 EPYC, the ranks' arrival
 (a rank slowed 0.08 s a micro-step read no rising straggler; alone: 5, 11, 24 %) and a slowed run's step (1.41x, not
 beyond the 25 %) were the build's as much as the test's."""
-BACKGROUND_USER = "test_image"
-"""Takes the background job's result (the image's first build): it runs last (of ONE_WORKER's group, two at a time)."""
-ONE_WORKER = ("test_slurm", "test_slurm_cluster", "test_slurm_collect", "test_slurm_tune", BACKGROUND_USER)
-"""`make test`'s second integration phase runs the modules that measure nothing two at a time (pytest-xdist,
-`-m "not measuring" -n 2 --dist loadgroup`), each module one unit of work (its module fixtures built once). These
-share one worker, in this order: the session's one real Slurm (slurm_cluster; another worker would start a second
-on the same ports), then the image's tests, whose first build that worker starts in its background with the
-first of them. The group leads the queue: the longest unit, started first."""
-GROUP = "one-worker"
-LONGEST = ("test_tune", "test_gpu_check", "test_data_and_user_config", "test_op_locks", "test_reduce_scatter",
-           "test_offload")
-"""The other modules that take longest (each 170-500 s under `-n 2` on a 2-core AVX2 EPYC, where ONE_WORKER's group
-took ~970 s), queued next, longest first: a long unit taken last would leave the other worker idle until it ends."""
+from .units import BACKGROUND_USER, LONGEST, ONE_WORKER  # noqa: E402
 
 
 def _module(node) -> str:
@@ -173,16 +161,12 @@ def _order(item) -> tuple[int, int]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each item marked `measuring` (its module is in MEASURING: `-m` selects a phase) or given its unit of work
-    (xdist_group: its module, or ONE_WORKER's group), before `-m` deselects and xdist reads the groups. Then the
-    order (xdist's queue under --no-loadscope-reorder): the measuring modules, ONE_WORKER's group with the image's
-    tests last, LONGEST, the others; stable within each."""
+    """Each item of a MEASURING module marked `measuring` (`-m` selects a phase), before `-m` deselects. Then the
+    order (xdist's queue under --no-loadscope-reorder; units.py makes the units): the measuring modules,
+    ONE_WORKER's unit with the image's tests last, LONGEST, the others; stable within each."""
     for item in items:
-        module = _module(item)
-        if module in MEASURING:
+        if _module(item) in MEASURING:
             item.add_marker(pytest.mark.measuring)
-        else:
-            item.add_marker(pytest.mark.xdist_group(GROUP if module in ONE_WORKER else module))
     items.sort(key=_order)
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.integration import conftest
+from tests.integration import conftest, units
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = {p.stem for p in (REPO / "tests" / "integration").glob("test_*.py")}
@@ -44,3 +44,12 @@ def test_the_measuring_phase_collects_exactly_the_measuring_modules():
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     collected = {line.split("::", 1)[0].rsplit("/", 1)[-1][:-3] for line in out.stdout.splitlines() if "::" in line}
     assert collected == conftest.MEASURING & MODULES
+
+
+def test_the_units_are_modules_and_the_one_worker_group_is_one():
+    """xdist's loadgroup does nothing under pytest 9.2 (it renames `_nodeid`, pytest keeps `_id`): units.py's
+    scheduler makes the units from the node ids themselves."""
+    scope = units.ModuleUnits._split_scope
+    assert scope(None, "tests/integration/test_slurm.py::test_a") == scope(None, "tests/integration/test_image.py::t[x]")
+    assert scope(None, "tests/integration/test_tune.py::test_a") == scope(None, "tests/integration/test_tune.py::test_b")
+    assert scope(None, "tests/integration/test_tune.py::test_a") != scope(None, "tests/integration/test_failures.py::t")
