@@ -221,9 +221,9 @@ validate-model: venv
 # core (pytest-xdist: they start no ranks and measure nothing; 11 min -> 6 on 2 cores), then the
 # integration tests in two phases. First those whose assertions read what the box measured (marker
 # `measuring`), one at a time: a neighbour on the box's cores would move what they measure. Then the others,
-# INTEGRATION_WORKERS at a time (pytest-xdist, one module a unit of work, tests/integration/units.py; the real-Slurm modules and the image's
-# tests on one worker, the image's first build in its background): they fill the cores that a bench's
-# single-threaded phases leave idle (tests/integration/conftest.py, docs/tests.md).
+# INTEGRATION_WORKERS at a time (pytest-xdist; tests/integration/units.py makes each module a unit of work,
+# the real-Slurm modules and the image's tests one unit on one worker, the image's first build in its
+# background): they fill the cores that a bench's single-threaded phases leave idle (docs/tests.md).
 # A failing phase still lets the next run, so one run shows every failure; the first failure's status is kept.
 test: venv
 	unit=0; $(PY) -m pytest -q -n auto --durations=10 tests/unit || unit=$$?; \
