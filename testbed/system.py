@@ -3,22 +3,37 @@ finding binaries in sbin too, installing missing Debian packages as root, and st
 processes we started (by pid, checked against their command line)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
 
 
-_APT = threading.Lock()
-"""One apt-get at a time from this process: the integration tests install Slurm or Chromium while a
-thread of theirs installs podman for the image build (tests/integration/background.py), and dpkg's lock
-is held through a whole install, longer than apt-get's own wait for it."""
+APT_LOCK = Path(tempfile.gettempdir()) / "suite-apt.lock"
+"""One apt-get at a time on this host, whoever asks (flock on this file): the integration tests install Slurm or
+Chromium while a thread of theirs installs podman for the image build (tests/integration/background.py), and since
+make test runs them two at a time, another process (an xdist worker) may install beside it; dpkg's lock is held
+through a whole install, longer than apt-get's own wait for it (DPkg::Lock::Timeout below)."""
+
+
+@contextmanager
+def one_apt_at_a_time() -> Iterator[None]:
+    """Holds APT_LOCK: an flock belongs to an open file, so a second thread of this process waits on it too."""
+    with open(APT_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class Unavailable(RuntimeError):
@@ -52,7 +67,7 @@ def install_packages(packages: list[str], binaries: dict[str, str], timeout_s: f
         except subprocess.TimeoutExpired as e:
             raise error(f"apt-get {' '.join(args)} ran past {timeout_s} s") from e
 
-    with _APT:
+    with one_apt_at_a_time():
         known = subprocess.run(["apt-cache", "show", *packages], capture_output=True, text=True)
         if known.returncode != 0:
             update = apt("update")

@@ -6,6 +6,8 @@ removes."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ def _tools(tmp_path: Path, monkeypatch, dpkg_rc: int = 0, other_failure: str = "
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setattr(system, "find_binary", lambda name: shutil.which(name, path=str(bin_dir)))
     monkeypatch.setattr(system.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(system, "APT_LOCK", tmp_path / "apt.lock")
     return log, half_done
 
 
@@ -57,3 +60,23 @@ def test_another_failure_is_not_mended_but_said(tmp_path, monkeypatch):
     with pytest.raises(system.Unavailable, match="Unable to locate package chromium"):
         system.install_packages(["chromium"], {})
     assert "dpkg" not in log.read_text()
+
+
+def test_two_processes_install_one_after_the_other(tmp_path, monkeypatch):
+    """make test's second integration phase runs two pytest workers: one may install podman for the image build while
+    the other installs Chromium. Each install holds system.APT_LOCK (an flock), so the second apt-get starts after the
+    first ended: their calls never interleave."""
+    log, half_done = _tools(tmp_path, monkeypatch)
+    half_done.unlink()
+    apt_get = tmp_path / "bin" / "apt-get"
+    apt_get.write_text(f'#!/bin/sh\necho "start $$" >> {log}\nsleep 0.5\necho "end $$" >> {log}\n')
+    lock = system.APT_LOCK   # the tmp_path one _tools set, for both processes
+    script = ("import sys; from pathlib import Path; from testbed import system\n"
+              "system.os.geteuid = lambda: 0\n"
+              f"system.APT_LOCK = Path({str(lock)!r})\n"
+              "system.install_packages([sys.argv[1]], {})\n")
+    repo = Path(__file__).resolve().parents[2]
+    procs = [subprocess.Popen([sys.executable, "-c", script, name], cwd=repo) for name in ("podman", "chromium")]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    calls = [line.split()[0] for line in log.read_text().splitlines() if line.split()[0] in ("start", "end")]
+    assert calls == ["start", "end", "start", "end"], log.read_text()
