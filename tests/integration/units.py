@@ -3,9 +3,17 @@ pytest-xdist's loadfile scheduling (one test module a unit, its module fixtures 
 modules of ONE_WORKER are one unit together. xdist's own grouping (`--dist loadgroup`, marker xdist_group) does
 nothing under pytest 9.2: xdist 3.8 renames each grouped item's `_nodeid`, which pytest 9 no longer reads (it
 keeps `_id`), so every test was its own unit and two workers each started a Slurm. A plugin named on the command
-line is loaded by the controller process too, which is the one that schedules."""
+line is loaded by the controller process too, which is the one that schedules.
+
+It also keeps the phase's failures (--failed-to FILE: their node ids, one a line, written by the controller) and
+runs just those again (--only-from FILE): make test runs a test that failed beside another worker once more, alone,
+and the phase fails only if it fails alone too. These modules measure nothing, but a neighbour on 2 cores still
+halves the pace of every process they start and wait on (a Slurm job's first step, an image build beside both)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from xdist.scheduler import LoadFileScheduling
 
 BACKGROUND_USER = "test_image"
@@ -35,3 +43,46 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadfile":
         return ModuleUnits(config, log)
     return None
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("units", "make test's integration phases (tests/integration/units.py)")
+    group.addoption("--failed-to", metavar="FILE", help="write the node ids of the tests that failed (setup, call or "
+                    "teardown) to FILE, one a line; an empty FILE when none did")
+    group.addoption("--only-from", metavar="FILE", help="run only the tests whose node ids FILE lists, one a line")
+
+
+def _controller(config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    listed = config.getoption("only_from")
+    if not listed:
+        return
+    wanted = set(Path(listed).read_text().splitlines())
+    kept = [i for i in items if i.nodeid in wanted]
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in wanted])
+    items[:] = kept
+
+
+class FailedTo:
+    """The controller's record of the failed tests (a worker's reports reach it through xdist)."""
+
+    def __init__(self, path: Path):
+        self.path, self.failed = path, []
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed and report.nodeid not in self.failed:
+            self.failed.append(report.nodeid)
+
+    def pytest_sessionfinish(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(f"{n}\n" for n in self.failed))
+
+
+def pytest_configure(config):
+    path = config.getoption("failed_to")
+    if path and _controller(config):
+        config.pluginmanager.register(FailedTo(Path(path)), "units-failed-to")

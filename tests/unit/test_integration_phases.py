@@ -53,3 +53,39 @@ def test_the_units_are_modules_and_the_one_worker_group_is_one():
     assert scope(None, "tests/integration/test_slurm.py::test_a") == scope(None, "tests/integration/test_image.py::t[x]")
     assert scope(None, "tests/integration/test_tune.py::test_a") == scope(None, "tests/integration/test_tune.py::test_b")
     assert scope(None, "tests/integration/test_tune.py::test_a") != scope(None, "tests/integration/test_failures.py::t")
+
+
+FLAKY = '''
+import pytest
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert False
+
+@pytest.mark.parametrize("case", ["a b", "c"])
+def test_one_case_fails(case):
+    assert case == "c"
+'''
+
+
+def test_what_failed_beside_another_worker_is_listed_and_run_again_alone(tmp_path):
+    """--failed-to: the controller of a two-worker run lists the failed tests' node ids (a parameter with a space
+    too); --only-from: a second run, alone, runs exactly those (make test's rerun of the second phase)."""
+    (tmp_path / "test_flaky.py").write_text(FLAKY)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    listed = tmp_path / "failed.txt"
+
+    def pytest(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.integration.units",
+                               "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"), *args, str(tmp_path)],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    first = pytest("-n", "2", "--failed-to", str(listed))
+    assert first.returncode == 1 and "2 failed, 2 passed" in first.stdout, first.stdout[-2000:] + first.stderr[-2000:]
+    assert sorted(listed.read_text().splitlines()) == ["test_flaky.py::test_fails", "test_flaky.py::test_one_case_fails[a b]"]
+    again = pytest("--only-from", str(listed))
+    assert again.returncode == 1 and "2 failed, 2 deselected" in again.stdout, again.stdout[-2000:]
+    listed.write_text("test_flaky.py::test_passes\n")
+    assert pytest("--only-from", str(listed)).returncode == 0

@@ -174,23 +174,27 @@ def _make_test_argvs() -> list[list[str]]:
 
 def test_make_test_never_collects_the_benchmarks():
     """`make test` collects tests/unit, then tests/ without it in two phases (what measures the box, alone; the rest,
-    two at a time), with pytest's own rules: run the last phase's rules on tests/benchmarks/ alone (a whole
+    two at a time, and what of those failed, again alone), with pytest's own rules: run the two-at-a-time phase's rules on tests/benchmarks/ alone (a whole
     collection takes minutes) and nothing may be collected, although every perf_*.py holds benchmarks."""
-    unit, alone, whole = _make_test_argvs()
+    unit, alone, whole, again = _make_test_argvs()
     assert unit[-1] == "tests/unit" and "-n" in unit
     assert alone[alone.index("-m") + 1] == "measuring" and "-n" not in alone
     assert whole[whole.index("-m") + 1] == "not measuring" and "-n" in whole
-    for phase in (alone, whole):
+    # what failed beside another worker runs again alone: the same selection, the list the phase wrote
+    assert again[again.index("-m") + 1] == "not measuring" and "-n" not in again
+    assert again[again.index("--only-from") + 1] == whole[whole.index("--failed-to") + 1]
+    for phase in (alone, whole, again):
         assert "tests" in phase and "--ignore=tests/unit" in phase
     for path in sorted(BENCH_DIR.glob("perf_*.py")):
         tree = ast.parse(path.read_text())
         assert any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_") for n in tree.body), path
     assert len(list(BENCH_DIR.glob("perf_*.py"))) == 3 and not list(BENCH_DIR.glob("test_*.py"))
     rules, skip = [], 0   # the phase's own arguments, less its workers (-n, --dist: the collection is one process's)
+    # and the file its failures go to
     for a in whole:
         if skip or a == "tests" or a == "--no-loadscope-reorder":
             skip = 0
-        elif a in ("-n", "--dist"):
+        elif a in ("-n", "--dist", "--failed-to"):
             skip = 1
         else:
             rules.append(a)
