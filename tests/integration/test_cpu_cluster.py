@@ -316,28 +316,35 @@ def test_the_model_predicts_the_cluster_step_times_from_single_node_runs(model_r
     assert model_passes(verdicts), f"{table}\nbounds: { {v.run_id: v.bound(target_pct(v.run_id)) for v in verdicts} }"
 
 
+SLOW_NODE_GA = 4
 SLOW_NODE = ("platform=cpu-cluster", "platform.gpus_per_node=2", "suite=single", "workload=llama-tiny", "zero=stage1",
-             "workload.micro_batch_size=2", "workload.grad_acc_steps=4", "measure.warmup_steps=1", "measure.steps=1",
-             "measure.profile_steps=2", "measure.inject_delay_node=1")
+             "workload.micro_batch_size=2", f"workload.grad_acc_steps={SLOW_NODE_GA}", "measure.warmup_steps=1",
+             "measure.steps=1", "measure.profile_steps=2", "measure.inject_delay_node=1")
 """llama-tiny ZeRO-1 on two ranks a node, node 1's (ranks 2 and 3) slowed after each micro-step."""
+SLOW_NODE_SLEEP_S = 0.15
 
 
 def _slow_node(cluster, out: Path) -> dict:
-    """SLOW_NODE, its ranks sleeping 0.15 s a micro-step; the record, once the node is checked to have been named
-    the straggler."""
+    """SLOW_NODE, its ranks sleeping SLOW_NODE_SLEEP_S a micro-step; the record, once the node is checked to have been
+    named the straggler and to have held the others back at least half of what it slept. That bound is in seconds:
+    as a share of the step it depends on the box (the same 0.6 s a step read 43 % of a 1.4 s step on the 2-core
+    Zen 5 box, 22-29 % of a 2.1 s step on the 2-core AVX2 EPYC, where a bound of 25 % failed once, at 22.1 %)."""
     run = on_cluster(cluster, [sys.executable, "-m", "harness", "bench", "confirm_regressions=0", f"out={out}", *SLOW_NODE,
-                               "measure.inject_delay_s=0.15", "history=none"])
+                               f"measure.inject_delay_s={SLOW_NODE_SLEEP_S}", "history=none"])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "node 1's ranks' (ranks 2, 3) micro-step is slowed on purpose" in run.stderr + run.stdout
     (path,) = out.glob("00-*.json")
     rec = json.loads(path.read_text())
     assert rec["status"] == "ok" and not validate_record(rec)
     late = rec["environment"]["load"]["straggler"]
-    assert late["stands_out"] and late["ranks"] == [2, 3] and "rank" not in late, late
-    assert late["held_back_pct"] >= 25 and late["next_pct"] * 3 <= late["held_back_pct"]
+    assert late["stands_out"] and late["ranks"] == [2, 3] and "rank" not in late, late   # the suite's own rule
+    assert late["next_pct"] * 3 <= late["held_back_pct"], late
     hosts = {step["index"]: step["arrivals"]["hosts"] for step in rec["steps"] if step["mode"] == "profile"}
     # in each profiled step the slow node is the one that held the others back most
     assert hosts and all(max(h, key=lambda one: one["held_back_s"])["ranks"] == [2, 3] for h in hosts.values()), hosts
+    slept_s = SLOW_NODE_SLEEP_S * SLOW_NODE_GA * len(hosts)
+    held_s = sum(one["held_back_s"] for h in hosts.values() for one in h if one["ranks"] == [2, 3])
+    assert held_s >= 0.5 * slept_s, f"node2 held the others back {held_s:.3f} s of the {slept_s:.2f} s it slept: {late}"
     assert f"node {late['host']} (ranks 2, 3)" in " ".join(run.stdout.split())
     return rec
 
