@@ -10,7 +10,7 @@ import pytest
 import subprocess
 import sys
 
-from harness.held_up import for_peer_s, held_up_s, stragglers
+from harness.held_up import for_peer_s, held_up_s, straggler_words, stragglers, who
 from harness.record import validate_record
 from harness.verdict.history import History
 
@@ -55,12 +55,18 @@ def test_the_rank_that_came_late_is_named_and_the_others_wait_is_counted_as_for_
         "rank": 1, "host": late["host"], "held_back_pct": rec["environment"]["load"]["straggler"]["held_back_pct"],
         "next_pct": rec["environment"]["load"]["straggler"]["next_pct"], "stands_out": True}
     (before,) = quiet.records().values()
-    assert not before["environment"]["load"]["straggler"]["stands_out"]
+    was = before["environment"]["load"]["straggler"]
     compared = subprocess.run([sys.executable, "-m", "harness", "compare", str(run.out), "--against", str(quiet.out)],
                               cwd=REPO, capture_output=True, text=True, timeout=120)
     said = " ".join(compared.stdout.split())
-    assert "load.straggler: none stood out" in said, compared.stdout[-3000:]
-    assert f"-> rank 1 ({late['host']}) held the others back" in said
+    # The quiet run's latest rank is the box's: 0-5 % of the profiled steps on the 2-core Zen 5, up to 17 % on the
+    # 2-core AVX2 EPYC, where 2 of 12 quiet records stood out (docs/status.md, "Stragglers"). The comparison names
+    # the change from whatever the quiet run read; the same rank standing out on both sides is no change.
+    if was["stands_out"] and who(was) == who(rec["environment"]["load"]["straggler"]):
+        assert "load.straggler" not in said, compared.stdout[-3000:]
+    else:
+        assert f"load.straggler: {straggler_words(was)} -> rank 1 ({late['host']}) held the others back" in said, \
+            compared.stdout[-3000:]
 
 
 def test_a_night_names_its_straggler_and_fails_on_it_when_asked(tmp_path):
