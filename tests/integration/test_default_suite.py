@@ -201,6 +201,12 @@ def test_the_suite_starts_with_a_short_collective_sweep(default_suite):
     assert f"![busbw by message size]({plot})" in (default_suite.out / "summary.md").read_text()
 
 
+def _kind(machine: dict) -> tuple:
+    """A CPU's kind as the references tell machines apart: vendor, family, model (() where the record kept none)."""
+    ident = (machine.get("cpu") or {}).get("id") or {}
+    return tuple(ident.get(k) for k in ("vendor", "family", "model")) if ident else ()
+
+
 def _measured_slower_than_the_references(records) -> list[str]:
     """The probe figures of this bench that read this box slower than the cpu references' box by more
     than the pace's noise. Seen in CI on the AVX2 EPYC the references came from: triad 13.1 against
@@ -218,14 +224,17 @@ def _measured_slower_than_the_references(records) -> list[str]:
     0.59-1x there), while on one machine whose triad read slower within the probe's tolerance the
     efficiency is still judged. Memory and loss may never read worse."""
     table = json.loads((Path(__file__).resolve().parents[2] / "reference_results" / "cpu.json").read_text())
-    probes = [r["provenance"]["environment"]["machine"]["probe"] for r in table["references"]
-              if r["benchmark"] == "llama-tiny"]   # each machine's (the table keeps a reference per machine)
+    machines = [r["provenance"]["environment"]["machine"] for r in table["references"]
+                if r["benchmark"] == "llama-tiny"]   # each machine's (the table keeps a reference per machine)
+    probes = [m["probe"] for m in machines]
     floor = 1 - PACE_NOISE_PCT["cpu"] / 100
     out = []
     for rec in records:
         probe = (rec["environment"].get("machine") or {}).get("probe") or {}
         isa = (probe.get("isa") or {}).get("class")
-        ref = next((p for p in probes if (p.get("isa") or {}).get("class") == isa), probes[0])   # its machine's
+        kind = _kind(rec["environment"].get("machine") or {})
+        ref = next((m["probe"] for m in machines if kind and _kind(m) == kind),   # its kind's (family, model),
+                   next((p for p in probes if (p.get("isa") or {}).get("class") == isa), probes[0]))  # else its ISA's
         for name, path in (("fp32 matmul", ("matmul", "fp32")), ("triad", ("triad",))):
             now, then = best_figure(probe, *path), best_figure(ref, *path)
             if now and then and now < then * floor:

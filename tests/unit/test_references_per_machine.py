@@ -34,9 +34,13 @@ ZEN5_EXCHANGE = [REPO_ROOT / "reference_results" / "sources" / "cpu-zen5-epyc" /
 AVX2_BOUND = [REPO_ROOT / "reference_results" / "sources" / "cpu-avx2-epyc" / "2026-12-06-bound" / s
               for s in ("s1", "s2", "s5", "s6", "s7")]
 """The AVX2 EPYC's (family 25) bound sweeps that read the exchange pulse calmest (five of seven): its bound entries."""
+ZEN4_RUNS = REPO_ROOT / "reference_results" / "sources" / "cpu-avx512-epyc" / "2026-12-07-family25"
+"""The AVX-512 EPYC of family 25 model 17: three default-cpu suites (b1-b3, their training records) and seven bound
+sweeps (s1-s7, their first runs): its own entries of every key the default suite has."""
 AVX2, AVX512 = "AMD EPYC (2 CPUs, AVX2)", "AMD EPYC (2 CPUs, AVX512 +avx512_bf16)"
 ZEN5 = "AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 26 model 2)"
 ZEN3 = "AMD EPYC (2 CPUs, AVX2; family 25 model 1)"
+ZEN4 = "AMD EPYC (2 CPUs, AVX512 +avx512_bf16; family 25 model 17)"
 NOT_KEPT = ("all_reduce", "small_median_us")
 """The Zen 5's entry taken out of cpu.json after its submission (reference_results/sources/cpu-zen5-epyc/README.md):
 all_reduce's small calls' median is bimodal on that box, 308-368 us in 8 of 10 sweeps and 992-1,083 in 2, which
@@ -64,6 +68,13 @@ def current(suite: str = "s3") -> list[ResultRecord]:
     return [r for r in records(suite) if r.kind == "training"] + sweep
 
 
+def zen4_firsts() -> list[Path]:
+    """The family 25 model 17 box's submitted records: its suites' training runs, its sweeps' first runs."""
+    return [p for b in ("b1", "b2", "b3") for p in sorted((ZEN4_RUNS / b).glob("0[1-9]-*.json"))] + \
+        [p for s in range(1, 8) for p in sorted((ZEN4_RUNS / f"s{s}").glob("00-collectives-cpu-short-*.json"))
+         if "confirm" not in p.name]
+
+
 def avx2_table(tmp_path: Path) -> Path:
     """cpu.json as it was before the AVX-512 box's submission: the AVX2 box's references alone."""
     data = json.loads(SHIPPED.read_text(encoding="utf-8"))
@@ -78,10 +89,12 @@ def test_the_shipped_table_keeps_each_keys_reference_of_the_three_epycs():
     by_machine: dict[str, set] = {}
     for r in refs:
         by_machine.setdefault(r.machine(), set()).add(r.key())
-    assert sorted(by_machine) == [AVX2, ZEN3, AVX512, ZEN5]
+    assert sorted(by_machine) == [AVX2, ZEN3, AVX512, ZEN4, ZEN5]
     bound = {r.key() for r in refs if r.config.get("bind_ranks")}
     assert len(bound) == 28 and bound <= by_machine[ZEN5]   # the bound sweep's keys: the Zen 5's, and the AVX2
     assert by_machine[ZEN3] == bound   # box's of family 25, which kept no other entry (its training: the AVX2 box's)
+    assert by_machine[ZEN4] == {k for k in by_machine[ZEN5] if k[1].startswith("llama")} | bound   # the default
+    # suite's keys, its sweep bound (the Zen 5's unbound collective entries predate the binding)
     assert {k[3] for k in bound} == {"avg_busbw_gbps", "large_busbw_gbps", "small_time_us", "small_median_us",
                                      "small_p25_us", "shared_busbw_gbps", "shared_small_time_us"}
     assert by_machine[ZEN5] - bound == {k for k in by_machine[AVX512] if (k[1], k[3]) != NOT_KEPT}   # the same suite
@@ -111,7 +124,7 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
     assert validate_reference_file(after) == []
     got = {Reference.from_dict(e).identity() for e in after["references"]}
     assert got == {r.identity() for r in shipped()
-                   if r.metric not in ("small_median_us", "large_busbw_gbps") and r.machine() not in (ZEN5, ZEN3)}
+                   if r.metric not in ("small_median_us", "large_busbw_gbps") and r.machine() not in (ZEN5, ZEN3, ZEN4)}
     assert all(e == before[Reference.from_dict(e).identity()] for e in after["references"]
                if Reference.from_dict(e).machine() == AVX2)   # the first machine's untouched
     text = table.read_text()
@@ -128,8 +141,8 @@ def test_a_second_machines_records_are_added_beside_the_tables_and_its_own_again
 
 def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_entries_alone(tmp_path, capsys):
     """The 2026-12-03 suites, then the 2026-12-04 sweeps with --replace, then the 2026-12-05 ones, then the Zen
-    5's suites, its bound sweeps, those again with the exchange pulse, and the AVX2 box's (family 25) bound sweeps:
-    cpu.json as shipped, entry for entry."""
+    5's suites, its bound sweeps, those again with the exchange pulse, the AVX2 box's (family 25) bound sweeps, and
+    the AVX-512 box of family 25 model 17's suites and sweeps: cpu.json as shipped, entry for entry."""
     table = avx2_table(tmp_path)
     assert main(["submit", *(str(RUNS / s) for s in ("s1", "s2", "s3")), "--reference-file", str(table),
                  "--submitter", "suite maintainers"]) == 0
@@ -160,6 +173,10 @@ def test_the_sweeps_timing_each_small_call_replaced_that_machines_collective_ent
                  "--reference-file", str(table), "--submitter", "suite maintainers"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "28 references of 8 configurations (28 added; 28 beside another machine's" in out, out
+    assert main(["submit", *map(str, zen4_firsts()), "--reference-file", str(table), "--submitter",
+                 "suite maintainers"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "71 references of 15 configurations (71 added; 71 beside another machine's" in out, out
     strip = ("date", "note")   # the day it was made, and the note that carries the --reason given
 
     def comparable(e: dict) -> str:
@@ -293,3 +310,28 @@ def test_the_avx2_boxs_bound_sweeps_are_judged_by_its_own_entries_the_two_left_o
             [(sweep.name, v.metric, v.verdict, v.reason) for v in verdicts if v.verdict != "pass"]
         held += [v for v in verdicts if v.verdict == "not comparable"]
     assert [v.benchmark for v in held] == ["all_reduce", "all_reduce"] and all("held up" in v.reason for v in held)
+
+
+def test_the_family_25_model_17_boxs_runs_are_judged_by_its_own_entries_and_before_them_were_not():
+    """Its three default-cpu suites and seven bound sweeps (2026-12-07 12:57-13:06 UTC, the AVX-512 EPYC of family 25
+    model 17): each run judged by that box's entry of its key, none a regression. Against the table as it was before
+    them: the bound sweeps by the AVX2 box's entries, apart by ISA; the distillation run apart by the bf16 matmul
+    (222 against the unnamed AVX-512 box's 417 GFLOP/s per core), the only figure that tells the two apart."""
+    refs = shipped()
+    own = {(r.benchmark, json.dumps(r.config, sort_keys=True), r.metric): r.value for r in refs if r.machine() == ZEN4}
+    recs = [ResultRecord.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in zen4_firsts()]
+    assert len(recs) == 3 * 7 + 7 * 4 and all(r.status == "ok" for r in recs)
+    assert {json.dumps(r.environment["machine"]["cpu"]["id"], sort_keys=True) for r in recs} == {json.dumps(
+        {"family": 25, "microcode": "0x1000065", "model": 17, "stepping": 1, "vendor": "AuthenticAMD"})}
+    assert {r.environment["suite_commit"] for r in recs} == {"d714399482a5eb222e94b6b97a253520a0780e6e-dirty"}
+    verdicts = [v for v in compare(recs, refs) if v.verdict != "missing"]   # shared_*: judged against another range
+    assert len(verdicts) == 63 and all(v.reference == own[(v.benchmark, json.dumps(v.config, sort_keys=True),
+                                                           v.metric)] for v in verdicts)
+    assert all(v.verdict in ("pass", "insufficient data", "not comparable") for v in verdicts), \
+        [(v.metric, v.verdict, v.reason) for v in verdicts if v.verdict not in ("pass",)]
+    before = [v for v in compare(recs, [r for r in refs if r.machine() != ZEN4]) if v.verdict != "missing"]
+    bound = [v for v in before if v.config.get("bind_ranks")]
+    assert bound and all(v.verdict == "not comparable" and "ISA" in v.reason and v.machines[1] == ZEN3
+                         for v in bound), {(v.verdict, v.reason) for v in bound}
+    kd = [v for v in before if v.benchmark == "llama-tiny-kd" and v.metric == "samples_per_s"]
+    assert kd and all(v.verdict == "not comparable" and "bf16 matmul" in v.reason for v in kd)
