@@ -3,7 +3,8 @@ CI boxes are 2-core EPYCs of two kinds, AVX2 only and AVX-512, which the capabil
 keeps its own references in cpu.json; submit adds the second machine's beside the first's, and compare judges
 a run by the one whose machine can judge it. Real records: the AVX-512 EPYC's three default-cpu suites of
 2026-12-03 and its three collective sweeps of 2026-12-04, the first to time each small call
-(reference_results/sources/cpu-avx512-epyc/), the AVX2 EPYC's references of 2026-11-26."""
+(reference_results/sources/cpu-avx512-epyc/), the AVX2 EPYC's references of 2026-11-26; then the boxes whose
+records keep the CPU's kind: a Zen 5, an AVX2 EPYC of family 25 model 1 and an AVX-512 one of family 25 model 17."""
 from __future__ import annotations
 
 import json
@@ -84,7 +85,7 @@ def avx2_table(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_shipped_table_keeps_each_keys_reference_of_the_three_epycs():
+def test_the_shipped_table_keeps_each_keys_reference_of_each_epyc():
     refs = shipped()
     by_machine: dict[str, set] = {}
     for r in refs:
