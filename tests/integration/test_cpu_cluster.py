@@ -337,8 +337,8 @@ def _slow_node(cluster, out: Path) -> dict:
     rec = json.loads(path.read_text())
     assert rec["status"] == "ok" and not validate_record(rec)
     late = rec["environment"]["load"]["straggler"]
-    assert late["stands_out"] and late["ranks"] == [2, 3] and "rank" not in late, late   # the suite's own rule
-    assert late["next_pct"] * 3 <= late["held_back_pct"], late
+    assert late["stands_out"] and late["ranks"] == [2, 3] and "rank" not in late, late   # the suite's own rule (15 %
+    # and 3x the next: harness/held_up.py STRAGGLER_PCT, STRAGGLER_RATIO)
     hosts = {step["index"]: step["arrivals"]["hosts"] for step in rec["steps"] if step["mode"] == "profile"}
     # in each profiled step the slow node is the one that held the others back most
     assert hosts and all(max(h, key=lambda one: one["held_back_s"])["ranks"] == [2, 3] for h in hosts.values()), hosts

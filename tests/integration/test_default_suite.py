@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.node.machine import cpu_kind
 from contract.metrics import METRICS
 from harness.held_up import comm_held_up_for_peer_pct, comm_held_up_pct
 from harness.probe import PACE_NOISE_PCT, best_figure
@@ -201,12 +202,6 @@ def test_the_suite_starts_with_a_short_collective_sweep(default_suite):
     assert f"![busbw by message size]({plot})" in (default_suite.out / "summary.md").read_text()
 
 
-def _kind(machine: dict) -> tuple:
-    """A CPU's kind as the references tell machines apart: vendor, family, model (() where the record kept none)."""
-    ident = (machine.get("cpu") or {}).get("id") or {}
-    return tuple(ident.get(k) for k in ("vendor", "family", "model")) if ident else ()
-
-
 def _measured_slower_than_the_references(records) -> list[str]:
     """The probe figures of this bench that read this box slower than the cpu references' box by more
     than the pace's noise. Seen in CI on the AVX2 EPYC the references came from: triad 13.1 against
@@ -232,8 +227,8 @@ def _measured_slower_than_the_references(records) -> list[str]:
     for rec in records:
         probe = (rec["environment"].get("machine") or {}).get("probe") or {}
         isa = (probe.get("isa") or {}).get("class")
-        kind = _kind(rec["environment"].get("machine") or {})
-        ref = next((m["probe"] for m in machines if kind and _kind(m) == kind),   # its kind's (family, model),
+        kind = cpu_kind((rec["environment"].get("machine") or {}).get("cpu"))
+        ref = next((m["probe"] for m in machines if kind and cpu_kind(m.get("cpu")) == kind),   # its kind's,
                    next((p for p in probes if (p.get("isa") or {}).get("class") == isa), probes[0]))  # else its ISA's
         for name, path in (("fp32 matmul", ("matmul", "fp32")), ("triad", ("triad",))):
             now, then = best_figure(probe, *path), best_figure(ref, *path)
