@@ -32,7 +32,9 @@ from typing import Optional
 from contract.metrics import tolerances_for
 
 from .bench import PlannedRun, checked_images, execute, plan_suite
+from .verdict.alarms import keep_night
 from .verdict.baseline import machine_key
+from .verdict.confirmation import FirstReading, confirmed
 from .verdict.compare import VERDICTS, compare, outside_runs, parse_fail_on
 from .verdict.cross_machine import names_agree
 from .config.compose import compose
@@ -212,6 +214,26 @@ def judge(store: History, platform: str, night: str, refs: list, baseline_nights
     return tonight, verdicts, earlier_nights, earlier, outside, words
 
 
+def first_repeat(store: History, platform: str, night: str, refs: list, verdicts: dict[str, list],
+                 earlier: list[tuple[str, ResultRecord]], earlier_nights: list[str], out: Path) -> str:
+    """What a one-repeat night would have judged, and what the night's repeats made of it: each run's first repeat
+    judged alone against the references and the rolling baseline that judged the night, each regression it read
+    against the verdict on all the repeats (confirmation.confirmed: the other repeats are its reruns), kept in the
+    store for `python -m harness alarms` (alarms.keep_night); its line, '' for a night of one repeat."""
+    by_repeat = store.repeats(platform, night)
+    first_of: dict[str, int] = {}
+    for repeat, rec in by_repeat:
+        first_of.setdefault(rec.run_id, repeat)
+    repeats = len({repeat for repeat, _ in by_repeat})
+    if repeats < 2:
+        return ""
+    firsts = [rec for repeat, rec in by_repeat if repeat == first_of[rec.run_id]]
+    first = FirstReading(compare(firsts, refs),
+                         compare(firsts, baseline_references(earlier, platform, earlier_nights)))
+    found = confirmed(first, verdicts["references"] + verdicts["baseline"], [rec for _, rec in by_repeat])
+    return keep_night(store, first, found, firsts, out, repeats)
+
+
 def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Path:
     """One page of every platform's last night in the store, judged as the nightly judged it
     (harness/report/overview.py); a line per platform printed."""
@@ -294,6 +316,9 @@ def cli(args: list[str]) -> int:
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})
         print(f"night {ns.night} vs {kind}: {counts}")
     print(f"  {baseline}")
+    alone = first_repeat(store, platform, ns.night, refs, verdicts, earlier, earlier_nights, out)
+    if alone:
+        print(f"  {alone}")
     if outside:
         print(f"  {unrun_line(outside, OUTSIDE_SUITE)}")
     for kind, vs in failing.items():   # what changed once, under the verdicts that share it

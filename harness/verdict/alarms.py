@@ -1,4 +1,4 @@
-"""How often a regression that one run of a bench read did not repeat, per machine, platform and metric.
+"""How often a regression that one run of a bench (a night's first repeat) read did not repeat, per machine and metric.
 
 Why. A bench that runs its regressions again (config key confirm_regressions; harness/verdict/confirmation.py)
 learns, each time, whether one run's reading was a change or a spell of the host; printed in compare.md, that is
@@ -10,7 +10,11 @@ reference those readings lay against the tolerance that judged them: the data to
 
 Kept: every bench with confirm_regressions >= 1 and a store (history != none), with the number of first verdicts
 of each metric it judged (a value against a reference of its machine: the rate's denominator), and each regression
-its first runs read with its reruns' values and the verdict on all its runs. Read by `python -m harness alarms`.
+its first runs read with its reruns' values and the verdict on all its runs. And every nightly night of two or more
+repeats (keep_night): its first repeat judged alone, against the references and the rolling baseline that judged the
+night, is what a one-repeat nightly would have read, and the night's other repeats are its reruns (nothing runs
+for it: the night repeats every run anyway). Read by `python -m harness alarms`, which says how many benches and
+nights it counts.
 """
 from __future__ import annotations
 
@@ -35,6 +39,27 @@ JUDGED = ("pass", "regression", "improvement", "insufficient data")
 """A first verdict that read a value against a reference of its machine: one that could have been a regression."""
 OUTCOMES = ("confirmed", "unsettled", "not repeated", "no verdict")
 """What the runs together said of a first run's regression (confirmation.Confirmed.outcome)."""
+
+
+def keep_night(store: History, first: FirstReading, found: list[Confirmed], records: list[ResultRecord], out: Path,
+               repeats: int) -> str:
+    """One nightly night's first repeat, judged alone (first) and against all the night's repeats (found:
+    confirmation.confirmed), kept in its store like a bench's confirmation with the night's folder as its key (a
+    night resumed and judged again replaces it): its line for the nightly's output, or why it was not kept."""
+    machine = machine_key(records)
+    if machine is None or not records:
+        return ""
+    try:
+        store.add_confirmations(machine, records[0].platform, str(Path(out).resolve()), repeats - 1,
+                                json.dumps(judged_counts(first)), rows_of(found), source="nightly")
+    except HarnessError as exc:
+        return f"first repeat alone: not kept: {exc}"
+    outcomes = Counter(c.outcome() for c in found)
+    read = (f"{len(found)} regression(s), of which {outcomes['confirmed']} the night's {repeats} repeats read too, "
+            f"{outcomes['unsettled']} unsettled and {outcomes['not repeated']} that did not repeat"
+            if found else "no regression")
+    return (f"first repeat alone (what a one-repeat night would have judged): {read}; kept in {store.name} "
+            "(`python -m harness alarms` counts how often a first reading did not repeat)")
 
 
 def judged_counts(first: FirstReading) -> list[list[Any]]:
@@ -84,6 +109,8 @@ class Tally:
     """One machine's, platform's, metric's and side's (reference or baseline) first readings."""
     judged: int = 0
     benches: int = 0
+    nights: int = 0
+    """The benches and the nightly nights that judged it."""
     outcomes: Counter = field(default_factory=Counter)
     worse: dict[str, list[float]] = field(default_factory=lambda: {o: [] for o in OUTCOMES})
     tolerances: set[float] = field(default_factory=set)
@@ -113,7 +140,11 @@ def tallies(benches: list[Any], rows: list[Any]) -> dict[tuple, dict[tuple, Tall
     for b in benches:
         for benchmark, metric, against, n in json.loads(b.judged):
             t = out.setdefault((b.machine, b.platform), {}).setdefault((benchmark, metric, against), Tally())
-            t.judged, t.benches = t.judged + n, t.benches + 1
+            t.judged = t.judged + n
+            if source_of(b) == "nightly":
+                t.nights += 1
+            else:
+                t.benches += 1
     for r in rows:
         t = out.setdefault((r.machine, r.platform), {}).setdefault((r.benchmark, r.metric, r.against), Tally())
         t.outcomes[r.outcome] += 1
@@ -121,6 +152,11 @@ def tallies(benches: list[Any], rows: list[Any]) -> dict[tuple, dict[tuple, Tall
         if r.tolerance_pct is not None:
             t.tolerances.add(r.tolerance_pct)
     return out
+
+
+def source_of(bench: Any) -> str:
+    """'bench' or 'nightly': what kept a confirm_benches row."""
+    return getattr(bench, "source", None) or "bench"
 
 
 def _span(xs: list[float]) -> str:
@@ -138,17 +174,23 @@ def report(benches: list[Any], rows: list[Any], store: str, every: bool = False,
     """The text of `python -m harness alarms`: per machine and platform, one line of counts, then a row per metric
     that read a regression (every metric judged with `every`)."""
     if not benches:
-        return (f"No bench in {store} ran its regressions again yet (a bench with confirm_regressions >= 1 and "
-                "history kept there keeps what its reruns read).")
-    parts = [f"Regressions a bench's first run read, and whether its reruns read them too ({store}; a first reading "
-             "beyond the reference in % worse; false alarms: those that did not repeat, per first verdict judged)"]
+        return (f"No bench in {store} ran its regressions again yet, and no nightly of two or more repeats was kept "
+                "there (a bench with confirm_regressions >= 1 and history kept there keeps what its reruns read; a "
+                "nightly, what its first repeat read alone against all its repeats).")
+    parts = [f"Regressions a bench's first run (a night's first repeat) read, and whether its reruns (the night's "
+             f"other repeats) read them too ({store}; a first reading beyond the reference in % worse; false alarms: "
+             "those that did not repeat, per first verdict judged)"]
     for (machine, platform), by in sorted(tallies(benches, rows).items()):
-        dates = sorted(b.created_utc[:10] for b in benches if (b.machine, b.platform) == (machine, platform))
+        mine = [b for b in benches if (b.machine, b.platform) == (machine, platform)]
+        dates = sorted(b.created_utc[:10] for b in mine)
+        nights = sum(1 for b in mine if source_of(b) == "nightly")
         total = Counter()
         for t in by.values():
             total.update(t.outcomes)
         judged = sum(t.judged for t in by.values())
-        parts.append(f"{platform} on {machine}: {len(dates)} bench(es) from {dates[0] if dates else '?'} to "
+        kinds = " and ".join(x for x in (f"{len(dates) - nights} bench(es)" if len(dates) > nights else "",
+                                         f"{nights} night(s)" if nights else "") if x)
+        parts.append(f"{platform} on {machine}: {kinds} from {dates[0] if dates else '?'} to "
                      f"{dates[-1] if dates else '?'}; {judged} first verdict(s) judged over {len(by)} metric(s); "
                      f"{sum(total.values())} regression(s) read: {total['confirmed']} confirmed, "
                      f"{total['unsettled']} unsettled, {total['not repeated']} did not repeat, "
@@ -167,7 +209,7 @@ def report(benches: list[Any], rows: list[Any], store: str, every: bool = False,
 
 def as_json(benches: list[Any], rows: list[Any]) -> list[dict[str, Any]]:
     return [{"machine": machine, "platform": platform, "benchmark": b, "metric": m, "against": a,
-             "judged": t.judged, "benches": t.benches, "read": t.read, **{o.replace(" ", "_"): t.outcomes[o] for o in OUTCOMES},
+             "judged": t.judged, "benches": t.benches, "nights": t.nights, "read": t.read, **{o.replace(" ", "_"): t.outcomes[o] for o in OUTCOMES},
              "first_worse_pct": {o.replace(" ", "_"): t.worse[o] for o in OUTCOMES},
              "tolerance_pct": sorted(t.tolerances)}
             for (machine, platform), by in sorted(tallies(benches, rows).items()) for (b, m, a), t in sorted(by.items())]

@@ -186,12 +186,20 @@ class History:
 
     def records(self, platform: str, nights: Optional[list[str]] = None) -> list[tuple[str, ResultRecord]]:
         """(night, record) of the platform's runs, oldest night first; only the given nights if any."""
-        query = self.sa.select(self.runs.c.night, self.runs.c.record).where(self.runs.c.platform == platform)
+        return [(night, rec) for night, _, rec in self._runs(platform, nights)]
+
+    def repeats(self, platform: str, night: str) -> list[tuple[int, ResultRecord]]:
+        """(repeat, record) of one night's runs, the first repeat first."""
+        return [(repeat, rec) for _, repeat, rec in self._runs(platform, [night])]
+
+    def _runs(self, platform: str, nights: Optional[list[str]]) -> list[tuple[str, int, ResultRecord]]:
+        query = self.sa.select(self.runs.c.night, self.runs.c.repeat, self.runs.c.record).where(
+            self.runs.c.platform == platform)
         if nights is not None:
             query = query.where(self.runs.c.night.in_(nights))
         with self._db() as c:
             rows = c.execute(query.order_by(self.runs.c.night, self.runs.c.repeat, self.runs.c.run_id)).all()
-        return [(r.night, _record(r.record, f"{self.name}: run of night {r.night}")) for r in rows]
+        return [(r.night, r.repeat, _record(r.record, f"{self.name}: run of night {r.night}")) for r in rows]
 
     def last_nights(self) -> list[tuple[str, str, str, Optional[str]]]:
         """(platform, night, out_dir, finished_utc or None) of each platform's latest night, by platform."""
@@ -240,17 +248,18 @@ class History:
         return [(r.out_dir, _record(r.record, f"{self.name}: run of {r.out_dir}")) for r in rows]
 
     def add_confirmations(self, machine: str, platform: str, out_dir: str, times: int, judged: str,
-                          rows: list[dict]) -> None:
+                          rows: list[dict], source: str = "bench") -> None:
         """One bench's confirmation (harness/verdict/alarms.py: `judged`, its first verdicts counted, JSON; `rows`, the
         regressions its first runs read and what their reruns read) in one transaction; a folder kept before is
-        replaced."""
+        replaced. source: 'bench', or 'nightly' (a night's first repeat judged alone, its other repeats the reruns)."""
         now = _now()
         with self._db(write=True) as c:
             for table in (self.confirm_benches, self.confirmations):
                 c.execute(table.delete().where(table.c.machine == machine, table.c.platform == platform,
                                                table.c.out_dir == out_dir))
             c.execute(self.confirm_benches.insert().values(machine=machine, platform=platform, out_dir=out_dir,
-                                                           times=times, judged=judged, created_utc=now))
+                                                           times=times, judged=judged, created_utc=now,
+                                                           source=source))
             for row in rows:
                 c.execute(self.confirmations.insert().values(machine=machine, platform=platform, out_dir=out_dir,
                                                              created_utc=now, **row))

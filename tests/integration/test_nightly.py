@@ -60,6 +60,14 @@ def test_an_injected_regression_is_caught_and_what_changed_is_shown(tmp_path):
     store = History(f"sqlite:///{tmp_path / 'history.sqlite'}")
     assert store.earlier_nights("cpu", "2026-11-03", 7) == ["2026-11-01", "2026-11-02"]
     assert len(store.records("cpu")) == 4
+    # what a one-repeat night would have judged (harness/nightly.py first_repeat): the first repeat alone read the
+    # delay, and the night's other repeat read it too; kept for `python -m harness alarms`
+    assert "first repeat alone (what a one-repeat night would have judged): " in bad.stdout, bad.stdout[-3000:]
+    kept, rows = store.confirmation_rows()
+    night = next(b for b in kept if b.out_dir == str(out.resolve()))
+    assert (night.source, night.times) == ("nightly", 1)
+    read = [r for r in rows if r.out_dir == night.out_dir]
+    assert "samples_per_s" in {r.metric for r in read} and {r.outcome for r in read} == {"confirmed"}, read
 
 
 def test_an_interrupted_night_resumes_without_redoing_finished_runs(tmp_path):

@@ -122,4 +122,4 @@ def test_an_older_store_gains_the_tables_empty(tmp_path):
         c.execute("DROP TABLE confirm_benches")
         c.execute("UPDATE alembic_version SET version_num = '0003'")
     h = History(f"sqlite:///{store}")
-    assert h.upgraded.endswith("schema 0003 -> 0004, every row kept") and h.confirmation_rows() == ([], [])
+    assert h.upgraded.endswith("schema 0003 -> 0005, every row kept") and h.confirmation_rows() == ([], [])

@@ -24,7 +24,7 @@ from ...errors import HarnessError
 
 SCRIPT_DIR = Path(__file__).resolve().parent
 """Alembic's script location: the migrations are in its versions/."""
-HEAD = "0004"
+HEAD = "0005"
 """The revision this suite writes and reads."""
 BASELINE = "0001"
 """The schema of every store written before versioning: nights, runs, bench_runs."""
