@@ -5,8 +5,12 @@ cores for 2-6 s every 5-20 s (random, seeded by the round), every bench kept in 
 `python -m harness alarms --all` counts: per metric the first verdicts judged, the regressions read, how many were
 confirmed, unsettled (a rerun read it too) or did not repeat (a false alarm), and the tolerance that would have
 passed those. Figures of 2026-12-06 on the Zen 5 EPYC in docs/status.md (6 rounds and --slowed: about 18 min).
+With --nightly, each round is a quiet night and a night beside the burner instead (the cpu nightly, --repeats 3, one
+store): what each night's first repeat read alone against what its three repeats read (harness/nightly.py
+first_repeat), the one-repeat nightly's false alarms (about 3 min a round). On the AVX-512 EPYC of family 25 model 17
+(2026-12-07), 3 rounds: 337 first verdicts, no first repeat read a regression (docs/status.md).
 
-    .venv/bin/python tests/perf/confirm_spells.py [--rounds N] [--slowed] [--out DIR]
+    .venv/bin/python tests/perf/confirm_spells.py [--rounds N] [--slowed] [--nightly] [--out DIR]
 """
 from __future__ import annotations
 
@@ -51,24 +55,39 @@ def bench(out: Path, store: str, *more: str) -> str:
     return f"exit {done.returncode}; " + (counts[0] if counts else "no verdicts")
 
 
+def night(out: Path, store: str, night_id: str) -> str:
+    """One cpu nightly night of 3 repeats into OUT, kept in STORE: what its first repeat alone read."""
+    done = subprocess.run([sys.executable, "-m", "harness", "nightly", "--night", night_id, "--repeats", "3",
+                           "--store", store, "--fail-on", "none", f"out={out}"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=1800)
+    alone = [line.strip() for line in done.stdout.splitlines() if "first repeat alone" in line]
+    return f"exit {done.returncode}; " + (alone[0] if alone else "nothing judged alone")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--slowed", action="store_true", help="one more bench slowed on purpose")
+    parser.add_argument("--nightly", action="store_true", help="nights of 3 repeats instead of benches")
     parser.add_argument("--out", type=Path, help="where the benches and the store go (default: a temporary folder)")
     ns = parser.parse_args()
     root = ns.out or Path(tempfile.mkdtemp(prefix="confirm-spells-"))
+    root.mkdir(parents=True, exist_ok=True)   # the store's folder: a nightly never creates it
     store = f"sqlite:///{root.resolve() / 'history.sqlite'}"
+    one = ((lambda name, k: night(root / name, store, f"2026-01-{k:02d}")) if ns.nightly else
+           (lambda name, k: bench(root / name, store)))
     for k in range(1, ns.rounds + 1):
-        print(f"quiet-{k}: {bench(root / f'quiet-{k}', store)}", flush=True)
+        print(f"quiet-{k}: {one(f'quiet-{k}', 2 * k - 1)}", flush=True)
         neighbour = mp.Process(target=spells, args=(k,))
         neighbour.start()
         try:
-            print(f"spells-{k}: {bench(root / f'spells-{k}', store)}", flush=True)
+            print(f"spells-{k}: {one(f'spells-{k}', 2 * k)}", flush=True)
         finally:
             neighbour.terminate()
             neighbour.join()
-    if ns.slowed:
+    if ns.slowed and ns.nightly:
+        print("--slowed is for benches; nights are not slowed", flush=True)
+    elif ns.slowed:
         print(f"slowed: {bench(root / 'slowed', store, 'measure.inject_delay_s=0.05')}", flush=True)
     return subprocess.run([sys.executable, "-m", "harness", "alarms", "--store", store, "--all"], cwd=REPO_ROOT).returncode
 
