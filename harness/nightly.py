@@ -219,8 +219,12 @@ def first_repeat(store: History, platform: str, night: str, refs: list, verdicts
     """What a one-repeat night would have judged, and what the night's repeats made of it: each run's first repeat
     judged alone against the references and the rolling baseline that judged the night, each regression it read
     against the verdict on all the repeats (confirmation.confirmed: the other repeats are its reruns), kept in the
-    store for `python -m harness alarms` (alarms.keep_night); its line, '' for a night of one repeat."""
-    by_repeat = store.repeats(platform, night)
+    store for `python -m harness alarms` (alarms.keep_night); its line, '' for a night of one repeat. A store that
+    fails here is a line, never the night's end: its verdicts and reports stand."""
+    try:
+        by_repeat = store.repeats(platform, night)
+    except HarnessError as exc:
+        return f"first repeat alone: not judged: {exc}"
     first_of: dict[str, int] = {}
     for repeat, rec in by_repeat:
         first_of.setdefault(rec.run_id, repeat)

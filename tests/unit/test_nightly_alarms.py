@@ -12,6 +12,7 @@ import json
 import sqlite3
 
 from harness.__main__ import main
+from harness.errors import HarnessError
 from harness.nightly import first_repeat, judge
 from harness.record import ResultRecord
 
@@ -107,3 +108,16 @@ def test_a_store_of_benches_confirmations_keeps_them_as_the_benches(tmp_path):
     again = store_of(tmp_path, [])
     assert again.upgraded.endswith("schema 0004 -> 0005, every row kept")
     assert [(b.out_dir, b.source) for b in again.confirmation_rows()[0]] == [("/r/1", "bench")]
+
+
+def test_a_store_that_fails_when_the_first_repeat_is_read_is_a_line(tmp_path, monkeypatch):
+    store = night_of_three(tmp_path, {SPELL})
+    tonight, verdicts, earlier_nights, earlier, _, _ = judge(store, "cpu", NIGHT, [], 7)
+
+    def gone(*_):
+        raise HarnessError("history store x: connection lost")
+
+    monkeypatch.setattr(store, "repeats", gone)
+    line = first_repeat(store, "cpu", NIGHT, [], verdicts, earlier, earlier_nights, tmp_path / NIGHT)
+    assert line == "first repeat alone: not judged: history store x: connection lost"
+    assert store.confirmation_rows() == ([], [])
