@@ -311,16 +311,16 @@ def cli(args: list[str]) -> int:
         if earlier_nights and night == earlier_nights[-1]:
             previous.setdefault(rec.run_id, (night, rec))
     stood = night_straggler_lines(tonight, ns.night, earlier, earlier_nights)
+    alone = first_repeat(store, platform, ns.night, refs, verdicts, earlier, earlier_nights, out)
     paths = write_reports(out, platform=platform, night=ns.night, verdicts=verdicts, records=tonight,
                           history=series(store.records(platform, earlier_nights + [ns.night])), previous=previous,
-                          unrun=outside, baseline=baseline, stragglers=stood,
+                          unrun=outside, baseline="\n".join(x for x in (baseline, alone) if x), stragglers=stood,
                           held_back=held_back_series(tonight, ns.night, earlier, earlier_nights))
     failing = {k: [v for v in vs if v.verdict in fail_on] for k, vs in verdicts.items()}
     for kind, vs in verdicts.items():
         counts = json.dumps({v: sum(x.verdict == v for x in vs) for v in VERDICTS if any(x.verdict == v for x in vs)})
         print(f"night {ns.night} vs {kind}: {counts}")
     print(f"  {baseline}")
-    alone = first_repeat(store, platform, ns.night, refs, verdicts, earlier, earlier_nights, out)
     if alone:
         print(f"  {alone}")
     if outside:

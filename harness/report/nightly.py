@@ -49,7 +49,8 @@ def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict
                      records: list[ResultRecord], unrun: Optional[list[Verdict]] = None, baseline: str = "",
                      stragglers: Optional[list[str]] = None) -> str:
     """unrun: the references of configurations the nightly's suite does not run (one line under their table);
-    baseline: which nights the rolling baseline is (harness/nightly.py judge), a line under its table."""
+    baseline: which nights the rolling baseline is (harness/nightly.py judge), a line under its table, and any more
+    lines after it (what the first repeat alone read: harness/nightly.py first_repeat), a line each."""
     parts = [f"# Nightly report: {platform}, {night}",
              "\n".join(f"- {summary_line(name, vs)}" for name, vs in verdicts.items())]
     for name, vs in verdicts.items():
@@ -57,7 +58,7 @@ def nightly_markdown(platform: str, night: str, verdicts: dict[str, list[Verdict
         if name == "references" and unrun:
             table += f"\n- {unrun_line(unrun, OUTSIDE_SUITE)}"
         if name == "baseline" and baseline:
-            table += f"\n- {baseline}"
+            table += "".join(f"\n- {line}" for line in baseline.splitlines())
         parts += [f"## Verdicts {COMPARISONS.get(name, name)}", under_table(table, vs, "then")]
     lines = night_stragglers(records) if stragglers is None else stragglers
     parts += ["## Stragglers", "\n".join(f"- {line}" for line in lines) or "none stood out"]
@@ -99,7 +100,8 @@ def write_reports(out_dir: Path, *, platform: str, night: str, verdicts: dict[st
     {"markdown"|"html"|"junit": path}. previous: {run_id: (night, record)} of the last earlier night,
     whose micro-steps the page shows beside a regressed run's. unrun: the references of configurations
     the nightly's suite does not run (harness/verdict/compare.py outside_runs), one line in each report; baseline:
-    which nights the rolling baseline is, one line under its table; stragglers: the lines of the Stragglers section
+    which nights the rolling baseline is, and what the first repeat alone read, a line each under its table;
+    stragglers: the lines of the Stragglers section
     (harness/straggler_trend.py night_straggler_lines; tonight's own, night_stragglers, when None); held_back: its
     held_back_series, charted on the page."""
     out_dir = Path(out_dir)

@@ -359,7 +359,7 @@ def nightly_page(platform: str, night: str, verdicts: dict[str, list[Verdict]], 
         if name == "references" and unrun:
             parts.append(f"<p>{esc(unrun_line(unrun, OUTSIDE_SUITE))}</p>")
         if name == "baseline" and baseline:
-            parts.append(f"<p>{esc(baseline)}</p>")
+            parts += [f"<p>{esc(line)}</p>" for line in baseline.splitlines()]
         parts += [_sizes(v, labels) for v in shown(vs, CHANGED)]   # which sizes moved
     parts += ["<h2>Trends</h2>", _trends(history, verdicts, labels, night)]
     if held_back and any(len(pts) > 1 for lines in held_back.values() for pts in lines.values()):

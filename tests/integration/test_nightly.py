@@ -63,6 +63,7 @@ def test_an_injected_regression_is_caught_and_what_changed_is_shown(tmp_path):
     # what a one-repeat night would have judged (harness/nightly.py first_repeat): the first repeat alone read the
     # delay, and the night's other repeat read it too; kept for `python -m harness alarms`
     assert "first repeat alone (what a one-repeat night would have judged): " in bad.stdout, bad.stdout[-3000:]
+    assert "\n- first repeat alone (what a one-repeat night would have judged): " in (out / "nightly.md").read_text()
     kept, rows = store.confirmation_rows()
     night = next(b for b in kept if b.out_dir == str(out.resolve()))
     assert (night.source, night.times) == ("nightly", 1)

@@ -8,6 +8,7 @@ every repeat (a change)."""
 from __future__ import annotations
 
 import copy
+import html
 import json
 import sqlite3
 
@@ -15,6 +16,7 @@ from harness.__main__ import main
 from harness.errors import HarnessError
 from harness.nightly import first_repeat, judge
 from harness.record import ResultRecord
+from harness.report.nightly import write_reports
 
 from test_nightly_machine import store_of, zen5
 
@@ -121,3 +123,15 @@ def test_a_store_that_fails_when_the_first_repeat_is_read_is_a_line(tmp_path, mo
     line = first_repeat(store, "cpu", NIGHT, [], verdicts, earlier, earlier_nights, tmp_path / NIGHT)
     assert line == "first repeat alone: not judged: history store x: connection lost"
     assert store.confirmation_rows() == ([], [])
+
+
+def test_the_nights_reports_say_what_its_first_repeat_read_alone_under_the_baseline(tmp_path):
+    store = night_of_three(tmp_path, {SPELL})
+    tonight, verdicts, earlier_nights, earlier, _, words = judge(store, "cpu", NIGHT, [], 7)
+    alone = first_repeat(store, "cpu", NIGHT, [], verdicts, earlier, earlier_nights, tmp_path / NIGHT)
+    paths = write_reports(tmp_path / "out", platform="cpu", night=NIGHT, verdicts=verdicts, records=tonight,
+                          history={}, baseline=f"{words}\n{alone}")
+    md = paths["markdown"].read_text()
+    assert f"\n- {words}\n- first repeat alone (what a one-repeat night would have judged): 6 regression(s)" in md
+    page = paths["html"].read_text()
+    assert f"<p>{html.escape(words)}</p>" in page and "<p>first repeat alone (what a one-repeat night" in page
