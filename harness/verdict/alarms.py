@@ -141,7 +141,7 @@ def tallies(benches: list[Any], rows: list[Any]) -> dict[tuple, dict[tuple, Tall
         for benchmark, metric, against, n in json.loads(b.judged):
             t = out.setdefault((b.machine, b.platform), {}).setdefault((benchmark, metric, against), Tally())
             t.judged = t.judged + n
-            if source_of(b) == "nightly":
+            if b.source == "nightly":
                 t.nights += 1
             else:
                 t.benches += 1
@@ -152,11 +152,6 @@ def tallies(benches: list[Any], rows: list[Any]) -> dict[tuple, dict[tuple, Tall
         if r.tolerance_pct is not None:
             t.tolerances.add(r.tolerance_pct)
     return out
-
-
-def source_of(bench: Any) -> str:
-    """'bench' or 'nightly': what kept a confirm_benches row."""
-    return getattr(bench, "source", None) or "bench"
 
 
 def _span(xs: list[float]) -> str:
@@ -183,7 +178,7 @@ def report(benches: list[Any], rows: list[Any], store: str, every: bool = False,
     for (machine, platform), by in sorted(tallies(benches, rows).items()):
         mine = [b for b in benches if (b.machine, b.platform) == (machine, platform)]
         dates = sorted(b.created_utc[:10] for b in mine)
-        nights = sum(1 for b in mine if source_of(b) == "nightly")
+        nights = sum(1 for b in mine if b.source == "nightly")   # every row has one since 0005
         total = Counter()
         for t in by.values():
             total.update(t.outcomes)
