@@ -175,7 +175,8 @@ def cmd_portability(args: list[str]) -> int:
 
 def cmd_alarms(args: list[str]) -> int:
     """How often a regression one run of a bench read did not repeat (its reruns: confirm_regressions), per machine,
-    platform and metric, from the history store: alarms [--store URL] [--platform P] [--all] [--markdown] [--json]."""
+    platform and metric, and whether one run would do on each machine, from the history store:
+    alarms [--store URL] [--platform P] [--all] [--markdown] [--json] [--false-alarms PCT]."""
     return alarms.cli(args)
 
 

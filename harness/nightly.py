@@ -33,6 +33,7 @@ from contract.metrics import tolerances_for
 
 from .bench import PlannedRun, checked_images, execute, plan_suite
 from .verdict.alarms import keep_night
+from .verdict.one_run import night_cell
 from .verdict.baseline import machine_key
 from .verdict.confirmation import FirstReading, confirmed
 from .verdict.compare import VERDICTS, compare, outside_runs, parse_fail_on
@@ -239,13 +240,15 @@ def first_repeat(store: History, platform: str, night: str, refs: list, verdicts
 
 
 def overview(store: History, refs: list, baseline_nights: int, path: Path) -> Path:
-    """One page of every platform's last night in the store, judged as the nightly judged it
-    (harness/report/overview.py); a line per platform printed."""
+    """One page of every platform's last night in the store, judged as the nightly judged it, with what its first
+    repeat read alone and whether one repeat would do on its machine (one_run.night_cell) (harness/report/overview.py);
+    a line per platform printed."""
     rows = []
     for platform, night, out_dir, finished in store.last_nights():
         tonight, verdicts, earlier_nights, earlier, _, _ = judge(store, platform, night, refs, baseline_nights)
         rows.append(OverviewRow(platform, night, Path(out_dir), finished, tonight, verdicts,
-                                night_straggler_lines(tonight, night, earlier, earlier_nights)))
+                                night_straggler_lines(tonight, night, earlier, earlier_nights),
+                                night_cell(*store.confirmation_rows(platform), out_dir)))
         print(overview_line(rows[-1]))
     if not rows:
         print(f"history store {store.name} holds no night yet")

@@ -2,7 +2,8 @@
 platform with its last night, how many runs it stored and failed, its verdicts against the reference
 table and the rolling baseline, what changed where something regressed, the runs in which a rank or a node
 stood out as the straggler (harness/held_up.py night_stragglers) or held the others back more each night
-(harness/straggler_trend.py), and a link to that night's own page. `python -m harness nightly --overview FILE [--store URL]` writes it."""
+(harness/straggler_trend.py), what its first repeat read alone and whether one repeat would do on its machine
+(harness/verdict/one_run.py), and a link to that night's own page. `python -m harness nightly --overview FILE [--store URL]` writes it."""
 from __future__ import annotations
 
 import html
@@ -29,6 +30,9 @@ class OverviewRow:
     verdicts: dict[str, list[Verdict]]
     stragglers: Optional[list[str]] = None
     """tonight's and those creeping up across nights (harness/straggler_trend.py); tonight's own when None"""
+    first_repeat: str = ""
+    """what the night's first repeat read alone, and whether one repeat would do on its machine
+    (harness/verdict/one_run.py night_cell); '' for a night of one repeat"""
 
     @property
     def straggler_lines(self) -> list[str]:
@@ -59,7 +63,8 @@ def overview_line(row: OverviewRow) -> str:
     return (f"{row.platform} {row.night}{state}: {len(row.records)} runs, {row.failed_runs} failed; "
             + "; ".join(f"{name}: {_counts(vs)}" for name, vs in row.verdicts.items())
             + (f"; what changed: {_changed(row)}" if row.failing else "")
-            + "".join(f"; straggler: {line}" for line in row.straggler_lines))
+            + "".join(f"; straggler: {line}" for line in row.straggler_lines)
+            + (f"; first repeat: {row.first_repeat}" if row.first_repeat else ""))
 
 
 def overview_page(rows: list[OverviewRow], store: str) -> str:
@@ -67,7 +72,7 @@ def overview_page(rows: list[OverviewRow], store: str) -> str:
     title = "Nightlies: every platform's last night"
     bad = [r for r in rows if r.failing or r.failed_runs]
     head = "".join(f"<th>{esc(h)}</th>" for h in ("platform", "last night", "runs", *COMPARISONS.values(),
-                                                    "what changed", "stragglers", "report"))
+                                                    "what changed", "stragglers", "first repeat alone", "report"))
     body = ""
     for r in rows:
         report = r.out_dir / "nightly.html"
@@ -77,7 +82,8 @@ def overview_page(rows: list[OverviewRow], store: str) -> str:
                  f"<td>{esc(r.night + state)}</td><td>{len(r.records)} ({r.failed_runs} failed)</td>"
                  + "".join(f"<td>{esc(_counts(r.verdicts.get(name, [])))}</td>" for name in COMPARISONS)
                  + f"<td>{esc(_changed(r)) if r.failing else '-'}</td>"
-                 + f"<td>{'<br>'.join(map(esc, r.straggler_lines)) or '-'}</td><td>{link}</td></tr>")
+                 + f"<td>{'<br>'.join(map(esc, r.straggler_lines)) or '-'}</td>"
+                 + f"<td>{esc(r.first_repeat) or '-'}</td><td>{link}</td></tr>")
     line = (f"{len(bad)} of {len(rows)} platform(s) with a regression, status change or failed run"
             if rows else "no night stored yet")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'

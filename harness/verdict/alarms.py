@@ -34,6 +34,7 @@ from ..report.summary import text_table
 from .baseline import STORE_REMEDY, machine_key, store_url
 from .confirmation import Confirmed, FirstReading
 from .history import DEFAULT_URL, History, repo_url, store_file, store_name
+from .one_run import TARGET_PCT, advise, check_target, units_of
 
 JUDGED = ("pass", "regression", "improvement", "insufficient data")
 """A first verdict that read a value against a reference of its machine: one that could have been a regression."""
@@ -49,9 +50,11 @@ def keep_night(store: History, first: FirstReading, found: list[Confirmed], reco
     machine = machine_key(records)
     if machine is None or not records:
         return ""
+    platform = records[0].platform
     try:
-        store.add_confirmations(machine, records[0].platform, str(Path(out).resolve()), repeats - 1,
+        store.add_confirmations(machine, platform, str(Path(out).resolve()), repeats - 1,
                                 json.dumps(judged_counts(first)), rows_of(found), source="nightly")
+        one = advise(*units_of(*store.confirmation_rows(platform), machine, platform, "nightly"))
     except HarnessError as exc:
         return f"first repeat alone: not kept: {exc}"
     outcomes = Counter(c.outcome() for c in found)
@@ -59,7 +62,9 @@ def keep_night(store: History, first: FirstReading, found: list[Confirmed], reco
             f"{outcomes['unsettled']} unsettled and {outcomes['not repeated']} that did not repeat"
             if found else "no regression")
     return (f"first repeat alone (what a one-repeat night would have judged): {read}; kept in {store.name} "
-            "(`python -m harness alarms` counts how often a first reading did not repeat)")
+            f"(`python -m harness alarms` counts how often a first reading did not repeat); {one.with_false_alarm} "
+            f"of this machine's {one.units} night(s) so kept with a false alarm (95 % bound {one.bound_pct:.0f} %): "
+            f"{one.verdict}")
 
 
 def judged_counts(first: FirstReading) -> list[list[Any]]:
@@ -165,9 +170,11 @@ HEADERS = ["benchmark", "metric", "against", "judged", "read", "confirmed", "uns
            "first read: not repeated", "first read: confirmed", "tolerance", "a tolerance passing the not repeated"]
 
 
-def report(benches: list[Any], rows: list[Any], store: str, every: bool = False, markdown: bool = False) -> str:
-    """The text of `python -m harness alarms`: per machine and platform, one line of counts, then a row per metric
-    that read a regression (every metric judged with `every`)."""
+def report(benches: list[Any], rows: list[Any], store: str, every: bool = False, markdown: bool = False,
+           target_pct: float = TARGET_PCT) -> str:
+    """The text of `python -m harness alarms`: per machine and platform, one line of counts and whether one run
+    would do there (harness/verdict/one_run.py), then a row per metric that read a regression (every metric judged
+    with `every`)."""
     if not benches:
         return (f"No bench in {store} ran its regressions again yet, and no nightly of two or more repeats was kept "
                 "there (a bench with confirm_regressions >= 1 and history kept there keeps what its reruns read; a "
@@ -190,6 +197,7 @@ def report(benches: list[Any], rows: list[Any], store: str, every: bool = False,
                      f"{sum(total.values())} regression(s) read: {total['confirmed']} confirmed, "
                      f"{total['unsettled']} unsettled, {total['not repeated']} did not repeat, "
                      f"{total['no verdict']} without a verdict")
+        parts.append(advise(*units_of(benches, rows, machine, platform), target_pct).text)
         shown = [(k, t) for k, t in sorted(by.items()) if every or t.read]
         if shown:
             parts.append(text_table(HEADERS, [[b, m, a, str(t.judged), str(t.read), str(t.outcomes["confirmed"]),
@@ -202,11 +210,16 @@ def report(benches: list[Any], rows: list[Any], store: str, every: bool = False,
                        for p in parts)
 
 
-def as_json(benches: list[Any], rows: list[Any]) -> list[dict[str, Any]]:
+def as_json(benches: list[Any], rows: list[Any], target_pct: float = TARGET_PCT) -> list[dict[str, Any]]:
+    """A row per machine, platform and metric; `one_run`, the machine's and platform's advice (the same in each of
+    its rows)."""
+    advice = {key: advise(*units_of(benches, rows, *key), target_pct).as_dict()
+              for key in {(b.machine, b.platform) for b in benches}}
     return [{"machine": machine, "platform": platform, "benchmark": b, "metric": m, "against": a,
-             "judged": t.judged, "benches": t.benches, "nights": t.nights, "read": t.read, **{o.replace(" ", "_"): t.outcomes[o] for o in OUTCOMES},
+             "judged": t.judged, "benches": t.benches, "nights": t.nights, "read": t.read,
+             **{o.replace(" ", "_"): t.outcomes[o] for o in OUTCOMES},
              "first_worse_pct": {o.replace(" ", "_"): t.worse[o] for o in OUTCOMES},
-             "tolerance_pct": sorted(t.tolerances)}
+             "tolerance_pct": sorted(t.tolerances), "one_run": advice.get((machine, platform))}
             for (machine, platform), by in sorted(tallies(benches, rows).items()) for (b, m, a), t in sorted(by.items())]
 
 
@@ -230,11 +243,15 @@ def cli(args: list[str]) -> int:
                                                             "read a regression")
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument("--false-alarms", type=float, default=TARGET_PCT, metavar="PCT",
+                        help="the share of benches or nights with a false alarm accepted from one run, in %% (default "
+                             f"{TARGET_PCT:g}): whether one run would do on a machine is judged against it")
     ns = parser.parse_args(args)
+    target = check_target(ns.false_alarms)
     url = _url(ns.store)
     benches, rows = History(url, remedy="name another with --store").confirmation_rows(ns.platform)
     if ns.json:
-        print(json.dumps(as_json(benches, rows), indent=2))
+        print(json.dumps(as_json(benches, rows, target), indent=2))
     else:
-        print(report(benches, rows, store_name(url), ns.all, ns.markdown))
+        print(report(benches, rows, store_name(url), ns.all, ns.markdown, target))
     return 0

@@ -14,7 +14,7 @@ import sqlite3
 
 from harness.__main__ import main
 from harness.errors import HarnessError
-from harness.nightly import first_repeat, judge
+from harness.nightly import first_repeat, judge, overview
 from harness.record import ResultRecord
 from harness.report.nightly import write_reports
 
@@ -89,6 +89,33 @@ def test_alarms_counts_the_nights_beside_the_benches(tmp_path, capsys):
     assert main(["alarms", "--store", url, "--json"]) == 0
     row = next(r for r in json.loads(capsys.readouterr().out) if r["metric"] == "samples_per_s")
     assert (row["nights"], row["benches"], row["judged"], row["not_repeated"], row["confirmed"]) == (1, 0, 6, 1, 1)
+    assert (row["one_run"]["verdict"], row["one_run"]["units"], row["one_run"]["with_false_alarm"]) == \
+        ("keep the reruns", 1, 1)
+    assert "Keep the reruns on this machine: a first run read a regression that did not repeat in 1 of its 1 nights" \
+        in flat and "the nightly's --repeats 1" not in flat
+    assert main(["alarms", "--store", url, "--false-alarms", "0"]) == 2
+    assert "--false-alarms 0 is not a share a team can aim at" in capsys.readouterr().err
+
+
+def test_a_quiet_machines_nights_say_how_many_more_would_settle_one_repeat(tmp_path, capsys):
+    """Nights whose first repeat read nothing that did not repeat: the night's line, `alarms` and the overview say
+    how many of this machine's nights were kept and how many more would settle whether one repeat does."""
+    store = night_of_three(tmp_path, set())                   # only the run slowed in every repeat
+    line = judged_alone(store, tmp_path)
+    assert line.endswith("0 of this machine's 1 night(s) so kept with a false alarm (95 % bound 95 %): not yet known")
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    assert main(["alarms", "--store", url]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "in 0 of its 1 nights (0.0 %; 95 % upper bound 95.0 %" in flat
+    assert "58 more nights without one (59 in all) would bound it within 5 %" in flat
+    assert main(["alarms", "--store", url, "--false-alarms", "96"]) == 0
+    assert "One run would do on this machine" in capsys.readouterr().out
+    page = tmp_path / "overview.html"
+    overview(store, [], 7, page)
+    said = capsys.readouterr().out
+    cell = ("3 regression(s) read alone, 3 confirmed, 0 did not repeat; 0 of 1 night(s) of this machine with a false "
+            "alarm (95 % bound 95 %): not yet known")
+    assert f"first repeat: {cell}" in said and f"<td>{cell}</td>" in page.read_text()
 
 
 def test_a_night_of_one_repeat_keeps_nothing(tmp_path):
