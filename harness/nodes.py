@@ -51,27 +51,23 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     for a CPU (wait_cpus, their sum; None unless every rank read it); the record keeps the busiest
     kernel's figures (other work and steal together), the 1-minute load averages before and after, the
     hosts, and the slowest node's pace (pulse_fp32, pulse_of), memory pace (pulse_triad) and, on cpu, exchange
-    latency (pulse_exchange_us). None when no rank reported (a failed run, a record from before)."""
+    latency (pulse_exchange_us); and the same figures over the timed step at the run's median (at_median), the
+    busiest kernel's, where the ranks kept their steps. None when no rank reported (a failed run, a record from
+    before)."""
     windows = [w for w in windows or [] if isinstance(w, dict)]
     if not windows:
         return None
     kernels: dict[str, list[dict[str, Any]]] = {}
     for w in windows:
         kernels.setdefault(w.get("boot_id") or w.get("host") or "?", []).append(w)
-    figures = []
+    figures, medians = [], []
     for ranks in kernels.values():
-        busy = [w["busy_cpus"] for w in ranks if isinstance(w.get("busy_cpus"), (int, float))]
-        own = [w["own_cpus"] for w in ranks if isinstance(w.get("own_cpus"), (int, float))]
-        steal = [w["steal_cpus"] for w in ranks if isinstance(w.get("steal_cpus"), (int, float))]
-        wait = [w["wait_cpus"] for w in ranks if isinstance(w.get("wait_cpus"), (int, float))]
-        if busy and len(own) == len(ranks):
-            b = statistics.median(busy)
-            figures.append({"busy_cpus": round(b, 2), "run_cpus": round(sum(own), 2),
-                            "other_cpus": round(max(b - sum(own), 0.0), 2),
-                            "steal_cpus": round(statistics.median(steal), 2) if steal else None,
-                            "wait_cpus": round(sum(wait), 2) if len(wait) == len(ranks) else None})
+        if (f := kernel_figures(ranks)) is not None:
+            figures.append(f)
+        if (m := at_median(ranks)) is not None:
+            medians.append(m)
     first = min(windows, key=lambda w: w.get("rank", 0))
-    worst = max(figures, key=lambda f: f["other_cpus"] + (f["steal_cpus"] or 0.0)) if figures else {}
+    worst = max(figures, key=_taken) if figures else {}
     paces = [p for p in (pulse_of(w) for w in windows) if p is not None]
     memory = [p for p in (pulse_of(w, "triad") for w in windows) if p is not None]
     exchange = [p for p in (pulse_of(w, "exchange") for w in windows) if p is not None]
@@ -81,7 +77,68 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
             "kernels": len(kernels), "hosts": sorted({str(w.get("host")) for w in windows}),
             "pulse_fp32": round(min(paces), 3) if paces else None,
             "pulse_triad": round(min(memory), 3) if memory else None,
-            **({"pulse_exchange_us": round(max(exchange), 2)} if exchange else {})}
+            **({"pulse_exchange_us": round(max(exchange), 2)} if exchange else {}),
+            **({"at_median": max(medians, key=_taken)} if medians else {})}
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _taken(f: dict[str, Any]) -> float:
+    return f["other_cpus"] + (f["steal_cpus"] or 0.0)
+
+
+def kernel_figures(ranks: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """One kernel's load from its ranks' windows (or one step of them): the machine's busy CPUs (the median over
+    the ranks that read it), the ranks' own (their sum), the other work (the difference), the steal (the median)
+    and the ranks' wait for a CPU (their sum, where every rank read it); None where a rank lacks its own CPUs."""
+    busy = [w["busy_cpus"] for w in ranks if _num(w.get("busy_cpus"))]
+    own = [w["own_cpus"] for w in ranks if _num(w.get("own_cpus"))]
+    steal = [w["steal_cpus"] for w in ranks if _num(w.get("steal_cpus"))]
+    wait = [w["wait_cpus"] for w in ranks if _num(w.get("wait_cpus"))]
+    if not busy or len(own) != len(ranks):
+        return None
+    b = statistics.median(busy)
+    return {"busy_cpus": round(b, 2), "run_cpus": round(sum(own), 2), "other_cpus": round(max(b - sum(own), 0.0), 2),
+            "steal_cpus": round(statistics.median(steal), 2) if steal else None,
+            "wait_cpus": round(sum(wait), 2) if len(wait) == len(ranks) else None}
+
+
+def at_median(ranks: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """One kernel's load over the timed step (two steps, of an even count) the run's median step time, and its
+    samples/s, is taken from (LoadWindow's `steps`, marked by every rank around each timed step; a step's time the
+    median over the ranks), its figures as kernel_figures reads a window, averaged over those steps' time. A run's
+    window also holds its warm-up and profiled steps and every other timed step: beside a neighbour's spell of a
+    few seconds, the steps it covered, the median among them, moved more than the window's share said. The median
+    step alone, not the middle half of the steps: on 8 default-cpu benches beside a CPU burner in spells, the
+    middle half read like the window (36 regressions unexplained either way), the median step alone explained 5
+    of them and moved no verdict of the quiet benches (tests/perf/windowed_share.py). None where a rank kept no
+    steps (collectives, a record from before) or the ranks' counts differ."""
+    steps = [w.get("steps") for w in ranks]
+    if not steps or not all(isinstance(x, dict) and isinstance(x.get("wall_s"), list) for x in steps):
+        return None
+    n = len(steps[0]["wall_s"])
+    keys = ("wall_s", "busy_cpus", "own_cpus", "steal_cpus", "wait_cpus")
+    if n == 0 or any(len(x.get(k) or [None] * n) != n for x in steps for k in keys):
+        return None
+    walls = [statistics.median(x["wall_s"][i] for x in steps if _num(x["wall_s"][i])) if
+             any(_num(x["wall_s"][i]) for x in steps) else 0.0 for i in range(n)]
+    order = sorted(range(n), key=walls.__getitem__)
+    chosen = [i for i in order[(n - 1) // 2:n // 2 + 1] if walls[i] > 0]
+    each = [(walls[i], kernel_figures([{k: (x.get(k) or [None] * n)[i] for k in keys} for x in steps]))
+            for i in chosen]
+    each = [(t, f) for t, f in each if f is not None]
+    if not each:
+        return None
+    total = sum(t for t, _ in each)
+
+    def mean(key: str) -> Optional[float]:
+        got = [(t, f[key]) for t, f in each if _num(f[key])]
+        return round(sum(t * v for t, v in got) / sum(t for t, _ in got), 2) if len(got) == len(each) else None
+
+    return {"steps": len(each), "of": n, "wall_s": round(total, 3),
+            **{k: mean(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus", "wait_cpus")}}
 
 
 def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:

@@ -138,6 +138,8 @@ class Share(NamedTuple):
     """(now, then): the CPUs' worth the ranks waited for a CPU (load.wait_cpus) where both sides read it
     (cpu_share): what showed the other work taking their time on an unsaturated machine, and what bounds it
     (ratio)."""
+    median_step: bool = False
+    """now's figures are its median step's (load.at_median), not its whole window's"""
 
     @property
     def ratio(self) -> float:
@@ -169,8 +171,8 @@ def _waits(reference_env: Optional[dict[str, Any]],
            current_envs: list[Optional[dict[str, Any]]]) -> Optional[tuple[float, float]]:
     """(now, then): the CPUs' worth the ranks waited for a CPU (load.wait_cpus; now the median over the group's
     records), None where either side's records lack it (a record from before, a kernel without schedstat)."""
-    now = [w for e in current_envs if isinstance(w := ((e or {}).get("load") or {}).get("wait_cpus"), (int, float))]
-    then = ((reference_env or {}).get("load") or {}).get("wait_cpus")
+    now = [w for e in current_envs if isinstance(w := _load(e).get("wait_cpus"), (int, float))]
+    then = _load(reference_env).get("wait_cpus")
     return (statistics.median(now), float(then)) if now and isinstance(then, (int, float)) else None
 
 
@@ -214,7 +216,8 @@ def taken(reference_env: Optional[dict[str, Any]], current_envs: list[Optional[d
         return None
     figures = [_load_figures(e) for e in cur]
     run_now, other_now, _, steal_now = (statistics.median(f[i] for f in figures) for i in range(4))   # type: ignore[index]
-    return Share(run_now, then[0], other_now + steal_now, then[1] + then[3], _cpus(cur[0]), steal_now, then[3])
+    return Share(run_now, then[0], other_now + steal_now, then[1] + then[3], _cpus(cur[0]), steal_now, then[3],
+                 median_step=all(_steps(e) is not None for e in cur))
 
 
 def one_cpu_host(config: dict[str, Any], reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]],
@@ -248,10 +251,27 @@ def _on_cpu(env: Optional[dict[str, Any]]) -> bool:
     return bool(probes) and (probes[0].get("device") or "cpu") == "cpu"
 
 
-def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float, float]]:
-    """(run_cpus, other_cpus, busy_cpus, steal_cpus) of a fingerprint's load, steal 0 where unread (bare metal,
-    an older record); None where it lacks one of the others."""
+def _load(env: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """A fingerprint's load as the CPU share reads it: over the timed step at the run's median (load.at_median,
+    harness/nodes.py), the step its samples/s comes from, where the record kept it; else over its whole window
+    (warm-up and profiled steps too; a collective sweep, a record from before). Each side is read its own way: a
+    quiet reference's window and its median step read alike (tests/perf/windowed_share.py)."""
     load = (env or {}).get("load") or {}
+    steps = _steps(env)
+    return {**load, **{k: v for k, v in steps.items() if k not in ("steps", "of", "wall_s")}} if steps else load
+
+
+def _steps(env: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """A fingerprint's load.at_median where it holds the figures the share reads; None otherwise."""
+    steps = (((env or {}).get("load") or {}).get("at_median"))
+    return steps if isinstance(steps, dict) and all(isinstance(steps.get(k), (int, float)) for k in
+                                                    ("run_cpus", "other_cpus", "busy_cpus")) else None
+
+
+def _load_figures(env: Optional[dict[str, Any]]) -> Optional[tuple[float, float, float, float]]:
+    """(run_cpus, other_cpus, busy_cpus, steal_cpus) of a fingerprint's load (_load), steal 0 where unread (bare
+    metal, an older record); None where it lacks one of the others."""
+    load = _load(env)
     figures = tuple(load.get(k) for k in ("run_cpus", "other_cpus", "busy_cpus"))
     if not all(isinstance(x, (int, float)) for x in figures):
         return None

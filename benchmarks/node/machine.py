@@ -161,24 +161,50 @@ class LoadWindow:
     the CPUs' worth its hypervisor took (steal) beside them: no process here did that work, and it
     slows the ranks as a busy neighbour does. And the CPUs' worth of time this rank's threads were
     ready to run while another task held the CPU (wait_cpus, run_delay_s): what other work took from
-    it, which a rank waiting on the network or its peer never counts."""
+    it, which a rank waiting on the network or its peer never counts. And the same figures of each step
+    marked with step_start/step_end (a training run's timed steps, outside their timing): `steps`, lists
+    in step order, from which the harness reads the load during the steps at the run's median."""
 
     def __init__(self) -> None:
-        self.start = (time.monotonic(), busy_cpu_s(), steal_cpu_s(), own_cpu_s(), run_delay_s())
+        self.start = self._read()
+        self.steps: list[tuple] = []
+        self._step: Optional[tuple] = None
+
+    @staticmethod
+    def _read() -> tuple:
+        return time.monotonic(), busy_cpu_s(), steal_cpu_s(), own_cpu_s(), run_delay_s()
+
+    def step_start(self) -> None:
+        """Before a measured step (outside its timing): the step's own figures, so that the harness can read the
+        load during the steps that set the run's median (harness/nodes.py at_median), not only the window's."""
+        self._step = self._read()
+
+    def step_end(self) -> None:
+        if self._step is not None:
+            self.steps.append((self._step, self._read()))
+            self._step = None
+
+    @staticmethod
+    def _rates(t0: tuple, t1: tuple) -> dict[str, Any]:
+        wall = t1[0] - t0[0]
+        rate = (lambda x: round(x / wall, 3)) if wall > 0 else (lambda x: None)
+        diff = (lambda i: None if t0[i] is None or t1[i] is None else rate(max(t1[i] - t0[i], 0.0)))
+        return {"wall_s": round(wall, 4), "busy_cpus": diff(1), "steal_cpus": diff(2), "own_cpus": diff(3),
+                "wait_cpus": diff(4)}
 
     def close(self) -> dict[str, Any]:
-        t0, busy0, steal0, own0, wait0 = self.start
-        wall, busy1, steal1, wait1 = time.monotonic() - t0, busy_cpu_s(), steal_cpu_s(), run_delay_s()
+        rates = self._rates(self.start, self._read())
         try:
             load = [round(x, 2) for x in os.getloadavg()]
         except OSError:
             load = None
-        rate = (lambda x: round(x / wall, 3)) if wall > 0 else (lambda x: None)
-        return {"boot_id": _read(Path("/proc/sys/kernel/random/boot_id")), "wall_s": round(wall, 3),
-                "busy_cpus": None if busy0 is None or busy1 is None else rate(busy1 - busy0),
-                "steal_cpus": None if steal0 is None or steal1 is None else rate(steal1 - steal0),
-                "own_cpus": rate(own_cpu_s() - own0), "load_avg_1_5_15": load,
-                "wait_cpus": None if wait0 is None or wait1 is None else rate(max(wait1 - wait0, 0.0))}
+        out = {"boot_id": _read(Path("/proc/sys/kernel/random/boot_id")), "wall_s": round(rates["wall_s"], 3),
+               "busy_cpus": rates["busy_cpus"], "steal_cpus": rates["steal_cpus"], "own_cpus": rates["own_cpus"],
+               "load_avg_1_5_15": load, "wait_cpus": rates["wait_cpus"]}
+        if self.steps:
+            each = [self._rates(a, b) for a, b in self.steps]
+            out["steps"] = {k: [e[k] for e in each] for k in each[0]}
+        return out
 
 
 def parse_gpu_query(csv: str) -> list[dict[str, Any]]:

@@ -353,10 +353,15 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
         probe = (found if warmup and probes_attention(spec) and (index + 1 >= len(plan) or not plan[index + 1][1])
                  else None)
         sync()
+        timed = mode == "throughput" and not warmup   # the steps the run's median is taken over
+        if timed:
+            window.step_start()
         start = time.perf_counter()
         loss, loss_parts = optimizer_step(clock, probe)
         sync()
         step_time_s = time.perf_counter() - start
+        if timed:
+            window.step_end()
         tracer.uninstall()
         if clock and world_size > 1:
             profiled.append((index, *clock.calls()))

@@ -240,8 +240,9 @@ def at_cpu_share(verdict: str, figures: dict[str, Any], ref: Reference, share: O
     if explained is None:
         return None
     what, change = explained
-    return (f"not comparable: {_takers(share)} took {share.other_now:.2f} of the machine's {share.cpus} CPUs while this "
-            f"run measured (the reference's {share.other_then:.2f}), and its ranks got {share.now / share.then:.2f}x the "
+    during = "during this run's median step" if share.median_step else "while this run measured"
+    return (f"not comparable: {_takers(share)} took {share.other_now:.2f} of the machine's {share.cpus} CPUs {during} "
+            f"(the reference's {share.other_then:.2f}), and its ranks got {share.now / share.then:.2f}x the "
             f"reference's CPU time ({share.now:.2f} vs {share.then:.2f} CPUs"
             + (f"; they waited {share.waited[0]:.2f} CPUs' worth for a CPU, the reference's {share.waited[1]:.2f}"
                if share.waited else "")
