@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +48,17 @@ def spells(seed: int) -> None:
             p.start()
         for p in burners:
             p.join()
+
+
+def beside_spells(seed: int, work: Callable[[], T]) -> T:
+    """work(), with the neighbour (spells, seeded) running beside it from start to end."""
+    neighbour = mp.Process(target=spells, args=(seed,))   # not daemonic: it starts the burners
+    neighbour.start()
+    try:
+        return work()
+    finally:
+        neighbour.terminate()
+        neighbour.join()
 
 
 def bench(out: Path, store: str, *more: str) -> str:
@@ -78,13 +92,7 @@ def main() -> int:
            (lambda name, k: bench(root / name, store)))
     for k in range(1, ns.rounds + 1):
         print(f"quiet-{k}: {one(f'quiet-{k}', 2 * k - 1)}", flush=True)
-        neighbour = mp.Process(target=spells, args=(k,))
-        neighbour.start()
-        try:
-            print(f"spells-{k}: {one(f'spells-{k}', 2 * k)}", flush=True)
-        finally:
-            neighbour.terminate()
-            neighbour.join()
+        print(f"spells-{k}: {beside_spells(k, lambda: one(f'spells-{k}', 2 * k))}", flush=True)
     if ns.slowed and ns.nightly:
         print("--slowed is for benches; nights are not slowed", flush=True)
     elif ns.slowed:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import multiprocessing as mp
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO_ROOT), str(Path(__file__).resolve().parent)]
 
-from confirm_spells import spells  # noqa: E402  (the neighbour)
+from confirm_spells import beside_spells  # noqa: E402  (the neighbour)
 from contract import events as ev  # noqa: E402
 from harness.nodes import load_during  # noqa: E402
 from harness.record import ResultRecord  # noqa: E402
@@ -79,13 +78,7 @@ def main() -> int:
         root = ns.out or Path(tempfile.mkdtemp(prefix="windowed-share-"))
         for k in range(1, ns.rounds + 1):
             print(f"quiet-{k}: exit {bench(root / f'quiet-{k}')}", flush=True)
-            neighbour = mp.Process(target=spells, args=(k,))   # not daemonic: it starts the burners
-            neighbour.start()
-            try:
-                print(f"spells-{k}: exit {bench(root / f'spells-{k}')}", flush=True)
-            finally:
-                neighbour.terminate()
-                neighbour.join()
+            print(f"spells-{k}: exit {beside_spells(k, lambda: bench(root / f'spells-{k}'))}", flush=True)
             folders += [root / f"quiet-{k}", root / f"spells-{k}"]
     total_now, total_before, quiet_moved = Counter(), Counter(), 0
     for folder in folders:
