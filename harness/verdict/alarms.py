@@ -62,9 +62,7 @@ def keep_night(store: History, first: FirstReading, found: list[Confirmed], reco
             f"{outcomes['unsettled']} unsettled and {outcomes['not repeated']} that did not repeat"
             if found else "no regression")
     return (f"first repeat alone (what a one-repeat night would have judged): {read}; kept in {store.name} "
-            f"(`python -m harness alarms` counts how often a first reading did not repeat); {one.with_false_alarm} "
-            f"of this machine's {one.units} night(s) so kept with a false alarm (95 % bound {one.bound_pct:.0f} %): "
-            f"{one.verdict}")
+            f"(`python -m harness alarms` counts how often a first reading did not repeat); {one.over_nights()}")
 
 
 def judged_counts(first: FirstReading) -> list[list[Any]]:

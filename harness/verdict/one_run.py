@@ -86,6 +86,11 @@ class Advice:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def over_nights(self) -> str:
+        """The count over a machine's nights, as the nightly's first-repeat line and the overview say it."""
+        return (f"{self.with_false_alarm} of this machine's {self.units} night(s) so kept with a false alarm "
+                f"(95 % bound {self.bound_pct:.0f} %): {self.verdict}")
+
 
 def _units(sources: dict[str, str]) -> str:
     kinds = set(sources.values())
@@ -154,5 +159,4 @@ def night_cell(benches: list[Any], rows: list[Any], out_dir: str, target_pct: fl
     tonight = (f"{len(mine)} regression(s) read alone, {counts['confirmed']} confirmed, {counts[FALSE_ALARM]} did "
                "not repeat" if mine else "no regression read alone")
     a = advise(*units_of(benches, rows, night.machine, night.platform, "nightly"), target_pct)
-    return (f"{tonight}; {a.with_false_alarm} of {a.units} night(s) of this machine with a false alarm "
-            f"(95 % bound {a.bound_pct:.0f} %): {a.verdict}")
+    return f"{tonight}; {a.over_nights()}"
