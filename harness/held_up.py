@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 from contract.collectives import held_up_excess
 
+from .probe import PACE_NOISE_PCT, node_probes
+
 
 Steps = list[list[dict[str, Any]]]
 
@@ -149,6 +151,19 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
 
 
+def slow_device(env: Optional[dict[str, Any]], found: dict[str, Any]) -> str:
+    """', its device the slowest read at once (0.52x the fastest)' where the straggler is a rank whose own device's
+    pulse, every rank's read at once (load.pulse_devices, harness/nodes.py), was the run's slowest by more than the
+    pulse's noise (harness/probe.py PACE_NOISE_PCT): a GPU (a vCPU) that ran slower, not the software; '' otherwise."""
+    devices = ((env or {}).get("load") or {}).get("pulse_devices")
+    if not isinstance(devices, dict) or "rank" not in found or devices.get("rank") != found["rank"]:
+        return ""
+    spread = devices["slowest"] / devices["fastest"] if devices.get("fastest") else 1.0
+    kind = ((node_probes(env) or [{}])[0].get("device")) or "cpu"
+    noise = PACE_NOISE_PCT.get(kind, PACE_NOISE_PCT["cpu"])
+    return f", its device the slowest read at once ({spread:.2f}x the fastest)" if (1 - spread) * 100 > noise else ""
+
+
 def _stood_out(records: list) -> dict[str, tuple[list, list[dict[str, Any]]]]:
     """{run id: (its repeats' records, the stragglers that stood out in them)} of the runs in which a straggler stood
     out in most of their repeats."""
@@ -183,7 +198,9 @@ def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> 
     for run_id, (recs, stood) in _stood_out(records).items():
         worst = max(stood, key=lambda s: s["held_back_pct"])
         names = sorted({who(s) for s in stood})
-        out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}, in {len(stood)} of {len(recs)} runs"
+        of = next(r for r in recs if (r.environment.get("load") or {}).get("straggler") is worst)
+        out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}{slow_device(of.environment, worst)}, "
+                   f"in {len(stood)} of {len(recs)} runs"
                    + (f"; by turns {', '.join(names)}" if len(names) > 1 else "")
                    + (f"; {trends[run_id]}" if trends and run_id in trends else ""))
     return out

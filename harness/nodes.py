@@ -51,7 +51,8 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     for a CPU (wait_cpus, their sum; None unless every rank read it); the record keeps the busiest
     kernel's figures (other work and steal together), the 1-minute load averages before and after, the
     hosts, and the slowest node's pace (pulse_fp32, pulse_of), memory pace (pulse_triad) and, on cpu, exchange
-    latency (pulse_exchange_us); and the same figures over the timed step at the run's median (at_median), the
+    latency (pulse_exchange_us); every rank's own device's pace, read all at once, its slowest and fastest
+    (pulse_devices); and the same figures over the timed step at the run's median (at_median), the
     busiest kernel's, where the ranks kept their steps. None when no rank reported (a failed run, a record from
     before)."""
     windows = [w for w in windows or [] if isinstance(w, dict)]
@@ -71,6 +72,7 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
     paces = [p for p in (pulse_of(w) for w in windows) if p is not None]
     memory = [p for p in (pulse_of(w, "triad") for w in windows) if p is not None]
     exchange = [p for p in (pulse_of(w, "exchange") for w in windows) if p is not None]
+    devices = pulse_devices(windows)
     return {"window_s": first.get("wall_s"),
             **{k: worst.get(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus", "wait_cpus")},
             "load_avg_before": before, "load_avg_after": first.get("load_avg_1_5_15"),
@@ -78,6 +80,7 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
             "pulse_fp32": round(min(paces), 3) if paces else None,
             "pulse_triad": round(min(memory), 3) if memory else None,
             **({"pulse_exchange_us": round(max(exchange), 2)} if exchange else {}),
+            **({"pulse_devices": devices} if devices else {}),
             **({"at_median": max(medians, key=_taken)} if medians else {})}
 
 
@@ -141,6 +144,20 @@ def at_median(ranks: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
             **{k: mean(k) for k in ("busy_cpus", "run_cpus", "other_cpus", "steal_cpus", "wait_cpus")}}
 
 
+def pulse_devices(windows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """Every rank's own device's fp32 pace, read by all the ranks at once (benchmarks/node/probe.py
+    Pulses.own_start: as the steps load them), each the better of before and after (pulse_of): {slowest, fastest
+    (GFLOP/s, per core on cpu), rank and host of the slowest, devices (how many read one)}; None where no rank
+    read one (collectives, a record from before). A machine is as fast as its slowest device in a step that
+    waits for all of them (harness/pace.py pace)."""
+    read = [(p, w) for w in windows if (p := pulse_of(w, "own")) is not None]
+    if not read:
+        return None
+    slow, fast = min(read, key=lambda x: x[0]), max(read, key=lambda x: x[0])
+    return {"slowest": round(slow[0], 3), "fastest": round(fast[0], 3), "rank": slow[1].get("rank"),
+            "host": str(slow[1].get("host")), "devices": len(read)}
+
+
 def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:
     """The machine's fp32 matmul pace over one rank's window (benchmarks/node/probe.py pulse; its memory
     pace, the triad's GB/s, with figure="triad": pulse_triad; on cpu its exchange latency in us, with
@@ -150,7 +167,7 @@ def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:
     0.93-1.11x, docs/measurement.md), either alone when the other failed; None for a rank that read
     none (not the first on its node, or a record from before). So a run counts as paced slower only
     when the machine was slow at both ends."""
-    p = window.get("pulse")
+    p = window.get("pulse_own" if figure == "own" else "pulse")
     p = p.get(figure) if figure in ("triad", "exchange") and isinstance(p, dict) else p
     figures = [p.get(k) for k in ("before", "after")] if isinstance(p, dict) else []
     figures = [x for x in figures if isinstance(x, (int, float)) and x > 0]

@@ -57,6 +57,8 @@ class Pace(NamedTuple):
     device: str
     memory: Optional[tuple[float, float]] = None
     """(now, then): the memory pace, the triad's GB/s, where this run read one (load.pulse_triad)."""
+    devices: str = ""
+    """How the matmul pace counts every device (matmul_pace): '' where neither side read its devices at once."""
 
 
 def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str, Any]]) -> Optional[Pace]:
@@ -64,7 +66,8 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
     load.pulse_fp32, benchmarks/node/probe.py pulse) and the reference's (its own pulse, else its probe's fp32
     best, the same measurement at more repeats); memory, the same of the triad (load.pulse_triad, else the
     reference's probe triad), None where this run read none; None where either side lacks a matmul pace or
-    the two ran on other devices."""
+    the two ran on other devices. The matmul pace counts every device where the records read them all at once
+    (matmul_pace)."""
     now = ((current_env or {}).get("load") or {}).get("pulse_fp32")
     ref_probes, cur_probes = node_probes(reference_env), node_probes(current_env)
     if not isinstance(now, (int, float)) or now <= 0 or not ref_probes or not cur_probes:
@@ -75,13 +78,43 @@ def pace(reference_env: Optional[dict[str, Any]], current_env: Optional[dict[str
     then = ((reference_env or {}).get("load") or {}).get("pulse_fp32")
     if not isinstance(then, (int, float)) or then <= 0:
         then = best_figure(ref_probes[0], "matmul", "fp32")
+    if not then:
+        return None
+    now, then, devices = matmul_pace(float(now), float(then), _devices(current_env), _devices(reference_env))
     memory_now = ((current_env or {}).get("load") or {}).get("pulse_triad")
     memory_then = ((reference_env or {}).get("load") or {}).get("pulse_triad")
     if not isinstance(memory_then, (int, float)) or memory_then <= 0:
         memory_then = best_figure(ref_probes[0], "triad")
     memory = ((float(memory_now), float(memory_then))
               if isinstance(memory_now, (int, float)) and memory_now > 0 and memory_then else None)
-    return Pace(float(now), float(then), UNIT_WORDS.get(device, "GFLOP/s"), device, memory) if then else None
+    return Pace(now, then, UNIT_WORDS.get(device, "GFLOP/s"), device, memory, devices)
+
+
+def matmul_pace(now: float, then: float, devices_now: Optional[dict[str, Any]],
+                devices_then: Optional[dict[str, Any]]) -> tuple[float, float, str]:
+    """(now, then, words): the matmul pace of a step that waits for every device. Where both sides read every
+    rank's own device at once (load.pulse_devices, harness/nodes.py), their slowest devices', like for like (the
+    pace with every device busy, as the steps run: a GPU of eight that runs slower, a VM's host that runs its
+    vCPUs slower while all are busy); else each side's first-rank pulse (load.pulse_fp32, one device while the
+    others wait) times its devices' spread, the slowest over the fastest read at once, where it read them (one
+    device slower than the rest: a spread within a side, whatever the machine does with all of them busy), 1
+    where it did not (a reference from before)."""
+    if devices_now and devices_then:
+        return devices_now["slowest"], devices_then["slowest"], (
+            f"every device at once, the slowest's (rank {devices_now['rank']} now)")
+    spread_now, spread_then = (d["slowest"] / d["fastest"] if d else 1.0 for d in (devices_now, devices_then))
+    slow = devices_now if spread_now <= spread_then else devices_then
+    words = "" if min(spread_now, spread_then) >= 1.0 or slow is None else (
+        f"{'this run' if slow is devices_now else 'the reference'}'s slowest device (rank {slow['rank']}) at "
+        f"{min(spread_now, spread_then):.2f}x its fastest, read at once")
+    return now * spread_now, then * spread_then, words
+
+
+def _devices(env: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """A fingerprint's load.pulse_devices where it holds a slowest and a fastest pace; None otherwise."""
+    d = ((env or {}).get("load") or {}).get("pulse_devices")
+    ok = isinstance(d, dict) and all(isinstance(d.get(k), (int, float)) and d[k] > 0 for k in ("slowest", "fastest"))
+    return d if ok else None
 
 
 OF_PROBE = "of its bench's probe"
@@ -103,7 +136,7 @@ def probe_pace(reference_env: Optional[dict[str, Any]], current_env: Optional[di
         return None
     tr_now, tr_then = best_figure(cur, "triad"), best_figure(ref, "triad")
     memory = (p.memory[0] / tr_now, p.memory[1] / tr_then) if p.memory and tr_now and tr_then else None
-    return Pace(p.now / mm_now, p.then / mm_then, OF_PROBE, p.device, memory)
+    return Pace(p.now / mm_now, p.then / mm_then, OF_PROBE, p.device, memory, p.devices)
 
 
 def material_cpus(cpus: int) -> float:

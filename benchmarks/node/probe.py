@@ -212,9 +212,19 @@ class Pulses:
         self.cpus = cpus
         """The CPUs the exchange pulse may use: a rank bound to one CPU passes those it had before."""
         self.before: tuple[Optional[float], Optional[float], Optional[float]] = (None, None, None)
+        self.own_before: Optional[float] = None
 
     def start(self) -> None:
         self.before = (pulse(self.device), pulse_triad(self.device), pulse_exchange(self.device, self.cpus))
+
+    def own_start(self) -> None:
+        """Every rank, all at once (between barriers): the fp32 pulse of its own device, as training loads them
+        all (a GPU of eight that runs slower, a vCPU its host runs slower only while the others are busy).
+        own_window() after; harness/nodes.py keeps the slowest and the fastest as load.pulse_devices."""
+        self.own_before = pulse(self.device)
+
+    def own_window(self) -> dict[str, Any]:
+        return {"before": self.own_before, "after": pulse(self.device), "unit": "GFLOP/s"}
 
     def window(self) -> dict[str, Any]:
         return {"before": self.before[0], "after": pulse(self.device), "unit": "GFLOP/s",

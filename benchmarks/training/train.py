@@ -283,9 +283,13 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
     # the machine's pace right before and right after the measured part, read by the first rank on
     # each machine (kernel) while the others wait (a barrier here, the all-gather below): the run's own figure
     # of how fast this machine was, which a comparison holds against the reference's (harness/pace.py).
-    # Before the peak-memory reset, so that its operands (3 x 256 MiB on a GPU) are no part of the peak.
+    # Before the peak-memory reset, so that its operands (3 x 256 MiB on a GPU) are no part of the peak. First every
+    # rank's own device at once (load.pulse_devices: the pace with every device busy, as the steps load them).
     paced = first_on_kernel(rank)
     pulses = Pulses(spec.device)
+    torch.distributed.barrier()
+    pulses.own_start()
+    torch.distributed.barrier()
     if paced:
         pulses.start()
     torch.distributed.barrier()
@@ -395,6 +399,9 @@ def run(spec: TrainSpec, log: ev.EventLog, rank: int, world_size: int, run_dir: 
 
     peak_gib, source = peak or peak_mem_gib(spec.device, since_reset)
     load = window.close()
+    torch.distributed.barrier()
+    load["pulse_own"] = pulses.own_window()   # every rank at once, outside the window
+    torch.distributed.barrier()
     if paced:
         load["pulse"] = pulses.window()
     mine = {"rank": rank, "host": socket.gethostname(), "peak_mem_gib": peak_gib, "mem_source": source,

@@ -53,12 +53,13 @@ def at_machine_pace(verdict: str, figures: dict[str, Any], ref: Reference, paces
         return None
     extreme = lo if kind == "regression" else hi
     who = "the machine's memory" if ends.get("memory") == extreme != ends["matmul"] else "the machine"
+    matmul = f"fp32 matmul ({paces.devices})" if paces.devices else "fp32 matmul"
     if paces.unit == OF_PROBE:   # an efficiency against the probe's rate: each side's pace over its own probe
-        pulses = f"fp32 matmul {paces.now:.2f}x vs {paces.then:.2f}x {OF_PROBE}"
+        pulses = f"{matmul} {paces.now:.2f}x vs {paces.then:.2f}x {OF_PROBE}"
         pulses += (f", memory bandwidth (triad) {paces.memory[0]:.2f}x vs {paces.memory[1]:.2f}x" if paces.memory else "")
         pulses += ", which the efficiency is measured against: this run's pulses"
     else:
-        pulses = f"fp32 matmul {paces.now:.3g} vs {paces.then:.3g} {paces.unit}"
+        pulses = f"{matmul} {paces.now:.3g} vs {paces.then:.3g} {paces.unit}"
         if paces.memory:
             pulses += f", memory bandwidth (triad) {paces.memory[0]:.3g} vs {paces.memory[1]:.3g} GB/s: this run's pulses"
         else:

@@ -38,6 +38,10 @@ def test_every_record_carries_the_machine_read_from_the_system(default_suite):
         # the machine's pace, the first rank's pulses before and after (per core, as the probe's fp32 and triad):
         # a training run's, and a collective sweep's on this one cpu host (gloo moves its bytes through its memory)
         assert load["pulse_fp32"] > 0 and load["pulse_triad"] > 0, (rec["run_id"], load)
+        if rec["kind"] == "training":   # and every rank's own device read at once (harness/nodes.py pulse_devices)
+            devices = load["pulse_devices"]
+            assert devices["devices"] == env["world_size"], (rec["run_id"], devices)
+            assert 0 < devices["slowest"] <= devices["fastest"], (rec["run_id"], devices)
         # and its exchange latency, a ping-pong between two processes on two CPUs (benchmarks/node/exchange.py;
         # 37-57 us on the 2-core Zen 5 VM)
         assert 0 < load["pulse_exchange_us"] < 5000, (rec["run_id"], load)

@@ -312,7 +312,7 @@ def test_a_faster_machine_makes_no_improvement_and_the_reference_pulse_is_prefer
     assert v.verdict == "not comparable" and "ran 50 % faster" in v.reason
     ref = env_with(probe())
     ref["load"] = {"pulse_fp32": 60.0}           # the reference's own pulse, not its probe's 80
-    assert pace(ref, paced_env(48.0)) == (48.0, 60.0, "GFLOP/s per core", "cpu", None)   # no memory pulse: None
+    assert pace(ref, paced_env(48.0)) == (48.0, 60.0, "GFLOP/s per core", "cpu", None, "")   # no memory pulse: None
     assert pace(env_with(probe()), paced_env(48.0))[1] == 80.0
     assert pace(env_with(None), paced_env(48.0)) is None
 
