@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from contract.collectives import held_up_excess
 
-from .probe import PACE_NOISE_PCT, node_probes
+from .pace import slow_device as slowest_device
 
 
 Steps = list[list[dict[str, Any]]]
@@ -153,15 +153,12 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
 
 def slow_device(env: Optional[dict[str, Any]], found: dict[str, Any]) -> str:
     """', its device the slowest read at once (0.52x the fastest)' where the straggler is a rank whose own device's
-    pulse, every rank's read at once (load.pulse_devices, harness/nodes.py), was the run's slowest by more than the
-    pulse's noise (harness/probe.py PACE_NOISE_PCT): a GPU (a vCPU) that ran slower, not the software; '' otherwise."""
-    devices = ((env or {}).get("load") or {}).get("pulse_devices")
-    if not isinstance(devices, dict) or "rank" not in found or devices.get("rank") != found["rank"]:
+    pulse, every rank's read at once, was the run's slowest beyond the pulse's noise (harness/pace.py slow_device): a
+    GPU (a vCPU) that ran slower, not the software; '' otherwise."""
+    slow = slowest_device(env)
+    if slow is None or "rank" not in found or slow[0] != found["rank"]:
         return ""
-    spread = devices["slowest"] / devices["fastest"] if devices.get("fastest") else 1.0
-    kind = ((node_probes(env) or [{}])[0].get("device")) or "cpu"
-    noise = PACE_NOISE_PCT.get(kind, PACE_NOISE_PCT["cpu"])
-    return f", its device the slowest read at once ({spread:.2f}x the fastest)" if (1 - spread) * 100 > noise else ""
+    return f", its device the slowest read at once ({slow[2]:.2f}x the fastest)"
 
 
 def _stood_out(records: list) -> dict[str, tuple[list, list[dict[str, Any]]]]:

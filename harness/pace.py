@@ -12,7 +12,7 @@ from typing import Any, Collection, NamedTuple, Optional
 
 from contract.metrics import METRICS
 
-from .probe import DTYPE_ORDER, UNIT_WORDS, best_figure, node_probes
+from .probe import DTYPE_ORDER, PACE_NOISE_PCT, UNIT_WORDS, best_figure, node_probes
 
 MEMORY_PACE_NOISE_PCT = {"cpu": 25.0, "cuda": 5.0}
 """How far a run's memory pace (the triad's pulse, harness/nodes.py pulse_of) may differ from the reference's
@@ -108,6 +108,20 @@ def matmul_pace(now: float, then: float, devices_now: Optional[dict[str, Any]],
         f"{'this run' if slow is devices_now else 'the reference'}'s slowest device (rank {slow['rank']}) at "
         f"{min(spread_now, spread_then):.2f}x its fastest, read at once")
     return now * spread_now, then * spread_then, words
+
+
+def slow_device(env: Optional[dict[str, Any]]) -> Optional[tuple[Optional[int], str, float]]:
+    """(rank, host, its pace over the fastest's) of a fingerprint's slowest device read at once (load.pulse_devices)
+    where it lies below the fastest's by more than the pulse's noise (harness/probe.py PACE_NOISE_PCT): one device
+    slower than the rest; None otherwise, and where the record did not read them."""
+    d = _devices(env)
+    if d is None:
+        return None
+    probes = node_probes(env)
+    kind = (probes[0].get("device") if probes else None) or "cpu"
+    spread = d["slowest"] / d["fastest"]
+    noise = PACE_NOISE_PCT.get(kind, PACE_NOISE_PCT["cpu"])
+    return (d.get("rank"), str(d.get("host")), spread) if (1 - spread) * 100 > noise else None
 
 
 def _devices(env: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:

@@ -4,7 +4,8 @@ model, its kind, stepping and microcode where kept, cores, memory, GPU count and
 clocks), the probe's moved figures (harness/probe.py), the machine's fields of contract/fingerprint.py
 COMPARED, each node interface's link rate (`links.node2/eth0: [1.0, 0.25]`), other work on the machine
 during the run when it differs materially (`load.other_cpus`), the host's exchange latency when it moved
-(`load.pulse_exchange_us`: a slow spell), a straggler rank that came, went or moved
+(`load.pulse_exchange_us`: a slow spell), a device slower than the rest read at once (`load.pulse_devices`),
+a straggler rank that came, went or moved
 (`load.straggler`, harness/held_up.py straggler), the software of COMPARED (driver, CUDA,
 NCCL, PyTorch, DeepSpeed, transformers, Triton, Liger Kernel, torchao, the image), the packages that moved
 from the lock (`package.sympy`), what ran of the training stack (`stack.attention_used: flash -> cudnn`),
@@ -22,7 +23,7 @@ from contract.fingerprint import COMPARED, DEEPSPEED_JSON, OUTPUT_MACHINE, STACK
 
 from ..config.schema import REPO_ROOT
 from ..held_up import straggler_words, who
-from ..pace import EXCHANGE_MOVED, material_cpus
+from ..pace import EXCHANGE_MOVED, material_cpus, slow_device
 from ..probe import probe_diff
 from ..provenance import CONTENT_PREFIX
 
@@ -49,6 +50,7 @@ def environment_diff(reference_env: Optional[dict[str, Any]], current_env: dict[
     if isinstance(ref_links, dict) and isinstance(cur_links, dict):  # both sides read their links
         diff.update(_by_node("links", "/", _per_host(ref_links), _per_host(cur_links)))
     diff.update(_load_diff(reference_env.get("load"), current_env.get("load"), current_env))
+    diff.update(_devices_diff(reference_env, current_env))
     diff.update({k: [reference_env.get(k), current_env.get(k)] for k in hardware_first
                  if k not in HARDWARE_FIELDS and reference_env.get(k) != current_env.get(k)})
     diff.update(package_diff(reference_env.get("lock_mismatches"), current_env.get("lock_mismatches")))
@@ -131,6 +133,21 @@ def _load_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]], env
         out["load.pulse_exchange_us"] = [a, b]
     out.update(_straggler_diff((ref or {}).get("straggler"), (cur or {}).get("straggler")))
     return out
+
+
+def _devices_diff(reference_env: dict[str, Any], current_env: dict[str, Any]) -> dict[str, Any]:
+    """load.pulse_devices when one side's slowest device, every rank's read at once, lay beyond the pulse's noise
+    below its fastest and the other's did not, or another device did (harness/pace.py slow_device); nothing where
+    either side did not read them (a record from before, a collective sweep)."""
+    if not all(((e.get("load") or {}).get("pulse_devices")) for e in (reference_env, current_env)):
+        return {}
+
+    def words(env: dict[str, Any]) -> str:
+        slow = slow_device(env)
+        return ("none slower than the noise" if slow is None else
+                f"rank {slow[0]} ({slow[1]}) at {slow[2]:.2f}x the fastest")
+    then, now = words(reference_env), words(current_env)
+    return {"load.pulse_devices": [then, now]} if then != now else {}
 
 
 def _straggler_diff(ref: Optional[dict[str, Any]], cur: Optional[dict[str, Any]]) -> dict[str, Any]:

@@ -390,11 +390,13 @@ class Outcome:
     named: list[str]
 
 
-TRUE_BYSTANDERS = ("load.other_cpus", "load.steal_cpus", "load.pulse_exchange_us", "load.straggler", "probe.*")
+TRUE_BYSTANDERS = ("load.other_cpus", "load.steal_cpus", "load.pulse_exchange_us", "load.straggler",
+                   "load.pulse_devices", "probe.*")
 """Keys a diff may name beside the expected ones: the machine as measured around the run: other work
 on the box during it, the CPUs' worth the VM's hypervisor took from it (steal), the host's exchange latency
 (a slow spell at either end of one side's run: about one round in eight on the Zen 5), the rank the others
-waited for, and the probe's figures that moved beyond their tolerance before it (a neighbour, the VM's host:
+waited for, a device slower than the rest read at once, and the probe's figures that moved beyond their tolerance
+before it (a neighbour, the VM's host:
 `probe.fp32_matmul_gflops`).
 Each is true when named (a concurrent process in CI did run; in CI on 2026-12-03 the host took ~0.7 of
 the 2-core box's CPUs, and the memory_breakdown case's regression named `deepspeed.memory_breakdown,

@@ -61,7 +61,7 @@ def test_the_machine_measured_around_a_run_is_a_true_bystander_of_any_case():
 
     expected = {"deepspeed.memory_breakdown"}
     for bystander in ("load.steal_cpus", "load.other_cpus", "probe.fp32_matmul_gflops", "load.pulse_exchange_us",
-                      "load.straggler"):
+                      "load.straggler", "load.pulse_devices"):
         assert names_exactly({"deepspeed.memory_breakdown": [False, True], bystander: [0.0, 0.7]}, expected)
     assert not names_exactly({"deepspeed.memory_breakdown": [False, True], "torch": ["a", "b"]}, expected)
     assert not names_exactly({"load.steal_cpus": [0.0, 0.7]}, expected), "the expected change must be named"

@@ -14,7 +14,7 @@ from benchmarks.node.probe import Pulses
 from harness.held_up import night_stragglers
 from harness.nodes import load_during
 from harness.pace import matmul_pace, pace
-from harness.verdict.compare import compare
+from harness.verdict.compare import compare, environment_diff
 from unit_helpers import schema_valid, typed
 
 
@@ -121,3 +121,13 @@ def test_a_straggler_whose_device_read_slowest_at_once_is_said_so_in_the_nights_
     assert night_stragglers(night({**slow, "slowest": 90.0})) == [plain]       # within the pulse's noise (15 % on cpu)
     assert night_stragglers(night({**slow, "rank": 0})) == [plain]             # another rank's device was the slowest
     assert night_stragglers(night(None)) == [plain]                           # a record from before
+
+
+def test_what_changed_names_a_device_slower_than_the_rest_on_either_side():
+    even, slow = devices_env(80.0, slowest=79.0, fastest=80.0), devices_env(80.0, slowest=48.0, fastest=80.0, rank=5)
+    assert environment_diff(even, slow)["load.pulse_devices"] == ["none slower than the noise",
+                                                                  "rank 5 (vm) at 0.60x the fastest"]
+    assert environment_diff(slow, even)["load.pulse_devices"] == ["rank 5 (vm) at 0.60x the fastest",
+                                                                  "none slower than the noise"]
+    assert "load.pulse_devices" not in environment_diff(even, devices_env(80.0, slowest=72.0, fastest=80.0))  # noise
+    assert "load.pulse_devices" not in environment_diff(paced_env(80.0), slow)     # a reference that read none
