@@ -60,7 +60,7 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
         return None
     kernels: dict[str, list[dict[str, Any]]] = {}
     for w in windows:
-        kernels.setdefault(w.get("boot_id") or w.get("host") or "?", []).append(w)
+        kernels.setdefault(_kernel(w), []).append(w)
     figures, medians = [], []
     for ranks in kernels.values():
         if (f := kernel_figures(ranks)) is not None:
@@ -82,6 +82,12 @@ def load_during(windows: list[dict[str, Any]], before: Optional[list[float]] = N
             **({"pulse_exchange_us": round(max(exchange), 2)} if exchange else {}),
             **({"pulse_devices": devices} if devices else {}),
             **({"at_median": max(medians, key=_taken)} if medians else {})}
+
+
+def _kernel(window: dict[str, Any]) -> str:
+    """The machine a rank's window was read on: its kernel (boot_id; the emulated cluster's nodes share one), else
+    its host."""
+    return window.get("boot_id") or window.get("host") or "?"
 
 
 def _num(x: Any) -> bool:
@@ -146,16 +152,27 @@ def at_median(ranks: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
 
 def pulse_devices(windows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """Every rank's own device's fp32 pace, read by all the ranks at once (benchmarks/node/probe.py
-    Pulses.own_start: as the steps load them), each the better of before and after (pulse_of): {slowest, fastest
-    (GFLOP/s, per core on cpu), rank and host of the slowest, devices (how many read one)}; None where no rank
-    read one (collectives, a record from before). A machine is as fast as its slowest device in a step that
-    waits for all of them (harness/pace.py pace)."""
+    Pulses.own_start: as the steps load them), each the better of before and after (pulse_of): {slowest (GFLOP/s,
+    per core on cpu), its rank and host, fastest (the fastest on the slowest's machine, the kernel whose first rank
+    read its pulse alone), devices (how many read one), paced (the slowest machine's pace counting its devices:
+    its pulse alone times its slowest device's over its fastest, where its first rank read one)}; None where no
+    rank read one (collectives, a record from before). A step waits for every device (harness/pace.py)."""
     read = [(p, w) for w in windows if (p := pulse_of(w, "own")) is not None]
     if not read:
         return None
-    slow, fast = min(read, key=lambda x: x[0]), max(read, key=lambda x: x[0])
-    return {"slowest": round(slow[0], 3), "fastest": round(fast[0], 3), "rank": slow[1].get("rank"),
-            "host": str(slow[1].get("host")), "devices": len(read)}
+    kernels: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    for p, w in read:
+        kernels.setdefault(_kernel(w), []).append((p, w))
+    paced = []
+    for k, ranks in kernels.items():
+        alone = [x for x in (pulse_of(w) for w in windows if _kernel(w) == k)
+                 if x is not None]
+        if alone:
+            paced.append(max(alone) * min(p for p, _ in ranks) / max(p for p, _ in ranks))
+    slow, w = min(read, key=lambda x: x[0])
+    fastest = max(p for p, _ in kernels[_kernel(w)])
+    return {"slowest": round(slow, 3), "fastest": round(fastest, 3), "rank": w.get("rank"), "host": str(w.get("host")),
+            "devices": len(read), **({"paced": round(min(paced), 3)} if paced else {})}
 
 
 def pulse_of(window: dict[str, Any], figure: str = "fp32") -> Optional[float]:

@@ -95,19 +95,21 @@ def matmul_pace(now: float, then: float, devices_now: Optional[dict[str, Any]],
     """(now, then, words): the matmul pace of a step that waits for every device. Where both sides read every
     rank's own device at once (load.pulse_devices, harness/nodes.py), their slowest devices', like for like (the
     pace with every device busy, as the steps run: a GPU of eight that runs slower, a VM's host that runs its
-    vCPUs slower while all are busy); else each side's first-rank pulse (load.pulse_fp32, one device while the
-    others wait) times its devices' spread, the slowest over the fastest read at once, where it read them (one
-    device slower than the rest: a spread within a side, whatever the machine does with all of them busy), 1
-    where it did not (a reference from before)."""
+    vCPUs slower while all are busy); else each side's machine's pulse alone (load.pulse_fp32, one device while
+    the others wait) counting its devices where it read them (pulse_devices.paced: the slowest machine's pulse times
+    its slowest device over its fastest, read at once: one device slower than the rest of its machine, whatever a
+    machine does with all of them busy), as is where it did not (a reference from before)."""
     if devices_now and devices_then:
         return devices_now["slowest"], devices_then["slowest"], (
             f"every device at once, the slowest's (rank {devices_now['rank']} now)")
-    spread_now, spread_then = (d["slowest"] / d["fastest"] if d else 1.0 for d in (devices_now, devices_then))
+    paced_now, paced_then = (min(x, d.get("paced") or x) if d else x
+                             for x, d in ((now, devices_now), (then, devices_then)))
+    spread_now, spread_then = paced_now / now, paced_then / then
     slow = devices_now if spread_now <= spread_then else devices_then
     words = "" if min(spread_now, spread_then) >= 1.0 or slow is None else (
         f"{'this run' if slow is devices_now else 'the reference'}'s slowest device (rank {slow['rank']}) at "
-        f"{min(spread_now, spread_then):.2f}x its fastest, read at once")
-    return now * spread_now, then * spread_then, words
+        f"{slow['slowest'] / slow['fastest']:.2f}x its machine's fastest, read at once")
+    return paced_now, paced_then, words
 
 
 def slow_device(env: Optional[dict[str, Any]]) -> Optional[tuple[Optional[int], str, float]]:

@@ -31,7 +31,8 @@ def test_the_run_keeps_its_slowest_and_fastest_device_each_the_better_of_before_
 
 def devices_env(fp32: float, slowest: float, fastest: float, rank: int = 1) -> dict:
     env = paced_env(fp32)
-    env["load"]["pulse_devices"] = {"slowest": slowest, "fastest": fastest, "rank": rank, "host": "vm", "devices": 2}
+    env["load"]["pulse_devices"] = {"slowest": slowest, "fastest": fastest, "rank": rank, "host": "vm", "devices": 2,
+                                    "paced": fp32 * slowest / fastest}
     return env
 
 
@@ -51,8 +52,8 @@ def test_one_slow_device_explains_a_regression_the_first_ranks_pulse_misses():
     v = _samples(ref, devices_env(80.0, slowest=48.0, fastest=80.0), factor=0.6)
     assert v.verdict == "not comparable"
     assert v.reason.startswith("not comparable: the machine ran 40 % slower during this run than the reference's (fp32 "
-                               "matmul (this run's slowest device (rank 1) at 0.60x its fastest, read at once) 48 vs "
-                               "80 GFLOP/s per core, this run's pulse)"), v.reason
+                               "matmul (this run's slowest device (rank 1) at 0.60x its machine's fastest, read at "
+                               "once) 48 vs 80 GFLOP/s per core, this run's pulse)"), v.reason
     assert _samples(ref, paced_env(80.0), factor=0.6).verdict == "regression"   # no devices read: as before
     # devices within the pulse's noise of each other explain nothing
     assert _samples(ref, devices_env(80.0, slowest=76.0, fastest=80.0), factor=0.6).verdict == "regression"
@@ -72,9 +73,25 @@ def test_two_sides_that_read_every_device_at_once_are_judged_like_for_like():
 
 def test_the_pace_counts_a_slow_device_on_either_side():
     assert matmul_pace(80.0, 80.0, None, None) == (80.0, 80.0, "")
-    now, then, words = matmul_pace(80.0, 80.0, None, {"slowest": 40.0, "fastest": 80.0, "rank": 3})
+    now, then, words = matmul_pace(80.0, 80.0, None, {"slowest": 40.0, "fastest": 80.0, "rank": 3, "paced": 40.0})
     assert (now, then) == (80.0, 40.0) and words.startswith("the reference's slowest device (rank 3) at 0.50x")
-    assert matmul_pace(80.0, 80.0, {"slowest": 80.0, "fastest": 80.0, "rank": 0}, None) == (80.0, 80.0, "")
+    even = {"slowest": 80.0, "fastest": 80.0, "rank": 0, "paced": 80.0}
+    assert matmul_pace(80.0, 80.0, even, None) == (80.0, 80.0, "")
+
+
+def test_a_machine_counts_its_own_devices_so_that_two_slow_machines_are_not_one_slower():
+    """Two machines: a's pulse alone read 60 (the slowest machine's pace, load.pulse_fp32), its devices at once even;
+    b's alone read 100, one of its devices at 0.7x its other. The step runs at the slower of a (60) and b's slow
+    device (70): 60, not a's 60 times b's 0.7."""
+    def node(rank, host, alone, at_once):
+        return {**own(rank, host, at_once, at_once), **({"pulse": {"before": alone, "after": alone}} if alone else {})}
+    load = load_during([node(0, "a", 60.0, 60.0), node(1, "a", None, 59.0), node(2, "b", 100.0, 100.0),
+                        node(3, "b", None, 70.0)])
+    assert load["pulse_fp32"] == 60.0
+    assert load["pulse_devices"] == {"slowest": 59.0, "fastest": 60.0, "rank": 1, "host": "a", "devices": 4,
+                                     "paced": 59.0}
+    one = load_during([node(0, "b", 100.0, 100.0), node(1, "b", None, 70.0)])["pulse_devices"]
+    assert (one["slowest"], one["fastest"], one["paced"]) == (70.0, 100.0, 70.0)
 
 
 def _read_at_once(q):
