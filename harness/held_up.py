@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from contract.collectives import held_up_excess
 
-from .pace import slow_device as slowest_device
+from .pace import slow_device
 
 
 Steps = list[list[dict[str, Any]]]
@@ -151,11 +151,11 @@ def straggler_words(found: Optional[dict[str, Any]]) -> str:
     return held if found["stands_out"] else f"none stood out ({held}, the next {found['next_pct']:.0f} %)"
 
 
-def slow_device(env: Optional[dict[str, Any]], found: dict[str, Any]) -> str:
+def slow_device_words(env: Optional[dict[str, Any]], found: dict[str, Any]) -> str:
     """', its device the slowest read at once (0.52x the fastest)' where the straggler is a rank whose own device's
     pulse, every rank's read at once, was the run's slowest beyond the pulse's noise (harness/pace.py slow_device): a
     GPU (a vCPU) that ran slower, not the software; '' otherwise."""
-    slow = slowest_device(env)
+    slow = slow_device(env)
     if slow is None or "rank" not in found or slow[0] != found["rank"]:
         return ""
     return f", its device the slowest read at once ({slow[2]:.2f}x the fastest)"
@@ -196,8 +196,8 @@ def night_stragglers(records: list, trends: Optional[dict[str, str]] = None) -> 
         worst = max(stood, key=lambda s: s["held_back_pct"])
         names = sorted({who(s) for s in stood})
         of = next(r for r in recs if (r.environment.get("load") or {}).get("straggler") is worst)
-        out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}{slow_device(of.environment, worst)}, "
-                   f"in {len(stood)} of {len(recs)} runs"
+        out.append(f"{run_id} ({recs[0].benchmark}): {straggler_words(worst)}"
+                   f"{slow_device_words(of.environment, worst)}, in {len(stood)} of {len(recs)} runs"
                    + (f"; by turns {', '.join(names)}" if len(names) > 1 else "")
                    + (f"; {trends[run_id]}" if trends and run_id in trends else ""))
     return out

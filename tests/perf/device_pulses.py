@@ -1,8 +1,8 @@
-"""A pulse of one device while the others wait against every device's at once (docs/measurement.md, "Every device
-at once"): per round, the fp32 pulse on CPU 0 alone (benchmarks/node/probe.py pulse, as the first rank reads it),
-then one process pinned to each CPU reading its own at once (Pulses.own_start, as every rank reads it); printed per
-round, then each reading's range and the rounds in which a CPU read at once below 1 - PACE_NOISE_PCT of the pulses
-alone's median. On a GPU node each process takes its own GPU instead (--gpus N).
+"""A pulse of one device while the others wait against every device's at once (docs/measurement.md, "Every device at
+once"): per round, the fp32 pulse on CPU 0 alone (benchmarks/node/probe.py pulse, as the first rank reads it:
+at_once of one device), then one process pinned to each CPU reading its own at once (Pulses.own_start, as every rank
+reads it); printed per round, then each reading's range and the rounds in which a CPU read at once below 1 -
+PACE_NOISE_PCT of the pulses alone's median. On a GPU node each process takes its own GPU instead (--gpus N).
 
     .venv/bin/python tests/perf/device_pulses.py [--rounds 20] [--pause-s 0] [--gpus N]
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.node.probe import Pulses, pulse  # noqa: E402
+from benchmarks.node.probe import Pulses  # noqa: E402
 from harness.probe import PACE_NOISE_PCT  # noqa: E402
 
 
@@ -46,20 +46,6 @@ def at_once(slots: list[int], device: str) -> list[float]:
     return [x or 0.0 for _, x in got]
 
 
-def alone(device: str) -> float:
-    q = mp.Queue()
-
-    def run(q):
-        if device == "cpu":
-            os.sched_setaffinity(0, {0})
-        q.put(pulse(device))
-    p = mp.Process(target=run, args=(q,))
-    p.start()
-    x = q.get(timeout=120)
-    p.join(timeout=60)
-    return x or 0.0
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=20)
@@ -71,7 +57,7 @@ def main() -> int:
     slots = list(range(ns.gpus)) if ns.gpus else sorted(os.sched_getaffinity(0))
     solo, together = [], []
     for k in range(ns.rounds):
-        solo.append(alone(device))
+        solo.append(at_once(slots[:1], device)[0])   # the first device's alone, as the first rank reads it
         together.append(at_once(slots, device))
         print(f"round {k}: alone {solo[-1]:.1f}, at once {', '.join(f'{x:.1f}' for x in together[-1])}", flush=True)
         time.sleep(ns.pause_s)
